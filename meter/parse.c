@@ -1,0 +1,74 @@
+/* meter: strict parsing of numbers and identifiers from untrusted text. */
+#include "parse.h"
+
+#include <stddef.h>
+
+/* The grammar is checked on the whole string before any value is formed, so
+ * a malformed string is METER_EINVAL however many digits it has, and only a
+ * well-formed one can be METER_ERANGE. The magnitude is accumulated in
+ * uint64_t, saturating just above 2^63, so INT64_MIN ("-9223372036854775808")
+ * is reached exactly and nothing wraps. "-0" is accepted as 0. NULL s or out,
+ * or min > max, is METER_EINVAL. *out is only written on METER_OK. */
+enum meter_rc parse_int64(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+	const uint64_t limit = (uint64_t)INT64_MAX + 1; /* magnitude of INT64_MIN */
+	const char *p;
+	const char *digits;
+	uint64_t mag = 0;
+	bool neg = false;
+	int64_t v;
+
+	if (!s || !out || min > max)
+		return METER_EINVAL;
+	p = s;
+	if (*p == '-') {
+		neg = true;
+		p++;
+	}
+	digits = p;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	if (p == digits || *p != '\0')
+		return METER_EINVAL;
+	if (digits[0] == '0' && p - digits > 1)
+		return METER_EINVAL;
+
+	for (p = digits; *p; p++) {
+		uint64_t d = (uint64_t)(*p - '0');
+
+		if (mag > (limit - d) / 10) {
+			mag = limit + 1; /* saturate: out of int64_t range */
+			break;
+		}
+		mag = mag * 10 + d;
+	}
+	if (mag > limit || (!neg && mag == limit))
+		return METER_ERANGE;
+	if (neg)
+		v = mag == limit ? INT64_MIN : -(int64_t)mag;
+	else
+		v = (int64_t)mag;
+	if (v < min || v > max)
+		return METER_ERANGE;
+	*out = v;
+	return METER_OK;
+}
+
+/* NULL is not an id. */
+bool parse_is_id(const char *s)
+{
+	size_t n = 0;
+
+	if (!s)
+		return false;
+	for (; s[n]; n++) {
+		char c = s[n];
+
+		if (n >= PARSE_ID_MAX)
+			return false;
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+		      c == '_' || c == '.' || c == '-'))
+			return false;
+	}
+	return n >= 1;
+}

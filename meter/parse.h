@@ -1,0 +1,23 @@
+/* meter: strict parsing of numbers and identifiers from untrusted text.
+ * No atoi/strtol shortcuts: every byte is accounted for. */
+#ifndef METER_PARSE_H
+#define METER_PARSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rc.h"
+
+/* Parses a whole decimal integer (optional leading '-', digits only, no
+ * spaces, no '+', no leading zeros beyond a single "0") into *out.
+ * METER_EINVAL when s is not such a number, METER_ERANGE when it is outside
+ * [min, max]. */
+METER_MUSTCHECK enum meter_rc parse_int64(const char *s, int64_t min, int64_t max, int64_t *out);
+
+/* True when s is an id: 1 to 64 characters of A-Z a-z 0-9 _ . - */
+bool parse_is_id(const char *s);
+
+#define PARSE_ID_MAX 64
+
+#endif

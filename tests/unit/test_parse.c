@@ -1,0 +1,189 @@
+/* Unit tests for meter/parse.c: strict integers and ids. */
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "parse.h"
+
+#define SENTINEL INT64_C(-777)
+
+/* parse_int64 over the whole int64 range; *out must be untouched on error. */
+static enum meter_rc p64(const char *s, int64_t *out)
+{
+	return parse_int64(s, INT64_MIN, INT64_MAX, out);
+}
+
+static void test_good_ints(void)
+{
+	int64_t v = SENTINEL;
+
+	CHECK(p64("0", &v) == METER_OK);
+	CHECK_I64(v, 0);
+	CHECK(p64("-0", &v) == METER_OK);
+	CHECK_I64(v, 0);
+	CHECK(p64("1", &v) == METER_OK);
+	CHECK_I64(v, 1);
+	CHECK(p64("-1", &v) == METER_OK);
+	CHECK_I64(v, -1);
+	CHECK(p64("10", &v) == METER_OK);
+	CHECK_I64(v, 10);
+	CHECK(p64("31622400", &v) == METER_OK);
+	CHECK_I64(v, 31622400);
+	CHECK(p64("9223372036854775807", &v) == METER_OK);
+	CHECK_I64(v, INT64_MAX);
+	CHECK(p64("-9223372036854775808", &v) == METER_OK);
+	CHECK_I64(v, INT64_MIN);
+	CHECK(p64("-9223372036854775807", &v) == METER_OK);
+	CHECK_I64(v, -INT64_MAX);
+	CHECK(p64("9223372036854775806", &v) == METER_OK);
+	CHECK_I64(v, INT64_MAX - 1);
+}
+
+static void test_bad_ints(void)
+{
+	static const char *const bad[] = {
+	    "",
+	    "-",
+	    "+1",
+	    " 1",
+	    "1 ",
+	    "01",
+	    "00",
+	    "-01",
+	    "--1",
+	    "1-",
+	    "0x10",
+	    "0X1F",
+	    "x1",
+	    "1e3",
+	    "1.0",
+	    "1,000",
+	    "1_000",
+	    "\t1",
+	    "1\n",
+	    "١",
+	    "abc",
+	    "- 1",
+	    "0-",
+	    "+",
+	    "+0",
+	    "-00",
+	    "1a",
+	    "9223372036854775807x",
+	    "-9223372036854775808 ",
+	    "0000000000000000000000000000000000000000009",
+	};
+	int64_t v = SENTINEL;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		/* Named by the input itself when it fails. */
+		check_record(p64(bad[i], &v) == METER_EINVAL, __FILE__, __LINE__, bad[i]);
+		CHECK_I64(v, SENTINEL);
+	}
+	CHECK(p64(NULL, &v) == METER_EINVAL);
+	CHECK(p64("1", NULL) == METER_EINVAL);
+	CHECK(parse_int64("1", 5, 4, &v) == METER_EINVAL); /* min > max */
+	/* Malformed wins over too large, however long. */
+	CHECK(p64("99999999999999999999999999999x", &v) == METER_EINVAL);
+	/* An embedded NUL ends the string: "12\0x" is "12". */
+	{
+		const char buf[] = {'1', '2', '\0', 'x', '\0'};
+
+		CHECK(p64(buf, &v) == METER_OK);
+		CHECK_I64(v, 12);
+	}
+}
+
+static void test_ranges(void)
+{
+	int64_t v = SENTINEL;
+
+	CHECK(p64("9223372036854775808", &v) == METER_ERANGE);
+	CHECK(p64("-9223372036854775809", &v) == METER_ERANGE);
+	CHECK(p64("18446744073709551616", &v) == METER_ERANGE);
+	CHECK(p64("18446744073709551615", &v) == METER_ERANGE);
+	CHECK(p64("-18446744073709551616", &v) == METER_ERANGE);
+	CHECK(p64("99999999999999999999999999999999999999999999999999", &v) == METER_ERANGE);
+	CHECK(p64("92233720368547758070", &v) == METER_ERANGE);
+	CHECK_I64(v, SENTINEL);
+	/* Bounds are inclusive. */
+	CHECK(parse_int64("1", 1, 1024, &v) == METER_OK);
+	CHECK_I64(v, 1);
+	CHECK(parse_int64("1024", 1, 1024, &v) == METER_OK);
+	CHECK_I64(v, 1024);
+	v = SENTINEL;
+	CHECK(parse_int64("0", 1, 1024, &v) == METER_ERANGE);
+	CHECK(parse_int64("1025", 1, 1024, &v) == METER_ERANGE);
+	CHECK(parse_int64("-1", 0, INT64_MAX, &v) == METER_ERANGE);
+	CHECK(parse_int64("-9223372036854775808", INT64_MIN + 1, 0, &v) == METER_ERANGE);
+	CHECK(parse_int64("9223372036854775807", 0, INT64_MAX - 1, &v) == METER_ERANGE);
+	CHECK_I64(v, SENTINEL);
+	CHECK(parse_int64("-9223372036854775808", INT64_MIN, INT64_MIN, &v) == METER_OK);
+	CHECK_I64(v, INT64_MIN);
+	CHECK(parse_int64("7", 7, 7, &v) == METER_OK);
+	CHECK_I64(v, 7);
+}
+
+static void test_ids(void)
+{
+	char id[PARSE_ID_MAX + 2];
+
+	CHECK(parse_is_id("a"));
+	CHECK(parse_is_id("sbx_1"));
+	CHECK(parse_is_id("key-2026.11.30_ABCxyz09"));
+	CHECK(parse_is_id("."));
+	CHECK(parse_is_id("-"));
+	CHECK(parse_is_id("_"));
+	CHECK(parse_is_id(".."));
+	CHECK(!parse_is_id(NULL));
+	CHECK(!parse_is_id(""));
+	CHECK(!parse_is_id(" "));
+	CHECK(!parse_is_id("a b"));
+	CHECK(!parse_is_id("a/b"));
+	CHECK(!parse_is_id("a\\b"));
+	CHECK(!parse_is_id("a\nb"));
+	CHECK(!parse_is_id("sbx_1\n"));
+	CHECK(!parse_is_id("a:b"));
+	CHECK(!parse_is_id("a%2F"));
+	CHECK(!parse_is_id("a'b"));
+	CHECK(!parse_is_id("a\"b"));
+	CHECK(!parse_is_id("a;b"));
+	CHECK(!parse_is_id("a+b"));
+	CHECK(!parse_is_id("a@b"));
+	CHECK(!parse_is_id("é"));
+	CHECK(!parse_is_id("\x7f"));
+	CHECK(!parse_is_id("\xff"));
+
+	memset(id, 'z', sizeof(id));
+	id[PARSE_ID_MAX] = '\0';
+	CHECK(strlen(id) == 64);
+	CHECK(parse_is_id(id));
+	id[PARSE_ID_MAX - 1] = '/';
+	CHECK(!parse_is_id(id));
+	id[PARSE_ID_MAX - 1] = 'z';
+	id[PARSE_ID_MAX] = 'z';
+	id[PARSE_ID_MAX + 1] = '\0';
+	CHECK(strlen(id) == 65);
+	CHECK(!parse_is_id(id));
+	/* Every single byte: exactly the 65 allowed characters pass. */
+	{
+		int allowed = 0;
+
+		for (int c = 1; c < 256; c++) {
+			char one[2] = {(char)c, '\0'};
+
+			if (parse_is_id(one))
+				allowed++;
+		}
+		CHECK_I64(allowed, 26 + 26 + 10 + 3);
+	}
+}
+
+int main(void)
+{
+	test_good_ints();
+	test_bad_ints();
+	test_ranges();
+	test_ids();
+	return check_done();
+}

@@ -1,0 +1,101 @@
+/* meter: PostgreSQL connections. */
+#include "db.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Copies msg into err as one line: line breaks and tabs become single
+ * spaces, trailing white space is dropped. Truncates to errlen. */
+static void db_copy_line(char *err, size_t errlen, const char *msg)
+{
+	size_t n = 0;
+	int space = 0;
+
+	if (!err || errlen == 0)
+		return;
+	for (const char *p = msg ? msg : ""; *p && n + 1 < errlen; p++) {
+		if (*p == '\n' || *p == '\r' || *p == '\t' || *p == ' ') {
+			space = 1;
+			continue;
+		}
+		if (space && n > 0 && n + 2 < errlen)
+			err[n++] = ' ';
+		space = 0;
+		err[n++] = *p;
+	}
+	err[n] = '\0';
+}
+
+/* Replaces each occurrence of secret in s (NUL-terminated, in place) with
+ * "***". Secrets shorter than 4 characters are left alone: masking them
+ * would garble the message and they would not be recognisable anyway. */
+static void db_mask(char *s, const char *secret)
+{
+	size_t slen = secret ? strlen(secret) : 0;
+	char *hit;
+
+	if (slen < 4)
+		return;
+	while ((hit = strstr(s, secret)) != NULL) {
+		/* "***" is never longer than the secret: shift the tail left. */
+		memcpy(hit, "***", 3);
+		memmove(hit + 3, hit + slen, strlen(hit + slen) + 1);
+	}
+}
+
+/* Opens the connection; see db.h. The URL is parsed first so that a
+ * malformed one is reported without libpq's detail, which may quote it
+ * (password included). */
+enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen)
+{
+	static const char *const keywords[] = {"dbname", "connect_timeout", "options",
+					       "application_name", NULL};
+	const char *values[] = {url, "5", "-c TimeZone=UTC", "meter", NULL};
+	PQconninfoOption *opts = NULL;
+	char *perr = NULL;
+	char *password = NULL;
+	PGconn *conn = NULL;
+	enum meter_rc rc;
+
+	*out = NULL;
+	if (err && errlen)
+		err[0] = '\0';
+	if (!url) {
+		db_copy_line(err, errlen, "no database URL");
+		rc = METER_EINVAL;
+		goto out;
+	}
+	opts = PQconninfoParse(url, &perr);
+	if (!opts) {
+		db_copy_line(err, errlen,
+			     perr ? "invalid database URL"
+				  : "out of memory parsing the database URL");
+		rc = perr ? METER_EINVAL : METER_ENOMEM;
+		goto out;
+	}
+	for (PQconninfoOption *o = opts; o->keyword; o++)
+		if (strcmp(o->keyword, "password") == 0 && o->val)
+			password = o->val;
+
+	conn = PQconnectdbParams(keywords, values, 1);
+	if (!conn) {
+		db_copy_line(err, errlen, "out of memory connecting to the database");
+		rc = METER_ENOMEM;
+		goto out;
+	}
+	if (PQstatus(conn) != CONNECTION_OK) {
+		db_copy_line(err, errlen, PQerrorMessage(conn));
+		if (err && errlen)
+			db_mask(err, password);
+		rc = METER_EDB;
+		goto out;
+	}
+	*out = conn;
+	conn = NULL;
+	rc = METER_OK;
+out:
+	PQfinish(conn);
+	PQconninfoFree(opts);
+	PQfreemem(perr);
+	return rc;
+}

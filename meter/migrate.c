@@ -1,0 +1,326 @@
+/* meter: schema migrations from sql/, compiled into the binary.
+ *
+ * Every step that reads or writes schema_migrations runs under one
+ * transaction-scoped advisory lock, so any number of migrators (several
+ * meterd processes starting at once, a meterctl migrate beside them) apply
+ * each migration exactly once: the loser of the race waits, re-checks and
+ * finds the work done. */
+#include "migrate.h"
+
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+/* pg_advisory_xact_lock key of the migrators: "meter_mg" in ASCII. */
+#define MIGRATE_LOCK_KEY "7882834701841296743"
+
+#define MIGRATE_SHA_HEX 65 /* 64 hex digits and a NUL */
+
+static const char migrate_create_table_sql[] = "CREATE TABLE IF NOT EXISTS schema_migrations ("
+					       " version integer PRIMARY KEY,"
+					       " name text NOT NULL,"
+					       " sha256 text NOT NULL,"
+					       " applied_at timestamptz NOT NULL DEFAULT now())";
+
+/* Writes "what: first line of the server's message" into err. res may be
+ * NULL (then the connection's message is used). */
+static void migrate_error(char *err, size_t errlen, const char *what, PGconn *conn,
+			  const PGresult *res)
+{
+	const char *msg = NULL;
+	size_t n;
+
+	if (!err || errlen == 0)
+		return;
+	if (res)
+		msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+	if (!msg)
+		msg = PQerrorMessage(conn);
+	if (!msg || !*msg)
+		msg = "unknown error";
+	n = strcspn(msg, "\r\n");
+	snprintf(err, errlen, "%s: %.*s", what, (int)n, msg);
+}
+
+/* Runs one statement that returns no rows (or rows nobody reads).
+ * METER_EDB with err filled ("what: reason") on failure. */
+static enum meter_rc migrate_exec(PGconn *conn, const char *sql, const char *what, char *err,
+				  size_t errlen)
+{
+	PGresult *res = PQexec(conn, sql);
+	ExecStatusType st = PQresultStatus(res);
+	enum meter_rc rc = METER_OK;
+
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+		migrate_error(err, errlen, what, conn, res);
+		rc = METER_EDB;
+	}
+	PQclear(res);
+	return rc;
+}
+
+/* Ends a failed transaction; the original error is what the caller reports. */
+static void migrate_rollback(PGconn *conn)
+{
+	PGresult *res = PQexec(conn, "ROLLBACK");
+
+	PQclear(res);
+}
+
+/* Opens a transaction holding the migrators' lock. Notices (such as
+ * "relation already exists, skipping") are kept off stderr. */
+static enum meter_rc migrate_begin(PGconn *conn, const char *what, char *err, size_t errlen)
+{
+	enum meter_rc rc;
+
+	rc = migrate_exec(conn, "BEGIN", what, err, errlen);
+	if (rc != METER_OK)
+		return rc;
+	rc = migrate_exec(conn,
+			  "SET LOCAL client_min_messages = warning;"
+			  " SELECT pg_advisory_xact_lock(" MIGRATE_LOCK_KEY ")",
+			  what, err, errlen);
+	if (rc != METER_OK)
+		migrate_rollback(conn);
+	return rc;
+}
+
+/* Lower-case hex SHA-256 of the NUL-terminated text into hex (65 bytes). */
+static enum meter_rc migrate_sha256_hex(const char *text, char hex[MIGRATE_SHA_HEX])
+{
+	static const char digits[] = "0123456789abcdef";
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int len = 0;
+
+	if (EVP_Digest(text, strlen(text), md, &len, EVP_sha256(), NULL) != 1 || len != 32)
+		return METER_ENOMEM;
+	for (unsigned int i = 0; i < len; i++) {
+		hex[2 * i] = digits[md[i] >> 4];
+		hex[2 * i + 1] = digits[md[i] & 0xf];
+	}
+	hex[64] = '\0';
+	return METER_OK;
+}
+
+/* The compiled migrations must be numbered strictly increasing from 1 up;
+ * anything else is a build mistake. */
+static enum meter_rc migrate_check_compiled(char *err, size_t errlen)
+{
+	for (int i = 0; i < migrations_count; i++) {
+		if (migrations_src[i].version < 1 ||
+		    (i > 0 && migrations_src[i].version <= migrations_src[i - 1].version)) {
+			snprintf(err, errlen, "compiled migration %s is out of order",
+				 migrations_src[i].name);
+			return METER_EINVAL;
+		}
+	}
+	return METER_OK;
+}
+
+/* Index of the compiled migration numbered version, or -1. */
+static int migrate_find(int version)
+{
+	for (int i = 0; i < migrations_count; i++)
+		if (migrations_src[i].version == version)
+			return i;
+	return -1;
+}
+
+/* Compares what schema_migrations records (a result of version, sha256)
+ * with the compiled migrations. METER_ECONFLICT, with err, when the
+ * database is newer than this binary, records a version this binary does
+ * not know, or records a text that has since changed. Sets done[i] for
+ * every compiled migration already applied. */
+static enum meter_rc migrate_compare(const PGresult *res, const char (*hex)[MIGRATE_SHA_HEX],
+				     bool *done, char *err, size_t errlen)
+{
+	int newest = migrations_count > 0 ? migrations_src[migrations_count - 1].version : 0;
+
+	for (int r = 0; r < PQntuples(res); r++) {
+		const char *vtext = PQgetvalue(res, r, 0);
+		const char *sha = PQgetvalue(res, r, 1);
+		char *end = NULL;
+		long v = strtol(vtext, &end, 10);
+		int i;
+
+		if (end == vtext || *end != '\0') {
+			snprintf(err, errlen, "schema_migrations holds a bad version \"%s\"",
+				 vtext);
+			return METER_ECONFLICT;
+		}
+		if (v > newest) {
+			snprintf(err, errlen,
+				 "database schema is newer than this binary (version %ld, binary "
+				 "knows up to %d)",
+				 v, newest);
+			return METER_ECONFLICT;
+		}
+		i = migrate_find((int)v);
+		if (i < 0) {
+			snprintf(err, errlen,
+				 "database records migration %ld, which this binary does not have",
+				 v);
+			return METER_ECONFLICT;
+		}
+		if (strcmp(sha, hex[i]) != 0) {
+			snprintf(err, errlen,
+				 "migration %s was changed after it was applied (sha256 differs)",
+				 migrations_src[i].name);
+			return METER_ECONFLICT;
+		}
+		done[i] = true;
+	}
+	return METER_OK;
+}
+
+/* Reads schema_migrations and compares it (see migrate_compare). Runs inside
+ * the caller's transaction. */
+static enum meter_rc migrate_read(PGconn *conn, const char (*hex)[MIGRATE_SHA_HEX], bool *done,
+				  char *err, size_t errlen)
+{
+	PGresult *res;
+	enum meter_rc rc;
+
+	for (int i = 0; i < migrations_count; i++)
+		done[i] = false;
+	res = PQexec(conn, "SELECT version, sha256 FROM schema_migrations ORDER BY version");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		migrate_error(err, errlen, "reading schema_migrations", conn, res);
+		rc = METER_EDB;
+		goto out;
+	}
+	rc = migrate_compare(res, hex, done, err, errlen);
+out:
+	PQclear(res);
+	return rc;
+}
+
+/* Applies compiled migration i in one transaction with its record, unless
+ * another migrator did it first. *applied_now says whether this call did. */
+static enum meter_rc migrate_one(PGconn *conn, int i, const char (*hex)[MIGRATE_SHA_HEX],
+				 bool *done, bool *applied_now, char *err, size_t errlen)
+{
+	const struct migration_src *m = &migrations_src[i];
+	char version[16];
+	const char *params[3];
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	*applied_now = false;
+	rc = migrate_begin(conn, m->name, err, errlen);
+	if (rc != METER_OK)
+		return rc;
+	/* Re-check under the lock: another migrator may have been first. */
+	rc = migrate_read(conn, hex, done, err, errlen);
+	if (rc != METER_OK)
+		goto out;
+	if (done[i]) {
+		rc = migrate_exec(conn, "COMMIT", m->name, err, errlen);
+		goto out;
+	}
+	rc = migrate_exec(conn, m->sql, m->name, err, errlen);
+	if (rc != METER_OK)
+		goto out;
+
+	snprintf(version, sizeof(version), "%d", m->version);
+	params[0] = version;
+	params[1] = m->name;
+	params[2] = hex[i];
+	res = PQexecParams(
+	    conn, "INSERT INTO schema_migrations (version, name, sha256) VALUES ($1, $2, $3)", 3,
+	    NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		migrate_error(err, errlen, m->name, conn, res);
+		rc = METER_EDB;
+		goto out;
+	}
+	rc = migrate_exec(conn, "COMMIT", m->name, err, errlen);
+	if (rc != METER_OK)
+		goto out;
+	done[i] = true;
+	*applied_now = true;
+out:
+	PQclear(res);
+	if (rc != METER_OK && PQtransactionStatus(conn) != PQTRANS_IDLE)
+		migrate_rollback(conn);
+	return rc;
+}
+
+/* See migrate.h. The connection must not be inside a transaction; it is
+ * left outside one whatever the outcome. */
+enum meter_rc migrate_apply(PGconn *conn, int *applied, char *err, size_t errlen)
+{
+	char(*hex)[MIGRATE_SHA_HEX] = NULL;
+	bool *done = NULL;
+	size_t n = migrations_count > 0 ? (size_t)migrations_count : 1;
+	enum meter_rc rc;
+
+	*applied = 0;
+	if (err && errlen)
+		err[0] = '\0';
+	if (PQstatus(conn) != CONNECTION_OK || PQtransactionStatus(conn) != PQTRANS_IDLE) {
+		snprintf(err, errlen, "migrate: connection is not idle");
+		return METER_EINVAL;
+	}
+	rc = migrate_check_compiled(err, errlen);
+	if (rc != METER_OK)
+		return rc;
+	hex = calloc(n, sizeof(*hex));
+	done = calloc(n, sizeof(*done));
+	if (!hex || !done) {
+		snprintf(err, errlen, "migrate: out of memory");
+		rc = METER_ENOMEM;
+		goto out;
+	}
+	for (int i = 0; i < migrations_count; i++) {
+		rc = migrate_sha256_hex(migrations_src[i].sql, hex[i]);
+		if (rc != METER_OK) {
+			snprintf(err, errlen, "migrate: sha256 of %s failed",
+				 migrations_src[i].name);
+			goto out;
+		}
+	}
+
+	/* The table is created under the lock too: two first runs at once
+	 * would otherwise race on CREATE TABLE IF NOT EXISTS. The recorded
+	 * state is then checked before anything is applied. */
+	rc = migrate_begin(conn, "creating schema_migrations", err, errlen);
+	if (rc != METER_OK)
+		goto out;
+	rc =
+	    migrate_exec(conn, migrate_create_table_sql, "creating schema_migrations", err, errlen);
+	if (rc == METER_OK)
+		rc = migrate_read(conn, hex, done, err, errlen);
+	if (rc == METER_OK)
+		rc = migrate_exec(conn, "COMMIT", "creating schema_migrations", err, errlen);
+	if (rc != METER_OK) {
+		if (PQtransactionStatus(conn) != PQTRANS_IDLE)
+			migrate_rollback(conn);
+		goto out;
+	}
+
+	for (int i = 0; i < migrations_count; i++) {
+		bool applied_now;
+
+		if (done[i])
+			continue;
+		rc = migrate_one(conn, i, hex, done, &applied_now, err, errlen);
+		if (rc != METER_OK)
+			goto out;
+		if (applied_now) {
+			(*applied)++;
+			log_info("migration applied: %s (version %d)", migrations_src[i].name,
+				 migrations_src[i].version);
+		}
+	}
+	rc = METER_OK;
+out:
+	free(hex);
+	free(done);
+	return rc;
+}

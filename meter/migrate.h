@@ -1,0 +1,29 @@
+/* meter: schema migrations from sql/, compiled into the binary. */
+#ifndef METER_MIGRATE_H
+#define METER_MIGRATE_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+#include "rc.h"
+
+struct migration_src {
+	int version;      /* from the file name, NNNN_ */
+	const char *name; /* file name without ".sql" */
+	const char *sql;  /* the file's text */
+};
+
+/* Generated from sql/ at build time, ordered by version. */
+extern const struct migration_src migrations_src[];
+extern const int migrations_count;
+
+/* Applies every migration not yet recorded in schema_migrations, in order,
+ * each in its own transaction together with its row in schema_migrations
+ * (version, name, sha256 of the text, applied_at). A transaction-scoped
+ * advisory lock serialises concurrent migrators. A recorded migration whose
+ * text changed since it was applied is METER_ECONFLICT. *applied gets the
+ * number applied by this call (0 when the schema is current). err gets a
+ * one-line reason on failure. */
+METER_MUSTCHECK enum meter_rc migrate_apply(PGconn *conn, int *applied, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,410 @@
+/* Integration: the migration runner against a real PostgreSQL, and the
+ * schema's partitioned samples. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "db.h"
+#include "migrate.h"
+#include "testdb.h"
+
+/* Tables of DESIGN.md, and whether account_id leads their primary key. */
+static const struct {
+	const char *name;
+	int account_keyed;
+} spec_tables[] = {
+    {"schema_migrations", 0}, {"accounts", 1}, {"api_keys", 1},		{"price_book", 0},
+    {"sandboxes", 1},	      {"samples", 1},  {"sandbox_meter", 1},	{"usage_hourly", 1},
+    {"key_day_ledger", 1},    {"holds", 1},    {"idempotency_keys", 1}, {"lifecycle_events", 1},
+    {"ingest_watermarks", 0},
+};
+
+/* The one value of a one-row, one-column query, copied into out; "" (and a
+ * printed error) when the query fails or returns no row. */
+static void query_value(PGconn *conn, const char *sql, char *out, size_t len)
+{
+	PGresult *res = PQexec(conn, sql);
+
+	out[0] = '\0';
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1) {
+		fprintf(stderr, "query failed: %s: %s", sql, PQerrorMessage(conn));
+	} else {
+		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+	}
+	PQclear(res);
+}
+
+/* As query_value, for a query with one text parameter. */
+static void query_value1(PGconn *conn, const char *sql, const char *param, char *out, size_t len)
+{
+	PGresult *res = PQexecParams(conn, sql, 1, NULL, &param, NULL, NULL, 0);
+
+	out[0] = '\0';
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) < 1) {
+		fprintf(stderr, "query failed: %s: %s", sql, PQerrorMessage(conn));
+	} else {
+		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+	}
+	PQclear(res);
+}
+
+/* md5 of a listing of the schema's columns, constraints, indexes, comments
+ * and of schema_migrations itself: equal fingerprints, unchanged schema. */
+static void schema_fingerprint(PGconn *conn, char *out, size_t len)
+{
+	query_value(conn,
+		    "SELECT md5(string_agg(line, E'\\n' ORDER BY line)) FROM ("
+		    " SELECT format('col %s.%s %s %s %s %s', table_name, column_name,"
+		    "  ordinal_position, data_type, is_nullable, column_default) AS line"
+		    "  FROM information_schema.columns WHERE table_schema = 'public'"
+		    " UNION ALL"
+		    " SELECT format('con %s %s %s', conrelid::regclass, conname,"
+		    "  pg_get_constraintdef(oid))"
+		    "  FROM pg_constraint WHERE connamespace = 'public'::regnamespace"
+		    " UNION ALL"
+		    " SELECT format('idx %s %s', indexname, indexdef)"
+		    "  FROM pg_indexes WHERE schemaname = 'public'"
+		    " UNION ALL"
+		    " SELECT format('rel %s %s %s', relname, relkind,"
+		    "  obj_description(oid, 'pg_class'))"
+		    "  FROM pg_class WHERE relnamespace = 'public'::regnamespace"
+		    " UNION ALL"
+		    " SELECT format('mig %s %s %s %s', version, name, sha256, applied_at)"
+		    "  FROM schema_migrations"
+		    " UNION ALL"
+		    " SELECT format('price %s', p) FROM price_book p"
+		    " UNION ALL"
+		    " SELECT format('acct %s', a) FROM accounts a) s",
+		    out, len);
+}
+
+/* A fresh database: every compiled migration applies, every table exists,
+ * the record is right. */
+static void test_first_run(PGconn *conn)
+{
+	char err[512] = "";
+	char buf[256];
+	int applied = -1;
+
+	CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_OK);
+	if (err[0])
+		fprintf(stderr, "migrate_apply: %s\n", err);
+	CHECK(migrations_count >= 1);
+	CHECK_I64(applied, migrations_count);
+
+	for (size_t i = 0; i < sizeof(spec_tables) / sizeof(spec_tables[0]); i++) {
+		query_value1(conn, "SELECT to_regclass($1) IS NOT NULL", spec_tables[i].name, buf,
+			     sizeof(buf));
+		if (strcmp(buf, "t") != 0)
+			fprintf(stderr, "table %s is missing\n", spec_tables[i].name);
+		CHECK_STR(buf, "t");
+		query_value1(conn,
+			     "SELECT a.attname FROM pg_index i JOIN pg_attribute a"
+			     " ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]"
+			     " WHERE i.indrelid = to_regclass($1) AND i.indisprimary",
+			     spec_tables[i].name, buf, sizeof(buf));
+		if (spec_tables[i].account_keyed) {
+			if (strcmp(buf, "account_id") != 0)
+				fprintf(stderr, "%s: primary key starts with %s\n",
+					spec_tables[i].name, buf);
+			CHECK_STR(buf, "account_id");
+		} else {
+			CHECK(strcmp(buf, "account_id") != 0);
+		}
+		query_value1(conn,
+			     "SELECT coalesce(obj_description(to_regclass($1), 'pg_class'), '')",
+			     spec_tables[i].name, buf, sizeof(buf));
+		if (!buf[0])
+			fprintf(stderr, "table %s has no comment\n", spec_tables[i].name);
+		CHECK(buf[0] != '\0');
+	}
+
+	/* Every non-exempt table carries account_id. */
+	query_value(conn,
+		    "SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'public'::regnamespace"
+		    " AND c.relkind IN ('r', 'p') AND NOT c.relispartition"
+		    " AND c.relname NOT IN ('schema_migrations', 'price_book', 'ingest_watermarks')"
+		    " AND NOT EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid"
+		    "  AND a.attname = 'account_id')",
+		    buf, sizeof(buf));
+	CHECK_STR(buf, "0");
+
+	/* One row per migration, with the sha256 of its text (computed here by
+	 * the server, independently of the runner's OpenSSL). */
+	query_value(conn, "SELECT count(*) FROM schema_migrations", buf, sizeof(buf));
+	CHECK_I64(strtol(buf, NULL, 10), migrations_count);
+	for (int i = 0; i < migrations_count; i++) {
+		char version[16];
+
+		snprintf(version, sizeof(version), "%d", migrations_src[i].version);
+		query_value1(conn, "SELECT sha256 FROM schema_migrations WHERE version = $1::int",
+			     version, err, sizeof(err));
+		query_value1(conn, "SELECT encode(sha256(convert_to($1, 'UTF8')), 'hex')",
+			     migrations_src[i].sql, buf, sizeof(buf));
+		CHECK(strlen(buf) == 64);
+		CHECK_STR(err, buf);
+		query_value1(conn, "SELECT name FROM schema_migrations WHERE version = $1::int",
+			     version, buf, sizeof(buf));
+		CHECK_STR(buf, migrations_src[i].name);
+	}
+
+	/* The seeds. */
+	query_value(conn,
+		    "SELECT format('%s %s %s %s %s %s %s %s', version, effective_from,"
+		    " cpu_micros_per_vcpu_hour, memory_micros_per_gib_hour,"
+		    " storage_micros_per_gib_hour, floor_millicores, free_sandbox_hours,"
+		    " storage_price_assumed) FROM price_book",
+		    buf, sizeof(buf));
+	CHECK_STR(buf, "1 1970-01-01 00:00:00+00 25000 7500 100 50 50 t");
+	query_value(conn, "SELECT count(*) FROM accounts WHERE account_id = 'unattributed'", buf,
+		    sizeof(buf));
+	CHECK_STR(buf, "1");
+}
+
+/* A second run applies nothing and changes nothing; tampering is caught. */
+static void test_rerun(PGconn *conn)
+{
+	char before[64], after[64];
+	char err[512] = "";
+	int applied = -1;
+
+	schema_fingerprint(conn, before, sizeof(before));
+	CHECK(strlen(before) == 32);
+	CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_OK);
+	CHECK_I64(applied, 0);
+	schema_fingerprint(conn, after, sizeof(after));
+	CHECK_STR(after, before);
+
+	/* A recorded text that no longer matches the compiled one. */
+	CHECK_STR(testdb_exec_state(conn, "UPDATE schema_migrations SET sha256 = repeat('0', 64)"
+					  " WHERE version = (SELECT min(version) FROM"
+					  " schema_migrations)"),
+		  "00000");
+	err[0] = '\0';
+	CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_ECONFLICT);
+	CHECK_I64(applied, 0);
+	CHECK(strstr(err, migrations_src[0].name) != NULL);
+	CHECK_I64(PQtransactionStatus(conn), PQTRANS_IDLE);
+
+	/* Put the right hash back. */
+	{
+		char sql[256];
+		char hex[65];
+
+		query_value1(conn, "SELECT encode(sha256(convert_to($1, 'UTF8')), 'hex')",
+			     migrations_src[0].sql, hex, sizeof(hex));
+		snprintf(sql, sizeof(sql),
+			 "UPDATE schema_migrations SET sha256 = '%s' WHERE version = %d", hex,
+			 migrations_src[0].version);
+		CHECK_STR(testdb_exec_state(conn, sql), "00000");
+	}
+
+	/* A database newer than this binary. */
+	CHECK_STR(testdb_exec_state(conn, "INSERT INTO schema_migrations (version, name, sha256)"
+					  " VALUES (999999, '999999_future', repeat('a', 64))"),
+		  "00000");
+	err[0] = '\0';
+	CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_ECONFLICT);
+	CHECK(strstr(err, "newer than this binary") != NULL);
+	CHECK_STR(testdb_exec_state(conn, "DELETE FROM schema_migrations WHERE version = 999999"),
+		  "00000");
+
+	/* Restored: current again, and the schema is what it was. */
+	CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_OK);
+	CHECK_I64(applied, 0);
+	schema_fingerprint(conn, after, sizeof(after));
+	CHECK_STR(after, before);
+}
+
+struct racer {
+	const char *url;
+	pthread_barrier_t *start;
+	enum meter_rc rc;
+	int applied;
+	char err[512];
+};
+
+/* One concurrent migrator on its own connection. */
+static void *racer_run(void *arg)
+{
+	struct racer *r = arg;
+	PGconn *conn = NULL;
+
+	r->rc = db_connect(r->url, &conn, r->err, sizeof(r->err));
+	pthread_barrier_wait(r->start);
+	if (r->rc == METER_OK)
+		r->rc = migrate_apply(conn, &r->applied, r->err, sizeof(r->err));
+	PQfinish(conn);
+	return NULL;
+}
+
+/* Two migrators on a fresh database at once: both succeed, and the schema
+ * is applied exactly once. */
+static void test_concurrent(void)
+{
+	struct testdb db;
+	pthread_barrier_t start;
+	pthread_t th[2];
+	struct racer r[2];
+	char buf[64];
+
+	if (testdb_create(&db, "migrate_race") != 0) {
+		CHECK(0);
+		return;
+	}
+	CHECK_I64(pthread_barrier_init(&start, NULL, 2), 0);
+	for (int i = 0; i < 2; i++) {
+		memset(&r[i], 0, sizeof(r[i]));
+		r[i].url = db.url;
+		r[i].start = &start;
+		r[i].applied = -1;
+		CHECK_I64(pthread_create(&th[i], NULL, racer_run, &r[i]), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		CHECK_I64(pthread_join(th[i], NULL), 0);
+		if (r[i].rc != METER_OK)
+			fprintf(stderr, "racer %d: %s\n", i, r[i].err);
+		CHECK_I64(r[i].rc, METER_OK);
+	}
+	CHECK_I64(pthread_barrier_destroy(&start), 0);
+	CHECK_I64(r[0].applied + r[1].applied, migrations_count);
+	query_value(db.conn, "SELECT count(*) FROM schema_migrations", buf, sizeof(buf));
+	CHECK_I64(strtol(buf, NULL, 10), migrations_count);
+	query_value(db.conn, "SELECT count(*) FROM price_book", buf, sizeof(buf));
+	CHECK_STR(buf, "1");
+	testdb_drop(&db);
+}
+
+/* The partition a sample of sandbox sbx_p at time at landed in. */
+static void sample_partition(PGconn *conn, const char *at, char *out, size_t len)
+{
+	query_value1(conn,
+		     "SELECT tableoid::regclass::text FROM samples"
+		     " WHERE account_id = 'acct_p' AND sandbox_id = 'sbx_p' AND sampled_at = $1",
+		     at, out, len);
+}
+
+/* Inserts a sample of sbx_p at time at; returns its SQLSTATE. */
+static const char *sample_insert(PGconn *conn, const char *at)
+{
+	char sql[512];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO samples (account_id, sandbox_id, sampled_at, state, cpu_usec,"
+		 " memory_mib, storage_mib, vcpus, host_id)"
+		 " VALUES ('acct_p', 'sbx_p', '%s', 'running', 1000, 4096, 0, 2, 'h1')",
+		 at);
+	return testdb_exec_state(conn, sql);
+}
+
+/* Daily partitions: creation (by UTC day, whatever the session's zone),
+ * routing, the default partition, moving rows out of it, retention. */
+static void test_partitions(PGconn *conn)
+{
+	char buf[128];
+
+	CHECK_STR(testdb_exec_state(
+		      conn, "INSERT INTO accounts (account_id, name) VALUES ('acct_p', 'P');"
+			    " INSERT INTO api_keys (account_id, key_id, secret_hash, role)"
+			    "  VALUES ('acct_p', 'key_p', decode(repeat('ab', 32), 'hex'),"
+			    "  'full');"
+			    " INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus,"
+			    "  memory_mib, state) VALUES ('acct_p', 'sbx_p', 'key_p', 2, 4096,"
+			    "  'running')"),
+		  "00000");
+
+	/* The session's zone must not move the day boundaries. */
+	CHECK_STR(testdb_exec_state(conn, "SET TimeZone = 'America/New_York'"), "00000");
+	query_value(conn, "SELECT meter_ensure_sample_partitions('2026-11-29', '2026-12-01')", buf,
+		    sizeof(buf));
+	CHECK_STR(buf, "3");
+	query_value(conn, "SELECT meter_ensure_sample_partitions('2026-11-28', '2026-12-01')", buf,
+		    sizeof(buf));
+	CHECK_STR(buf, "1");
+	query_value(conn, "SELECT meter_ensure_sample_partitions('2026-11-28', '2026-12-01')", buf,
+		    sizeof(buf));
+	CHECK_STR(buf, "0");
+	CHECK_STR(testdb_exec_state(conn, "SET TimeZone = 'UTC'"), "00000");
+	query_value(
+	    conn,
+	    "SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_inherits i"
+	    " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'samples'::regclass",
+	    buf, sizeof(buf));
+	CHECK_STR(buf, "samples_20261128,samples_20261129,samples_20261130,samples_20261201,"
+		       "samples_default");
+	/* The partitions inherit the parent's keys and indexes. */
+	query_value(conn, "SELECT count(*) FROM pg_indexes WHERE tablename = 'samples_20261130'",
+		    buf, sizeof(buf));
+	CHECK_STR(buf, "2");
+
+	CHECK_STR(sample_insert(conn, "2026-11-30T01:02:03.456789Z"), "00000");
+	sample_partition(conn, "2026-11-30T01:02:03.456789Z", buf, sizeof(buf));
+	CHECK_STR(buf, "samples_20261130");
+	CHECK_STR(sample_insert(conn, "2026-11-30T23:59:59.999999Z"), "00000");
+	sample_partition(conn, "2026-11-30T23:59:59.999999Z", buf, sizeof(buf));
+	CHECK_STR(buf, "samples_20261130");
+	CHECK_STR(sample_insert(conn, "2026-12-01T00:00:00Z"), "00000");
+	sample_partition(conn, "2026-12-01T00:00:00Z", buf, sizeof(buf));
+	CHECK_STR(buf, "samples_20261201");
+	/* A duplicate sample is refused whichever partition it is in. */
+	CHECK_STR(sample_insert(conn, "2026-11-30T01:02:03.456789Z"), "23505");
+
+	/* Very old (and far future) samples land in the default partition. */
+	CHECK_STR(sample_insert(conn, "1999-01-01T12:00:00Z"), "00000");
+	sample_partition(conn, "1999-01-01T12:00:00Z", buf, sizeof(buf));
+	CHECK_STR(buf, "samples_default");
+	CHECK_STR(sample_insert(conn, "2099-01-01T12:00:00Z"), "00000");
+	sample_partition(conn, "2099-01-01T12:00:00Z", buf, sizeof(buf));
+	CHECK_STR(buf, "samples_default");
+
+	/* A partition created later takes its rows out of the default one. */
+	query_value(conn, "SELECT meter_ensure_sample_partitions('1999-01-01', '1999-01-01')", buf,
+		    sizeof(buf));
+	CHECK_STR(buf, "1");
+	sample_partition(conn, "1999-01-01T12:00:00Z", buf, sizeof(buf));
+	CHECK_STR(buf, "samples_19990101");
+	query_value(conn, "SELECT count(*) FROM samples_default", buf, sizeof(buf));
+	CHECK_STR(buf, "1");
+
+	/* Bad ranges. */
+	CHECK_STR(testdb_exec_state(conn, "SELECT meter_ensure_sample_partitions('2020-01-01',"
+					  " '2030-01-01')"),
+		  "22023");
+	query_value(conn, "SELECT meter_ensure_sample_partitions('2026-12-05', '2026-12-01')", buf,
+		    sizeof(buf));
+	CHECK_STR(buf, "0");
+
+	/* Retention: days before 2026-11-30 go, with their samples. */
+	query_value(conn, "SELECT meter_drop_sample_partitions('2026-11-30')", buf, sizeof(buf));
+	CHECK_STR(buf, "3");
+	query_value(
+	    conn,
+	    "SELECT string_agg(c.relname, ',' ORDER BY c.relname) FROM pg_inherits i"
+	    " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'samples'::regclass",
+	    buf, sizeof(buf));
+	CHECK_STR(buf, "samples_20261130,samples_20261201,samples_default");
+	query_value(conn, "SELECT count(*) FROM samples", buf, sizeof(buf));
+	CHECK_STR(buf, "4");
+	query_value(conn, "SELECT meter_drop_sample_partitions('2100-01-01')", buf, sizeof(buf));
+	CHECK_STR(buf, "2");
+	query_value(conn, "SELECT count(*) FROM samples", buf, sizeof(buf));
+	CHECK_STR(buf, "0");
+}
+
+int main(void)
+{
+	struct testdb db;
+
+	if (testdb_create(&db, "migrate") != 0) {
+		CHECK(0);
+		return check_done();
+	}
+	test_first_run(db.conn);
+	test_rerun(db.conn);
+	test_partitions(db.conn);
+	testdb_drop(&db);
+	test_concurrent();
+	return check_done();
+}

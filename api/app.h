@@ -1,0 +1,13 @@
+/* meter API: the state the daemon's handlers share. */
+#ifndef METER_APP_H
+#define METER_APP_H
+
+#include "config.h"
+#include "dbpool.h"
+
+struct app {
+	const struct meter_config *cfg; /* borrowed, lives as long as the daemon */
+	struct db_pool *pool;           /* borrowed */
+};
+
+#endif

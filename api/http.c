@@ -1,0 +1,157 @@
+/* meter API: request helpers (see http.h). */
+#include "http.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+int64_t http_now_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Replaces any response already set (a handler may change its mind). */
+static void set_response(struct http_req *req, unsigned status, struct MHD_Response *resp)
+{
+	if (req->resp)
+		MHD_destroy_response(req->resp);
+	req->resp = resp;
+	req->status = status;
+}
+
+void http_reply_text(struct http_req *req, unsigned status, const char *content_type,
+		     const char *text, size_t len)
+{
+	struct MHD_Response *resp;
+
+	resp = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+	if (!resp) {
+		log_error("out of memory building a response");
+		set_response(req, 500, NULL);
+		return;
+	}
+	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES)
+		log_warn("could not add Content-Type");
+	set_response(req, status, resp);
+}
+
+void http_reply_json(struct http_req *req, unsigned status, json_t *body)
+{
+	char *text = body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	struct MHD_Response *resp;
+
+	json_decref(body);
+	if (!text) {
+		static const char oom[] =
+			"{\"error\":{\"code\":\"internal\",\"message\":\"response too large\"}}";
+		http_reply_text(req, 500, "application/json", oom, sizeof(oom) - 1);
+		return;
+	}
+	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(text);
+		set_response(req, 500, NULL);
+		return;
+	}
+	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") !=
+	    MHD_YES)
+		log_warn("could not add Content-Type");
+	set_response(req, status, resp);
+}
+
+void http_reply_error(struct http_req *req, unsigned status, const char *code,
+		      const char *message, json_t *extra)
+{
+	json_t *err = json_object(), *body = json_object();
+
+	if (!err || !body) {
+		json_decref(err);
+		json_decref(body);
+		json_decref(extra);
+		http_reply_json(req, 500, NULL);
+		return;
+	}
+	json_object_set_new(err, "code", json_string(code));
+	json_object_set_new(err, "message", json_string(message));
+	if (extra) {
+		json_object_update(err, extra);
+		json_decref(extra);
+	}
+	json_object_set_new(body, "error", err);
+	http_reply_json(req, status, body);
+}
+
+/* Deepest nesting of brackets in text, outside strings. Jansson has no
+ * depth option of its own, so this pre-scan bounds it. */
+static int json_depth(const char *text, size_t len)
+{
+	int depth = 0, max = 0;
+	bool in_string = false;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = text[i];
+		if (in_string) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_string = false;
+			continue;
+		}
+		if (c == '"') {
+			in_string = true;
+		} else if (c == '{' || c == '[') {
+			if (++depth > max)
+				max = depth;
+		} else if (c == '}' || c == ']') {
+			depth--;
+		}
+	}
+	return max;
+}
+
+json_t *http_json_body(struct http_req *req)
+{
+	json_error_t jerr;
+	json_t *root;
+	char msg[200];
+
+	if (!req->body || req->body_len == 0) {
+		http_reply_error(req, 400, "invalid_request", "request body must be a JSON object",
+				 NULL);
+		return NULL;
+	}
+	if (json_depth(req->body, req->body_len) > HTTP_JSON_DEPTH_MAX) {
+		http_reply_error(req, 400, "invalid_request", "JSON nested too deeply", NULL);
+		return NULL;
+	}
+	/* No JSON_ALLOW_NUL: a NUL inside a string is rejected by the parser,
+	 * as is invalid UTF-8. */
+	root = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		snprintf(msg, sizeof(msg), "malformed JSON at byte %d: %s", jerr.position,
+			 jerr.text);
+		http_reply_error(req, 400, "invalid_request", msg, NULL);
+		return NULL;
+	}
+	if (!json_is_object(root)) {
+		json_decref(root);
+		http_reply_error(req, 400, "invalid_request", "request body must be a JSON object",
+				 NULL);
+		return NULL;
+	}
+	return root;
+}
+
+const char *http_query(struct http_req *req, const char *name)
+{
+	return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+const char *http_header(struct http_req *req, const char *name)
+{
+	return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}

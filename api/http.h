@@ -1,0 +1,82 @@
+/* meter API: one HTTP request as our handlers see it, and reply helpers.
+ *
+ * A struct http_req lives on the libmicrohttpd connection (req_cls) from the
+ * first byte of the request to the completion callback, which frees it. The
+ * body is read by our code into a buffer capped by the route's max_body. */
+#ifndef METER_HTTP_H
+#define METER_HTTP_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parse.h"
+
+#define HTTP_BODY_MAX (64 * 1024) /* default body cap, bytes */
+#define HTTP_JSON_DEPTH_MAX 16    /* nesting of any JSON body we accept */
+#define HTTP_PARAMS_MAX 4
+
+/* Who may call a route: a bit set. */
+enum http_role {
+	ROLE_PUBLIC = 1u << 0,        /* no credentials needed */
+	ROLE_OPERATOR = 1u << 1,      /* the operator token */
+	ROLE_CONTROL_PLANE = 1u << 2, /* the control plane's token */
+	ROLE_FULL = 1u << 3,          /* an account key with role full */
+	ROLE_READ_ONLY = 1u << 4,     /* an account key with role read_only */
+};
+
+struct app;
+struct route;
+
+struct http_req {
+	struct MHD_Connection *conn;
+	struct app *app;            /* borrowed: the daemon's shared state */
+	const struct route *route;  /* NULL until routed */
+	const char *method;         /* borrowed from libmicrohttpd */
+	const char *path;           /* borrowed, without the query string */
+	char request_id[24];
+	int64_t start_usec;         /* monotonic, for the access log */
+	char *body;                 /* owned, NUL-terminated, body_len bytes */
+	size_t body_len;
+	size_t body_max;
+	bool body_too_large;
+	bool started;
+	bool handled;
+	bool suspended;             /* the handler parked the connection */
+	char params[HTTP_PARAMS_MAX][PARSE_ID_MAX + 1]; /* {…} path segments */
+	int nparams;
+	unsigned status;            /* the response's status once decided */
+	struct MHD_Response *resp;  /* owned until queued */
+	bool queued;
+};
+
+/* Sets the response to status with body serialised compactly. Steals body
+ * (it is freed here). A serialisation failure becomes a 500. */
+void http_reply_json(struct http_req *req, unsigned status, json_t *body);
+
+/* Sets an error response {"error":{"code":code,"message":message,...extra}}.
+ * extra (may be NULL) is an object whose fields are added; stolen. */
+void http_reply_error(struct http_req *req, unsigned status, const char *code,
+		      const char *message, json_t *extra);
+
+/* Sets a response of content_type with a copy of text. */
+void http_reply_text(struct http_req *req, unsigned status, const char *content_type,
+		     const char *text, size_t len);
+
+/* Parses the request body as one JSON object, rejecting nesting deeper than
+ * HTTP_JSON_DEPTH_MAX, NUL bytes and invalid UTF-8. On success returns a new
+ * reference; on failure sets a 400 invalid_request reply and returns NULL. */
+json_t *http_json_body(struct http_req *req);
+
+/* The query-string argument name, borrowed from libmicrohttpd, or NULL. */
+const char *http_query(struct http_req *req, const char *name);
+
+/* A request header, borrowed, or NULL. */
+const char *http_header(struct http_req *req, const char *name);
+
+/* Microseconds on the monotonic clock. */
+int64_t http_now_usec(void);
+
+#endif

@@ -1,0 +1,40 @@
+/* meter API: the routing table.
+ *
+ * One static table of routes with designated initializers. A path pattern is
+ * a literal path whose segments may be "{name}": such a segment matches any
+ * one non-empty segment that is a valid id (parse_is_id) and is captured into
+ * req->params in order. */
+#ifndef METER_ROUTES_H
+#define METER_ROUTES_H
+
+#include <stddef.h>
+
+#include "http.h"
+
+typedef void (*route_handler)(struct http_req *req);
+
+struct route {
+	const char *method;    /* "GET", "POST", "PUT" */
+	const char *path;      /* pattern, e.g. "/v1/sandboxes/{id}" */
+	unsigned roles;        /* enum http_role bits allowed */
+	size_t max_body;       /* body cap in bytes; 0 = no body accepted */
+	route_handler handler;
+};
+
+extern const struct route routes[];
+extern const size_t routes_count;
+
+enum route_match {
+	ROUTE_FOUND,
+	ROUTE_NO_PATH,     /* 404 */
+	ROUTE_NO_METHOD,   /* 405: the path exists under other methods */
+	ROUTE_BAD_ID,      /* 400: a {…} segment is not a valid id */
+};
+
+/* Matches method and path against the table. ROUTE_FOUND sets *out and
+ * fills req->params. ROUTE_NO_METHOD writes the allowed methods
+ * ("GET, PUT") into allow. ROUTE_BAD_ID names the parameter in allow. */
+enum route_match routes_match(const char *method, const char *path, struct http_req *req,
+			      const struct route **out, char *allow, size_t allowlen);
+
+#endif

@@ -1,0 +1,29 @@
+/* meter API: the libmicrohttpd server.
+ *
+ * epoll with a small pool of internal threads, an explicit connection limit,
+ * a per-address limit, an idle timeout and a per-connection memory limit.
+ * Request bodies are read by our code, capped per route (413
+ * payload_too_large); routing by the table in routes.c with 404/405
+ * fallbacks; every response carries X-Request-Id; one access-log line per
+ * request. */
+#ifndef METER_SERVER_H
+#define METER_SERVER_H
+
+#include "app.h"
+#include "rc.h"
+
+struct http_server;
+
+/* Starts serving app on cfg->listen. Port 0 picks a free port (see
+ * http_server_port). On METER_OK *out is new; stop it with
+ * http_server_stop(). err gets a reason on failure. */
+METER_MUSTCHECK enum meter_rc http_server_start(struct app *app, struct http_server **out,
+						char *err, size_t errlen);
+
+/* The port actually bound. */
+int http_server_port(const struct http_server *srv);
+
+/* Stops accepting, finishes nothing further, frees the server. */
+void http_server_stop(struct http_server *srv);
+
+#endif

@@ -1,0 +1,43 @@
+/* meterctl: the command-line tool of meter. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+
+struct command {
+	const char *name;
+	int (*main)(int argc, char **argv);
+	const char *help;
+};
+
+static const struct command commands[] = {
+	{"migrate", ctl_migrate_main, "apply the database migrations"},
+	{"price", ctl_price_main, "price a period of one sandbox's usage"},
+	{"lease-cost", ctl_lease_cost_main, "worst-case cost of a lease (what a hold reserves)"},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: meterctl COMMAND [OPTIONS]\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+	fprintf(f, "\n'meterctl COMMAND --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "meterctl: missing command (try meterctl --help)\n");
+		return 2;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			return commands[i].main(argc - 1, argv + 1);
+	fprintf(stderr, "meterctl: unknown command \"%.64s\" (try meterctl --help)\n", argv[1]);
+	return 2;
+}

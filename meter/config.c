@@ -1,0 +1,365 @@
+/* meter: configuration (see config.h). */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "parse.h"
+
+enum opt_kind { OPT_STR, OPT_INT, OPT_LISTEN, OPT_LOG_LEVEL };
+
+struct opt {
+	const char *name;
+	enum opt_kind kind;
+	size_t offset;
+	size_t size; /* OPT_STR: buffer size */
+	int64_t min, max;
+	bool secret; /* never echo the value */
+	const char *help;
+};
+
+#define STR_OPT(n, field, sec, h)                                                                  \
+	{                                                                                          \
+		.name = n, .kind = OPT_STR, .offset = offsetof(struct meter_config, field),        \
+		.size = sizeof(((struct meter_config *)0)->field), .secret = sec, .help = h        \
+	}
+#define INT_OPT(n, field, lo, hi, h)                                                               \
+	{                                                                                          \
+		.name = n, .kind = OPT_INT, .offset = offsetof(struct meter_config, field),        \
+		.min = lo, .max = hi, .help = h                                                    \
+	}
+
+static const struct opt opts[] = {
+	STR_OPT("database_url", database_url, true, "PostgreSQL URL (libpq syntax)"),
+	{.name = "listen",
+	 .kind = OPT_LISTEN,
+	 .offset = offsetof(struct meter_config, listen),
+	 .size = sizeof(((struct meter_config *)0)->listen),
+	 .help = "HTTP address, host:port or [v6]:port"},
+	{.name = "log_level",
+	 .kind = OPT_LOG_LEVEL,
+	 .offset = offsetof(struct meter_config, log_level),
+	 .size = sizeof(((struct meter_config *)0)->log_level),
+	 .help = "debug, info, warn or error"},
+	INT_OPT("http_threads", http_threads, 1, 64, "HTTP worker threads"),
+	INT_OPT("max_connections", max_connections, 1, 100000, "HTTP connection limit"),
+	INT_OPT("per_ip_connections", per_ip_connections, 0, 100000,
+		"HTTP connections from one address (0 = no limit)"),
+	INT_OPT("connection_timeout_s", connection_timeout_s, 1, 3600,
+		"idle HTTP connection timeout, seconds"),
+	INT_OPT("db_pool_size", db_pool_size, 1, 256, "PostgreSQL connections for requests"),
+	INT_OPT("db_statement_timeout_ms", db_statement_timeout_ms, 100, 600000,
+		"PostgreSQL statement timeout, milliseconds"),
+};
+
+#define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+void config_init(struct meter_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->listen, sizeof(cfg->listen), "127.0.0.1:8080");
+	snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
+	cfg->http_threads = 2;
+	cfg->max_connections = 1024;
+	cfg->per_ip_connections = 0;
+	cfg->connection_timeout_s = 30;
+	cfg->db_pool_size = 8;
+	cfg->db_statement_timeout_ms = 10000;
+}
+
+/* Finds an option by name; '-' and '_' compare equal. NULL when unknown. */
+static const struct opt *opt_find(const char *name, size_t len)
+{
+	for (size_t i = 0; i < NOPTS; i++) {
+		const char *o = opts[i].name;
+		size_t j;
+
+		if (strlen(o) != len)
+			continue;
+		for (j = 0; j < len; j++) {
+			char c = name[j] == '-' ? '_' : name[j];
+			if (c != o[j])
+				break;
+		}
+		if (j == len)
+			return &opts[i];
+	}
+	return NULL;
+}
+
+enum meter_rc config_listen_split(const char *listen, char *host, size_t hostlen, int *port)
+{
+	const char *colon, *h = listen;
+	size_t hlen;
+	int64_t p;
+	char portbuf[8];
+
+	if (listen[0] == '[') {
+		const char *close = strchr(listen, ']');
+		if (!close || close[1] != ':')
+			return METER_EINVAL;
+		h = listen + 1;
+		hlen = (size_t)(close - h);
+		colon = close + 1;
+	} else {
+		colon = strrchr(listen, ':');
+		if (!colon || strchr(listen, ':') != colon)
+			return METER_EINVAL;
+		hlen = (size_t)(colon - listen);
+	}
+	if (hlen == 0 || hlen >= hostlen || strlen(colon + 1) >= sizeof(portbuf))
+		return METER_EINVAL;
+	memcpy(portbuf, colon + 1, strlen(colon + 1) + 1);
+	if (parse_int64(portbuf, 0, 65535, &p) != METER_OK)
+		return METER_EINVAL;
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	*port = (int)p;
+	return METER_OK;
+}
+
+/* Applies value to one option. */
+static enum meter_rc opt_apply(struct meter_config *cfg, const struct opt *o, const char *value,
+			       char *err, size_t errlen)
+{
+	char *base = (char *)cfg + o->offset;
+	enum meter_rc rc;
+
+	switch (o->kind) {
+	case OPT_STR:
+	case OPT_LISTEN:
+	case OPT_LOG_LEVEL:
+		if (strlen(value) >= o->size) {
+			snprintf(err, errlen, "%s: value too long (at most %zu bytes)", o->name,
+				 o->size - 1);
+			return METER_ERANGE;
+		}
+		if (o->kind == OPT_LISTEN) {
+			char host[256];
+			int port;
+			if (config_listen_split(value, host, sizeof(host), &port) != METER_OK) {
+				snprintf(err, errlen,
+					 "%s: expected host:port or [v6]:port, got \"%s\"",
+					 o->name, value);
+				return METER_EINVAL;
+			}
+		}
+		if (o->kind == OPT_LOG_LEVEL && log_level_parse(value) < 0) {
+			snprintf(err, errlen, "%s: expected debug, info, warn or error", o->name);
+			return METER_EINVAL;
+		}
+		memcpy(base, value, strlen(value) + 1);
+		return METER_OK;
+	case OPT_INT:
+		rc = parse_int64(value, o->min, o->max, (int64_t *)(void *)base);
+		if (rc != METER_OK) {
+			snprintf(err, errlen, "%s: expected an integer in %lld..%lld", o->name,
+				 (long long)o->min, (long long)o->max);
+			return rc;
+		}
+		return METER_OK;
+	}
+	return METER_EINVAL;
+}
+
+enum meter_rc config_set(struct meter_config *cfg, const char *name, const char *value,
+			 char *err, size_t errlen)
+{
+	const struct opt *o = opt_find(name, strlen(name));
+
+	if (!o) {
+		snprintf(err, errlen, "unknown option \"%.64s\"", name);
+		return METER_ENOTFOUND;
+	}
+	return opt_apply(cfg, o, value, err, errlen);
+}
+
+/* Trims ASCII blanks from both ends of s, in place; returns s. */
+static char *trim(char *s)
+{
+	char *end;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	end = s + strlen(s);
+	while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n'))
+		*--end = '\0';
+	return s;
+}
+
+enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char *err,
+			       size_t errlen)
+{
+	char line[CONFIG_STR_MAX + 128];
+	char sub[512];
+	FILE *f;
+	int lineno = 0;
+	enum meter_rc rc = METER_OK;
+
+	f = fopen(path, "r");
+	if (!f) {
+		snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
+		return METER_EIO;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char *s, *eq, *name, *value;
+
+		lineno++;
+		if (!strchr(line, '\n') && !feof(f)) {
+			snprintf(err, errlen, "%s:%d: line too long", path, lineno);
+			rc = METER_ERANGE;
+			goto out;
+		}
+		s = trim(line);
+		if (*s == '\0' || *s == '#')
+			continue;
+		eq = strchr(s, '=');
+		if (!eq) {
+			snprintf(err, errlen, "%s:%d: expected name = value", path, lineno);
+			rc = METER_EINVAL;
+			goto out;
+		}
+		*eq = '\0';
+		name = trim(s);
+		value = trim(eq + 1);
+		rc = config_set(cfg, name, value, sub, sizeof(sub));
+		if (rc != METER_OK) {
+			snprintf(err, errlen, "%s:%d: %s", path, lineno, sub);
+			goto out;
+		}
+	}
+	if (ferror(f)) {
+		snprintf(err, errlen, "config file %s: read error", path);
+		rc = METER_EIO;
+	}
+out:
+	fclose(f);
+	return rc;
+}
+
+enum meter_rc config_load_env(struct meter_config *cfg, char *const *envp, char *err,
+			      size_t errlen)
+{
+	for (; envp && *envp; envp++) {
+		const char *e = *envp, *eq;
+		char name[64];
+		size_t len;
+		const struct opt *o;
+
+		if (strncmp(e, "METER_", 6) != 0)
+			continue;
+		eq = strchr(e, '=');
+		if (!eq)
+			continue;
+		len = (size_t)(eq - e) - 6;
+		if (len == 0 || len >= sizeof(name))
+			continue;
+		for (size_t i = 0; i < len; i++) {
+			char c = e[6 + i];
+			name[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+		}
+		name[len] = '\0';
+		o = opt_find(name, len);
+		if (!o)
+			continue; /* METER_CONFIG and variables of other tools */
+		if (opt_apply(cfg, o, eq + 1, err, errlen) != METER_OK) {
+			char sub[512];
+			snprintf(sub, sizeof(sub), "%s", err);
+			snprintf(err, errlen, "environment METER_%.*s: %s", (int)len, e + 6, sub);
+			return METER_EINVAL;
+		}
+	}
+	return METER_OK;
+}
+
+enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char *const *envp,
+			  bool *help, char *err, size_t errlen)
+{
+	const char *file = NULL;
+	enum meter_rc rc;
+
+	*help = false;
+	config_init(cfg);
+	for (char *const *e = envp; e && *e; e++)
+		if (strncmp(*e, "METER_CONFIG=", 13) == 0)
+			file = *e + 13;
+	/* --config is looked for first: the file sits below env and flags. */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+			file = argv[i + 1];
+		else if (strncmp(argv[i], "--config=", 9) == 0)
+			file = argv[i] + 9;
+	}
+	if (file && *file) {
+		rc = config_load_file(cfg, file, err, errlen);
+		if (rc != METER_OK)
+			return rc;
+	}
+	rc = config_load_env(cfg, envp, err, errlen);
+	if (rc != METER_OK)
+		return rc;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *value, *eq;
+		const struct opt *o;
+		size_t len;
+
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			*help = true;
+			return METER_OK;
+		}
+		if (strncmp(a, "--", 2) != 0) {
+			snprintf(err, errlen, "unexpected argument \"%.64s\"", a);
+			return METER_EINVAL;
+		}
+		a += 2;
+		eq = strchr(a, '=');
+		len = eq ? (size_t)(eq - a) : strlen(a);
+		if (len == 6 && strncmp(a, "config", 6) == 0) {
+			if (!eq)
+				i++;
+			continue;
+		}
+		o = opt_find(a, len);
+		if (!o) {
+			snprintf(err, errlen, "unknown option --%.*s", (int)(len > 64 ? 64 : len), a);
+			return METER_ENOTFOUND;
+		}
+		if (eq) {
+			value = eq + 1;
+		} else if (i + 1 < argc) {
+			value = argv[++i];
+		} else {
+			snprintf(err, errlen, "option --%s needs a value", o->name);
+			return METER_EINVAL;
+		}
+		rc = opt_apply(cfg, o, value, err, errlen);
+		if (rc != METER_OK)
+			return rc;
+	}
+	return METER_OK;
+}
+
+void config_usage(const char *prog)
+{
+	struct meter_config d;
+
+	config_init(&d);
+	printf("usage: %s [--config FILE] [--OPTION VALUE]...\n\n"
+	       "Each option is also read from METER_<OPTION> and from the config file\n"
+	       "(\"option = value\" lines); flags win over the environment, which wins\n"
+	       "over the file.\n\n",
+	       prog);
+	for (size_t i = 0; i < NOPTS; i++) {
+		const struct opt *o = &opts[i];
+		const char *base = (const char *)&d + o->offset;
+
+		printf("  --%-26s %s", o->name, o->help);
+		if (o->kind == OPT_INT)
+			printf(" (default %lld)", (long long)*(const int64_t *)(const void *)base);
+		else if (*base)
+			printf(" (default %s)", base);
+		printf("\n");
+	}
+}

@@ -1,0 +1,64 @@
+/* meter: configuration from defaults, a config file, METER_* environment
+ * variables and command-line flags, in that order of precedence (a flag wins).
+ *
+ * Every option has one name used everywhere: "listen" is `listen = ...` in
+ * the file, METER_LISTEN in the environment and --listen on the command line
+ * (dashes and underscores are interchangeable in flags). */
+#ifndef METER_CONFIG_H
+#define METER_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rc.h"
+
+#define CONFIG_STR_MAX 1024
+
+struct meter_config {
+	char database_url[CONFIG_STR_MAX]; /* libpq URL; empty = not configured */
+	char listen[CONFIG_STR_MAX];       /* host:port, [v6]:port; default 127.0.0.1:8080 */
+	char log_level[16];                /* debug, info, warn, error */
+	int64_t http_threads;              /* libmicrohttpd thread pool size */
+	int64_t max_connections;           /* total HTTP connections */
+	int64_t per_ip_connections;        /* HTTP connections from one address */
+	int64_t connection_timeout_s;      /* idle HTTP connection timeout */
+	int64_t db_pool_size;              /* PostgreSQL connections for requests */
+	int64_t db_statement_timeout_ms;   /* per statement, on every pool connection */
+};
+
+/* Fills cfg with the defaults. */
+void config_init(struct meter_config *cfg);
+
+/* Sets option name (as in the file, e.g. "listen") from text value.
+ * METER_ENOTFOUND for an unknown name, METER_EINVAL / METER_ERANGE for a bad
+ * value; err gets one line naming the option (never the value of a secret). */
+METER_MUSTCHECK enum meter_rc config_set(struct meter_config *cfg, const char *name,
+					 const char *value, char *err, size_t errlen);
+
+/* Reads "name = value" lines ('#' starts a comment, blank lines ignored)
+ * from path. An unknown name or a bad value is an error naming the line. */
+METER_MUSTCHECK enum meter_rc config_load_file(struct meter_config *cfg, const char *path,
+					       char *err, size_t errlen);
+
+/* Applies every METER_<NAME> variable of envp that names an option.
+ * METER_CONFIG (the file) is not an option and is skipped. */
+METER_MUSTCHECK enum meter_rc config_load_env(struct meter_config *cfg, char *const *envp,
+					      char *err, size_t errlen);
+
+/* The whole sequence: defaults, then the file from --config or
+ * METER_CONFIG, then the environment, then flags --name value or
+ * --name=value from argv[1..]. --help sets *help and stops. */
+METER_MUSTCHECK enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv,
+					  char *const *envp, bool *help, char *err,
+					  size_t errlen);
+
+/* Splits cfg->listen into host (without brackets) and port.
+ * METER_EINVAL when it is not host:port with a port in 0..65535 (0 picks a free port). */
+METER_MUSTCHECK enum meter_rc config_listen_split(const char *listen, char *host, size_t hostlen,
+						  int *port);
+
+/* Prints the options and their defaults, one per line, to stdout. */
+void config_usage(const char *prog);
+
+#endif

@@ -1,0 +1,278 @@
+/* meter: PostgreSQL connection pool (see dbpool.h). */
+#include "dbpool.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db.h"
+#include "log.h"
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+
+struct db_slot {
+	PGconn *conn;
+	bool busy;
+};
+
+struct db_pool {
+	pthread_mutex_t mu;
+	pthread_cond_t freed;
+	char *url;
+	int size;
+	int64_t statement_timeout_ms;
+	struct db_slot *slots;
+	/* Backoff while the database is unreachable. */
+	int failures;
+	int64_t next_attempt_ms;
+	bool up;
+	bool reported_down;
+	unsigned seed;
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct db_pool *db_pool_new(const char *url, int size, int64_t statement_timeout_ms)
+{
+	struct db_pool *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->url = strdup(url);
+	p->slots = calloc((size_t)size, sizeof(*p->slots));
+	if (!p->url || !p->slots) {
+		free(p->url);
+		free(p->slots);
+		free(p);
+		return NULL;
+	}
+	p->size = size;
+	p->statement_timeout_ms = statement_timeout_ms;
+	p->seed = (unsigned)now_ms();
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->freed, NULL);
+	return p;
+}
+
+void db_pool_free(struct db_pool *pool)
+{
+	if (!pool)
+		return;
+	for (int i = 0; i < pool->size; i++)
+		if (pool->slots[i].conn)
+			PQfinish(pool->slots[i].conn);
+	pthread_mutex_destroy(&pool->mu);
+	pthread_cond_destroy(&pool->freed);
+	free(pool->slots);
+	free(pool->url);
+	free(pool);
+}
+
+/* Called with the lock held after a failed connection attempt. */
+static void backoff_failed(struct db_pool *p, const char *why)
+{
+	int64_t delay = BACKOFF_MIN_MS;
+
+	for (int i = 0; i < p->failures && delay < BACKOFF_MAX_MS; i++)
+		delay *= 2;
+	if (delay > BACKOFF_MAX_MS)
+		delay = BACKOFF_MAX_MS;
+	/* Jitter: 75% to 100% of the delay, so replicas do not retry in step. */
+	delay = delay * 3 / 4 + rand_r(&p->seed) % (delay / 4 + 1);
+	p->failures++;
+	p->next_attempt_ms = now_ms() + delay;
+	if (p->up || !p->reported_down)
+		log_warn("database unreachable, retrying with backoff: %s", why);
+	p->up = false;
+	p->reported_down = true;
+}
+
+/* Called with the lock held after a successful connection attempt. */
+static void backoff_ok(struct db_pool *p)
+{
+	if (!p->up)
+		log_info("database connected");
+	p->failures = 0;
+	p->next_attempt_ms = 0;
+	p->up = true;
+	p->reported_down = false;
+}
+
+/* Opens a connection for a slot and sets the session up. Lock not held. */
+static enum meter_rc slot_connect(struct db_pool *p, PGconn **out, char *err, size_t errlen)
+{
+	char sql[96];
+	PGconn *conn = NULL;
+	PGresult *res;
+	enum meter_rc rc;
+
+	rc = db_connect(p->url, &conn, err, errlen);
+	if (rc != METER_OK)
+		return rc;
+	snprintf(sql, sizeof(sql), "SET statement_timeout = %lld",
+		 (long long)p->statement_timeout_ms);
+	res = PQexec(conn, sql);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		snprintf(err, errlen, "%s", PQerrorMessage(conn));
+		PQclear(res);
+		PQfinish(conn);
+		return METER_EDB;
+	}
+	PQclear(res);
+	*out = conn;
+	return METER_OK;
+}
+
+enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out)
+{
+	struct timespec deadline;
+	struct db_slot *slot = NULL;
+	char err[256];
+	PGconn *conn = NULL;
+	enum meter_rc rc;
+
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += wait_ms / 1000;
+	deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+	if (deadline.tv_nsec >= 1000000000L) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&pool->mu);
+	for (;;) {
+		/* Prefer a slot that is already connected. */
+		for (int i = 0; i < pool->size && !slot; i++)
+			if (!pool->slots[i].busy && pool->slots[i].conn)
+				slot = &pool->slots[i];
+		for (int i = 0; i < pool->size && !slot; i++)
+			if (!pool->slots[i].busy)
+				slot = &pool->slots[i];
+		if (slot)
+			break;
+		if (pthread_cond_timedwait(&pool->freed, &pool->mu, &deadline) == ETIMEDOUT) {
+			pthread_mutex_unlock(&pool->mu);
+			return METER_EIO;
+		}
+	}
+	if (slot->conn) {
+		slot->busy = true;
+		*out = slot->conn;
+		pthread_mutex_unlock(&pool->mu);
+		return METER_OK;
+	}
+	if (pool->failures > 0 && now_ms() < pool->next_attempt_ms) {
+		pthread_mutex_unlock(&pool->mu);
+		return METER_EDB;
+	}
+	slot->busy = true;
+	pthread_mutex_unlock(&pool->mu);
+
+	rc = slot_connect(pool, &conn, err, sizeof(err));
+
+	pthread_mutex_lock(&pool->mu);
+	if (rc == METER_OK) {
+		backoff_ok(pool);
+		slot->conn = conn;
+		*out = conn;
+	} else {
+		backoff_failed(pool, err);
+		slot->busy = false;
+		pthread_cond_signal(&pool->freed);
+	}
+	pthread_mutex_unlock(&pool->mu);
+	return rc;
+}
+
+void db_pool_release(struct db_pool *pool, PGconn *conn, bool broken)
+{
+	if (!conn)
+		return;
+	if (PQstatus(conn) != CONNECTION_OK || PQtransactionStatus(conn) != PQTRANS_IDLE)
+		broken = true;
+	pthread_mutex_lock(&pool->mu);
+	for (int i = 0; i < pool->size; i++) {
+		struct db_slot *s = &pool->slots[i];
+		if (s->conn != conn)
+			continue;
+		if (broken) {
+			PQfinish(conn);
+			s->conn = NULL;
+			if (pool->up)
+				backoff_failed(pool, "connection lost");
+		}
+		s->busy = false;
+		break;
+	}
+	pthread_cond_signal(&pool->freed);
+	pthread_mutex_unlock(&pool->mu);
+}
+
+bool db_conn_failed(PGconn *conn)
+{
+	return PQstatus(conn) != CONNECTION_OK;
+}
+
+/* Waits for the result of a sent query for at most timeout_ms.
+ * METER_OK when it completed with status want. */
+static enum meter_rc wait_result(PGconn *conn, int timeout_ms, ExecStatusType want)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	enum meter_rc rc = METER_EDB;
+	PGresult *res;
+
+	while (PQisBusy(conn)) {
+		struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+		int64_t left = deadline - now_ms();
+
+		if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
+			return METER_EIO;
+		if (!PQconsumeInput(conn))
+			return METER_EDB;
+	}
+	while ((res = PQgetResult(conn)) != NULL) {
+		if (PQresultStatus(res) == want)
+			rc = METER_OK;
+		PQclear(res);
+	}
+	return rc;
+}
+
+enum meter_rc db_pool_ping(struct db_pool *pool, int timeout_ms)
+{
+	PGconn *conn;
+	enum meter_rc rc;
+
+	rc = db_pool_acquire(pool, timeout_ms, &conn);
+	if (rc != METER_OK)
+		return rc;
+	if (!PQsendQuery(conn, "SELECT 1")) {
+		db_pool_release(pool, conn, true);
+		return METER_EDB;
+	}
+	rc = wait_result(conn, timeout_ms, PGRES_TUPLES_OK);
+	/* A server that does not answer in time is treated as gone: the
+	 * connection is dropped (closing it abandons the query). */
+	db_pool_release(pool, conn, rc != METER_OK);
+	return rc;
+}
+
+bool db_pool_up(struct db_pool *pool)
+{
+	bool up;
+
+	pthread_mutex_lock(&pool->mu);
+	up = pool->up;
+	pthread_mutex_unlock(&pool->mu);
+	return up;
+}

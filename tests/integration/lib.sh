@@ -1,0 +1,54 @@
+# Shared helpers for the script tests. Sourced, not run.
+set -euo pipefail
+export PGOPTIONS="-c client_min_messages=warning"
+bin=${METER_BIN_DIR:?METER_BIN_DIR not set}
+admin_url=$(cat "${METER_TEST_PG_URL_FILE:?METER_TEST_PG_URL_FILE not set}")
+passed=0
+failed=0
+cleanup_fns=()
+
+ok() { passed=$((passed + 1)); }
+fail() {
+	failed=$((failed + 1))
+	echo "FAIL: $*" >&2
+}
+# expect WHAT GOT WANT
+expect() { if [[ "$2" == "$3" ]]; then ok; else fail "$1: got '$2', want '$3'"; fi; }
+finish() {
+	echo "$passed passed, $failed failed"
+	[[ $failed -eq 0 && $passed -gt 0 ]]
+}
+on_exit() { for f in "${cleanup_fns[@]}"; do $f || true; done; }
+trap on_exit EXIT
+
+# A throwaway database in the test cluster; prints its URL.
+make_db() {
+	local name=t_${1}_$$
+	psql "$admin_url" -Atq -c "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name" >/dev/null
+	echo "${admin_url%/*}/$name"
+}
+drop_db() { psql "$admin_url" -Atq -c "DROP DATABASE IF EXISTS t_${1}_$$ WITH (FORCE)" >/dev/null; }
+
+# A free TCP port on 127.0.0.1.
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 30000))
+		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+	done
+	return 1
+}
+
+# wait_for SECONDS COMMAND...: retries COMMAND every 0.1 s.
+wait_for() {
+	local n=$(($1 * 10))
+	shift
+	for _ in $(seq "$n"); do
+		"$@" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# http_status URL: the status code of a GET.
+http_status() { curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$@"; }

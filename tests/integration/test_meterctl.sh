@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# meterctl as a user runs it: the pricing commands' exact figures, bad
+# arguments, and migrate on a fresh database (twice).
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/lib.sh"
+ctl=$bin/meterctl
+
+expect "idle 2/4096 1h" "$($ctl price --vcpus 2 --memory-mib 4096 --seconds 3600)" \
+	'{"cpu_micros":1250,"memory_micros":30000,"storage_micros":0,"total_micros":31250}'
+expect "busy 2/4096 1h" "$($ctl price --vcpus 2 --memory-mib 4096 --seconds 3600 --cpu-millicores 2000)" \
+	'{"cpu_micros":50000,"memory_micros":30000,"storage_micros":0,"total_micros":80000}'
+expect "paused 5 GiB 1h" "$($ctl price --vcpus 2 --memory-mib 4096 --seconds 3600 --paused --storage-mib 5120)" \
+	'{"cpu_micros":0,"memory_micros":0,"storage_micros":500,"total_micros":500}'
+expect "lease 2/4096/900" "$($ctl lease-cost --vcpus 2 --memory-mib 4096 --lease-seconds 900)" \
+	'{"lease_max_cost_micros":20000}'
+
+# Bad or missing arguments: status 2, exactly one line on stderr, nothing on stdout.
+bad_cases=(
+	"price"
+	"price --vcpus 2 --memory-mib 4096"
+	"price --vcpus abc --memory-mib 4096 --seconds 3600"
+	"price --vcpus 0 --memory-mib 4096 --seconds 3600"
+	"price --vcpus -1 --memory-mib 4096 --seconds 3600"
+	"price --vcpus 2 --memory-mib 4096 --seconds 99999999999999999999999"
+	"price --vcpus 2 --memory-mib 4096 --seconds 3600 --cpu-millicores 2001"
+	"price --vcpus 2 --memory-mib 4096 --seconds 3600 --bogus 1"
+	"price --vcpus 2 --memory-mib 4096 --seconds"
+	"price --vcpus 2 --memory-mib 4096 --seconds 1e3"
+	"lease-cost --vcpus 2 --memory-mib 4096"
+	"lease-cost --vcpus 2 --memory-mib -5 --lease-seconds 900"
+	"nosuchcommand"
+	""
+)
+for c in "${bad_cases[@]}"; do
+	# shellcheck disable=SC2086
+	out=$($ctl $c 2>/tmp/meterctl-err.$$) && status=0 || status=$?
+	expect "status of 'meterctl $c'" "$status" 2
+	expect "stdout of 'meterctl $c'" "$out" ""
+	expect "stderr lines of 'meterctl $c'" "$(wc -l </tmp/meterctl-err.$$)" 1
+done
+rm -f /tmp/meterctl-err.$$
+
+# migrate: applies on an empty database, then changes nothing.
+url=$(make_db meterctl)
+cleanup_fns+=("drop_db meterctl")
+first=$($ctl migrate --database-url "$url" 2>/dev/null)
+[[ $first == "migrated: "[1-9]*" applied"* ]] && ok || fail "first migrate said '$first'"
+second=$(METER_DATABASE_URL=$url $ctl migrate 2>/dev/null)
+[[ $second == "migrated: 0 applied"* ]] && ok || fail "second migrate said '$second'"
+env -u METER_DATABASE_URL $ctl migrate >/dev/null 2>&1 && status=0 || status=$?
+expect "migrate without a database" "$status" 2
+$ctl migrate --database-url "postgresql://nobody@127.0.0.1:1/x" >/dev/null 2>/tmp/meterctl-err.$$ && status=0 || status=$?
+expect "migrate against a closed port" "$status" 1
+rm -f /tmp/meterctl-err.$$
+finish

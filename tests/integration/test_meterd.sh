@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# meterd as it runs: health and readiness, routing fallbacks, request ids,
+# an outage of its database (start-up while down, loss, recovery without a
+# restart), and a clean stop on SIGTERM.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/lib.sh"
+work=$bin/test-meterd-$$
+mkdir -p "$work"
+pid=
+
+stop_meterd() {
+	[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+	pid=
+}
+cleanup_fns+=(stop_meterd)
+
+# start_meterd LOG ARGS...: starts meterd on a free port; sets pid and base.
+start_meterd() {
+	local log=$1 port
+	shift
+	port=$(free_port)
+	"$bin/meterd" --listen "127.0.0.1:$port" "$@" >"$log" 2>&1 &
+	pid=$!
+	base=http://127.0.0.1:$port
+	wait_for 10 curl -fs "$base/healthz" || { cat "$log" >&2; fail "meterd did not start"; finish; }
+}
+
+# --- against the shared test cluster -------------------------------------
+url=$(make_db meterd)
+cleanup_fns+=("drop_db meterd")
+"$bin/meterctl" migrate --database-url "$url" >/dev/null
+METER_DATABASE_URL=$url start_meterd "$work/meterd.log"
+
+expect "healthz" "$(http_status "$base/healthz")" 200
+expect "healthz body" "$(curl -s "$base/healthz")" '{"status":"ok"}'
+expect "readyz" "$(http_status "$base/readyz")" 200
+expect "unknown path" "$(http_status "$base/nope")" 404
+expect "404 body" "$(curl -s "$base/nope")" '{"error":{"code":"not_found","message":"no such route"}}'
+expect "wrong method" "$(http_status -X POST "$base/healthz")" 405
+curl -s -D "$work/h" -o /dev/null -X DELETE "$base/readyz"
+grep -qi '^Allow: GET' "$work/h" && ok || fail "405 without Allow: GET"
+curl -s -D "$work/h" -o /dev/null "$base/healthz"
+grep -qiE '^X-Request-Id: [0-9a-f]{16}' "$work/h" && ok || fail "no X-Request-Id"
+grep -q 'access rid=.* method=GET path="/healthz" status=200' "$work/meterd.log" && ok ||
+	fail "no access-log line"
+
+kill -TERM "$pid"
+status=0
+wait "$pid" || status=$?
+pid=
+expect "exit status after SIGTERM" "$status" 0
+grep -q "meterd stopped" "$work/meterd.log" && ok || fail "no clean-stop line"
+
+# Configuration from a file, below the environment and flags.
+# The file says warn, so no access lines (info) may be logged.
+printf 'listen = 127.0.0.1:1\ndatabase_url = %s\nlog_level = warn\n' "$url" >"$work/meter.conf"
+start_meterd "$work/meterd-conf.log" --config "$work/meter.conf"
+expect "readyz with config file" "$(http_status "$base/readyz")" 200
+grep -q "access rid=" "$work/meterd-conf.log" && fail "log_level from the file ignored" || ok
+kill -TERM "$pid"
+wait "$pid" || true
+pid=
+"$bin/meterd" --listen 127.0.0.1:0 >/dev/null 2>"$work/err" && status=0 || status=$?
+expect "meterd without a database" "$status" 2
+"$bin/meterd" --listen nonsense --database-url "$url" >/dev/null 2>&1 && status=0 || status=$?
+expect "meterd with a bad listen address" "$status" 2
+
+# --- a cluster of its own, to stop and start -----------------------------
+export METER_PG_DIR=$work/pg METER_PG_PORT
+unset METER_DATABASE_URL
+METER_PG_PORT=$(free_port)
+own_url=$(bash "$here/../../scripts/pg.sh" start)
+cleanup_fns+=("bash $here/../../scripts/pg.sh stop")
+bash "$here/../../scripts/pg.sh" stop
+
+# Started while the database is down: alive, not ready, and it keeps trying.
+start_meterd "$work/meterd-outage.log" --database-url "$own_url"
+expect "readyz while the database is down" "$(http_status "$base/readyz")" 503
+expect "503 body" "$(curl -s "$base/readyz")" \
+	'{"error":{"code":"metering_unavailable","message":"database unreachable"}}'
+expect "healthz while the database is down" "$(http_status "$base/healthz")" 200
+bash "$here/../../scripts/pg.sh" start >/dev/null
+ready() { [[ $(http_status "$base/readyz") == 200 ]]; }
+wait_for 15 ready && ok || fail "not ready after the database came up"
+grep -q "database connected" "$work/meterd-outage.log" && ok || fail "no 'database connected'"
+
+# Lost while running, then back: recovers without a restart.
+bash "$here/../../scripts/pg.sh" stop
+not_ready() { [[ $(http_status "$base/readyz") == 503 ]]; }
+wait_for 10 not_ready && ok || fail "still ready with the database stopped"
+bash "$here/../../scripts/pg.sh" start >/dev/null
+wait_for 15 ready && ok || fail "did not recover after the database restarted"
+kill -0 "$pid" && ok || fail "meterd died during the outage"
+kill -TERM "$pid"
+wait "$pid" || true
+pid=
+bash "$here/../../scripts/pg.sh" stop
+rm -rf "$work"
+finish

@@ -1,0 +1,131 @@
+/* Unit tests of configuration: defaults, file, environment, flags, precedence. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "config.h"
+
+static char tmpfile_path[64];
+
+static void write_file(const char *text)
+{
+	FILE *f;
+	int fd;
+
+	snprintf(tmpfile_path, sizeof(tmpfile_path), "/tmp/meter-config-XXXXXX");
+	fd = mkstemp(tmpfile_path);
+	CHECK(fd >= 0);
+	f = fdopen(fd, "w");
+	fputs(text, f);
+	fclose(f);
+}
+
+static void test_defaults(void)
+{
+	struct meter_config c;
+
+	config_init(&c);
+	CHECK_STR(c.listen, "127.0.0.1:8080");
+	CHECK_STR(c.database_url, "");
+	CHECK_I64(c.http_threads, 2);
+}
+
+static void test_precedence(void)
+{
+	struct meter_config c;
+	char err[256];
+	bool help;
+	char *argv[] = {"meterd", "--config", tmpfile_path, "--listen", "127.0.0.1:9003", NULL};
+	char *argv_none[] = {"meterd", "--config", tmpfile_path, NULL};
+	char *env[] = {"METER_LISTEN=127.0.0.1:9002", "METER_DB_POOL_SIZE=5", "PATH=/bin",
+		       "METER_UNRELATED_TOOL=1", NULL};
+	char *env_none[] = {NULL};
+
+	write_file("# comment\n\nlisten = 127.0.0.1:9001\ndatabase_url=postgresql://x@h/db\n"
+		   "  http_threads = 3  \n");
+	CHECK(config_load(&c, 3, argv_none, env_none, &help, err, sizeof(err)) == METER_OK);
+	CHECK_STR(c.listen, "127.0.0.1:9001");
+	CHECK_STR(c.database_url, "postgresql://x@h/db");
+	CHECK_I64(c.http_threads, 3);
+	CHECK(config_load(&c, 3, argv_none, env, &help, err, sizeof(err)) == METER_OK);
+	CHECK_STR(c.listen, "127.0.0.1:9002");
+	CHECK_I64(c.db_pool_size, 5);
+	CHECK(config_load(&c, 5, argv, env, &help, err, sizeof(err)) == METER_OK);
+	CHECK_STR(c.listen, "127.0.0.1:9003");
+	CHECK(!help);
+	unlink(tmpfile_path);
+}
+
+static void test_errors(void)
+{
+	struct meter_config c;
+	char err[256];
+	bool help;
+	char *env_none[] = {NULL};
+	char *bad_flag[] = {"meterd", "--no-such-option", "1", NULL};
+	char *bad_value[] = {"meterd", "--http-threads", "zero", NULL};
+	char *no_value[] = {"meterd", "--listen", NULL};
+	char *eq_form[] = {"meterd", "--http-threads=4", "--db_pool_size=9", NULL};
+	char *help_argv[] = {"meterd", "--help", NULL};
+	char *bad_env[] = {"METER_HTTP_THREADS=-1", NULL};
+
+	CHECK(config_load(&c, 3, bad_flag, env_none, &help, err, sizeof(err)) == METER_ENOTFOUND);
+	CHECK(strstr(err, "no-such-option") != NULL);
+	CHECK(config_load(&c, 3, bad_value, env_none, &help, err, sizeof(err)) == METER_EINVAL);
+	CHECK(strstr(err, "http_threads") != NULL);
+	CHECK(config_load(&c, 2, no_value, env_none, &help, err, sizeof(err)) == METER_EINVAL);
+	CHECK(config_load(&c, 3, eq_form, env_none, &help, err, sizeof(err)) == METER_OK);
+	CHECK_I64(c.http_threads, 4);
+	CHECK_I64(c.db_pool_size, 9);
+	CHECK(config_load(&c, 2, help_argv, env_none, &help, err, sizeof(err)) == METER_OK);
+	CHECK(help);
+	CHECK(config_load(&c, 1, help_argv, bad_env, &help, err, sizeof(err)) != METER_OK);
+	CHECK(strstr(err, "METER_HTTP_THREADS") != NULL);
+
+	write_file("listen = 127.0.0.1:1\nbogus = 2\n");
+	config_init(&c);
+	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_ENOTFOUND);
+	CHECK(strstr(err, ":2:") != NULL);
+	unlink(tmpfile_path);
+	write_file("listen 127.0.0.1:1\n");
+	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_EINVAL);
+	unlink(tmpfile_path);
+	CHECK(config_load_file(&c, "/nonexistent/meter.conf", err, sizeof(err)) == METER_EIO);
+	/* The database URL is a secret: an error about it never echoes it. */
+	{
+		char big[CONFIG_STR_MAX + 10];
+		memset(big, 'p', sizeof(big) - 1);
+		big[sizeof(big) - 1] = '\0';
+		CHECK(config_set(&c, "database_url", big, err, sizeof(err)) == METER_ERANGE);
+		CHECK(strstr(err, "ppppp") == NULL);
+	}
+}
+
+static void test_listen(void)
+{
+	char host[64];
+	int port;
+
+	CHECK(config_listen_split("127.0.0.1:8080", host, sizeof(host), &port) == METER_OK);
+	CHECK_STR(host, "127.0.0.1");
+	CHECK_I64(port, 8080);
+	CHECK(config_listen_split("[::1]:0", host, sizeof(host), &port) == METER_OK);
+	CHECK_STR(host, "::1");
+	CHECK_I64(port, 0);
+	CHECK(config_listen_split("::1:80", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split("127.0.0.1", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split("127.0.0.1:65536", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split(":80", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split("[::1]80", host, sizeof(host), &port) == METER_EINVAL);
+}
+
+int main(void)
+{
+	test_defaults();
+	test_precedence();
+	test_errors();
+	test_listen();
+	return check_done();
+}

@@ -1,6 +1,7 @@
 # Writes OUT, a C file defining the migrations compiled into meter:
 #   const struct migration_src migrations_src[]; const int migrations_count;
-# FILES is the ordered list of sql/NNNN_name.sql files.
+# FILES is the ordered list of sql/NNNN_name.sql files, separated by '|'.
+string(REPLACE "|" ";" FILES "${FILES}")
 set(body "/* Generated from sql/ by scripts/embed_sql.cmake. Do not edit. */\n")
 string(APPEND body "#include \"migrate.h\"\n\n")
 set(index 0)

@@ -1,0 +1,45 @@
+/* meter: samples as the collector's sources produce them (DESIGN.md §3).
+ *
+ * A source (cgroup directory, host agent, push) turns what it read into one
+ * struct sample_batch per host and reading; ingestion takes batches. Fields a
+ * source cannot know are marked unknown and filled by ingestion from the
+ * sandbox record (and, failing that, the documented defaults). */
+#ifndef METER_SAMPLE_H
+#define METER_SAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "parse.h"
+#include "rc.h"
+#include "usage.h"
+
+#define SAMPLE_UNKNOWN (-1) /* memory_mib or storage_mib not known to the source */
+
+struct meter_sample {
+	char sandbox_id[PARSE_ID_MAX + 1];
+	char key_id[PARSE_ID_MAX + 1]; /* "" when the source does not know it */
+	/* u.at_usec: when sampled (UTC µs); u.vcpus 0 and u.memory_mib or
+	 * u.storage_mib SAMPLE_UNKNOWN when the source does not know them. */
+	struct usage_sample u;
+};
+
+struct sample_batch {
+	char host_id[PARSE_ID_MAX + 1];
+	int64_t sampled_at_usec;       /* the reading's time (UTC µs) */
+	struct meter_sample *items;    /* owned */
+	size_t n;
+	size_t cap;
+};
+
+#define SAMPLE_BATCH_MAX 100000 /* sandboxes in one batch */
+
+/* Empty batch, nothing allocated. */
+void sample_batch_init(struct sample_batch *b);
+/* Frees the items; the batch is empty again. */
+void sample_batch_release(struct sample_batch *b);
+/* Appends a copy of s. METER_ERANGE past SAMPLE_BATCH_MAX, METER_ENOMEM. */
+METER_MUSTCHECK enum meter_rc sample_batch_push(struct sample_batch *b,
+						const struct meter_sample *s);
+
+#endif

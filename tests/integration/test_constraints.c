@@ -36,7 +36,7 @@
 	"INSERT INTO usage_hourly (account_id, sandbox_id, hour, price_version, key_id,"           \
 	" running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus, storage_mibus," \
 	" cpu_micros, memory_micros, storage_micros, total_micros, cpu_cum_micros,"                \
-	" memory_cum_micros, storage_cum_micros) VALUES "
+	" memory_cum_micros, storage_cum_micros, day) VALUES "
 #define INS_LEDGER                                                                                 \
 	"INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros,"          \
 	" limit_micros) VALUES "
@@ -81,7 +81,7 @@ static const struct sql_case fixture[] = {
 		   "5120, 2, 1, 0, 0, 0, 1250, 30000, 0)"},
     {OK, INS_USAGE "('acct_1', 'sbx_1', '2026-11-30T01:00:00Z', 1, 'key_1', 3600000000, 0,"
 		   " 10000000000, 180000000000, 14745600000000, 0, 1250, 30000, 0, 31250, 1250,"
-		   " 30000, 0)"},
+		   " 30000, 0, '2026-11-30')"},
     {OK, INS_LEDGER "('acct_1', 'key_1', '2026-11-30', 0, 20000, 1000000)"},
     {OK, INS_HOLD "('acct_1', 'key_1', 'sbx_1', '2026-11-30', 20000, 0, 'open',"
 		  " '2026-11-30T01:00:00Z', '2026-11-30T01:15:00Z', NULL)"},
@@ -195,13 +195,13 @@ static const struct sql_case cases[] = {
     /* Hourly usage. */
     {OK, INS_USAGE "('unattributed', 'sbx_u', '2026-11-30T01:00:00Z', 1, NULL, 1800000000,"
 		   " 1800000000, 0, 90000000000, 921600000000, 0, 625, 1875, 0, 2500, 625, 1875,"
-		   " 0)"},
+		   " 0, '2026-11-30')"},
     {CHECK_VIOLATION, INS_USAGE "('acct_1', 'sbx_1', '2026-11-30T02:00:00Z', 1, NULL, 0, 0, 0,"
-				" 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)"},
+				" 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '2026-11-30')"},
     {FOREIGN_KEY, INS_USAGE "('acct_1', 'sbx_1', '2026-11-30T02:00:00Z', 1, 'key_2', 0, 0, 0,"
-			    " 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)"},
+			    " 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '2026-11-30')"},
     {UNIQUE, INS_USAGE "('acct_1', 'sbx_1', '2026-11-30T01:00:00Z', 1, 'key_1', 0, 0, 0, 0, 0,"
-		       " 0, 0, 0, 0, 0, 0, 0, 0)"},
+		       " 0, 0, 0, 0, 0, 0, 0, 0, '2026-11-30')"},
     {CHECK_VIOLATION, UPD_USAGE "hour = '2026-11-30T01:30:00Z'" WHERE_USAGE},
     {CHECK_VIOLATION, UPD_USAGE "hour = '2026-11-30T01:00:00.000001Z'" WHERE_USAGE},
     {CHECK_VIOLATION, UPD_USAGE "hour = '2026-11-30T01:00:00+05:30'" WHERE_USAGE},

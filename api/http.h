@@ -14,6 +14,8 @@
 
 #include "parse.h"
 
+struct auth;
+
 #define HTTP_BODY_MAX (64 * 1024) /* default body cap, bytes */
 #define HTTP_JSON_DEPTH_MAX 16    /* nesting of any JSON body we accept */
 #define HTTP_PARAMS_MAX 4
@@ -46,6 +48,7 @@ struct http_req {
 	bool handled;
 	bool suspended;             /* the handler parked the connection */
 	char params[HTTP_PARAMS_MAX][PARSE_ID_MAX + 1]; /* {…} path segments */
+	struct auth *auth;          /* owned: who is calling, set before the handler */
 	int nparams;
 	unsigned status;            /* the response's status once decided */
 	struct MHD_Response *resp;  /* owned until queued */

@@ -10,6 +10,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 
+#include "auth.h"
 #include "http.h"
 #include "log.h"
 #include "routes.h"
@@ -167,7 +168,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		req->started = true;
 		req->method = method;
 		req->path = url;
-		if (!route_request(req))
+		if (!route_request(req) || !auth_authorize(req))
 			return queue(req);
 		if (req->body_too_large) {
 			snprintf(msg, sizeof(msg), "request body larger than %zu bytes",
@@ -231,6 +232,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	if (req->resp)
 		MHD_destroy_response(req->resp);
 	free(req->body);
+	free(req->auth);
 	free(req);
 	*req_cls = NULL;
 }

@@ -50,6 +50,9 @@ static const struct opt opts[] = {
 	INT_OPT("connection_timeout_s", connection_timeout_s, 1, 3600,
 		"idle HTTP connection timeout, seconds"),
 	INT_OPT("db_pool_size", db_pool_size, 1, 256, "PostgreSQL connections for requests"),
+	STR_OPT("operator_token", operator_token, true, "bearer token of the operator (secret)"),
+	STR_OPT("control_plane_token", control_plane_token, true,
+		"bearer token of the control plane (secret)"),
 	INT_OPT("db_statement_timeout_ms", db_statement_timeout_ms, 100, 600000,
 		"PostgreSQL statement timeout, milliseconds"),
 };

@@ -25,6 +25,8 @@ struct meter_config {
 	int64_t connection_timeout_s;      /* idle HTTP connection timeout */
 	int64_t db_pool_size;              /* PostgreSQL connections for requests */
 	int64_t db_statement_timeout_ms;   /* per statement, on every pool connection */
+	char operator_token[256];          /* secret; empty = no operator access */
+	char control_plane_token[256];     /* secret; empty = no control-plane access */
 };
 
 /* Fills cfg with the defaults. */

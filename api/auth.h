@@ -1,0 +1,38 @@
+/* meter API: who is calling (Authorization: Bearer <token>).
+ *
+ * Three kinds of caller: the operator and the control plane, each with a
+ * token from configuration (METER_OPERATOR_TOKEN, METER_CONTROL_PLANE_TOKEN),
+ * and account keys. An account key's token is "<key_id>.<secret>": the key id
+ * finds the row, the secret's SHA-256 is compared with the stored hash in
+ * constant time. Secrets are never logged, echoed or stored. */
+#ifndef METER_AUTH_H
+#define METER_AUTH_H
+
+#include <stdbool.h>
+
+#include "http.h"
+#include "parse.h"
+
+enum auth_kind {
+	AUTH_NONE,          /* no credentials (public routes only) */
+	AUTH_OPERATOR,
+	AUTH_CONTROL_PLANE,
+	AUTH_KEY,           /* an account key; role ROLE_FULL or ROLE_READ_ONLY */
+};
+
+struct auth {
+	enum auth_kind kind;
+	unsigned role;                        /* exactly one enum http_role bit */
+	char account_id[PARSE_ID_MAX + 1];    /* AUTH_KEY: the key's account */
+	char key_id[PARSE_ID_MAX + 1];        /* AUTH_KEY: the key */
+};
+
+/* Decides whether req (already routed) may call its route, filling
+ * req->auth. Returns true to go on to the handler; false after setting the
+ * reply: 401 unauthorized (no, malformed or unknown credentials),
+ * 403 read_only_key (a read_only key on a route that read_only may not
+ * call), 403 forbidden (any other role not allowed), 503
+ * metering_unavailable (the key could not be looked up). */
+bool auth_authorize(struct http_req *req);
+
+#endif

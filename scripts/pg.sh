@@ -5,6 +5,7 @@
 #   pg.sh stop    stop it cleanly (fast shutdown)
 #   pg.sh status  exit 0 when it runs
 #   pg.sh url     print the connection URL
+#   pg.sh destroy stop it and delete the cluster and its password
 #
 # With METER_DATABASE_URL set, start/url just use that server and start nothing.
 # METER_PG_DIR (default <project>/.run/pg) and METER_PG_PORT (default 54329)
@@ -125,10 +126,20 @@ stop() {
 	as_owner "$(pg_bin)/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null
 }
 
+destroy() {
+	[[ -n ${METER_DATABASE_URL:-} ]] && return 0
+	stop || true
+	local link=${METER_PG_DIR:-$root/.run/pg}
+	rm -rf "$dir"
+	[[ -L $link ]] && rm -f "$link"
+	return 0
+}
+
 case "${1:-}" in
+destroy) destroy ;;
 start) start ;;
 stop) stop ;;
 status) status ;;
 url) url ;;
-*) echo "usage: pg.sh start|stop|status|url" >&2; exit 2 ;;
+*) echo "usage: pg.sh start|stop|status|url|destroy" >&2; exit 2 ;;
 esac

@@ -27,7 +27,7 @@ start)
 		exit 0
 	fi
 	# A fresh cluster every run: nothing left over from an earlier one.
-	bash "$here/../scripts/pg.sh" stop 2>/dev/null || true
+	bash "$here/../scripts/pg.sh" destroy 2>/dev/null || true
 	rm -rf "$dir"
 	METER_PG_PORT=$(free_port) bash "$here/../scripts/pg.sh" start >"$dir.url.tmp"
 	mv "$dir.url.tmp" "$dir/url"

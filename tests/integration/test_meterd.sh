@@ -94,6 +94,6 @@ kill -0 "$pid" && ok || fail "meterd died during the outage"
 kill -TERM "$pid"
 wait "$pid" || true
 pid=
-bash "$here/../../scripts/pg.sh" stop
+bash "$here/../../scripts/pg.sh" destroy
 rm -rf "$work"
 finish

@@ -7,7 +7,7 @@
 
 struct app {
 	const struct meter_config *cfg; /* borrowed, lives as long as the daemon */
-	struct db_pool *pool;           /* borrowed */
+	struct db_pool *pool;		/* borrowed */
 };
 
 #endif

@@ -14,17 +14,17 @@
 #include "parse.h"
 
 enum auth_kind {
-	AUTH_NONE,          /* no credentials (public routes only) */
+	AUTH_NONE, /* no credentials (public routes only) */
 	AUTH_OPERATOR,
 	AUTH_CONTROL_PLANE,
-	AUTH_KEY,           /* an account key; role ROLE_FULL or ROLE_READ_ONLY */
+	AUTH_KEY, /* an account key; role ROLE_FULL or ROLE_READ_ONLY */
 };
 
 struct auth {
 	enum auth_kind kind;
-	unsigned role;                        /* exactly one enum http_role bit */
-	char account_id[PARSE_ID_MAX + 1];    /* AUTH_KEY: the key's account */
-	char key_id[PARSE_ID_MAX + 1];        /* AUTH_KEY: the key */
+	unsigned role;			   /* exactly one enum http_role bit */
+	char account_id[PARSE_ID_MAX + 1]; /* AUTH_KEY: the key's account */
+	char key_id[PARSE_ID_MAX + 1];	   /* AUTH_KEY: the key */
 };
 
 /* Decides whether req (already routed) may call its route, filling

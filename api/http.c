@@ -47,7 +47,7 @@ void http_reply_json(struct http_req *req, unsigned status, json_t *body)
 	json_decref(body);
 	if (!text) {
 		static const char oom[] =
-			"{\"error\":{\"code\":\"internal\",\"message\":\"response too large\"}}";
+		    "{\"error\":{\"code\":\"internal\",\"message\":\"response too large\"}}";
 		http_reply_text(req, 500, "application/json", oom, sizeof(oom) - 1);
 		return;
 	}
@@ -63,8 +63,8 @@ void http_reply_json(struct http_req *req, unsigned status, json_t *body)
 	set_response(req, status, resp);
 }
 
-void http_reply_error(struct http_req *req, unsigned status, const char *code,
-		      const char *message, json_t *extra)
+void http_reply_error(struct http_req *req, unsigned status, const char *code, const char *message,
+		      json_t *extra)
 {
 	json_t *err = json_object(), *body = json_object();
 

@@ -16,16 +16,16 @@
 
 struct auth;
 
-#define HTTP_BODY_MAX (64 * 1024) /* default body cap, bytes */
-#define HTTP_JSON_DEPTH_MAX 16    /* nesting of any JSON body we accept */
-#define HTTP_PARAMS_MAX 4
+#define HTTP_BODY_MAX	    (64 * 1024) /* default body cap, bytes */
+#define HTTP_JSON_DEPTH_MAX 16		/* nesting of any JSON body we accept */
+#define HTTP_PARAMS_MAX	    4
 
 /* Who may call a route: a bit set. */
 enum http_role {
-	ROLE_PUBLIC = 1u << 0,        /* no credentials needed */
+	ROLE_PUBLIC = 1u << 0,	      /* no credentials needed */
 	ROLE_OPERATOR = 1u << 1,      /* the operator token */
 	ROLE_CONTROL_PLANE = 1u << 2, /* the control plane's token */
-	ROLE_FULL = 1u << 3,          /* an account key with role full */
+	ROLE_FULL = 1u << 3,	      /* an account key with role full */
 	ROLE_READ_ONLY = 1u << 4,     /* an account key with role read_only */
 };
 
@@ -34,24 +34,24 @@ struct route;
 
 struct http_req {
 	struct MHD_Connection *conn;
-	struct app *app;            /* borrowed: the daemon's shared state */
-	const struct route *route;  /* NULL until routed */
-	const char *method;         /* borrowed from libmicrohttpd */
-	const char *path;           /* borrowed, without the query string */
+	struct app *app;	   /* borrowed: the daemon's shared state */
+	const struct route *route; /* NULL until routed */
+	const char *method;	   /* borrowed from libmicrohttpd */
+	const char *path;	   /* borrowed, without the query string */
 	char request_id[24];
-	int64_t start_usec;         /* monotonic, for the access log */
-	char *body;                 /* owned, NUL-terminated, body_len bytes */
+	int64_t start_usec; /* monotonic, for the access log */
+	char *body;	    /* owned, NUL-terminated, body_len bytes */
 	size_t body_len;
 	size_t body_max;
 	bool body_too_large;
 	bool started;
 	bool handled;
-	bool suspended;             /* the handler parked the connection */
+	bool suspended;					/* the handler parked the connection */
 	char params[HTTP_PARAMS_MAX][PARSE_ID_MAX + 1]; /* {…} path segments */
-	struct auth *auth;          /* owned: who is calling, set before the handler */
+	struct auth *auth; /* owned: who is calling, set before the handler */
 	int nparams;
-	unsigned status;            /* the response's status once decided */
-	struct MHD_Response *resp;  /* owned until queued */
+	unsigned status;	   /* the response's status once decided */
+	struct MHD_Response *resp; /* owned until queued */
 	bool queued;
 };
 
@@ -61,8 +61,8 @@ void http_reply_json(struct http_req *req, unsigned status, json_t *body);
 
 /* Sets an error response {"error":{"code":code,"message":message,...extra}}.
  * extra (may be NULL) is an object whose fields are added; stolen. */
-void http_reply_error(struct http_req *req, unsigned status, const char *code,
-		      const char *message, json_t *extra);
+void http_reply_error(struct http_req *req, unsigned status, const char *code, const char *message,
+		      json_t *extra);
 
 /* Sets a response of content_type with a copy of text. */
 void http_reply_text(struct http_req *req, unsigned status, const char *content_type,

@@ -27,8 +27,8 @@ static void h_readyz(struct http_req *req)
 }
 
 const struct route routes[] = {
-	{.method = "GET", .path = "/healthz", .roles = ROLE_PUBLIC, .handler = h_healthz},
-	{.method = "GET", .path = "/readyz", .roles = ROLE_PUBLIC, .handler = h_readyz},
+    {.method = "GET", .path = "/healthz", .roles = ROLE_PUBLIC, .handler = h_healthz},
+    {.method = "GET", .path = "/readyz", .roles = ROLE_PUBLIC, .handler = h_readyz},
 };
 
 const size_t routes_count = sizeof(routes) / sizeof(routes[0]);
@@ -55,13 +55,15 @@ static int pattern_match(const char *pattern, const char *path, struct http_req 
 			if (seglen == 0)
 				return 0;
 			if (seglen > PARSE_ID_MAX) {
-				snprintf(bad, badlen, "%.*s", (int)(pend - pattern - 1), pattern + 1);
+				snprintf(bad, badlen, "%.*s", (int)(pend - pattern - 1),
+					 pattern + 1);
 				return -1;
 			}
 			memcpy(req->params[n], path, seglen);
 			req->params[n][seglen] = '\0';
 			if (!parse_is_id(req->params[n])) {
-				snprintf(bad, badlen, "%.*s", (int)(pend - pattern - 1), pattern + 1);
+				snprintf(bad, badlen, "%.*s", (int)(pend - pattern - 1),
+					 pattern + 1);
 				return -1;
 			}
 			n++;

@@ -14,10 +14,10 @@
 typedef void (*route_handler)(struct http_req *req);
 
 struct route {
-	const char *method;    /* "GET", "POST", "PUT" */
-	const char *path;      /* pattern, e.g. "/v1/sandboxes/{id}" */
-	unsigned roles;        /* enum http_role bits allowed */
-	size_t max_body;       /* body cap in bytes; 0 = no body accepted */
+	const char *method; /* "GET", "POST", "PUT" */
+	const char *path;   /* pattern, e.g. "/v1/sandboxes/{id}" */
+	unsigned roles;	    /* enum http_role bits allowed */
+	size_t max_body;    /* body cap in bytes; 0 = no body accepted */
 	route_handler handler;
 };
 
@@ -26,9 +26,9 @@ extern const size_t routes_count;
 
 enum route_match {
 	ROUTE_FOUND,
-	ROUTE_NO_PATH,     /* 404 */
-	ROUTE_NO_METHOD,   /* 405: the path exists under other methods */
-	ROUTE_BAD_ID,      /* 400: a {…} segment is not a valid id */
+	ROUTE_NO_PATH,	 /* 404 */
+	ROUTE_NO_METHOD, /* 405: the path exists under other methods */
+	ROUTE_BAD_ID,	 /* 400: a {…} segment is not a valid id */
 };
 
 /* Matches method and path against the table. ROUTE_FOUND sets *out and

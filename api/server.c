@@ -63,7 +63,7 @@ static enum MHD_Result queue(struct http_req *req)
 	if (!req->resp) {
 		/* A handler that set nothing, or an allocation that failed. */
 		static const char body[] =
-			"{\"error\":{\"code\":\"internal\",\"message\":\"no response\"}}";
+		    "{\"error\":{\"code\":\"internal\",\"message\":\"no response\"}}";
 		req->resp = MHD_create_response_from_buffer(sizeof(body) - 1, (void *)body,
 							    MHD_RESPMEM_PERSISTENT);
 		req->status = 500;
@@ -75,7 +75,7 @@ static enum MHD_Result queue(struct http_req *req)
 	}
 	if (MHD_add_response_header(req->resp, "X-Request-Id", req->request_id) != MHD_YES ||
 	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store") !=
-		    MHD_YES)
+		MHD_YES)
 		log_warn("could not add response headers");
 	r = MHD_queue_response(req->conn, req->status, req->resp);
 	MHD_destroy_response(req->resp);
@@ -106,9 +106,10 @@ static bool route_request(struct http_req *req)
 			log_warn("could not add Allow");
 		return false;
 	case ROUTE_BAD_ID:
-		snprintf(msg, sizeof(msg),
-			 "%s must be 1 to 64 characters of A-Z a-z 0-9 _ . -", allow);
-		http_reply_error(req, 400, "invalid_request", msg, json_pack("{s:s}", "field", allow));
+		snprintf(msg, sizeof(msg), "%s must be 1 to 64 characters of A-Z a-z 0-9 _ . -",
+			 allow);
+		http_reply_error(req, 400, "invalid_request", msg,
+				 json_pack("{s:s}", "field", allow));
 		return false;
 	}
 	req->route = route;
@@ -153,9 +154,8 @@ static void take_body(struct http_req *req, const char *data, size_t len)
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version,
-				  const char *upload_data, size_t *upload_data_size,
-				  void **req_cls)
+				  const char *method, const char *version, const char *upload_data,
+				  size_t *upload_data_size, void **req_cls)
 {
 	struct http_req *req = *req_cls;
 	char msg[96];
@@ -173,8 +173,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		if (req->body_too_large) {
 			snprintf(msg, sizeof(msg), "request body larger than %zu bytes",
 				 req->body_max);
-			http_reply_error(req, 413, "payload_too_large", msg,
-					 json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
+			http_reply_error(
+			    req, 413, "payload_too_large", msg,
+			    json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
 			return queue(req);
 		}
 		return MHD_YES;
@@ -189,8 +190,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		if (req->body_too_large) {
 			snprintf(msg, sizeof(msg), "request body larger than %zu bytes",
 				 req->body_max);
-			http_reply_error(req, 413, "payload_too_large", msg,
-					 json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
+			http_reply_error(
+			    req, 413, "payload_too_large", msg,
+			    json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
 		} else {
 			req->route->handler(req);
 		}
@@ -217,8 +219,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	if (ci && ci->client_addr) {
 		const struct sockaddr *sa = ci->client_addr;
 		if (sa->sa_family == AF_INET)
-			inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
-				  addr, sizeof(addr));
+			inet_ntop(AF_INET,
+				  &((const struct sockaddr_in *)(const void *)sa)->sin_addr, addr,
+				  sizeof(addr));
 		else if (sa->sa_family == AF_INET6)
 			inet_ntop(AF_INET6,
 				  &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, addr,
@@ -237,8 +240,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	*req_cls = NULL;
 }
 
-enum meter_rc http_server_start(struct app *app, struct http_server **out, char *err,
-				size_t errlen)
+enum meter_rc http_server_start(struct app *app, struct http_server **out, char *err, size_t errlen)
 {
 	const struct meter_config *cfg = app->cfg;
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST},
@@ -273,19 +275,18 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 	flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
+	/* clang-format off: one option and its value per line */
 	srv->daemon = MHD_start_daemon(
-		flags, (uint16_t)port, NULL, NULL, on_request, srv,
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, srv,
-		MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY_LIMIT,
-		MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-		MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-		MHD_OPTION_END);
+	    flags, (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
+	    mhd_logger, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+	    (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_LIMIT,
+	    (unsigned)cfg->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+	    (unsigned)cfg->per_ip_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+	    (unsigned)cfg->connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+	    (size_t)CONNECTION_MEMORY_LIMIT, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+	    MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+	    srv, MHD_OPTION_END);
+	/* clang-format on */
 	freeaddrinfo(ai);
 	if (!srv->daemon) {
 		snprintf(err, errlen, "cannot listen on %s (address in use or not permitted?)",

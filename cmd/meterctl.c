@@ -11,9 +11,9 @@ struct command {
 };
 
 static const struct command commands[] = {
-	{"migrate", ctl_migrate_main, "apply the database migrations"},
-	{"price", ctl_price_main, "price a period of one sandbox's usage"},
-	{"lease-cost", ctl_lease_cost_main, "worst-case cost of a lease (what a hold reserves)"},
+    {"migrate", ctl_migrate_main, "apply the database migrations"},
+    {"price", ctl_price_main, "price a period of one sandbox's usage"},
+    {"lease-cost", ctl_lease_cost_main, "worst-case cost of a lease (what a hold reserves)"},
 };
 
 static void usage(FILE *f)

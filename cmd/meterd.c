@@ -75,7 +75,8 @@ int main(int argc, char **argv)
 	}
 
 	if (db_pool_ping(pool, 2000) != METER_OK)
-		log_warn("database not answering yet; serving anyway, /readyz says 503 until it does");
+		log_warn(
+		    "database not answering yet; serving anyway, /readyz says 503 until it does");
 
 	/* Watch the database until told to stop: this is what connects at
 	 * start-up and reconnects after an outage, with the pool's backoff. */

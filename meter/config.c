@@ -32,29 +32,29 @@ struct opt {
 	}
 
 static const struct opt opts[] = {
-	STR_OPT("database_url", database_url, true, "PostgreSQL URL (libpq syntax)"),
-	{.name = "listen",
-	 .kind = OPT_LISTEN,
-	 .offset = offsetof(struct meter_config, listen),
-	 .size = sizeof(((struct meter_config *)0)->listen),
-	 .help = "HTTP address, host:port or [v6]:port"},
-	{.name = "log_level",
-	 .kind = OPT_LOG_LEVEL,
-	 .offset = offsetof(struct meter_config, log_level),
-	 .size = sizeof(((struct meter_config *)0)->log_level),
-	 .help = "debug, info, warn or error"},
-	INT_OPT("http_threads", http_threads, 1, 64, "HTTP worker threads"),
-	INT_OPT("max_connections", max_connections, 1, 100000, "HTTP connection limit"),
-	INT_OPT("per_ip_connections", per_ip_connections, 0, 100000,
-		"HTTP connections from one address (0 = no limit)"),
-	INT_OPT("connection_timeout_s", connection_timeout_s, 1, 3600,
-		"idle HTTP connection timeout, seconds"),
-	INT_OPT("db_pool_size", db_pool_size, 1, 256, "PostgreSQL connections for requests"),
-	STR_OPT("operator_token", operator_token, true, "bearer token of the operator (secret)"),
-	STR_OPT("control_plane_token", control_plane_token, true,
-		"bearer token of the control plane (secret)"),
-	INT_OPT("db_statement_timeout_ms", db_statement_timeout_ms, 100, 600000,
-		"PostgreSQL statement timeout, milliseconds"),
+    STR_OPT("database_url", database_url, true, "PostgreSQL URL (libpq syntax)"),
+    {.name = "listen",
+     .kind = OPT_LISTEN,
+     .offset = offsetof(struct meter_config, listen),
+     .size = sizeof(((struct meter_config *)0)->listen),
+     .help = "HTTP address, host:port or [v6]:port"},
+    {.name = "log_level",
+     .kind = OPT_LOG_LEVEL,
+     .offset = offsetof(struct meter_config, log_level),
+     .size = sizeof(((struct meter_config *)0)->log_level),
+     .help = "debug, info, warn or error"},
+    INT_OPT("http_threads", http_threads, 1, 64, "HTTP worker threads"),
+    INT_OPT("max_connections", max_connections, 1, 100000, "HTTP connection limit"),
+    INT_OPT("per_ip_connections", per_ip_connections, 0, 100000,
+	    "HTTP connections from one address (0 = no limit)"),
+    INT_OPT("connection_timeout_s", connection_timeout_s, 1, 3600,
+	    "idle HTTP connection timeout, seconds"),
+    INT_OPT("db_pool_size", db_pool_size, 1, 256, "PostgreSQL connections for requests"),
+    STR_OPT("operator_token", operator_token, true, "bearer token of the operator (secret)"),
+    STR_OPT("control_plane_token", control_plane_token, true,
+	    "bearer token of the control plane (secret)"),
+    INT_OPT("db_statement_timeout_ms", db_statement_timeout_ms, 100, 600000,
+	    "PostgreSQL statement timeout, milliseconds"),
 };
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -144,8 +144,8 @@ static enum meter_rc opt_apply(struct meter_config *cfg, const struct opt *o, co
 			int port;
 			if (config_listen_split(value, host, sizeof(host), &port) != METER_OK) {
 				snprintf(err, errlen,
-					 "%s: expected host:port or [v6]:port, got \"%s\"",
-					 o->name, value);
+					 "%s: expected host:port or [v6]:port, got \"%s\"", o->name,
+					 value);
 				return METER_EINVAL;
 			}
 		}
@@ -167,8 +167,8 @@ static enum meter_rc opt_apply(struct meter_config *cfg, const struct opt *o, co
 	return METER_EINVAL;
 }
 
-enum meter_rc config_set(struct meter_config *cfg, const char *name, const char *value,
-			 char *err, size_t errlen)
+enum meter_rc config_set(struct meter_config *cfg, const char *name, const char *value, char *err,
+			 size_t errlen)
 {
 	const struct opt *o = opt_find(name, strlen(name));
 
@@ -192,8 +192,7 @@ static char *trim(char *s)
 	return s;
 }
 
-enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char *err,
-			       size_t errlen)
+enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char *err, size_t errlen)
 {
 	char line[CONFIG_STR_MAX + 128];
 	char sub[512];
@@ -242,8 +241,7 @@ out:
 	return rc;
 }
 
-enum meter_rc config_load_env(struct meter_config *cfg, char *const *envp, char *err,
-			      size_t errlen)
+enum meter_rc config_load_env(struct meter_config *cfg, char *const *envp, char *err, size_t errlen)
 {
 	for (; envp && *envp; envp++) {
 		const char *e = *envp, *eq;
@@ -326,7 +324,8 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 		}
 		o = opt_find(a, len);
 		if (!o) {
-			snprintf(err, errlen, "unknown option --%.*s", (int)(len > 64 ? 64 : len), a);
+			snprintf(err, errlen, "unknown option --%.*s", (int)(len > 64 ? 64 : len),
+				 a);
 			return METER_ENOTFOUND;
 		}
 		if (eq) {

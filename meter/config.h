@@ -17,16 +17,16 @@
 
 struct meter_config {
 	char database_url[CONFIG_STR_MAX]; /* libpq URL; empty = not configured */
-	char listen[CONFIG_STR_MAX];       /* host:port, [v6]:port; default 127.0.0.1:8080 */
-	char log_level[16];                /* debug, info, warn, error */
-	int64_t http_threads;              /* libmicrohttpd thread pool size */
-	int64_t max_connections;           /* total HTTP connections */
-	int64_t per_ip_connections;        /* HTTP connections from one address */
-	int64_t connection_timeout_s;      /* idle HTTP connection timeout */
-	int64_t db_pool_size;              /* PostgreSQL connections for requests */
+	char listen[CONFIG_STR_MAX];	   /* host:port, [v6]:port; default 127.0.0.1:8080 */
+	char log_level[16];		   /* debug, info, warn, error */
+	int64_t http_threads;		   /* libmicrohttpd thread pool size */
+	int64_t max_connections;	   /* total HTTP connections */
+	int64_t per_ip_connections;	   /* HTTP connections from one address */
+	int64_t connection_timeout_s;	   /* idle HTTP connection timeout */
+	int64_t db_pool_size;		   /* PostgreSQL connections for requests */
 	int64_t db_statement_timeout_ms;   /* per statement, on every pool connection */
-	char operator_token[256];          /* secret; empty = no operator access */
-	char control_plane_token[256];     /* secret; empty = no control-plane access */
+	char operator_token[256];	   /* secret; empty = no operator access */
+	char control_plane_token[256];	   /* secret; empty = no control-plane access */
 };
 
 /* Fills cfg with the defaults. */
@@ -52,8 +52,7 @@ METER_MUSTCHECK enum meter_rc config_load_env(struct meter_config *cfg, char *co
  * METER_CONFIG, then the environment, then flags --name value or
  * --name=value from argv[1..]. --help sets *help and stops. */
 METER_MUSTCHECK enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv,
-					  char *const *envp, bool *help, char *err,
-					  size_t errlen);
+					  char *const *envp, bool *help, char *err, size_t errlen);
 
 /* Splits cfg->listen into host (without brackets) and port.
  * METER_EINVAL when it is not host:port with a port in 0..65535 (0 picks a free port). */

@@ -8,7 +8,7 @@
 #include "rc.h"
 
 struct migration_src {
-	int version;      /* from the file name, NNNN_ */
+	int version;	  /* from the file name, NNNN_ */
 	const char *name; /* file name without ".sql" */
 	const char *sql;  /* the file's text */
 };

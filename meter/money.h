@@ -16,16 +16,16 @@
 
 #include "rc.h"
 
-#define MONEY_USEC_PER_HOUR INT64_C(3600000000)
+#define MONEY_USEC_PER_HOUR	  INT64_C(3600000000)
 #define MONEY_MILLICORES_PER_VCPU INT64_C(1000)
-#define MONEY_MIB_PER_GIB INT64_C(1024)
+#define MONEY_MIB_PER_GIB	  INT64_C(1024)
 
 /* One version of the price book. All fields non-negative. */
 struct price_rates {
 	int64_t cpu_micros_per_vcpu_hour;    /* default 25,000 */
 	int64_t memory_micros_per_gib_hour;  /* default 7,500 */
 	int64_t storage_micros_per_gib_hour; /* default 100 (an assumption) */
-	int64_t floor_millicores;            /* default 50, billed while running */
+	int64_t floor_millicores;	     /* default 50, billed while running */
 };
 
 /* The default price book: the figures the product documents promise. */
@@ -46,9 +46,8 @@ METER_MUSTCHECK enum meter_rc money_price(enum money_resource r, const struct pr
 					  int64_t q, int64_t *micros);
 
 /* As money_price, rounded up: ceil(q × rate / divisor). For worst cases. */
-METER_MUSTCHECK enum meter_rc money_price_up(enum money_resource r,
-					     const struct price_rates *rates, int64_t q,
-					     int64_t *micros);
+METER_MUSTCHECK enum meter_rc money_price_up(enum money_resource r, const struct price_rates *rates,
+					     int64_t q, int64_t *micros);
 
 /* Exact accrual over a stream of quantities.
  *

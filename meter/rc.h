@@ -9,11 +9,11 @@
 
 enum meter_rc {
 	METER_OK = 0,
-	METER_EINVAL,    /* bad argument or malformed input */
-	METER_ERANGE,    /* value out of range, or arithmetic would overflow */
-	METER_ENOMEM,    /* allocation failed */
-	METER_EIO,       /* file, socket or pipe I/O failed */
-	METER_EDB,       /* database unreachable or a query failed */
+	METER_EINVAL,	 /* bad argument or malformed input */
+	METER_ERANGE,	 /* value out of range, or arithmetic would overflow */
+	METER_ENOMEM,	 /* allocation failed */
+	METER_EIO,	 /* file, socket or pipe I/O failed */
+	METER_EDB,	 /* database unreachable or a query failed */
 	METER_ENOTFOUND, /* the thing asked for does not exist */
 	METER_ECONFLICT, /* the request contradicts stored state */
 };

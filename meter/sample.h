@@ -26,8 +26,8 @@ struct meter_sample {
 
 struct sample_batch {
 	char host_id[PARSE_ID_MAX + 1];
-	int64_t sampled_at_usec;       /* the reading's time (UTC µs) */
-	struct meter_sample *items;    /* owned */
+	int64_t sampled_at_usec;    /* the reading's time (UTC µs) */
+	struct meter_sample *items; /* owned */
 	size_t n;
 	size_t cap;
 };

@@ -18,10 +18,10 @@
 #include "sample.h"
 
 struct agent_poller_opts {
-	int64_t timeout_ms;      /* per request, connect included; default 2000 */
+	int64_t timeout_ms;	 /* per request, connect included; default 2000 */
 	int64_t backoff_base_ms; /* first retry delay after a failure; default 1000 */
-	int64_t backoff_max_ms;  /* default 60000 */
-	int64_t max_parallel;    /* transfers in flight at once; default 256 */
+	int64_t backoff_max_ms;	 /* default 60000 */
+	int64_t max_parallel;	 /* transfers in flight at once; default 256 */
 };
 
 /* Defaults as above. */
@@ -40,15 +40,15 @@ void agent_poller_free(struct agent_poller *p);
  * array of new strings (free with agent_urls_free) and its length in *n. */
 METER_MUSTCHECK enum meter_rc agent_urls_load_file(const char *path, char ***urls, size_t *n,
 						   char *err, size_t errlen);
-METER_MUSTCHECK enum meter_rc agent_urls_split(const char *list, char ***urls, size_t *n,
-					       char *err, size_t errlen);
+METER_MUSTCHECK enum meter_rc agent_urls_split(const char *list, char ***urls, size_t *n, char *err,
+					       size_t errlen);
 void agent_urls_free(char **urls);
 
 struct agent_round_stats {
-	uint64_t polled;   /* requests sent this round */
-	uint64_t ok;       /* good documents */
-	uint64_t failed;   /* timeouts, connection errors, HTTP errors, bad documents */
-	uint64_t skipped;  /* hosts still in backoff */
+	uint64_t polled;  /* requests sent this round */
+	uint64_t ok;	  /* good documents */
+	uint64_t failed;  /* timeouts, connection errors, HTTP errors, bad documents */
+	uint64_t skipped; /* hosts still in backoff */
 };
 
 /* Runs one round (returns within about timeout_ms plus processing). New

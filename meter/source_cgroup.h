@@ -30,7 +30,7 @@ enum cgroup_version cgroup_detect(const char *root);
  * host_id and now_usec. A sandbox whose files vanish mid-read (removed) is
  * skipped; an unreadable root is METER_EIO with err set. */
 METER_MUSTCHECK enum meter_rc cgroup_read_all(const char *root, const char *host_id,
-					      int64_t now_usec, struct sample_batch *out,
-					      char *err, size_t errlen);
+					      int64_t now_usec, struct sample_batch *out, char *err,
+					      size_t errlen);
 
 #endif

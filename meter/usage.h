@@ -34,26 +34,26 @@ METER_MUSTCHECK enum meter_rc sandbox_state_parse(const char *s, enum sandbox_st
 
 /* One sample of one sandbox. */
 struct usage_sample {
-	int64_t at_usec;          /* UTC, microseconds since the Unix epoch */
+	int64_t at_usec; /* UTC, microseconds since the Unix epoch */
 	enum sandbox_state state;
-	int64_t cpu_usec;         /* cumulative CPU time since boot, >= 0 */
-	int64_t memory_mib;       /* reserved memory, >= 0 */
-	int64_t storage_mib;      /* snapshot size, used while paused, >= 0 */
-	int32_t vcpus;            /* >= 1 */
+	int64_t cpu_usec;    /* cumulative CPU time since boot, >= 0 */
+	int64_t memory_mib;  /* reserved memory, >= 0 */
+	int64_t storage_mib; /* snapshot size, used while paused, >= 0 */
+	int32_t vcpus;	     /* >= 1 */
 };
 
 /* Exact quantities of an interval or of a sum of intervals. */
 struct usage_qty {
 	int64_t running_usec;
 	int64_t paused_usec;
-	int64_t cpu_used_mcus;   /* millicore-µs actually used */
+	int64_t cpu_used_mcus;	 /* millicore-µs actually used */
 	int64_t cpu_billed_mcus; /* millicore-µs billed: used, raised to the floor */
-	int64_t memory_mibus;    /* MiB-µs of reserved memory while running */
-	int64_t storage_mibus;   /* MiB-µs of snapshot while paused */
+	int64_t memory_mibus;	 /* MiB-µs of reserved memory while running */
+	int64_t storage_mibus;	 /* MiB-µs of snapshot while paused */
 };
 
 #define USAGE_COUNTER_RESET 0x1u /* the CPU counter went down */
-#define USAGE_CPU_CAPPED 0x2u    /* CPU exceeded vcpus × Δwall and was capped */
+#define USAGE_CPU_CAPPED    0x2u /* CPU exceeded vcpus × Δwall and was capped */
 
 /* Quantities of the interval prev → cur (same sandbox).
  * cur->at_usec == prev->at_usec gives all zeros; cur earlier than prev, or a

@@ -15,7 +15,8 @@ int check_done(void);
 int check_failures(void);
 
 #define CHECK(cond) check_record(!!(cond), __FILE__, __LINE__, #cond)
-#define CHECK_I64(got, want) check_record_i64((int64_t)(got), (int64_t)(want), __FILE__, __LINE__, #got)
+#define CHECK_I64(got, want)                                                                       \
+	check_record_i64((int64_t)(got), (int64_t)(want), __FILE__, __LINE__, #got)
 #define CHECK_STR(got, want) check_record_str((got), (want), __FILE__, __LINE__, #got)
 
 #endif

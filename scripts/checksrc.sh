@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Source checks of the house style, run by ctest (test_checksrc):
+#  - no sprintf, vsprintf, strcpy, strcat, gets, atoi, atol, atoll, strtok
+#    (unbounded or unchecked): snprintf, memcpy with a checked length, and
+#    parse_int64 instead;
+#  - no floating point (float, double) anywhere in meter/, api/, reports/:
+#    money and usage are integers, and so is everything beside them;
+#  - the code is formatted with .clang-format (when clang-format is installed).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+status=0
+mapfile -t files < <(git ls-files -co --exclude-standard -- '*.c' '*.h' | grep -v '^build')
+
+banned='\b(sprintf|vsprintf|strcpy|strcat|gets|atoi|atol|atoll|strtok)[[:space:]]*\('
+if hits=$(grep -nE "$banned" "${files[@]}" 2>/dev/null | grep -vE '^[^:]+:[0-9]+:[[:space:]]*(/\*|\*)'); then
+	echo "checksrc: banned functions:"
+	echo "$hits"
+	status=1
+fi
+
+core=()
+for f in "${files[@]}"; do
+	case "$f" in meter/* | api/* | reports/*) core+=("$f") ;; esac
+done
+if hits=$(grep -nE '\b(float|double|long double)\b' "${core[@]}" 2>/dev/null | grep -vE '^[^:]+:[0-9]+:[[:space:]]*(/\*|\*)'); then
+	echo "checksrc: floating point in meter/, api/ or reports/:"
+	echo "$hits"
+	status=1
+fi
+
+if command -v clang-format >/dev/null; then
+	for f in "${files[@]}"; do
+		if ! clang-format --dry-run --Werror "$f" >/dev/null 2>&1; then
+			echo "checksrc: $f is not formatted (clang-format -i $f)"
+			status=1
+		fi
+	done
+fi
+if ((status == 0)); then
+	echo "checksrc: ${#files[@]} files clean"
+fi
+exit $status

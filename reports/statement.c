@@ -1,0 +1,375 @@
+/* meter reports: the monthly statement (see statement.h). */
+#include "statement.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "money.h"
+
+enum meter_rc statement_parse_month(const char *s, int *year, int *month)
+{
+	static const int digits[] = {0, 1, 2, 3, 5, 6};
+	int y, m;
+
+	if (!s || strlen(s) != 7 || s[4] != '-')
+		return METER_EINVAL;
+	for (size_t i = 0; i < sizeof(digits) / sizeof(digits[0]); i++)
+		if (s[digits[i]] < '0' || s[digits[i]] > '9')
+			return METER_EINVAL;
+	y = (s[0] - '0') * 1000 + (s[1] - '0') * 100 + (s[2] - '0') * 10 + (s[3] - '0');
+	m = (s[5] - '0') * 10 + (s[6] - '0');
+	if (y < 2000 || m < 1 || m > 12)
+		return METER_EINVAL;
+	*year = y;
+	*month = m;
+	return METER_OK;
+}
+
+void statement_release(struct statement *s)
+{
+	free(s->lines);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Reads column col of row r as a non-negative int64. */
+static enum meter_rc get_i64(PGresult *res, int r, int col, int64_t *out)
+{
+	return parse_int64(PQgetvalue(res, r, col), 0, INT64_MAX, out);
+}
+
+/* Reads the six usage columns starting at col. */
+static enum meter_rc get_usage(PGresult *res, int r, int col, struct statement_usage *u)
+{
+	int64_t *f[6] = {&u->running_seconds,
+			 &u->paused_seconds,
+			 &u->cpu_used_millicore_seconds,
+			 &u->cpu_billed_millicore_seconds,
+			 &u->memory_mib_seconds,
+			 &u->storage_mib_seconds};
+
+	for (int i = 0; i < 6; i++)
+		if (get_i64(res, r, col + i, f[i]) != METER_OK)
+			return METER_EDB;
+	return METER_OK;
+}
+
+#define USAGE_SUMS                                                                                 \
+	"div(sum(running_usec), 1000000), div(sum(paused_usec), 1000000),"                         \
+	" div(sum(cpu_used_mcus), 1000000), div(sum(cpu_billed_mcus), 1000000),"                   \
+	" div(sum(memory_mibus), 1000000), div(sum(storage_mibus), 1000000),"                      \
+	" COALESCE(sum(cpu_micros), 0), COALESCE(sum(memory_micros), 0),"                          \
+	" COALESCE(sum(storage_micros), 0), COALESCE(sum(total_micros), 0)"
+
+/* Compares lines by (sandbox_id, key_id). */
+static int line_cmp(const void *a, const void *b)
+{
+	const struct statement_line *x = a, *y = b;
+	int c = strcmp(x->sandbox_id, y->sandbox_id);
+
+	return c ? c : strcmp(x->key_id, y->key_id);
+}
+
+/* Applies the free-hours credit: scans the account's running usage from its
+ * first hour, in (hour, sandbox_id) order, until the free running time is
+ * used up or the month is over, crediting the rows inside the month. */
+static enum meter_rc apply_credit(PGconn *conn, struct statement *s, const char *start,
+				  const char *end, char *err, size_t errlen)
+{
+	const char *params[3] = {s->account_id, start, end};
+	__int128 left = (__int128)s->free_sandbox_hours * MONEY_USEC_PER_HOUR;
+	enum meter_rc rc = METER_OK;
+	PGresult *res;
+
+	if (left <= 0)
+		return METER_OK;
+	if (!PQsendQueryParams(conn,
+			       "SELECT hour >= $2::timestamptz, sandbox_id, COALESCE(key_id, ''),"
+			       " running_usec, cpu_micros + memory_micros FROM usage_hourly"
+			       " WHERE account_id = $1 AND running_usec > 0 AND hour < $3"
+			       " ORDER BY hour, sandbox_id, price_version, day",
+			       3, NULL, params, NULL, NULL, 0) ||
+	    !PQsetSingleRowMode(conn)) {
+		snprintf(err, errlen, "statement query failed: %s", PQerrorMessage(conn));
+		return METER_EDB;
+	}
+	while ((res = PQgetResult(conn)) != NULL) {
+		ExecStatusType st = PQresultStatus(res);
+		struct statement_line key, *line;
+		int64_t running, money, credit;
+
+		if (st == PGRES_TUPLES_OK) {
+			PQclear(res);
+			continue;
+		}
+		if (st != PGRES_SINGLE_TUPLE) {
+			snprintf(err, errlen, "statement query failed: %s",
+				 PQresultErrorMessage(res));
+			rc = METER_EDB;
+			PQclear(res);
+			continue;
+		}
+		if (rc != METER_OK || left == 0) {
+			PQclear(res); /* drain */
+			continue;
+		}
+		if (get_i64(res, 0, 3, &running) != METER_OK ||
+		    get_i64(res, 0, 4, &money) != METER_OK || running == 0) {
+			rc = METER_EDB;
+			PQclear(res);
+			continue;
+		}
+		if ((__int128)running <= left) {
+			credit = money;
+			left -= running;
+		} else {
+			credit = (int64_t)((__int128)money * left / running);
+			left = 0;
+		}
+		if (PQgetvalue(res, 0, 0)[0] == 't') {
+			memset(&key, 0, sizeof(key));
+			snprintf(key.sandbox_id, sizeof(key.sandbox_id), "%s",
+				 PQgetvalue(res, 0, 1));
+			snprintf(key.key_id, sizeof(key.key_id), "%s", PQgetvalue(res, 0, 2));
+			line = bsearch(&key, s->lines, s->n, sizeof(*s->lines), line_cmp);
+			if (line) {
+				line->credit_micros += credit;
+				s->total.credit_micros += credit;
+			}
+		}
+		PQclear(res);
+	}
+	return rc;
+}
+
+enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, int month,
+			      struct statement *out, char *err, size_t errlen)
+{
+	char start[32], end[32];
+	const char *params[3];
+	PGresult *res = NULL;
+	enum meter_rc rc = METER_EDB;
+	struct statement s;
+
+	memset(&s, 0, sizeof(s));
+	if (!parse_is_id(account_id) || month < 1 || month > 12 || year < 2000 || year > 9999) {
+		snprintf(err, errlen, "bad account or month");
+		return METER_EINVAL;
+	}
+	snprintf(s.account_id, sizeof(s.account_id), "%s", account_id);
+	s.year = year;
+	s.month = month;
+	snprintf(start, sizeof(start), "%04d-%02d-01T00:00:00Z", year, month);
+	snprintf(end, sizeof(end), "%04d-%02d-01T00:00:00Z", month == 12 ? year + 1 : year,
+		 month == 12 ? 1 : month + 1);
+	params[0] = account_id;
+	params[1] = start;
+	params[2] = end;
+
+	res = PQexecParams(conn,
+			   "SELECT a.name, COALESCE((SELECT p.free_sandbox_hours FROM price_book p"
+			   " WHERE p.effective_from <= a.created_at ORDER BY p.effective_from DESC"
+			   " LIMIT 1), 0) FROM accounts a WHERE a.account_id = $1",
+			   1, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		goto db_error;
+	if (PQntuples(res) == 0) {
+		snprintf(err, errlen, "account not found");
+		rc = METER_ENOTFOUND;
+		goto out;
+	}
+	snprintf(s.account_name, sizeof(s.account_name), "%s", PQgetvalue(res, 0, 0));
+	if (get_i64(res, 0, 1, &s.free_sandbox_hours) != METER_OK)
+		goto db_error;
+	PQclear(res);
+
+	res = PQexecParams(conn,
+			   "SELECT sandbox_id, COALESCE(key_id, ''), " USAGE_SUMS
+			   " FROM usage_hourly WHERE account_id = $1 AND hour >= $2 AND hour < $3"
+			   " GROUP BY sandbox_id, key_id ORDER BY sandbox_id, COALESCE(key_id, '')",
+			   3, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		goto db_error;
+	s.n = (size_t)PQntuples(res);
+	s.lines = calloc(s.n ? s.n : 1, sizeof(*s.lines));
+	if (!s.lines) {
+		rc = METER_ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < s.n; i++) {
+		struct statement_line *l = &s.lines[i];
+		int r = (int)i;
+
+		snprintf(l->sandbox_id, sizeof(l->sandbox_id), "%s", PQgetvalue(res, r, 0));
+		snprintf(l->key_id, sizeof(l->key_id), "%s", PQgetvalue(res, r, 1));
+		if (get_usage(res, r, 2, &l->usage) != METER_OK ||
+		    get_i64(res, r, 8, &l->cpu_micros) != METER_OK ||
+		    get_i64(res, r, 9, &l->memory_micros) != METER_OK ||
+		    get_i64(res, r, 10, &l->storage_micros) != METER_OK ||
+		    get_i64(res, r, 11, &l->total_micros) != METER_OK)
+			goto db_error;
+	}
+	PQclear(res);
+
+	/* Totals from the exact sums (not from the rounded lines). */
+	res = PQexecParams(conn,
+			   "SELECT " USAGE_SUMS " FROM usage_hourly"
+			   " WHERE account_id = $1 AND hour >= $2 AND hour < $3",
+			   3, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		goto db_error;
+	if (PQgetisnull(res, 0, 0)) {
+		memset(&s.total.usage, 0, sizeof(s.total.usage));
+	} else if (get_usage(res, 0, 0, &s.total.usage) != METER_OK) {
+		goto db_error;
+	}
+	if (get_i64(res, 0, 6, &s.total.cpu_micros) != METER_OK ||
+	    get_i64(res, 0, 7, &s.total.memory_micros) != METER_OK ||
+	    get_i64(res, 0, 8, &s.total.storage_micros) != METER_OK ||
+	    get_i64(res, 0, 9, &s.total.total_micros) != METER_OK)
+		goto db_error;
+	PQclear(res);
+	res = NULL;
+
+	rc = apply_credit(conn, &s, start, end, err, errlen);
+	if (rc != METER_OK)
+		goto out;
+	for (size_t i = 0; i < s.n; i++)
+		s.lines[i].due_micros = s.lines[i].total_micros - s.lines[i].credit_micros;
+	s.total.due_micros = s.total.total_micros - s.total.credit_micros;
+	*out = s;
+	memset(&s, 0, sizeof(s));
+	rc = METER_OK;
+	goto out;
+
+db_error:
+	snprintf(err, errlen, "statement query failed: %s",
+		 res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	rc = METER_EDB;
+out:
+	PQclear(res);
+	statement_release(&s);
+	return rc;
+}
+
+/* Writes one CSV record of a line. */
+static int write_line_csv(FILE *f, const char *kind, const struct statement_line *l)
+{
+	const struct statement_usage *u = &l->usage;
+
+	return fprintf(
+	    f, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld\r\n", kind,
+	    l->sandbox_id, l->key_id, (long long)u->running_seconds, (long long)u->paused_seconds,
+	    (long long)u->cpu_used_millicore_seconds, (long long)u->cpu_billed_millicore_seconds,
+	    (long long)u->memory_mib_seconds, (long long)u->storage_mib_seconds,
+	    (long long)l->cpu_micros, (long long)l->memory_micros, (long long)l->storage_micros,
+	    (long long)l->total_micros, (long long)l->credit_micros, (long long)l->due_micros);
+}
+
+enum meter_rc statement_write_csv(const struct statement *s, FILE *f)
+{
+	/* Ids are restricted to A-Z a-z 0-9 _ . - : no field needs quoting. */
+	if (fprintf(f, "line,sandbox_id,key_id,running_seconds,paused_seconds,"
+		       "cpu_used_millicore_seconds,cpu_billed_millicore_seconds,"
+		       "memory_mib_seconds,storage_mib_seconds,cpu_micros,memory_micros,"
+		       "storage_micros,total_micros,credit_micros,due_micros\r\n") < 0)
+		return METER_EIO;
+	for (size_t i = 0; i < s->n; i++)
+		if (write_line_csv(f, "sandbox", &s->lines[i]) < 0)
+			return METER_EIO;
+	if (write_line_csv(f, "total", &s->total) < 0)
+		return METER_EIO;
+	return ferror(f) ? METER_EIO : METER_OK;
+}
+
+/* Writes text with HTML's special characters escaped. */
+static void put_html(FILE *f, const char *text)
+{
+	for (; *text; text++) {
+		switch (*text) {
+		case '&':
+			fputs("&amp;", f);
+			break;
+		case '<':
+			fputs("&lt;", f);
+			break;
+		case '>':
+			fputs("&gt;", f);
+			break;
+		case '"':
+			fputs("&quot;", f);
+			break;
+		case '\'':
+			fputs("&#39;", f);
+			break;
+		default:
+			fputc(*text, f);
+		}
+	}
+}
+
+/* Writes µ$ as dollars with six decimals, exactly (integer arithmetic). */
+static void put_dollars(FILE *f, int64_t micros)
+{
+	fprintf(f, "%s$%lld.%06lld", micros < 0 ? "-" : "",
+		(long long)((micros < 0 ? -micros : micros) / 1000000),
+		(long long)((micros < 0 ? -micros : micros) % 1000000));
+}
+
+static void html_row(FILE *f, const struct statement_line *l, bool total)
+{
+	fputs(total ? "<tr class=\"total\"><th scope=\"row\">Total</th><td></td>" : "<tr><td>", f);
+	if (!total) {
+		put_html(f, l->sandbox_id);
+		fputs("</td><td>", f);
+		put_html(f, l->key_id[0] ? l->key_id : "(unattributed)");
+		fputs("</td>", f);
+	}
+	fprintf(f, "<td class=\"n\">%lld</td><td class=\"n\">%lld</td>",
+		(long long)l->usage.running_seconds, (long long)l->usage.paused_seconds);
+	const int64_t money[6] = {l->cpu_micros,   l->memory_micros, l->storage_micros,
+				  l->total_micros, l->credit_micros, l->due_micros};
+	for (int i = 0; i < 6; i++) {
+		fputs("<td class=\"n\">", f);
+		put_dollars(f, money[i]);
+		fputs("</td>", f);
+	}
+	fputs("</tr>\n", f);
+}
+
+enum meter_rc statement_write_html(const struct statement *s, FILE *f)
+{
+	fputs("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+	      "<title>Statement</title><style>"
+	      "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#111}"
+	      "table{border-collapse:collapse;width:100%}"
+	      "th,td{border-bottom:1px solid #ccc;padding:4px 8px;text-align:left}"
+	      "td.n{text-align:right;font-variant-numeric:tabular-nums}"
+	      "tr.total th,tr.total td{font-weight:bold;border-top:2px solid #111}"
+	      "dl{display:grid;grid-template-columns:max-content auto;gap:2px 1em}"
+	      "@media print{body{margin:0}}</style></head><body>\n<h1>Statement ",
+	      f);
+	fprintf(f, "%04d-%02d</h1>\n<p>Account ", s->year, s->month);
+	put_html(f, s->account_name);
+	fputs(" (<code>", f);
+	put_html(f, s->account_id);
+	fputs("</code>)</p>\n<dl><dt>Gross cost</dt><dd>", f);
+	put_dollars(f, s->total.total_micros);
+	fprintf(f, "</dd><dt>Free sandbox-hours credit (%lld h for a new account)</dt><dd>-",
+		(long long)s->free_sandbox_hours);
+	put_dollars(f, s->total.credit_micros);
+	fputs("</dd><dt>Amount due</dt><dd>", f);
+	put_dollars(f, s->total.due_micros);
+	fputs("</dd></dl>\n<table><thead><tr><th>Sandbox</th><th>Key</th>"
+	      "<th>Running s</th><th>Paused s</th><th>CPU</th><th>Memory</th>"
+	      "<th>Storage</th><th>Gross</th><th>Credit</th><th>Due</th></tr></thead><tbody>\n",
+	      f);
+	for (size_t i = 0; i < s->n; i++)
+		html_row(f, &s->lines[i], false);
+	html_row(f, &s->total, true);
+	fputs("</tbody></table>\n<p>Amounts are exact to the microdollar; usage is rounded "
+	      "down to whole seconds. Storage is billed while a sandbox is paused.</p>\n"
+	      "</body></html>\n",
+	      f);
+	return ferror(f) ? METER_EIO : METER_OK;
+}

@@ -7,7 +7,10 @@
  * with jitter (base doubling up to max); its sandboxes' usage is caught up
  * from the cumulative counters when it answers again. Each good document
  * becomes one sample batch; a bad one is rejected with a logged reason and
- * counted as an error of that host, without affecting the others. */
+ * counted as an error of that host, without affecting the others.
+ *
+ * The process calls curl_global_init(CURL_GLOBAL_DEFAULT) once at start,
+ * before any thread and any poller (meterd and meterctl do). */
 #ifndef METER_SOURCE_AGENTS_H
 #define METER_SOURCE_AGENTS_H
 

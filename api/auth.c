@@ -1,13 +1,135 @@
 /* meter API: authentication and role checks (see auth.h).
- * Service tokens only for now; account keys arrive with the keys work. */
+ *
+ * Service tokens are compared with the configured ones in constant time.
+ * Account keys: "<key_id>.<secret>", split at the last '.'; the key row is
+ * looked up by id and SHA-256 of the secret compared with the stored hash in
+ * constant time. A small cache of recent successful lookups (AUTH_CACHE_TTL)
+ * spares the hot path a database round trip; it holds hashes, never
+ * secrets, and an entry only matches the exact secret that was verified. */
 #include "auth.h"
 
 #include <openssl/crypto.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "app.h"
+#include "db_keys.h"
+#include "dbpool.h"
+#include "keys.h"
+#include "log.h"
 #include "routes.h"
+#include "session.h"
+
+#define AUTH_CACHE_SLOTS    512		     /* direct-mapped by key id */
+#define AUTH_CACHE_TTL_USEC INT64_C(5000000) /* a revoked key lives on this long at most */
+#define AUTH_DB_WAIT_MS	    1000
+
+struct auth_cache_slot {
+	char key_id[PARSE_ID_MAX + 1];
+	unsigned char hash[KEYS_HASH_LEN]; /* of the secret that was verified */
+	char account_id[PARSE_ID_MAX + 1];
+	bool read_only;
+	int64_t expires_usec; /* monotonic; 0 = empty */
+};
+
+static struct auth_cache_slot auth_cache[AUTH_CACHE_SLOTS];
+static pthread_mutex_t auth_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* FNV-1a of the key id: its cache slot. */
+static size_t auth_cache_slot_of(const char *key_id)
+{
+	uint32_t h = 2166136261u;
+
+	for (const char *p = key_id; *p; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	return h % AUTH_CACHE_SLOTS;
+}
+
+/* True when key_id with a secret hashing to hash was verified less than
+ * AUTH_CACHE_TTL_USEC ago; fills a. */
+static bool auth_cache_get(const char *key_id, const unsigned char *hash, struct auth *a)
+{
+	struct auth_cache_slot *s = &auth_cache[auth_cache_slot_of(key_id)];
+	bool hit = false;
+
+	pthread_mutex_lock(&auth_cache_lock);
+	if (s->expires_usec > http_now_usec() && strcmp(s->key_id, key_id) == 0 &&
+	    keys_hash_equal(s->hash, hash)) {
+		memcpy(a->account_id, s->account_id, sizeof(a->account_id));
+		a->role = s->read_only ? ROLE_READ_ONLY : ROLE_FULL;
+		hit = true;
+	}
+	pthread_mutex_unlock(&auth_cache_lock);
+	return hit;
+}
+
+static void auth_cache_put(const char *key_id, const unsigned char *hash, const struct auth *a)
+{
+	struct auth_cache_slot *s = &auth_cache[auth_cache_slot_of(key_id)];
+
+	pthread_mutex_lock(&auth_cache_lock);
+	snprintf(s->key_id, sizeof(s->key_id), "%s", key_id);
+	memcpy(s->hash, hash, KEYS_HASH_LEN);
+	memcpy(s->account_id, a->account_id, sizeof(s->account_id));
+	s->read_only = a->role == ROLE_READ_ONLY;
+	s->expires_usec = http_now_usec() + AUTH_CACHE_TTL_USEC;
+	pthread_mutex_unlock(&auth_cache_lock);
+}
+
+enum auth_key_result {
+	AUTH_KEY_OK,
+	AUTH_KEY_UNKNOWN, /* malformed, unknown, revoked, or a wrong secret: all alike */
+	AUTH_KEY_DOWN,	  /* the database could not say */
+};
+
+/* Authenticates token as an account key, filling a on AUTH_KEY_OK. */
+static enum auth_key_result auth_key(struct app *app, const char *token, struct auth *a)
+{
+	char key_id[PARSE_ID_MAX + 1];
+	const char *secret;
+	unsigned char hash[KEYS_HASH_LEN];
+	struct db_key_auth row = {0};
+	enum auth_key_result result = AUTH_KEY_UNKNOWN;
+	PGconn *conn = NULL;
+	enum meter_rc rc;
+
+	if (keys_token_split(token, key_id, &secret) != METER_OK)
+		return AUTH_KEY_UNKNOWN;
+	if (keys_hash_secret(secret, strlen(secret), hash) != METER_OK)
+		return AUTH_KEY_DOWN;
+	snprintf(a->key_id, sizeof(a->key_id), "%s", key_id);
+	if (auth_cache_get(key_id, hash, a))
+		return AUTH_KEY_OK;
+	if (db_pool_acquire(app->pool, AUTH_DB_WAIT_MS, &conn) != METER_OK)
+		return AUTH_KEY_DOWN;
+	rc = db_key_auth_get(conn, key_id, &row);
+	db_pool_release(app->pool, conn, db_conn_failed(conn));
+	if (rc == METER_ENOTFOUND)
+		goto out;
+	if (rc != METER_OK) {
+		result = AUTH_KEY_DOWN;
+		goto out;
+	}
+	/* Compare even for a revoked key, so both take the same time. */
+	if (!keys_hash_equal(row.secret_hash, hash) || row.revoked)
+		goto out;
+	memcpy(a->account_id, row.account_id, sizeof(a->account_id));
+	a->role = row.read_only ? ROLE_READ_ONLY : ROLE_FULL;
+	auth_cache_put(key_id, hash, a);
+	result = AUTH_KEY_OK;
+out:
+	OPENSSL_cleanse(&row, sizeof(row));
+	return result;
+}
+
+/* GET and HEAD change nothing; every other method may. */
+static bool auth_route_mutates(const struct route *route)
+{
+	return strcmp(route->method, "GET") != 0 && strcmp(route->method, "HEAD") != 0;
+}
 
 /* Constant-time equality of a presented token and a configured one. */
 static bool token_equal(const char *presented, const char *configured)
@@ -19,11 +141,67 @@ static bool token_equal(const char *presented, const char *configured)
 	return CRYPTO_memcmp(presented, configured, n) == 0;
 }
 
+enum meter_rc auth_verify_token(struct app *app, const char *token, struct auth *a)
+{
+	const struct meter_config *cfg = app->cfg;
+
+	memset(a, 0, sizeof(*a));
+	if (token_equal(token, cfg->operator_token)) {
+		a->kind = AUTH_OPERATOR;
+		a->role = ROLE_OPERATOR;
+		return METER_OK;
+	}
+	if (token_equal(token, cfg->control_plane_token)) {
+		a->kind = AUTH_CONTROL_PLANE;
+		a->role = ROLE_CONTROL_PLANE;
+		return METER_OK;
+	}
+	switch (auth_key(app, token, a)) {
+	case AUTH_KEY_OK:
+		a->kind = AUTH_KEY;
+		return METER_OK;
+	case AUTH_KEY_DOWN:
+		memset(a, 0, sizeof(*a));
+		return METER_EDB;
+	case AUTH_KEY_UNKNOWN:
+	default:
+		memset(a, 0, sizeof(*a));
+		return METER_ENOTFOUND;
+	}
+}
+
+/* A dashboard session from the request's cookie: signature and expiry, and
+ * for a key, that the key still exists, is not revoked and has the role the
+ * session says. */
+static enum meter_rc auth_session(struct http_req *req, struct auth *a)
+{
+	const char *cookie =
+	    MHD_lookup_connection_value(req->conn, MHD_COOKIE_KIND, SESSION_COOKIE);
+	struct db_key_auth row = {0};
+	PGconn *conn = NULL;
+	enum meter_rc rc;
+
+	if (!cookie || session_verify(cookie, time(NULL), a) != METER_OK)
+		return METER_ENOTFOUND;
+	if (a->kind != AUTH_KEY)
+		return METER_OK;
+	if (db_pool_acquire(req->app->pool, AUTH_DB_WAIT_MS, &conn) != METER_OK)
+		return METER_EDB;
+	rc = db_key_auth_get(conn, a->key_id, &row);
+	db_pool_release(req->app->pool, conn, db_conn_failed(conn));
+	if (rc == METER_ENOTFOUND ||
+	    (rc == METER_OK && (row.revoked || strcmp(row.account_id, a->account_id) != 0 ||
+				row.read_only != (a->role == ROLE_READ_ONLY))))
+		rc = METER_ENOTFOUND;
+	OPENSSL_cleanse(&row, sizeof(row));
+	return rc;
+}
+
 bool auth_authorize(struct http_req *req)
 {
-	const struct meter_config *cfg = req->app->cfg;
 	const char *h = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
 	struct auth *a = calloc(1, sizeof(*a));
+	enum meter_rc rc;
 
 	if (!a) {
 		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
@@ -34,25 +212,53 @@ bool auth_authorize(struct http_req *req)
 	a->role = ROLE_PUBLIC;
 	if (req->route->roles & ROLE_PUBLIC)
 		return true;
-	if (!h || strncmp(h, "Bearer ", 7) != 0 || h[7] == '\0') {
-		http_reply_error(req, 401, "unauthorized", "missing or malformed bearer token",
-				 NULL);
-		return false;
-	}
-	h += 7;
-	if (token_equal(h, cfg->operator_token)) {
-		a->kind = AUTH_OPERATOR;
-		a->role = ROLE_OPERATOR;
-	} else if (token_equal(h, cfg->control_plane_token)) {
-		a->kind = AUTH_CONTROL_PLANE;
-		a->role = ROLE_CONTROL_PLANE;
+	if (!h && req->route->session) {
+		/* Pages and exports a signed-in browser opens: the session cookie. */
+		rc = auth_session(req, a);
+		if (rc == METER_EDB) {
+			memset(a, 0, sizeof(*a));
+			http_reply_error(req, 503, "metering_unavailable",
+					 "credentials cannot be checked now", NULL);
+			return false;
+		}
+		if (rc != METER_OK) {
+			memset(a, 0, sizeof(*a));
+			if (strncmp(req->path, "/dashboard/", 11) == 0) {
+				http_reply_text(req, 303, "text/plain; charset=utf-8", "", 0);
+				if (req->resp &&
+				    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_LOCATION,
+							    "/dashboard/sign-in") != MHD_YES)
+					log_warn("could not add Location");
+				return false;
+			}
+			http_reply_error(req, 401, "unauthorized", "missing or expired session",
+					 NULL);
+			return false;
+		}
 	} else {
-		http_reply_error(req, 401, "unauthorized", "unknown credentials", NULL);
-		return false;
+		if (!h || strncmp(h, "Bearer ", 7) != 0 || h[7] == '\0') {
+			http_reply_error(req, 401, "unauthorized",
+					 "missing or malformed bearer token", NULL);
+			return false;
+		}
+		rc = auth_verify_token(req->app, h + 7, a);
+		if (rc == METER_EDB) {
+			http_reply_error(req, 503, "metering_unavailable",
+					 "credentials cannot be checked now", NULL);
+			return false;
+		}
+		if (rc != METER_OK) {
+			http_reply_error(req, 401, "unauthorized", "unknown credentials", NULL);
+			return false;
+		}
 	}
 	if (!(req->route->roles & a->role)) {
-		http_reply_error(req, 403, "forbidden", "this credential may not call this route",
-				 NULL);
+		if (a->role == ROLE_READ_ONLY && auth_route_mutates(req->route))
+			http_reply_error(req, 403, "read_only_key",
+					 "a read_only key cannot change anything", NULL);
+		else
+			http_reply_error(req, 403, "forbidden",
+					 "this credential may not call this route", NULL);
 		return false;
 	}
 	return true;

@@ -12,6 +12,7 @@
 
 #include "http.h"
 #include "parse.h"
+#include "rc.h"
 
 enum auth_kind {
 	AUTH_NONE, /* no credentials (public routes only) */
@@ -34,5 +35,14 @@ struct auth {
  * call), 403 forbidden (any other role not allowed), 503
  * metering_unavailable (the key could not be looked up). */
 bool auth_authorize(struct http_req *req);
+
+struct app;
+
+/* Resolves a bearer token (the operator's, the control plane's, or an
+ * account key "<key_id>.<secret>") into *out, as auth_authorize does.
+ * METER_OK; METER_ENOTFOUND for anything not accepted (unknown, revoked,
+ * wrong secret: all alike); METER_EDB when the key could not be looked up. */
+METER_MUSTCHECK enum meter_rc auth_verify_token(struct app *app, const char *token,
+						struct auth *out);
 
 #endif

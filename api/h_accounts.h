@@ -1,0 +1,15 @@
+/* meter API: accounts and key creation (operator). */
+#ifndef METER_H_ACCOUNTS_H
+#define METER_H_ACCOUNTS_H
+
+#include "http.h"
+
+/* POST /v1/accounts {name} -> 201 {account_id, name, created_at} */
+void h_account_create(struct http_req *req);
+
+/* POST /v1/accounts/{id}/keys {role, daily_limit_micros?, time_zone?}
+ * -> 201 {key_id, secret, role, daily_limit_micros, time_zone, ...}; secret
+ * is the whole bearer token, shown this once. */
+void h_account_key_create(struct http_req *req);
+
+#endif

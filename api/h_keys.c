@@ -1,0 +1,133 @@
+/* meter API: keys and their daily limits (see h_keys.h). */
+#include "h_keys.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "auth.h"
+#include "h_util.h"
+
+json_t *h_key_json(const struct db_key *k)
+{
+	json_t *o = json_object();
+	int64_t committed = k->day_spent_micros + k->day_held_micros;
+
+	if (!o)
+		return NULL;
+	json_object_set_new(o, "key_id", json_string(k->key_id));
+	json_object_set_new(o, "account_id", json_string(k->account_id));
+	json_object_set_new(o, "role", json_string(k->role));
+	json_object_set_new(o, "daily_limit_micros",
+			    hutil_int_or_null(k->daily_limit_micros, !k->has_limit));
+	json_object_set_new(o, "time_zone", json_string(k->time_zone));
+	json_object_set_new(o, "created_at", hutil_time_json(k->created_at_usec));
+	json_object_set_new(o, "revoked_at", hutil_time_json(k->revoked_at_usec));
+	json_object_set_new(o, "day", json_string(k->day));
+	json_object_set_new(o, "day_spent_micros", json_integer(k->day_spent_micros));
+	json_object_set_new(o, "day_held_micros", json_integer(k->day_held_micros));
+	json_object_set_new(o, "day_committed_micros", json_integer(committed));
+	json_object_set_new(o, "day_remaining_micros",
+			    hutil_int_or_null(k->daily_limit_micros > committed
+						  ? k->daily_limit_micros - committed
+						  : 0,
+					      !k->has_limit));
+	return o;
+}
+
+void h_keys_list(struct http_req *req)
+{
+	static const char *const query[] = {"account_id", NULL};
+	char account[PARSE_ID_MAX + 1];
+	struct db_key *keys = NULL;
+	size_t n = 0;
+	PGconn *conn = NULL;
+	json_t *items;
+	enum meter_rc rc;
+
+	if (!hutil_query_allowed(req, query) || !hutil_scope_account(req, true, account))
+		return;
+	if (!hutil_db_acquire(req, &conn))
+		return;
+	rc = db_key_list(conn, account, &keys, &n);
+	if (rc != METER_OK) {
+		hutil_reply_rc(req, conn, rc, "keys");
+		goto out;
+	}
+	items = json_array();
+	for (size_t i = 0; items && i < n; i++)
+		json_array_append_new(items, h_key_json(&keys[i]));
+	http_reply_json(req, 200, json_pack("{s:o*}", "items", items));
+out:
+	free(keys);
+	hutil_db_release(req, conn);
+}
+
+/* The account a key route is scoped to: a key's own, or any (NULL) for the
+ * operator. */
+static const char *key_scope(struct http_req *req)
+{
+	return req->auth->kind == AUTH_KEY ? req->auth->account_id : NULL;
+}
+
+void h_key_get(struct http_req *req)
+{
+	static const char *const query[] = {NULL};
+	struct db_key key;
+	PGconn *conn = NULL;
+	enum meter_rc rc;
+
+	if (!hutil_query_allowed(req, query) || !hutil_db_acquire(req, &conn))
+		return;
+	rc = db_key_get(conn, key_scope(req), req->params[0], &key);
+	if (rc != METER_OK)
+		hutil_reply_rc(req, conn, rc, "no such key");
+	else
+		http_reply_json(req, 200, h_key_json(&key));
+	hutil_db_release(req, conn);
+}
+
+void h_key_limits(struct http_req *req)
+{
+	static const char *const fields[] = {"daily_limit_micros", "time_zone", NULL};
+	static const char *const query[] = {NULL};
+	json_t *body = NULL;
+	const char *tz = NULL;
+	int64_t limit = 0;
+	bool limit_null = false, limit_present = false;
+	struct db_key key;
+	PGconn *conn = NULL;
+	enum meter_rc rc;
+
+	if (!hutil_query_allowed(req, query))
+		return;
+	body = http_json_body(req);
+	if (!body)
+		return;
+	if (!hutil_body_allowed(req, body, fields) ||
+	    !hutil_body_int(req, body, "daily_limit_micros", 0, H_KEYS_LIMIT_MAX, false, true,
+			    &limit, &limit_null, &limit_present) ||
+	    !hutil_body_str(req, body, "time_zone", DB_KEY_TZ_MAX, false, &tz))
+		goto out;
+	if (!limit_present && !tz) {
+		hutil_bad(req, "daily_limit_micros",
+			  "give daily_limit_micros (an integer or null), time_zone, or both");
+		goto out;
+	}
+	if (tz && !keys_tz_shape_ok(tz)) {
+		hutil_bad(req, "time_zone", "time_zone must be an IANA name such as Europe/Paris");
+		goto out;
+	}
+	if (!hutil_db_acquire(req, &conn))
+		goto out;
+	rc = db_key_set_limits(conn, key_scope(req), req->params[0], limit_present, !limit_null,
+			       limit, tz, &key);
+	if (rc == METER_EINVAL)
+		hutil_bad(req, "time_zone", "time_zone is not a known IANA time zone");
+	else if (rc != METER_OK)
+		hutil_reply_rc(req, conn, rc, "no such key");
+	else
+		http_reply_json(req, 200, h_key_json(&key));
+out:
+	hutil_db_release(req, conn);
+	json_decref(body);
+}

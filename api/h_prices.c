@@ -1,0 +1,122 @@
+/* meter API: the price book (see h_prices.h). */
+#include "h_prices.h"
+
+#include <stdlib.h>
+
+#include "db_prices.h"
+#include "h_util.h"
+#include "money.h"
+
+#define PRICE_RATE_MAX	INT64_C(1000000000000) /* as price_rates_validate */
+#define PRICE_FLOOR_MAX INT64_C(1000000)
+
+/* A new JSON object of one price-book version. */
+static json_t *price_json(const struct db_price *p)
+{
+	return json_pack(
+	    "{s:I, s:o, s:I, s:I, s:I, s:I, s:I, s:b, s:o, s:b}", "version", (json_int_t)p->version,
+	    "effective_from", hutil_time_json(p->effective_from_usec), "cpu_micros_per_vcpu_hour",
+	    (json_int_t)p->rates.cpu_micros_per_vcpu_hour, "memory_micros_per_gib_hour",
+	    (json_int_t)p->rates.memory_micros_per_gib_hour, "storage_micros_per_gib_hour",
+	    (json_int_t)p->rates.storage_micros_per_gib_hour, "floor_millicores",
+	    (json_int_t)p->rates.floor_millicores, "free_sandbox_hours",
+	    (json_int_t)p->free_sandbox_hours, "storage_price_assumed", p->storage_price_assumed,
+	    "created_at", hutil_time_json(p->created_at_usec), "current", p->current);
+}
+
+void h_prices_get(struct http_req *req)
+{
+	static const char *const query[] = {NULL};
+	struct db_price *v = NULL;
+	size_t n = 0;
+	PGconn *conn = NULL;
+	json_t *versions = NULL, *current = NULL;
+	enum meter_rc rc;
+
+	if (!hutil_query_allowed(req, query) || !hutil_db_acquire(req, &conn))
+		return;
+	rc = db_prices_list(conn, &v, &n);
+	if (rc != METER_OK) {
+		hutil_reply_rc(req, conn, rc, "prices");
+		goto out;
+	}
+	versions = json_array();
+	for (size_t i = 0; versions && i < n; i++) {
+		json_array_append_new(versions, price_json(&v[i]));
+		if (v[i].current)
+			current = price_json(&v[i]);
+	}
+	http_reply_json(req, 200,
+			json_pack("{s:o, s:o*}", "current", current ? current : json_null(),
+				  "versions", versions));
+out:
+	free(v);
+	hutil_db_release(req, conn);
+}
+
+void h_prices_put(struct http_req *req)
+{
+	static const char *const fields[] = {"effective_from",
+					     "cpu_micros_per_vcpu_hour",
+					     "memory_micros_per_gib_hour",
+					     "storage_micros_per_gib_hour",
+					     "floor_millicores",
+					     "free_sandbox_hours",
+					     "storage_price_assumed",
+					     NULL};
+	static const char *const query[] = {NULL};
+	json_t *body = NULL;
+	const char *from_s = NULL;
+	int64_t from = 0, free_hours = 0;
+	struct price_rates rates;
+	bool assumed = false, assumed_present;
+	struct db_price out;
+	PGconn *conn = NULL;
+	enum meter_rc rc;
+
+	if (!hutil_query_allowed(req, query))
+		return;
+	body = http_json_body(req);
+	if (!body)
+		return;
+	if (!hutil_body_allowed(req, body, fields) ||
+	    !hutil_body_str(req, body, "effective_from", 64, true, &from_s) ||
+	    !hutil_body_int(req, body, "cpu_micros_per_vcpu_hour", 0, PRICE_RATE_MAX, true, false,
+			    &rates.cpu_micros_per_vcpu_hour, NULL, NULL) ||
+	    !hutil_body_int(req, body, "memory_micros_per_gib_hour", 0, PRICE_RATE_MAX, true, false,
+			    &rates.memory_micros_per_gib_hour, NULL, NULL) ||
+	    !hutil_body_int(req, body, "storage_micros_per_gib_hour", 0, PRICE_RATE_MAX, true,
+			    false, &rates.storage_micros_per_gib_hour, NULL, NULL) ||
+	    !hutil_body_int(req, body, "floor_millicores", 0, PRICE_FLOOR_MAX, true, false,
+			    &rates.floor_millicores, NULL, NULL) ||
+	    !hutil_body_int(req, body, "free_sandbox_hours", 0, DB_PRICE_FREE_HOURS_MAX, true,
+			    false, &free_hours, NULL, NULL) ||
+	    !hutil_body_bool(req, body, "storage_price_assumed", false, &assumed, &assumed_present))
+		goto out;
+	if (hutil_time_parse(from_s, &from) != METER_OK) {
+		hutil_bad(req, "effective_from",
+			  "effective_from must be an RFC 3339 time such as 2026-12-01T00:00:00Z");
+		goto out;
+	}
+	if (price_rates_validate(&rates) != METER_OK) {
+		hutil_bad(req, "cpu_micros_per_vcpu_hour", "rates out of range");
+		goto out;
+	}
+	if (!hutil_db_acquire(req, &conn))
+		goto out;
+	rc = db_prices_add(conn, from, &rates, free_hours, assumed, &out);
+	if (rc == METER_EINVAL) {
+		hutil_bad(req, "effective_from",
+			  "effective_from is in the past: the past is never rewritten");
+	} else if (rc == METER_ECONFLICT) {
+		http_reply_error(req, 409, "conflict", "a version already starts at effective_from",
+				 json_pack("{s:s}", "field", "effective_from"));
+	} else if (rc != METER_OK) {
+		hutil_reply_rc(req, conn, rc, "prices");
+	} else {
+		http_reply_json(req, 201, price_json(&out));
+	}
+out:
+	hutil_db_release(req, conn);
+	json_decref(body);
+}

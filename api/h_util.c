@@ -1,0 +1,471 @@
+/* meter API: handler helpers (see h_util.h). */
+#include "h_util.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent_doc.h"
+#include "app.h"
+#include "auth.h"
+#include "dbpool.h"
+#include "log.h"
+
+bool hutil_db_acquire(struct http_req *req, PGconn **conn)
+{
+	*conn = NULL;
+	if (db_pool_acquire(req->app->pool, HUTIL_DB_WAIT_MS, conn) != METER_OK) {
+		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
+		return false;
+	}
+	return true;
+}
+
+void hutil_db_release(struct http_req *req, PGconn *conn)
+{
+	if (conn)
+		db_pool_release(req->app->pool, conn, db_conn_failed(conn));
+}
+
+void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const char *what)
+{
+	switch (rc) {
+	case METER_ENOTFOUND:
+		http_reply_error(req, 404, "not_found", what, NULL);
+		return;
+	case METER_EDB:
+		if (!conn || db_conn_failed(conn)) {
+			http_reply_error(req, 503, "metering_unavailable", "database unreachable",
+					 NULL);
+			return;
+		}
+		/* A statement timeout is the database being unavailable too;
+		 * anything else is a fault of ours, logged by the db layer. */
+		http_reply_error(req, 503, "metering_unavailable", "database error", NULL);
+		return;
+	default:
+		log_error("request %s: %s", req->request_id, meter_rc_str(rc));
+		http_reply_error(req, 500, "internal", "internal error", NULL);
+		return;
+	}
+}
+
+void hutil_bad(struct http_req *req, const char *field, const char *message)
+{
+	http_reply_error(req, 400, "invalid_request", message, json_pack("{s:s}", "field", field));
+}
+
+/* State of the query-string scan. */
+struct query_scan {
+	const char *const *allowed;
+	const char *bad; /* first offending name, borrowed */
+	const char *why; /* static reason */
+	unsigned seen;	 /* bit i: allowed[i] seen */
+	char badname[PARSE_ID_MAX + 1];
+};
+
+static enum MHD_Result query_iter(void *cls, enum MHD_ValueKind kind, const char *key,
+				  size_t key_size, const char *value, size_t value_size)
+{
+	struct query_scan *s = cls;
+	size_t i;
+
+	(void)kind;
+	if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
+		s->why = "a NUL byte in the query string";
+		snprintf(s->badname, sizeof(s->badname), "%.64s", key);
+		return MHD_NO;
+	}
+	for (i = 0; s->allowed[i]; i++)
+		if (strcmp(s->allowed[i], key) == 0)
+			break;
+	if (!s->allowed[i]) {
+		s->why = "unknown query parameter";
+		snprintf(s->badname, sizeof(s->badname), "%.64s", key);
+		return MHD_NO;
+	}
+	if (i < 32 && (s->seen & (1u << i))) {
+		s->why = "query parameter given twice";
+		snprintf(s->badname, sizeof(s->badname), "%.64s", key);
+		return MHD_NO;
+	}
+	if (i < 32)
+		s->seen |= 1u << i;
+	return MHD_YES;
+}
+
+bool hutil_query_allowed(struct http_req *req, const char *const *allowed)
+{
+	struct query_scan s = {.allowed = allowed};
+
+	MHD_get_connection_values_n(req->conn, MHD_GET_ARGUMENT_KIND, query_iter, &s);
+	if (s.why) {
+		char msg[160];
+
+		snprintf(msg, sizeof(msg), "%s: %s", s.why, s.badname);
+		hutil_bad(req, s.badname, msg);
+		return false;
+	}
+	return true;
+}
+
+/* The query value of name, or NULL (then *present is false). An empty
+ * value counts as given and is judged by the caller's parser. */
+static const char *query_value(struct http_req *req, const char *name, bool *present)
+{
+	const char *v = NULL;
+	size_t vlen = 0;
+
+	*present = MHD_lookup_connection_value_n(req->conn, MHD_GET_ARGUMENT_KIND, name,
+						 strlen(name), &v, &vlen) == MHD_YES;
+	if (!*present)
+		return NULL;
+	return v ? v : ""; /* "?name" without '=' is an empty value */
+}
+
+bool hutil_query_time(struct http_req *req, const char *name, int64_t *usec, bool *present)
+{
+	const char *v = query_value(req, name, present);
+	char msg[160];
+
+	if (!v)
+		return true;
+	if (hutil_time_parse(v, usec) != METER_OK) {
+		snprintf(msg, sizeof(msg),
+			 "%s must be an RFC 3339 time such as 2026-11-30T00:00:00Z", name);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	return true;
+}
+
+bool hutil_query_id(struct http_req *req, const char *name, char *out, bool *present)
+{
+	const char *v = query_value(req, name, present);
+	char msg[160];
+
+	if (!v)
+		return true;
+	if (!parse_is_id(v)) {
+		snprintf(msg, sizeof(msg), "%s must be 1 to 64 characters of A-Z a-z 0-9 _ . -",
+			 name);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	snprintf(out, PARSE_ID_MAX + 1, "%s", v);
+	return true;
+}
+
+bool hutil_query_enum(struct http_req *req, const char *name, const char *const *values, int *index,
+		      bool *present)
+{
+	const char *v = query_value(req, name, present);
+	char msg[200];
+	size_t used;
+
+	if (!v)
+		return true;
+	for (int i = 0; values[i]; i++) {
+		if (strcmp(values[i], v) == 0) {
+			*index = i;
+			return true;
+		}
+	}
+	used = (size_t)snprintf(msg, sizeof(msg), "%s must be one of", name);
+	for (int i = 0; values[i] && used < sizeof(msg); i++)
+		used += (size_t)snprintf(msg + used, sizeof(msg) - used, "%s %s", i ? "," : "",
+					 values[i]);
+	hutil_bad(req, name, msg);
+	return false;
+}
+
+bool hutil_query_int(struct http_req *req, const char *name, int64_t min, int64_t max, int64_t *out,
+		     bool *present)
+{
+	const char *v = query_value(req, name, present);
+	char msg[160];
+
+	if (!v)
+		return true;
+	if (parse_int64(v, min, max, out) != METER_OK) {
+		snprintf(msg, sizeof(msg), "%s must be a whole number from %lld to %lld", name,
+			 (long long)min, (long long)max);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	return true;
+}
+
+bool hutil_body_allowed(struct http_req *req, json_t *body, const char *const *allowed)
+{
+	const char *key;
+	json_t *value;
+	char msg[160];
+
+	json_object_foreach(body, key, value)
+	{
+		size_t i;
+
+		for (i = 0; allowed[i]; i++)
+			if (strcmp(allowed[i], key) == 0)
+				break;
+		if (!allowed[i]) {
+			char name[PARSE_ID_MAX + 1];
+			size_t n = 0;
+
+			/* Name the field without echoing control bytes. */
+			for (const char *p = key; *p && n < PARSE_ID_MAX; p++)
+				name[n++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+			name[n] = '\0';
+			snprintf(msg, sizeof(msg), "unknown field: %s", name);
+			hutil_bad(req, name, msg);
+			return false;
+		}
+	}
+	return true;
+}
+
+bool hutil_body_int(struct http_req *req, json_t *body, const char *name, int64_t min, int64_t max,
+		    bool required, bool nullable, int64_t *out, bool *is_null, bool *present)
+{
+	json_t *v = json_object_get(body, name);
+	char msg[200];
+
+	if (is_null)
+		*is_null = false;
+	if (present)
+		*present = v != NULL;
+	if (!v) {
+		if (!required)
+			return true;
+		snprintf(msg, sizeof(msg), "missing field: %s", name);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	if (json_is_null(v) && nullable) {
+		*is_null = true;
+		return true;
+	}
+	if (!json_is_integer(v)) {
+		snprintf(msg, sizeof(msg), "%s must be an integer%s", name,
+			 nullable ? " or null" : "");
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	if (json_integer_value(v) < min || json_integer_value(v) > max) {
+		snprintf(msg, sizeof(msg), "%s must be from %lld to %lld", name, (long long)min,
+			 (long long)max);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	*out = json_integer_value(v);
+	return true;
+}
+
+bool hutil_body_str(struct http_req *req, json_t *body, const char *name, size_t maxlen,
+		    bool required, const char **out)
+{
+	json_t *v = json_object_get(body, name);
+	const char *s;
+	size_t len;
+	char msg[200];
+
+	if (!v) {
+		if (!required)
+			return true;
+		snprintf(msg, sizeof(msg), "missing field: %s", name);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	if (!json_is_string(v)) {
+		snprintf(msg, sizeof(msg), "%s must be a string", name);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	s = json_string_value(v);
+	len = json_string_length(v);
+	if (len == 0 || len > maxlen || strlen(s) != len) {
+		snprintf(msg, sizeof(msg), "%s must be 1 to %zu bytes", name, maxlen);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
+			snprintf(msg, sizeof(msg), "%s holds a control character", name);
+			hutil_bad(req, name, msg);
+			return false;
+		}
+	}
+	*out = s;
+	return true;
+}
+
+bool hutil_body_bool(struct http_req *req, json_t *body, const char *name, bool required, bool *out,
+		     bool *present)
+{
+	json_t *v = json_object_get(body, name);
+	char msg[160];
+
+	*present = v != NULL;
+	if (!v) {
+		if (!required)
+			return true;
+		snprintf(msg, sizeof(msg), "missing field: %s", name);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	if (!json_is_boolean(v)) {
+		snprintf(msg, sizeof(msg), "%s must be true or false", name);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	*out = json_is_true(v);
+	return true;
+}
+
+/* n decimal digits at s into *out; false when any is not a digit. */
+static bool digits(const char *s, int n, int *out)
+{
+	int v = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (s[i] - '0');
+	}
+	*out = v;
+	return true;
+}
+
+/* Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar
+ * (Howard Hinnant's days_from_civil). */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+	int64_t era, yoe, doy, doe;
+
+	y -= m <= 2;
+	era = (y >= 0 ? y : y - 399) / 400;
+	yoe = y - era * 400;
+	doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+	return era * 146097 + doe - 719468;
+}
+
+static int days_in_month(int y, int m)
+{
+	static const int dim[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+	bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+
+	return m == 2 && leap ? 29 : dim[m - 1];
+}
+
+enum meter_rc hutil_time_parse(const char *s, int64_t *usec)
+{
+	int y, mo, d, h, mi, sec, oh = 0, om = 0, frac = 0, fd = 0;
+	int64_t t;
+	const char *p;
+
+	if (strlen(s) < 20 || !digits(s, 4, &y) || s[4] != '-' || !digits(s + 5, 2, &mo) ||
+	    s[7] != '-' || !digits(s + 8, 2, &d) || (s[10] != 'T' && s[10] != 't') ||
+	    !digits(s + 11, 2, &h) || s[13] != ':' || !digits(s + 14, 2, &mi) || s[16] != ':' ||
+	    !digits(s + 17, 2, &sec))
+		return METER_EINVAL;
+	p = s + 19;
+	if (*p == '.') {
+		p++;
+		while (*p >= '0' && *p <= '9') {
+			if (++fd > 6)
+				return METER_EINVAL;
+			frac = frac * 10 + (*p - '0');
+			p++;
+		}
+		if (fd == 0)
+			return METER_EINVAL;
+		for (int i = fd; i < 6; i++)
+			frac *= 10;
+	}
+	if (*p == 'Z' || *p == 'z') {
+		p++;
+	} else if (*p == '+' || *p == '-') {
+		if (!digits(p + 1, 2, &oh) || p[3] != ':' || !digits(p + 4, 2, &om) || oh > 23 ||
+		    om > 59)
+			return METER_EINVAL;
+		if (*p == '-') {
+			oh = -oh;
+			om = -om;
+		}
+		p += 6;
+	} else {
+		return METER_EINVAL;
+	}
+	if (*p != '\0')
+		return METER_EINVAL;
+	if (y < 1970 || y > 9999 || mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) ||
+	    h > 23 || mi > 59 || sec > 59)
+		return METER_EINVAL;
+	t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - (oh * 3600 + om * 60);
+	if (t < 0)
+		return METER_EINVAL;
+	*usec = t * 1000000 + frac;
+	return METER_OK;
+}
+
+void hutil_time_format(int64_t usec, char *buf, size_t len)
+{
+	char *frac;
+
+	agent_doc_format_time(usec < 0 ? 0 : usec, buf, len);
+	/* Whole seconds print without a fraction. */
+	frac = strstr(buf, ".000000Z");
+	if (frac)
+		memcpy(frac, "Z", 2);
+}
+
+json_t *hutil_time_json(int64_t usec)
+{
+	char buf[HUTIL_TIME_MAX];
+
+	if (usec == HUTIL_TIME_NULL)
+		return json_null();
+	hutil_time_format(usec, buf, sizeof(buf));
+	return json_string(buf);
+}
+
+json_t *hutil_int_or_null(int64_t v, bool is_null)
+{
+	return is_null ? json_null() : json_integer((json_int_t)v);
+}
+
+json_t *hutil_str_or_null(const char *s)
+{
+	return s && *s ? json_string(s) : json_null();
+}
+
+bool hutil_scope_account(struct http_req *req, bool required, char *out)
+{
+	char asked[PARSE_ID_MAX + 1] = "";
+	bool present = false;
+
+	if (!hutil_query_id(req, "account_id", asked, &present))
+		return false;
+	if (req->auth->kind == AUTH_KEY) {
+		if (present && strcmp(asked, req->auth->account_id) != 0) {
+			/* Another account: as if it did not exist. */
+			http_reply_error(req, 404, "not_found", "no such account", NULL);
+			return false;
+		}
+		snprintf(out, PARSE_ID_MAX + 1, "%s", req->auth->account_id);
+		return true;
+	}
+	if (!present && required) {
+		hutil_bad(req, "account_id", "account_id is required for the operator");
+		return false;
+	}
+	snprintf(out, PARSE_ID_MAX + 1, "%s", present ? asked : "");
+	return true;
+}
+
+const char *hutil_caller_key(struct http_req *req)
+{
+	return req->auth->kind == AUTH_KEY ? req->auth->key_id : "";
+}

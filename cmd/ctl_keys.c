@@ -1,0 +1,234 @@
+/* meterctl account create, meterctl key create: accounts and keys straight
+ * in the database, for bootstrapping (the operator token is not needed).
+ * Each prints one JSON object on stdout; a key's secret (the whole bearer
+ * token, "<key_id>.<secret>") is printed this once and never again. */
+#include <jansson.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent_doc.h"
+#include "ctl.h"
+#include "ctl_args.h"
+#include "db.h"
+#include "db_accounts.h"
+#include "db_keys.h"
+#include "keys.h"
+
+#define CTL_LIMIT_MAX INT64_C(1000000000000000) /* as the API: 10^15 µ$ */
+
+static const char account_usage[] =
+    "usage: meterctl account create --name NAME [--database-url URL]\n"
+    "Creates an account and prints {\"account_id\", \"name\", \"created_at\"} as JSON.\n"
+    "  --name NAME         1 to 200 bytes, no control characters\n"
+    "  --database-url URL  libpq URL (default: $METER_DATABASE_URL)\n";
+
+static const char key_usage[] =
+    "usage: meterctl key create --account ID --role full|read_only\n"
+    "                           [--daily-limit-micros N] [--time-zone TZ]\n"
+    "                           [--database-url URL]\n"
+    "Creates an API key and prints it as JSON with its secret, shown only this once:\n"
+    "{\"key_id\", \"secret\", \"role\", \"daily_limit_micros\", \"time_zone\", ...}.\n"
+    "The secret is the whole bearer token: Authorization: Bearer <secret>.\n"
+    "  --account ID              the account (meterctl account create)\n"
+    "  --role full|read_only     read_only keys can change nothing\n"
+    "  --daily-limit-micros N    daily spending limit in microdollars (default: none)\n"
+    "  --time-zone TZ            IANA name of the key's day, e.g. Europe/Paris (default UTC)\n"
+    "  --database-url URL        libpq URL (default: $METER_DATABASE_URL)\n";
+
+/* Prints o compactly with a newline and frees it; 0, or 1 when stdout
+ * failed. */
+static int ctl_print_json(const char *cmd, json_t *o)
+{
+	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	int status = 0;
+
+	json_decref(o);
+	if (!text || printf("%s\n", text) < 0 || fflush(stdout) == EOF) {
+		ctl_fail(cmd, "cannot write the result");
+		status = 1;
+	}
+	if (text) {
+		OPENSSL_cleanse(text, strlen(text));
+		free(text);
+	}
+	return status;
+}
+
+/* Connects to the database of url; NULL after a message. */
+static PGconn *ctl_connect(const char *cmd, const char *url)
+{
+	char err[512];
+	PGconn *conn = NULL;
+
+	if (db_connect(url, &conn, err, sizeof(err)) != METER_OK) {
+		ctl_fail(cmd, "cannot connect to the database: %s", err);
+		return NULL;
+	}
+	return conn;
+}
+
+static int ctl_account_create(int argc, char **argv)
+{
+	static const char cmd[] = "account create";
+	struct ctl_arg args[] = {
+	    {.name = "name", .kind = CTL_ARG_STR, .required = true},
+	    {.name = "database-url", .kind = CTL_ARG_STR},
+	};
+	struct db_account acc;
+	const char *url;
+	PGconn *conn = NULL;
+	char when[40];
+	size_t len;
+	int status = 1;
+	enum meter_rc rc;
+
+	switch (ctl_args_parse(cmd, account_usage, args, 2, argc, argv)) {
+	case CTL_ARGS_OK:
+		break;
+	case CTL_ARGS_HELP:
+		return 0;
+	default:
+		return 2;
+	}
+	len = strlen(args[0].s);
+	if (len > DB_ACCOUNT_NAME_MAX) {
+		ctl_fail(cmd, "--name must be at most %d bytes", DB_ACCOUNT_NAME_MAX);
+		return 2;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if ((unsigned char)args[0].s[i] < 0x20 || args[0].s[i] == 0x7f) {
+			ctl_fail(cmd, "--name holds a control character");
+			return 2;
+		}
+	}
+	url = ctl_database_url(cmd, args[1].s);
+	if (!url)
+		return 2;
+	conn = ctl_connect(cmd, url);
+	if (!conn)
+		goto out;
+	rc = db_account_create(conn, args[0].s, &acc);
+	if (rc == METER_EINVAL) {
+		ctl_fail(cmd, "the database refused the name (not valid UTF-8?)");
+		status = 2;
+		goto out;
+	}
+	if (rc != METER_OK) {
+		ctl_fail(cmd, "cannot create the account: %s", meter_rc_str(rc));
+		goto out;
+	}
+	agent_doc_format_time(acc.created_at_usec, when, sizeof(when));
+	status = ctl_print_json(cmd, json_pack("{s:s, s:s, s:s}", "account_id", acc.account_id,
+					       "name", acc.name, "created_at", when));
+out:
+	PQfinish(conn);
+	return status;
+}
+
+static int ctl_key_create(int argc, char **argv)
+{
+	static const char cmd[] = "key create";
+	struct ctl_arg args[] = {
+	    {.name = "account", .kind = CTL_ARG_STR, .required = true},
+	    {.name = "role", .kind = CTL_ARG_STR, .required = true},
+	    {.name = "daily-limit-micros", .kind = CTL_ARG_INT, .min = 0, .max = CTL_LIMIT_MAX},
+	    {.name = "time-zone", .kind = CTL_ARG_STR},
+	    {.name = "database-url", .kind = CTL_ARG_STR},
+	};
+	char secret[KEYS_SECRET_LEN + 1] = "", token[KEYS_TOKEN_MAX + 1] = "", when[40];
+	unsigned char hash[KEYS_HASH_LEN];
+	struct db_key key;
+	const char *url;
+	PGconn *conn = NULL;
+	json_t *o;
+	int status = 1;
+	enum meter_rc rc;
+
+	switch (ctl_args_parse(cmd, key_usage, args, 5, argc, argv)) {
+	case CTL_ARGS_OK:
+		break;
+	case CTL_ARGS_HELP:
+		return 0;
+	default:
+		return 2;
+	}
+	if (!parse_is_id(args[0].s)) {
+		ctl_fail(cmd, "--account must be 1 to 64 characters of A-Z a-z 0-9 _ . -");
+		return 2;
+	}
+	if (strcmp(args[1].s, "full") != 0 && strcmp(args[1].s, "read_only") != 0) {
+		ctl_fail(cmd, "--role must be full or read_only");
+		return 2;
+	}
+	if (args[3].s && !keys_tz_shape_ok(args[3].s)) {
+		ctl_fail(cmd, "--time-zone must be an IANA name such as Europe/Paris");
+		return 2;
+	}
+	url = ctl_database_url(cmd, args[4].s);
+	if (!url)
+		return 2;
+	if (keys_new_secret(secret, sizeof(secret)) != METER_OK ||
+	    keys_hash_secret(secret, strlen(secret), hash) != METER_OK) {
+		ctl_fail(cmd, "cannot draw a random secret");
+		goto out;
+	}
+	conn = ctl_connect(cmd, url);
+	if (!conn)
+		goto out;
+	rc = db_key_create(conn, args[0].s, hash, args[1].s, args[2].seen, args[2].i, args[3].s,
+			   &key);
+	if (rc == METER_ENOTFOUND) {
+		ctl_fail(cmd, "no account %s", args[0].s);
+		goto out;
+	}
+	if (rc == METER_EINVAL) {
+		ctl_fail(cmd, "--time-zone %s is not a time zone the database knows", args[3].s);
+		status = 2;
+		goto out;
+	}
+	if (rc != METER_OK ||
+	    keys_token_format(key.key_id, secret, token, sizeof(token)) != METER_OK) {
+		ctl_fail(cmd, "cannot create the key: %s", meter_rc_str(rc));
+		goto out;
+	}
+	agent_doc_format_time(key.created_at_usec, when, sizeof(when));
+	o = json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:s}", "key_id", key.key_id, "secret", token,
+		      "account_id", key.account_id, "role", key.role, "daily_limit_micros",
+		      key.has_limit ? json_integer(key.daily_limit_micros) : json_null(),
+		      "time_zone", key.time_zone, "created_at", when);
+	status = ctl_print_json(cmd, o);
+out:
+	OPENSSL_cleanse(secret, sizeof(secret));
+	OPENSSL_cleanse(token, sizeof(token));
+	PQfinish(conn);
+	return status;
+}
+
+/* Dispatches "<noun> create" to create(argc - 1, argv + 1). */
+static int ctl_noun(const char *noun, const char *usage, int (*create)(int, char **), int argc,
+		    char **argv)
+{
+	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		fputs(usage, stdout);
+		return 0;
+	}
+	if (argc < 2 || strcmp(argv[1], "create") != 0) {
+		fprintf(stderr, "meterctl %s: expected \"create\" (see meterctl %s --help)\n", noun,
+			noun);
+		return 2;
+	}
+	return create(argc - 1, argv + 1);
+}
+
+int ctl_account_main(int argc, char **argv)
+{
+	return ctl_noun("account", account_usage, ctl_account_create, argc, argv);
+}
+
+int ctl_key_main(int argc, char **argv)
+{
+	return ctl_noun("key", key_usage, ctl_key_create, argc, argv);
+}

@@ -1,0 +1,285 @@
+/* meter: account keys (see db_keys.h). */
+#include "db_keys.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db_util.h"
+
+#define DB_KEY_ID_TRIES 4
+
+/* The columns of struct db_key, from api_keys k with today's ledger row. */
+/* clang-format off */
+#define KEY_COLUMNS \
+	"k.account_id, k.key_id, k.role, k.daily_limit_micros, k.time_zone," \
+	" " DB_USEC("k.created_at") ", " DB_USEC("k.revoked_at") ", d.day::text," \
+	" COALESCE(l.spent_micros, 0), COALESCE(l.held_micros, 0)"
+#define KEY_DAY_JOIN \
+	" CROSS JOIN LATERAL (SELECT meter_key_day(k.time_zone, now()) AS day) d" \
+	" LEFT JOIN key_day_ledger l ON l.account_id = k.account_id AND l.key_id = k.key_id" \
+	" AND l.day = d.day"
+/* clang-format on */
+
+/* Reads row of res (KEY_COLUMNS) into *out. */
+static enum meter_rc key_row(const PGresult *res, int row, struct db_key *out)
+{
+	bool null_limit, null_revoked;
+	enum meter_rc rc;
+
+	memset(out, 0, sizeof(*out));
+	db_util_str(res, row, 0, out->account_id, sizeof(out->account_id));
+	db_util_str(res, row, 1, out->key_id, sizeof(out->key_id));
+	db_util_str(res, row, 2, out->role, sizeof(out->role));
+	rc = db_util_i64(res, row, 3, &out->daily_limit_micros, &null_limit);
+	if (rc != METER_OK)
+		return rc;
+	out->has_limit = !null_limit;
+	db_util_str(res, row, 4, out->time_zone, sizeof(out->time_zone));
+	rc = db_util_i64(res, row, 5, &out->created_at_usec, NULL);
+	if (rc == METER_OK)
+		rc = db_util_i64(res, row, 6, &out->revoked_at_usec, &null_revoked);
+	if (rc != METER_OK)
+		return rc;
+	if (null_revoked)
+		out->revoked_at_usec = INT64_MIN;
+	db_util_str(res, row, 7, out->day, sizeof(out->day));
+	rc = db_util_i64(res, row, 8, &out->day_spent_micros, NULL);
+	if (rc == METER_OK)
+		rc = db_util_i64(res, row, 9, &out->day_held_micros, NULL);
+	return rc;
+}
+
+/* Two hex digits per byte of text into hash; false when malformed. */
+static bool hex_hash(const char *text, unsigned char hash[KEYS_HASH_LEN])
+{
+	if (strlen(text) != 2 * KEYS_HASH_LEN)
+		return false;
+	for (size_t i = 0; i < KEYS_HASH_LEN; i++) {
+		unsigned v = 0;
+
+		for (int j = 0; j < 2; j++) {
+			char c = text[2 * i + (size_t)j];
+
+			v <<= 4;
+			if (c >= '0' && c <= '9')
+				v |= (unsigned)(c - '0');
+			else if (c >= 'a' && c <= 'f')
+				v |= (unsigned)(c - 'a' + 10);
+			else
+				return false;
+		}
+		hash[i] = (unsigned char)v;
+	}
+	return true;
+}
+
+enum meter_rc db_key_auth_get(PGconn *conn, const char *key_id, struct db_key_auth *out)
+{
+	const char *params[] = {key_id};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	rc = db_util_exec(conn, "key auth",
+			  "SELECT account_id, role, revoked_at IS NOT NULL,"
+			  " encode(secret_hash, 'hex') FROM api_keys WHERE key_id = $1",
+			  1, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	if (PQntuples(res) != 1) {
+		rc = METER_ENOTFOUND;
+		goto out;
+	}
+	db_util_str(res, 0, 0, out->account_id, sizeof(out->account_id));
+	out->read_only = strcmp(PQgetvalue(res, 0, 1), "read_only") == 0;
+	out->revoked = db_util_bool(res, 0, 2);
+	if (!hex_hash(PQgetvalue(res, 0, 3), out->secret_hash))
+		rc = METER_ERANGE;
+out:
+	PQclear(res);
+	return rc;
+}
+
+static const char sql_key_insert[] =
+    "WITH k AS (INSERT INTO api_keys (account_id, key_id, secret_hash, role,"
+    " daily_limit_micros, time_zone)"
+    " VALUES ($1, $2, decode($3, 'hex'), $4, $5::bigint, COALESCE($6, 'UTC'))"
+    " ON CONFLICT (key_id) DO NOTHING RETURNING *)"
+    " SELECT " KEY_COLUMNS " FROM k" KEY_DAY_JOIN;
+
+enum meter_rc db_key_create(PGconn *conn, const char *account_id,
+			    const unsigned char hash[KEYS_HASH_LEN], const char *role,
+			    bool has_limit, int64_t limit_micros, const char *time_zone,
+			    struct db_key *out)
+{
+	char id[KEYS_GEN_ID_LEN + 1], hex[2 * KEYS_HASH_LEN + 1], limit[24], state[6];
+	PGresult *res = NULL;
+	enum meter_rc rc = METER_EDB;
+
+	for (size_t i = 0; i < KEYS_HASH_LEN; i++)
+		snprintf(hex + 2 * i, 3, "%02x", hash[i]);
+	db_util_i64_param(limit_micros, limit, sizeof(limit));
+	for (int i = 0; i < DB_KEY_ID_TRIES; i++) {
+		const char *params[] = {account_id, id, hex, role, has_limit ? limit : NULL,
+					time_zone};
+
+		rc = keys_new_key_id(id, sizeof(id));
+		if (rc != METER_OK)
+			return rc;
+		rc = db_util_exec(conn, "key create", sql_key_insert, 6, params, &res, state);
+		if (rc != METER_OK) {
+			if (strcmp(state, "23503") == 0)
+				return METER_ENOTFOUND; /* no such account */
+			if (strncmp(state, "23", 2) == 0 || strncmp(state, "22", 2) == 0)
+				return METER_EINVAL; /* the time zone */
+			return rc;
+		}
+		if (PQntuples(res) == 1)
+			break;
+		PQclear(res);
+		res = NULL;
+	}
+	if (!res)
+		return METER_ECONFLICT;
+	rc = key_row(res, 0, out);
+	PQclear(res);
+	return rc;
+}
+
+static const char sql_key_get[] =
+    "SELECT " KEY_COLUMNS " FROM api_keys k" KEY_DAY_JOIN
+    " WHERE k.key_id = $2 AND ($1::text IS NULL OR k.account_id = $1)";
+
+enum meter_rc db_key_get(PGconn *conn, const char *account_id, const char *key_id,
+			 struct db_key *out)
+{
+	const char *params[] = {account_id, key_id};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	rc = db_util_exec(conn, "key get", sql_key_get, 2, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	rc = PQntuples(res) == 1 ? key_row(res, 0, out) : METER_ENOTFOUND;
+	PQclear(res);
+	return rc;
+}
+
+static const char sql_key_list[] = "SELECT " KEY_COLUMNS " FROM api_keys k" KEY_DAY_JOIN
+				   " WHERE k.account_id = $1 ORDER BY k.created_at, k.key_id"
+				   " LIMIT 10000";
+
+enum meter_rc db_key_list(PGconn *conn, const char *account_id, struct db_key **out, size_t *n)
+{
+	const char *params[] = {account_id};
+	PGresult *res = NULL;
+	struct db_key *keys = NULL;
+	enum meter_rc rc;
+	int rows;
+
+	*out = NULL;
+	*n = 0;
+	rc = db_util_exec(conn, "key list", sql_key_list, 1, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	rows = PQntuples(res);
+	if (rows > 0) {
+		keys = calloc((size_t)rows, sizeof(*keys));
+		if (!keys) {
+			rc = METER_ENOMEM;
+			goto out;
+		}
+	}
+	for (int i = 0; i < rows && rc == METER_OK; i++)
+		rc = key_row(res, i, &keys[i]);
+	if (rc != METER_OK) {
+		free(keys);
+		goto out;
+	}
+	*out = keys;
+	*n = (size_t)rows;
+out:
+	PQclear(res);
+	return rc;
+}
+
+enum meter_rc db_key_set_limits(PGconn *conn, const char *account_id, const char *key_id,
+				bool set_limit, bool has_limit, int64_t limit_micros,
+				const char *time_zone, struct db_key *out)
+{
+	char acc[PARSE_ID_MAX + 1], tz[DB_KEY_TZ_MAX + 1], limit[24], state[6];
+	const char *p1[] = {account_id, key_id};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	db_util_i64_param(limit_micros, limit, sizeof(limit));
+	rc = db_util_begin(conn);
+	if (rc != METER_OK)
+		return rc;
+	rc = db_util_exec(conn, "key limits",
+			  "SELECT account_id, time_zone FROM api_keys"
+			  " WHERE key_id = $2 AND ($1::text IS NULL OR account_id = $1)",
+			  2, p1, &res, NULL);
+	if (rc != METER_OK)
+		goto out;
+	if (PQntuples(res) != 1) {
+		rc = METER_ENOTFOUND;
+		goto out;
+	}
+	db_util_str(res, 0, 0, acc, sizeof(acc));
+	db_util_str(res, 0, 1, tz, sizeof(tz));
+	PQclear(res);
+	res = NULL;
+	if (time_zone) {
+		const char *p[] = {time_zone};
+
+		rc = db_util_exec(conn, "key limits", "SELECT meter_is_time_zone($1)", 1, p, &res,
+				  NULL);
+		if (rc != METER_OK)
+			goto out;
+		if (!db_util_bool(res, 0, 0)) {
+			rc = METER_EINVAL;
+			goto out;
+		}
+		PQclear(res);
+		res = NULL;
+		snprintf(tz, sizeof(tz), "%s", time_zone);
+	}
+	if (set_limit) {
+		/* The ledger row first: the lock order of every ledger writer. */
+		const char *p[] = {acc, key_id, tz, has_limit ? limit : NULL};
+
+		rc = db_util_exec(conn, "key limits",
+				  "UPDATE key_day_ledger SET limit_micros = $4::bigint,"
+				  " updated_at = now() WHERE account_id = $1 AND key_id = $2"
+				  " AND day = meter_key_day($3, now())",
+				  4, p, NULL, state);
+		if (rc != METER_OK)
+			goto out;
+	}
+	{
+		const char *p[] = {acc, key_id, tz, set_limit ? "t" : "f",
+				   has_limit ? limit : NULL};
+
+		rc = db_util_exec(conn, "key limits",
+				  "UPDATE api_keys SET time_zone = $3,"
+				  " daily_limit_micros = CASE WHEN $4::boolean THEN $5::bigint"
+				  " ELSE daily_limit_micros END"
+				  " WHERE account_id = $1 AND key_id = $2",
+				  5, p, NULL, state);
+		if (rc != METER_OK) {
+			if (strncmp(state, "23", 2) == 0 || strncmp(state, "22", 2) == 0)
+				rc = METER_EINVAL;
+			goto out;
+		}
+	}
+	rc = db_util_commit(conn);
+	if (rc != METER_OK)
+		goto out;
+	rc = db_key_get(conn, acc, key_id, out);
+	return rc;
+out:
+	PQclear(res);
+	db_util_rollback(conn);
+	return rc;
+}

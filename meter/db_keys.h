@@ -1,0 +1,76 @@
+/* meter: account keys (table api_keys) and their day in key_day_ledger. */
+#ifndef METER_DB_KEYS_H
+#define METER_DB_KEYS_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keys.h"
+#include "parse.h"
+#include "rc.h"
+
+#define DB_KEY_TZ_MAX	 64    /* bytes of an IANA time zone name we accept */
+#define DB_KEYS_LIST_MAX 10000 /* keys listed at most for one account */
+
+/* A key as the API shows it, with its current day (in its time zone). */
+struct db_key {
+	char account_id[PARSE_ID_MAX + 1];
+	char key_id[PARSE_ID_MAX + 1];
+	char role[16]; /* "full" or "read_only" */
+	bool has_limit;
+	int64_t daily_limit_micros; /* when has_limit */
+	char time_zone[DB_KEY_TZ_MAX + 1];
+	int64_t created_at_usec;
+	int64_t revoked_at_usec;  /* INT64_MIN: not revoked */
+	char day[16];		  /* "YYYY-MM-DD": today in time_zone */
+	int64_t day_spent_micros; /* 0 when the day has no ledger row */
+	int64_t day_held_micros;
+};
+
+/* What authentication needs of a key. */
+struct db_key_auth {
+	char account_id[PARSE_ID_MAX + 1];
+	bool read_only;
+	bool revoked;
+	unsigned char secret_hash[KEYS_HASH_LEN];
+};
+
+/* Looks key_id up for authentication. METER_ENOTFOUND when there is no
+ * such key. */
+METER_MUSTCHECK enum meter_rc db_key_auth_get(PGconn *conn, const char *key_id,
+					      struct db_key_auth *out);
+
+/* Creates a key of account_id with a new random id and the given secret
+ * hash; role "full" or "read_only"; no limit unless has_limit; time_zone
+ * NULL for UTC. Fills *out. METER_ENOTFOUND: no such account;
+ * METER_EINVAL: time_zone is not an IANA name PostgreSQL knows. */
+METER_MUSTCHECK enum meter_rc db_key_create(PGconn *conn, const char *account_id,
+					    const unsigned char hash[KEYS_HASH_LEN],
+					    const char *role, bool has_limit, int64_t limit_micros,
+					    const char *time_zone, struct db_key *out);
+
+/* The key key_id, of account_id (NULL: any account). METER_ENOTFOUND when
+ * there is none (or it belongs to another account). */
+METER_MUSTCHECK enum meter_rc db_key_get(PGconn *conn, const char *account_id, const char *key_id,
+					 struct db_key *out);
+
+/* Every key of account_id, oldest first, at most DB_KEYS_LIST_MAX. *out is
+ * a new array of *n keys (caller frees; NULL when none). */
+METER_MUSTCHECK enum meter_rc db_key_list(PGconn *conn, const char *account_id, struct db_key **out,
+					  size_t *n);
+
+/* Sets the key's limits in one transaction: the daily limit when set_limit
+ * (none when !has_limit), the time zone when time_zone is not NULL. Today's
+ * key_day_ledger row (today in the resulting time zone), when there is one,
+ * gets the new limit too, taken before the key row (the ledger's lock
+ * order). account_id NULL: any account. Fills *out with the result.
+ * METER_ENOTFOUND: no such key (in that account); METER_EINVAL: bad time
+ * zone. */
+METER_MUSTCHECK enum meter_rc db_key_set_limits(PGconn *conn, const char *account_id,
+						const char *key_id, bool set_limit, bool has_limit,
+						int64_t limit_micros, const char *time_zone,
+						struct db_key *out);
+
+#endif

@@ -1,0 +1,56 @@
+/* meter: small helpers shared by the db_* query files: run a parameterised
+ * statement, read typed columns, and transactions.
+ *
+ * Parameters are always sent separately from the SQL text (no quoting by
+ * hand) and are never logged: they may hold names or hashes. Times cross
+ * the boundary as text going in (RFC 3339, exact to the µs) and as bigint
+ * µs since the epoch coming out (DB_USEC below), never as floating point. */
+#ifndef METER_DB_UTIL_H
+#define METER_DB_UTIL_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rc.h"
+
+/* SQL expression: timestamptz x as bigint µs since the epoch (exact:
+ * extract returns numeric). x must be a literal SQL fragment. */
+#define DB_USEC(x) "(extract(epoch FROM " x ") * 1000000)::bigint"
+
+/* Runs sql with n text parameters (NULL entries are SQL NULL). On METER_OK
+ * *res (may be NULL to discard) is the result, caller PQclear()s. On
+ * failure logs what plus the SQLSTATE and message, copies the SQLSTATE into
+ * sqlstate (6 bytes, may be NULL; "" when there was no answer) and returns
+ * METER_EDB. */
+METER_MUSTCHECK enum meter_rc db_util_exec(PGconn *conn, const char *what, const char *sql, int n,
+					   const char *const *params, PGresult **res,
+					   char *sqlstate);
+
+/* Column col of row as int64 into *out. METER_ERANGE when the text is not
+ * an int64 (a bug in the query); NULL gives *is_null (may be NULL when the
+ * column cannot be NULL: NULL is then METER_EINVAL). */
+METER_MUSTCHECK enum meter_rc db_util_i64(const PGresult *res, int row, int col, int64_t *out,
+					  bool *is_null);
+
+/* Column col of row copied into out (len bytes, truncated); "" for NULL. */
+void db_util_str(const PGresult *res, int row, int col, char *out, size_t len);
+
+/* Column col of row is "t". */
+bool db_util_bool(const PGresult *res, int row, int col);
+
+/* BEGIN, COMMIT, ROLLBACK (the last never fails visibly: a broken
+ * connection is dropped by the pool). */
+METER_MUSTCHECK enum meter_rc db_util_begin(PGconn *conn);
+METER_MUSTCHECK enum meter_rc db_util_commit(PGconn *conn);
+void db_util_rollback(PGconn *conn);
+
+/* Formats usec (UTC µs since the epoch) as text PostgreSQL reads as a
+ * timestamptz exactly: "2026-11-30 01:02:03.456789+00". buf: 40 bytes. */
+void db_util_time_param(int64_t usec, char *buf, size_t len);
+
+/* Formats v as decimal text into buf (24 bytes). */
+void db_util_i64_param(int64_t v, char *buf, size_t len);
+
+#endif

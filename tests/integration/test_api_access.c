@@ -1,0 +1,334 @@
+/* API access rules, walking the routing table so that a route added later is
+ * covered without editing this test:
+ *   - a read_only key gets 403 read_only_key on every mutating route;
+ *   - a key of another account gets 404 on every route with an id of this
+ *     account that its role may call;
+ *   - every role a route does not allow gets 403, and the roles it allows
+ *     get past authorization;
+ *   - no or a garbage Authorization header gets 401;
+ *   - no token or secret appears in any response or in the access log. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "apitest.h"
+#include "check.h"
+#include "routes.h"
+
+static struct apitest t;
+static char acc[65], accb[65], kf[65], kr[65], kbf[65], kbr[65];
+static char tf[APITEST_TOKEN_MAX], tr[APITEST_TOKEN_MAX], tbf[APITEST_TOKEN_MAX],
+    tbr[APITEST_TOKEN_MAX];
+static char sbx[] = "sbx_own";
+static char checks_create_body[512], checks_wake_body[256];
+
+/* Everything every response said, to look for leaked tokens at the end. */
+static char *seen;
+static size_t seen_len;
+
+static void remember(const struct apitest_resp *r)
+{
+	size_t add = strlen(r->headers) + r->body_len + 2;
+	char *g = realloc(seen, seen_len + add + 1);
+
+	if (!g)
+		return;
+	seen = g;
+	memcpy(seen + seen_len, r->headers, strlen(r->headers));
+	seen_len += strlen(r->headers);
+	seen[seen_len++] = '\n';
+	/* Bodies may hold NUL bytes in theory; copy them as they are. */
+	memcpy(seen + seen_len, r->body, r->body_len);
+	seen_len += r->body_len;
+	seen[seen_len++] = '\n';
+	seen[seen_len] = '\0';
+}
+
+/* A concrete path of route: each {name} gets an id of account A. */
+static void fill_path(const struct route *route, char *out, size_t len)
+{
+	const char *p = route->path;
+	size_t n = 0;
+
+	while (*p && n + 1 < len) {
+		if (*p == '{') {
+			const char *e = strchr(p, '}');
+			size_t nl = e ? (size_t)(e - p - 1) : 0;
+			const char *v = "own_id";
+			int w;
+
+			if (nl == 10 && strncmp(p + 1, "account_id", nl) == 0)
+				v = acc;
+			else if (nl == 6 && strncmp(p + 1, "key_id", nl) == 0)
+				v = kf;
+			else if (nl == 10 && strncmp(p + 1, "sandbox_id", nl) == 0)
+				v = sbx;
+			w = snprintf(out + n, len - n, "%s", v);
+			if (w < 0 || (size_t)w >= len - n)
+				break;
+			n += (size_t)w;
+			p = e ? e + 1 : p + strlen(p);
+		} else {
+			out[n++] = *p++;
+		}
+	}
+	out[n] = '\0';
+}
+
+/* A valid-looking body for a mutating route ("{}" for one not listed). */
+static const char *body_for(const struct route *route)
+{
+	static const struct {
+		const char *method, *path, *body;
+	} bodies[] = {
+	    {"POST", "/v1/accounts", "{\"name\":\"access test\"}"},
+	    {"POST", "/v1/accounts/{account_id}/keys", "{\"role\":\"read_only\"}"},
+	    {"PUT", "/v1/keys/{key_id}/limits", "{\"daily_limit_micros\":1000000}"},
+	    {"PUT", "/v1/prices",
+	     "{\"effective_from\":\"2999-01-01T00:00:00Z\",\"cpu_micros_per_vcpu_hour\":25000,"
+	     "\"memory_micros_per_gib_hour\":7500,\"storage_micros_per_gib_hour\":100,"
+	     "\"floor_millicores\":50,\"free_sandbox_hours\":50}"},
+	    {"POST", "/v1/checks/create", checks_create_body},
+	    {"POST", "/v1/checks/wake", checks_wake_body},
+	    {"POST", "/v1/sandboxes/{sandbox_id}/events",
+	     "{\"type\":\"paused\",\"at\":\"2026-01-01T00:00:00Z\"}"},
+	    {"POST", "/v1/samples",
+	     "{\"host_id\":\"h1\",\"sampled_at\":\"2026-01-01T00:00:00Z\",\"sandboxes\":[]}"},
+	};
+
+	if (strcmp(route->method, "GET") == 0 || strcmp(route->method, "HEAD") == 0)
+		return NULL;
+	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++)
+		if (strcmp(bodies[i].method, route->method) == 0 &&
+		    strcmp(bodies[i].path, route->path) == 0)
+			return bodies[i].body;
+	return "{}";
+}
+
+static bool mutating(const struct route *route)
+{
+	return strcmp(route->method, "GET") != 0 && strcmp(route->method, "HEAD") != 0;
+}
+
+/* Calls route (path filled, body as body_for) with token; remembers it. */
+static struct apitest_resp call_route(const struct route *route, const char *token)
+{
+	char path[512];
+	struct apitest_resp r;
+
+	fill_path(route, path, sizeof(path));
+	apitest_call(&t, 0, route->method, path, token, body_for(route), &r);
+	remember(&r);
+	return r;
+}
+
+static void setup(void)
+{
+	char sql[512];
+
+	CHECK(apitest_create_account(&t, "A", acc) == 0);
+	CHECK(apitest_create_account(&t, "B", accb) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 10000000, NULL, kf, tf) == 0);
+	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, kr, tr) == 0);
+	CHECK(apitest_create_key(&t, accb, "full", -1, NULL, kbf, tbf) == 0);
+	CHECK(apitest_create_key(&t, accb, "read_only", -1, NULL, kbr, tbr) == 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state)"
+		 " VALUES ('%s', '%s', '%s', 1, 512, 'paused')",
+		 acc, sbx, kf);
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	snprintf(checks_create_body, sizeof(checks_create_body),
+		 "{\"key_id\":\"%s\",\"sandbox_id\":\"sbx_new\",\"vcpus\":1,\"memory_mib\":512,"
+		 "\"lease_seconds\":60}",
+		 kf);
+	snprintf(checks_wake_body, sizeof(checks_wake_body),
+		 "{\"sandbox_id\":\"%s\",\"lease_seconds\":60}", sbx);
+}
+
+/* A read_only key: 403 read_only_key on every mutating route. */
+static void test_read_only_mutations(void)
+{
+	int mutating_routes = 0;
+
+	for (size_t i = 0; i < routes_count; i++) {
+		struct apitest_resp r;
+
+		if (!mutating(&routes[i]) || routes[i].roles == ROLE_PUBLIC)
+			continue;
+		mutating_routes++;
+		r = call_route(&routes[i], tr);
+		if (r.status != 403 || strcmp(apitest_error_code(&r), "read_only_key") != 0)
+			fprintf(stderr, "read_only on %s %s: %ld %s\n", routes[i].method,
+				routes[i].path, r.status, r.body);
+		CHECK_I64(r.status, 403);
+		CHECK_STR(apitest_error_code(&r), "read_only_key");
+		apitest_resp_release(&r);
+	}
+	CHECK(mutating_routes >= 4); /* accounts, keys, limits, prices at least */
+}
+
+/* Keys of account B: 404 on every route with an id of account A. */
+static void test_other_account(void)
+{
+	const struct {
+		unsigned role;
+		const char *token;
+	} keys[] = {{ROLE_FULL, tbf}, {ROLE_READ_ONLY, tbr}};
+	int covered = 0;
+
+	for (size_t i = 0; i < routes_count; i++) {
+		if (!strchr(routes[i].path, '{'))
+			continue;
+		for (size_t k = 0; k < 2; k++) {
+			struct apitest_resp r;
+
+			if (!(routes[i].roles & keys[k].role))
+				continue;
+			covered++;
+			r = call_route(&routes[i], keys[k].token);
+			if (r.status != 404)
+				fprintf(stderr, "other account's %s key on %s %s: %ld %s\n",
+					k ? "read_only" : "full", routes[i].method, routes[i].path,
+					r.status, r.body);
+			CHECK_I64(r.status, 404);
+			apitest_resp_release(&r);
+		}
+	}
+	CHECK(covered >= 4); /* keys/{id}, limits, sandboxes/{id}, .../usage */
+}
+
+/* Roles a route does not allow get 403; those it allows get past auth. */
+static void test_roles(void)
+{
+	const struct {
+		unsigned role;
+		const char *token;
+	} callers[] = {
+	    {ROLE_OPERATOR, t.operator_token},
+	    {ROLE_CONTROL_PLANE, t.control_plane_token},
+	    {ROLE_FULL, tf},
+	    {ROLE_READ_ONLY, tr},
+	};
+
+	for (size_t i = 0; i < routes_count; i++) {
+		for (size_t c = 0; c < sizeof(callers) / sizeof(callers[0]); c++) {
+			struct apitest_resp r;
+			bool allowed = (routes[i].roles & (callers[c].role | ROLE_PUBLIC)) != 0;
+
+			r = call_route(&routes[i], callers[c].token);
+			if (allowed) {
+				if (r.status == 401 || r.status == 403 || r.status == 0)
+					fprintf(stderr, "allowed role %u on %s %s: %ld %s\n",
+						callers[c].role, routes[i].method, routes[i].path,
+						r.status, r.body);
+				CHECK(r.status != 401 && r.status != 403 && r.status != 0);
+			} else {
+				const char *want =
+				    callers[c].role == ROLE_READ_ONLY && mutating(&routes[i])
+					? "read_only_key"
+					: "forbidden";
+				if (r.status != 403)
+					fprintf(stderr, "role %u on %s %s: %ld %s\n",
+						callers[c].role, routes[i].method, routes[i].path,
+						r.status, r.body);
+				CHECK_I64(r.status, 403);
+				CHECK_STR(apitest_error_code(&r), want);
+			}
+			CHECK(r.status < 500 || r.status == 503);
+			apitest_resp_release(&r);
+		}
+	}
+}
+
+/* No credentials, or garbage ones: 401 on every route that needs them. */
+static void test_unauthenticated(void)
+{
+	char wrong[APITEST_TOKEN_MAX + 32], nosecret[96];
+	const char *garbage[] = {
+	    "Authorization: Bearer",
+	    "Authorization: Bearer ",
+	    "Authorization: bearer x",
+	    "Authorization: Basic dXNlcjpwYXNz",
+	    "Authorization: Bearer garbage",
+	    "Authorization: Bearer a.b.c.d",
+	    "Authorization: Bearer "
+	    "key_0000000000000000.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+	    wrong,
+	    nosecret,
+	    "Authorization: Bearer \x01\x02",
+	    NULL,
+	};
+	char path[512];
+
+	snprintf(wrong, sizeof(wrong), "Authorization: Bearer %s", tf);
+	wrong[strlen(wrong) - 1] = wrong[strlen(wrong) - 1] == 'A' ? 'B' : 'A';
+	snprintf(nosecret, sizeof(nosecret), "Authorization: Bearer %s.", kf);
+	for (size_t i = 0; i < routes_count; i++) {
+		struct apitest_resp r;
+
+		if (routes[i].roles & ROLE_PUBLIC)
+			continue;
+		r = call_route(&routes[i], NULL);
+		if (routes[i].session && strncmp(routes[i].path, "/dashboard/", 11) == 0) {
+			/* A page opened without a session goes to the sign-in page. */
+			CHECK_I64(r.status, 303);
+			CHECK(r.headers && strstr(r.headers, "Location: /dashboard/sign-in"));
+		} else {
+			CHECK_I64(r.status, 401);
+			CHECK_STR(apitest_error_code(&r), "unauthorized");
+		}
+		apitest_resp_release(&r);
+		fill_path(&routes[i], path, sizeof(path));
+		for (size_t g = 0; garbage[g]; g++) {
+			const char *hdrs[] = {garbage[g], NULL};
+			struct apitest_req rq = {.method = routes[i].method,
+						 .path = path,
+						 .body = body_for(&routes[i]),
+						 .headers = hdrs};
+
+			rq.body_len = rq.body ? strlen(rq.body) : 0;
+			apitest_do(&t, 0, &rq, &r);
+			remember(&r);
+			if (r.status != 401)
+				fprintf(stderr, "%s on %s %s: %ld\n", garbage[g], routes[i].method,
+					routes[i].path, r.status);
+			CHECK_I64(r.status, 401);
+			apitest_resp_release(&r);
+		}
+	}
+}
+
+/* No token or secret of this test in any response or in the log. */
+static void test_no_leaks(void)
+{
+	const char *tokens[] = {t.operator_token, t.control_plane_token, tf, tr, tbf, tbr};
+	char *log;
+
+	apitest_stop(&t); /* the whole log is written */
+	log = apitest_read_log(&t, 0);
+	CHECK(log != NULL);
+	CHECK(log && strstr(log, "access rid=") != NULL);
+	for (size_t i = 0; i < sizeof(tokens) / sizeof(tokens[0]); i++) {
+		const char *secret = strrchr(tokens[i], '.');
+
+		secret = secret ? secret + 1 : tokens[i];
+		CHECK(seen && strstr(seen, secret) == NULL);
+		CHECK(log && strstr(log, secret) == NULL);
+	}
+	free(log);
+}
+
+int main(void)
+{
+	if (apitest_start(&t, "api_access", 1, NULL, NULL) < 0)
+		return 1;
+	setup();
+	test_read_only_mutations();
+	test_other_account();
+	test_unauthenticated();
+	test_roles();
+	test_no_leaks();
+	apitest_drop(&t);
+	free(seen);
+	return check_done();
+}

@@ -1,0 +1,469 @@
+/* API: bad input of every kind, table-driven. Each row is one request and
+ * the 4xx status, error code and (for 400) offending field it must get.
+ * After the table the server still answers /healthz and is alive.
+ *
+ * Adding a row: method, path ({acc}, {key}, {sbx} are replaced by ids of a
+ * real account, full key and sandbox), who calls (TOK_*), the body (len 0:
+ * strlen; give len for bodies with NUL bytes), then what must come back
+ * (want_field NULL: not checked). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "apitest.h"
+#include "check.h"
+
+enum tok { TOK_NONE, TOK_OPERATOR, TOK_CONTROL_PLANE, TOK_FULL, TOK_READ_ONLY };
+
+struct bad_case {
+	const char *name;
+	const char *method;
+	const char *path;
+	enum tok tok;
+	const char *body;
+	size_t len;
+	const char *header; /* one extra raw header line, or NULL */
+	long want_status;
+	const char *want_code;
+	const char *want_field;
+};
+
+#define ID65 "a1234567890123456789012345678901234567890123456789012345678901234"
+
+static const struct bad_case cases[] = {
+    /* POST /v1/accounts: JSON itself. */
+    {"malformed JSON", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":", 0, NULL, 400,
+     "invalid_request", NULL},
+    {"trailing garbage", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\"} x", 0, NULL, 400,
+     "invalid_request", NULL},
+    {"array body", "POST", "/v1/accounts", TOK_OPERATOR, "[]", 0, NULL, 400, "invalid_request",
+     NULL},
+    {"null body", "POST", "/v1/accounts", TOK_OPERATOR, "null", 0, NULL, 400, "invalid_request",
+     NULL},
+    {"empty body", "POST", "/v1/accounts", TOK_OPERATOR, "", 0, NULL, 400, "invalid_request", NULL},
+    {"no body", "POST", "/v1/accounts", TOK_OPERATOR, NULL, 0, NULL, 400, "invalid_request", NULL},
+    {"duplicate field", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\",\"name\":\"b\"}", 0,
+     NULL, 400, "invalid_request", NULL},
+    {"nested too deep", "POST", "/v1/accounts", TOK_OPERATOR,
+     "{\"name\":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}", 0, NULL, 400, "invalid_request", NULL},
+    {"escaped NUL", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\\u0000b\"}", 0, NULL, 400,
+     "invalid_request", NULL},
+    {"raw NUL byte", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\0b\"}", 14, NULL, 400,
+     "invalid_request", NULL},
+    {"invalid UTF-8", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"\xff\xfe\"}", 0, NULL, 400,
+     "invalid_request", NULL},
+    {"overlong UTF-8", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"\xc0\xaf\"}", 0, NULL,
+     400, "invalid_request", NULL},
+    {"lone surrogate", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"\\ud800\"}", 0, NULL, 400,
+     "invalid_request", NULL},
+    /* POST /v1/accounts: fields. */
+    {"missing name", "POST", "/v1/accounts", TOK_OPERATOR, "{}", 0, NULL, 400, "invalid_request",
+     "name"},
+    {"unknown field", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\",\"admin\":true}", 0,
+     NULL, 400, "invalid_request", "admin"},
+    {"name a number", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":5}", 0, NULL, 400,
+     "invalid_request", "name"},
+    {"name null", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":null}", 0, NULL, 400,
+     "invalid_request", "name"},
+    {"name empty", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"\"}", 0, NULL, 400,
+     "invalid_request", "name"},
+    {"name control character", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\\u0007\"}", 0,
+     NULL, 400, "invalid_request", "name"},
+    /* POST /v1/accounts/{id}/keys. */
+    {"role unknown", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR, "{\"role\":\"admin\"}", 0,
+     NULL, 400, "invalid_request", "role"},
+    {"role missing", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR, "{}", 0, NULL, 400,
+     "invalid_request", "role"},
+    {"role array", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR, "{\"role\":[\"full\"]}", 0,
+     NULL, 400, "invalid_request", "role"},
+    {"limit negative", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"daily_limit_micros\":-1}", 0, NULL, 400, "invalid_request",
+     "daily_limit_micros"},
+    {"limit INT64_MAX", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"daily_limit_micros\":9223372036854775807}", 0, NULL, 400,
+     "invalid_request", "daily_limit_micros"},
+    {"limit overflows int64", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"daily_limit_micros\":9223372036854775808}", 0, NULL, 400,
+     "invalid_request", NULL},
+    {"limit huge", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"daily_limit_micros\":1000000000000000000000000000000}", 0, NULL, 400,
+     "invalid_request", NULL},
+    {"limit real", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"daily_limit_micros\":1.5}", 0, NULL, 400, "invalid_request",
+     "daily_limit_micros"},
+    {"limit exponent", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"daily_limit_micros\":1e3}", 0, NULL, 400, "invalid_request",
+     "daily_limit_micros"},
+    {"limit string", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"daily_limit_micros\":\"100\"}", 0, NULL, 400, "invalid_request",
+     "daily_limit_micros"},
+    {"limit boolean", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"daily_limit_micros\":true}", 0, NULL, 400, "invalid_request",
+     "daily_limit_micros"},
+    {"time zone empty", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"time_zone\":\"\"}", 0, NULL, 400, "invalid_request", "time_zone"},
+    {"time zone path", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"time_zone\":\"../../etc/passwd\"}", 0, NULL, 400, "invalid_request",
+     "time_zone"},
+    {"time zone unknown", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"time_zone\":\"Europe/Atlantis\"}", 0, NULL, 400, "invalid_request",
+     "time_zone"},
+    {"time zone too long", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"time_zone\":\"" ID65 "\"}", 0, NULL, 400, "invalid_request",
+     "time_zone"},
+    {"account id 65 chars", "POST", "/v1/accounts/" ID65 "/keys", TOK_OPERATOR,
+     "{\"role\":\"full\"}", 0, NULL, 400, "invalid_request", "account_id"},
+    {"account id bad chars", "POST", "/v1/accounts/a%20b/keys", TOK_OPERATOR, "{\"role\":\"full\"}",
+     0, NULL, 400, "invalid_request", "account_id"},
+    /* libmicrohttpd decodes %00 and the path ends there: no such route. */
+    {"account id NUL", "POST", "/v1/accounts/a%00b/keys", TOK_OPERATOR, "{\"role\":\"full\"}", 0,
+     NULL, 404, "not_found", NULL},
+    {"account unknown", "POST", "/v1/accounts/acc_unknown/keys", TOK_OPERATOR,
+     "{\"role\":\"full\"}", 0, NULL, 404, "not_found", NULL},
+    /* PUT /v1/keys/{id}/limits. */
+    {"limits empty", "PUT", "/v1/keys/{key}/limits", TOK_FULL, "{}", 0, NULL, 400,
+     "invalid_request", "daily_limit_micros"},
+    {"limits above cap", "PUT", "/v1/keys/{key}/limits", TOK_FULL,
+     "{\"daily_limit_micros\":1000000000000001}", 0, NULL, 400, "invalid_request",
+     "daily_limit_micros"},
+    {"limits INT64_MIN", "PUT", "/v1/keys/{key}/limits", TOK_FULL,
+     "{\"daily_limit_micros\":-9223372036854775808}", 0, NULL, 400, "invalid_request",
+     "daily_limit_micros"},
+    {"limits unknown field", "PUT", "/v1/keys/{key}/limits", TOK_FULL,
+     "{\"daily_limit_micros\":1,\"role\":\"full\"}", 0, NULL, 400, "invalid_request", "role"},
+    {"limits time zone type", "PUT", "/v1/keys/{key}/limits", TOK_FULL, "{\"time_zone\":5}", 0,
+     NULL, 400, "invalid_request", "time_zone"},
+    {"limits key 65 chars", "PUT", "/v1/keys/" ID65 "/limits", TOK_FULL,
+     "{\"daily_limit_micros\":1}", 0, NULL, 400, "invalid_request", "key_id"},
+    {"limits key unknown", "PUT", "/v1/keys/key_unknown/limits", TOK_FULL,
+     "{\"daily_limit_micros\":1}", 0, NULL, 404, "not_found", NULL},
+    {"limits query", "PUT", "/v1/keys/{key}/limits?x=1", TOK_FULL, "{\"daily_limit_micros\":1}", 0,
+     NULL, 400, "invalid_request", "x"},
+    /* PUT /v1/prices. */
+    {"prices no effective_from", "PUT", "/v1/prices", TOK_OPERATOR,
+     "{\"cpu_micros_per_vcpu_hour\":1}", 0, NULL, 400, "invalid_request", "effective_from"},
+    {"prices bad time", "PUT", "/v1/prices", TOK_OPERATOR,
+     "{\"effective_from\":\"tomorrow\",\"cpu_micros_per_vcpu_hour\":25000,"
+     "\"memory_micros_per_gib_hour\":7500,\"storage_micros_per_gib_hour\":100,"
+     "\"floor_millicores\":50,\"free_sandbox_hours\":50}",
+     0, NULL, 400, "invalid_request", "effective_from"},
+    {"prices February 30", "PUT", "/v1/prices", TOK_OPERATOR,
+     "{\"effective_from\":\"2999-02-30T00:00:00Z\",\"cpu_micros_per_vcpu_hour\":25000,"
+     "\"memory_micros_per_gib_hour\":7500,\"storage_micros_per_gib_hour\":100,"
+     "\"floor_millicores\":50,\"free_sandbox_hours\":50}",
+     0, NULL, 400, "invalid_request", "effective_from"},
+    {"prices in the past", "PUT", "/v1/prices", TOK_OPERATOR,
+     "{\"effective_from\":\"2001-01-01T00:00:00Z\",\"cpu_micros_per_vcpu_hour\":25000,"
+     "\"memory_micros_per_gib_hour\":7500,\"storage_micros_per_gib_hour\":100,"
+     "\"floor_millicores\":50,\"free_sandbox_hours\":50}",
+     0, NULL, 400, "invalid_request", "effective_from"},
+    {"prices negative rate", "PUT", "/v1/prices", TOK_OPERATOR,
+     "{\"effective_from\":\"2999-01-01T00:00:00Z\",\"cpu_micros_per_vcpu_hour\":-1,"
+     "\"memory_micros_per_gib_hour\":7500,\"storage_micros_per_gib_hour\":100,"
+     "\"floor_millicores\":50,\"free_sandbox_hours\":50}",
+     0, NULL, 400, "invalid_request", "cpu_micros_per_vcpu_hour"},
+    {"prices floor too big", "PUT", "/v1/prices", TOK_OPERATOR,
+     "{\"effective_from\":\"2999-01-01T00:00:00Z\",\"cpu_micros_per_vcpu_hour\":1,"
+     "\"memory_micros_per_gib_hour\":7500,\"storage_micros_per_gib_hour\":100,"
+     "\"floor_millicores\":1000001,\"free_sandbox_hours\":50}",
+     0, NULL, 400, "invalid_request", "floor_millicores"},
+    {"prices assumed not boolean", "PUT", "/v1/prices", TOK_OPERATOR,
+     "{\"effective_from\":\"2999-01-01T00:00:00Z\",\"cpu_micros_per_vcpu_hour\":1,"
+     "\"memory_micros_per_gib_hour\":7500,\"storage_micros_per_gib_hour\":100,"
+     "\"floor_millicores\":1,\"free_sandbox_hours\":50,\"storage_price_assumed\":\"yes\"}",
+     0, NULL, 400, "invalid_request", "storage_price_assumed"},
+    /* Read routes: query parameters and path ids. */
+    {"sandbox id 65 chars", "GET", "/v1/sandboxes/" ID65, TOK_READ_ONLY, NULL, 0, NULL, 400,
+     "invalid_request", "sandbox_id"},
+    {"sandbox unknown", "GET", "/v1/sandboxes/sbx_unknown", TOK_READ_ONLY, NULL, 0, NULL, 404,
+     "not_found", NULL},
+    {"key_id filter 65 chars", "GET", "/v1/sandboxes?key_id=" ID65, TOK_READ_ONLY, NULL, 0, NULL,
+     400, "invalid_request", "key_id"},
+    {"limit overflow", "GET", "/v1/sandboxes?limit=9223372036854775808", TOK_READ_ONLY, NULL, 0,
+     NULL, 400, "invalid_request", "limit"},
+    {"limit negative", "GET", "/v1/sandboxes?limit=-1", TOK_READ_ONLY, NULL, 0, NULL, 400,
+     "invalid_request", "limit"},
+    {"from with NUL", "GET", "/v1/usage?from=2026-01-01T00:00:00Z%00&to=2026-01-02T00:00:00Z",
+     TOK_READ_ONLY, NULL, 0, NULL, 400, "invalid_request", "from"},
+    {"from invalid UTF-8", "GET", "/v1/usage?from=%ff%fe&to=2026-01-02T00:00:00Z", TOK_READ_ONLY,
+     NULL, 0, NULL, 400, "invalid_request", "from"},
+    {"from year 99999", "GET", "/v1/usage?from=99999-01-01T00:00:00Z&to=2026-01-02T00:00:00Z",
+     TOK_READ_ONLY, NULL, 0, NULL, 400, "invalid_request", "from"},
+    {"from leap second", "GET", "/v1/usage?from=2016-12-31T23:59:60Z&to=2017-01-02T00:00:00Z",
+     TOK_READ_ONLY, NULL, 0, NULL, 400, "invalid_request", "from"},
+    {"window minute", "GET", "/v1/sandboxes/{sbx}/usage?window=minute", TOK_READ_ONLY, NULL, 0,
+     NULL, 400, "invalid_request", "window"},
+    {"usage unknown parameter", "GET", "/v1/usage?acount_id=x", TOK_OPERATOR, NULL, 0, NULL, 400,
+     "invalid_request", "acount_id"},
+    {"keys account missing", "GET", "/v1/keys", TOK_OPERATOR, NULL, 0, NULL, 400, "invalid_request",
+     "account_id"},
+    {"keys account 65 chars", "GET", "/v1/keys?account_id=" ID65, TOK_OPERATOR, NULL, 0, NULL, 400,
+     "invalid_request", "account_id"},
+    /* Bodies over 64 KiB. */
+    {"oversized body", "POST", "/v1/accounts", TOK_OPERATOR, "BIG", 0, NULL, 413,
+     "payload_too_large", NULL},
+    {"oversized chunked body", "POST", "/v1/accounts", TOK_OPERATOR, "BIG", 0,
+     "Transfer-Encoding: chunked", 413, "payload_too_large", NULL},
+    {"body on a GET", "GET", "/v1/keys", TOK_READ_ONLY, "{\"x\":1}", 0, NULL, 413,
+     "payload_too_large", NULL},
+    /* Wrong methods. */
+    {"DELETE keys", "DELETE", "/v1/keys", TOK_OPERATOR, NULL, 0, NULL, 405, "method_not_allowed",
+     NULL},
+    {"PATCH prices", "PATCH", "/v1/prices", TOK_OPERATOR, "{}", 0, NULL, 405, "method_not_allowed",
+     NULL},
+    {"GET accounts", "GET", "/v1/accounts", TOK_OPERATOR, NULL, 0, NULL, 405, "method_not_allowed",
+     NULL},
+    {"POST a key", "POST", "/v1/keys/{key}", TOK_FULL, "{}", 0, NULL, 405, "method_not_allowed",
+     NULL},
+    {"PUT healthz", "PUT", "/healthz", TOK_NONE, NULL, 0, NULL, 405, "method_not_allowed", NULL},
+    {"unknown path", "GET", "/v1/nothing", TOK_OPERATOR, NULL, 0, NULL, 404, "not_found", NULL},
+    /* Authorization headers. */
+    {"no auth", "GET", "/v1/keys", TOK_NONE, NULL, 0, NULL, 401, "unauthorized", NULL},
+    {"empty bearer", "GET", "/v1/keys", TOK_NONE, NULL, 0, "Authorization: Bearer", 401,
+     "unauthorized", NULL},
+    {"basic auth", "GET", "/v1/keys", TOK_NONE, NULL, 0, "Authorization: Basic YTpi", 401,
+     "unauthorized", NULL},
+    {"lower-case scheme", "GET", "/v1/keys", TOK_NONE, NULL, 0, "Authorization: bearer abc", 401,
+     "unauthorized", NULL},
+    {"token with spaces", "GET", "/v1/keys", TOK_NONE, NULL, 0,
+     "Authorization: Bearer key_1 .abc def", 401, "unauthorized", NULL},
+    {"token of dots", "GET", "/v1/keys", TOK_NONE, NULL, 0, "Authorization: Bearer ....", 401,
+     "unauthorized", NULL},
+    {"token id 65 chars", "GET", "/v1/keys", TOK_NONE, NULL, 0,
+     "Authorization: Bearer " ID65 ".AAAA", 401, "unauthorized", NULL},
+    {"long token", "GET", "/v1/keys", TOK_NONE, NULL, 0, "LONGAUTH", 401, "unauthorized", NULL},
+    {"token with high bytes", "GET", "/v1/keys", TOK_NONE, NULL, 0,
+     "Authorization: Bearer \xff\xfe.\xff", 401, "unauthorized", NULL},
+    /* Over-long ids in bodies of the control plane's routes. */
+    {"check key_id 65 chars", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"" ID65 "\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,"
+     "\"lease_seconds\":60}",
+     0, NULL, 400, "invalid_request", "key_id"},
+    {"check sandbox_id bad", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"a/b\",\"vcpus\":1,\"memory_mib\":512,"
+     "\"lease_seconds\":60}",
+     0, NULL, 400, "invalid_request", "sandbox_id"},
+    {"check vcpus zero", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":0,\"memory_mib\":512,"
+     "\"lease_seconds\":60}",
+     0, NULL, 400, "invalid_request", "vcpus"},
+    {"check vcpus overflow", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":99999999999999999999,\"memory_mib\":512,"
+     "\"lease_seconds\":60}",
+     0, NULL, 400, "invalid_request", NULL},
+    {"check vcpus 1025", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1025,\"memory_mib\":512,\"lease_seconds\":"
+     "60}",
+     0, NULL, 400, "invalid_request", "vcpus"},
+    {"check vcpus string", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":\"2\",\"memory_mib\":512,\"lease_seconds\":"
+     "60}",
+     0, NULL, 400, "invalid_request", "vcpus"},
+    {"check vcpus real", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":2.0,\"memory_mib\":512,\"lease_seconds\":"
+     "60}",
+     0, NULL, 400, "invalid_request", "vcpus"},
+    {"check memory too big", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":16777217,\"lease_"
+     "seconds\":60}",
+     0, NULL, 400, "invalid_request", "memory_mib"},
+    {"check memory negative", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":-1,\"lease_seconds\":60}",
+     0, NULL, 400, "invalid_request", "memory_mib"},
+    {"check lease zero", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,\"lease_seconds\":0}",
+     0, NULL, 400, "invalid_request", "lease_seconds"},
+    {"check lease over a day", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,\"lease_seconds\":"
+     "86401}",
+     0, NULL, 400, "invalid_request", "lease_seconds"},
+    {"check lease missing", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512}", 0, NULL, 400,
+     "invalid_request", "lease_seconds"},
+    {"check max cost negative", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,\"lease_seconds\":60,"
+     "\"max_cost_micros\":-1}",
+     0, NULL, 400, "invalid_request", "max_cost_micros"},
+    {"check max cost string", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,\"lease_seconds\":60,"
+     "\"max_cost_micros\":\"5\"}",
+     0, NULL, 400, "invalid_request", "max_cost_micros"},
+    {"check idempotency key bad", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,\"lease_seconds\":60,"
+     "\"idempotency_key\":\"a b\"}",
+     0, NULL, 400, "invalid_request", "idempotency_key"},
+    {"check unknown field", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,\"lease_seconds\":60,"
+     "\"color\":1}",
+     0, NULL, 400, "invalid_request", "color"},
+    {"wake sandbox_id missing", "POST", "/v1/checks/wake", TOK_CONTROL_PLANE,
+     "{\"lease_seconds\":60}", 0, NULL, 400, "invalid_request", "sandbox_id"},
+    {"wake sandbox_id NUL", "POST", "/v1/checks/wake", TOK_CONTROL_PLANE,
+     "{\"sandbox_id\":\"a\\u0000b\",\"lease_seconds\":60}", 0, NULL, 400, "invalid_request", NULL},
+    {"wake lease negative", "POST", "/v1/checks/wake", TOK_CONTROL_PLANE,
+     "{\"sandbox_id\":\"s1\",\"lease_seconds\":-5}", 0, NULL, 400, "invalid_request",
+     "lease_seconds"},
+    {"wake unknown field", "POST", "/v1/checks/wake", TOK_CONTROL_PLANE,
+     "{\"sandbox_id\":\"s1\",\"lease_seconds\":5,\"vcpus\":1}", 0, NULL, 400, "invalid_request",
+     "vcpus"},
+    {"event type bad", "POST", "/v1/sandboxes/{sbx}/events", TOK_CONTROL_PLANE,
+     "{\"type\":\"exploded\",\"at\":\"2026-01-01T00:00:00Z\"}", 0, NULL, 400, "invalid_request",
+     "type"},
+    {"event at bad", "POST", "/v1/sandboxes/{sbx}/events", TOK_CONTROL_PLANE,
+     "{\"type\":\"paused\",\"at\":\"2026-02-30T00:00:00Z\"}", 0, NULL, 400, "invalid_request",
+     "at"},
+    {"event at number", "POST", "/v1/sandboxes/{sbx}/events", TOK_CONTROL_PLANE,
+     "{\"type\":\"paused\",\"at\":17}", 0, NULL, 400, "invalid_request", "at"},
+    {"event unknown field", "POST", "/v1/sandboxes/{sbx}/events", TOK_CONTROL_PLANE,
+     "{\"type\":\"paused\",\"at\":\"2026-01-01T00:00:00Z\",\"x\":1}", 0, NULL, 400,
+     "invalid_request", "x"},
+    {"event sandbox 65 chars", "POST", "/v1/sandboxes/" ID65 "/events", TOK_CONTROL_PLANE,
+     "{\"type\":\"paused\",\"at\":\"2026-01-01T00:00:00Z\"}", 0, NULL, 400, "invalid_request",
+     "sandbox_id"},
+    {"check by a full key", "POST", "/v1/checks/create", TOK_FULL, "{}", 0, NULL, 403, "forbidden",
+     NULL},
+    {"event by the operator", "POST", "/v1/sandboxes/{sbx}/events", TOK_OPERATOR, "{}", 0, NULL,
+     403, "forbidden", NULL},
+    {"GET checks", "GET", "/v1/checks/create", TOK_CONTROL_PLANE, NULL, 0, NULL, 405,
+     "method_not_allowed", NULL},
+};
+
+static struct apitest t;
+static char acc[65], key[65], ro_key[65];
+static char tok_full[APITEST_TOKEN_MAX], tok_ro[APITEST_TOKEN_MAX];
+
+/* Replaces {acc}, {key}, {sbx} in in. */
+static void fill(const char *in, char *out, size_t len)
+{
+	size_t n = 0;
+
+	while (*in && n + 1 < len) {
+		const char *v = NULL;
+		size_t skip = 0;
+
+		if (strncmp(in, "{acc}", 5) == 0)
+			v = acc, skip = 5;
+		else if (strncmp(in, "{key}", 5) == 0)
+			v = key, skip = 5;
+		else if (strncmp(in, "{sbx}", 5) == 0)
+			v = "sbx_bad", skip = 5;
+		if (v) {
+			int w = snprintf(out + n, len - n, "%s", v);
+
+			if (w < 0 || (size_t)w >= len - n)
+				break;
+			n += (size_t)w;
+			in += skip;
+		} else {
+			out[n++] = *in++;
+		}
+	}
+	out[n] = '\0';
+}
+
+static const char *token_of(enum tok tok)
+{
+	switch (tok) {
+	case TOK_OPERATOR:
+		return t.operator_token;
+	case TOK_CONTROL_PLANE:
+		return t.control_plane_token;
+	case TOK_FULL:
+		return tok_full;
+	case TOK_READ_ONLY:
+		return tok_ro;
+	case TOK_NONE:
+	default:
+		return NULL;
+	}
+}
+
+static void run_case(const struct bad_case *c, char *big, size_t big_len, char *longauth)
+{
+	char path[512];
+	const char *hdrs[2] = {NULL, NULL};
+	struct apitest_req rq = {.method = c->method, .token = token_of(c->tok), .headers = hdrs};
+	struct apitest_resp r;
+	const char *field;
+
+	fill(c->path, path, sizeof(path));
+	rq.path = path;
+	if (c->header)
+		hdrs[0] = strcmp(c->header, "LONGAUTH") == 0 ? longauth : c->header;
+	if (c->body && strcmp(c->body, "BIG") == 0) {
+		rq.body = big;
+		rq.body_len = big_len;
+	} else if (c->body) {
+		rq.body = c->body;
+		rq.body_len = c->len ? c->len : strlen(c->body);
+	}
+	apitest_do(&t, 0, &rq, &r);
+	field = json_string_value(json_object_get(json_object_get(r.json, "error"), "field"));
+	if (r.status != c->want_status || strcmp(apitest_error_code(&r), c->want_code) != 0 ||
+	    (c->want_field && (!field || strcmp(field, c->want_field) != 0)))
+		fprintf(stderr, "case \"%s\": got %ld %.300s %s\n", c->name, r.status, r.body,
+			r.error);
+	CHECK_I64(r.status, c->want_status);
+	CHECK_STR(apitest_error_code(&r), c->want_code);
+	CHECK(json_is_string(json_object_get(json_object_get(r.json, "error"), "message")));
+	if (c->want_field)
+		CHECK_STR(field ? field : "", c->want_field);
+	apitest_resp_release(&r);
+}
+
+int main(void)
+{
+	enum { BIG = 70 * 1024 };
+	char *big = malloc(BIG + 1), *longauth = malloc(8200);
+	struct apitest_resp r;
+	char sql[512];
+
+	if (!big || !longauth)
+		return 1;
+	/* A syntactically fine body just over the cap. */
+	memset(big, 'a', BIG);
+	memcpy(big, "{\"name\":\"", 9);
+	memcpy(big + BIG - 2, "\"}", 2);
+	big[BIG] = '\0';
+	memcpy(longauth, "Authorization: Bearer ", 22);
+	memset(longauth + 22, 'k', 8100);
+	longauth[8122] = '.';
+	longauth[8123] = 'A';
+	longauth[8124] = '\0';
+
+	if (apitest_start(&t, "api_badinput", 1, NULL, NULL) < 0)
+		return 1;
+	CHECK(apitest_create_account(&t, "bad input", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, tok_full) == 0);
+	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, ro_key, tok_ro) == 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state)"
+		 " VALUES ('%s', 'sbx_bad', '%s', 1, 512, 'running')",
+		 acc, key);
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		run_case(&cases[i], big, BIG, longauth);
+
+	/* Still serving, still alive; and nothing was created by the table. */
+	CHECK(apitest_call(&t, 0, "GET", "/healthz", NULL, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	CHECK(kill(t.servers[0].pid, 0) == 0);
+	CHECK_STR(testdb_exec_state(t.db.conn, "DO $$ BEGIN IF (SELECT count(*) FROM accounts) <> 2"
+					       " OR (SELECT count(*) FROM api_keys) <> 2"
+					       " OR (SELECT count(*) FROM price_book) <> 1"
+					       " THEN RAISE 'created'; END IF; END $$"),
+		  "00000");
+	/* Zero is a valid limit; null removes it. */
+	snprintf(sql, sizeof(sql), "/v1/keys/%s/limits", key);
+	CHECK(apitest_call(&t, 0, "PUT", sql, tok_full, "{\"daily_limit_micros\":0}", &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+	free(big);
+	free(longauth);
+	return check_done();
+}

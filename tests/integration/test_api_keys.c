@@ -1,0 +1,371 @@
+/* API: accounts, keys, limits and the price book against a real meterd
+ * and PostgreSQL. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "apitest.h"
+#include "check.h"
+#include "db.h"
+#include "keys.h"
+
+static struct apitest t;
+
+/* The one value of a one-row SQL query into out ("" on failure). */
+static void sql_value(const char *sql, char *out, size_t len)
+{
+	PGresult *res = PQexec(t.db.conn, sql);
+
+	out[0] = '\0';
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+	else
+		fprintf(stderr, "sql failed: %s: %s", sql, PQerrorMessage(t.db.conn));
+	PQclear(res);
+}
+
+static void sql_exec(const char *sql)
+{
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+}
+
+/* Integer member name of r's JSON, or -1 when absent (null: -2). */
+static long long jint(const json_t *o, const char *name)
+{
+	json_t *v = json_object_get(o, name);
+
+	if (json_is_null(v))
+		return -2;
+	return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+static void test_accounts_and_keys(void)
+{
+	struct apitest_resp r;
+	char acc[65], acc2[65], kf[65], kr[65], kx[65], path[256], sql[512], got[256];
+	char tf[APITEST_TOKEN_MAX], tr[APITEST_TOKEN_MAX], tx[APITEST_TOKEN_MAX];
+	char bad[APITEST_TOKEN_MAX];
+	unsigned char hash[KEYS_HASH_LEN];
+	char hex[2 * KEYS_HASH_LEN + 1];
+	const char *secret;
+
+	/* Accounts. */
+	CHECK(apitest_call(&t, 0, "POST", "/v1/accounts", t.operator_token,
+			   "{\"name\":\"Acme \\u00e9\"}", &r) == 0);
+	CHECK_I64(r.status, 201);
+	CHECK_STR(apitest_json_str(&r, "name"), "Acme \xc3\xa9");
+	snprintf(acc, sizeof(acc), "%s", apitest_json_str(&r, "account_id") ?: "");
+	CHECK(strncmp(acc, "acc_", 4) == 0 && strlen(acc) == 20);
+	apitest_resp_release(&r);
+	CHECK(apitest_create_account(&t, "Other", acc2) == 0);
+	CHECK(strcmp(acc, acc2) != 0);
+
+	/* Keys: the secret is the whole token, shown once. */
+	snprintf(path, sizeof(path), "/v1/accounts/%s/keys", acc);
+	CHECK(apitest_call(&t, 0, "POST", path, t.operator_token,
+			   "{\"role\":\"full\",\"daily_limit_micros\":1000000,"
+			   "\"time_zone\":\"Europe/Paris\"}",
+			   &r) == 0);
+	CHECK_I64(r.status, 201);
+	CHECK_STR(apitest_json_str(&r, "role"), "full");
+	CHECK_STR(apitest_json_str(&r, "time_zone"), "Europe/Paris");
+	CHECK_I64(jint(r.json, "daily_limit_micros"), 1000000);
+	CHECK_STR(apitest_json_str(&r, "account_id"), acc);
+	snprintf(kf, sizeof(kf), "%s", apitest_json_str(&r, "key_id") ?: "");
+	snprintf(tf, sizeof(tf), "%s", apitest_json_str(&r, "secret") ?: "");
+	apitest_resp_release(&r);
+	CHECK(strncmp(kf, "key_", 4) == 0 && strlen(kf) == 20);
+	CHECK(strncmp(tf, kf, strlen(kf)) == 0 && tf[strlen(kf)] == '.');
+	secret = tf + strlen(kf) + 1;
+	CHECK_I64(strlen(secret), KEYS_SECRET_LEN);
+	/* Stored: the SHA-256 of the secret, nothing else. */
+	CHECK(keys_hash_secret(secret, strlen(secret), hash) == METER_OK);
+	for (size_t i = 0; i < KEYS_HASH_LEN; i++)
+		snprintf(hex + 2 * i, 3, "%02x", hash[i]);
+	snprintf(sql, sizeof(sql),
+		 "SELECT encode(secret_hash, 'hex') FROM api_keys WHERE key_id = '%s'", kf);
+	sql_value(sql, got, sizeof(got));
+	CHECK_STR(got, hex);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM api_keys k WHERE position('%s' in k::text) > 0", secret);
+	sql_value(sql, got, sizeof(got));
+	CHECK_STR(got, "0");
+
+	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, kr, tr) == 0);
+	CHECK(apitest_create_key(&t, acc2, "full", -1, NULL, kx, tx) == 0);
+
+	/* Listing: own account, no secrets. */
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tr, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_I64(json_array_size(json_object_get(r.json, "items")), 2);
+	CHECK(strstr(r.body, "secret") == NULL);
+	CHECK(strstr(r.body, kx) == NULL);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", t.operator_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 400);
+	CHECK_STR(apitest_error_code(&r), "invalid_request");
+	CHECK_STR(json_string_value(json_object_get(json_object_get(r.json, "error"), "field")),
+		  "account_id");
+	apitest_resp_release(&r);
+	snprintf(path, sizeof(path), "/v1/keys?account_id=%s", acc2);
+	CHECK(apitest_call(&t, 0, "GET", path, t.operator_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_I64(json_array_size(json_object_get(r.json, "items")), 1);
+	apitest_resp_release(&r);
+	/* A key naming another account: not found, like any of its ids. */
+	CHECK(apitest_call(&t, 0, "GET", path, tf, NULL, &r) == 0);
+	CHECK_I64(r.status, 404);
+	apitest_resp_release(&r);
+
+	/* Today's figures from the ledger: zeros without a row, then the row. */
+	snprintf(path, sizeof(path), "/v1/keys/%s", kf);
+	CHECK(apitest_call(&t, 0, "GET", path, tf, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_I64(jint(r.json, "day_spent_micros"), 0);
+	CHECK_I64(jint(r.json, "day_held_micros"), 0);
+	CHECK_I64(jint(r.json, "day_remaining_micros"), 1000000);
+	sql_value("SELECT meter_key_day('Europe/Paris', now())::text", got, sizeof(got));
+	CHECK_STR(apitest_json_str(&r, "day"), got);
+	apitest_resp_release(&r);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros,"
+		 " limit_micros) VALUES ('%s', '%s', meter_key_day('Europe/Paris', now()), 1234,"
+		 " 5678, 1000000)",
+		 acc, kf);
+	sql_exec(sql);
+	CHECK(apitest_call(&t, 0, "GET", path, tr, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_I64(jint(r.json, "day_spent_micros"), 1234);
+	CHECK_I64(jint(r.json, "day_held_micros"), 5678);
+	CHECK_I64(jint(r.json, "day_committed_micros"), 1234 + 5678);
+	CHECK_I64(jint(r.json, "day_remaining_micros"), 1000000 - 1234 - 5678);
+	apitest_resp_release(&r);
+	/* Another account's key: 404, not 403. */
+	CHECK(apitest_call(&t, 0, "GET", path, tx, NULL, &r) == 0);
+	CHECK_I64(r.status, 404);
+	CHECK_STR(apitest_error_code(&r), "not_found");
+	apitest_resp_release(&r);
+
+	/* Limits: a full key of the account; today's ledger row follows. */
+	snprintf(path, sizeof(path), "/v1/keys/%s/limits", kf);
+	CHECK(apitest_call(&t, 0, "PUT", path, tf, "{\"daily_limit_micros\":2000000}", &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_I64(jint(r.json, "daily_limit_micros"), 2000000);
+	CHECK_STR(apitest_json_str(&r, "time_zone"), "Europe/Paris");
+	apitest_resp_release(&r);
+	snprintf(sql, sizeof(sql),
+		 "SELECT limit_micros FROM key_day_ledger WHERE key_id = '%s'"
+		 " AND day = meter_key_day('Europe/Paris', now())",
+		 kf);
+	sql_value(sql, got, sizeof(got));
+	CHECK_STR(got, "2000000");
+	CHECK(apitest_call(&t, 0, "PUT", path, t.operator_token, "{\"daily_limit_micros\":null}",
+			   &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_I64(jint(r.json, "daily_limit_micros"), -2);
+	CHECK_I64(jint(r.json, "day_remaining_micros"), -2);
+	apitest_resp_release(&r);
+	sql_value("SELECT count(*) FROM key_day_ledger WHERE limit_micros IS NULL", got,
+		  sizeof(got));
+	CHECK_STR(got, "1");
+	CHECK(apitest_call(&t, 0, "PUT", path, tf, "{\"time_zone\":\"Mars/Olympus_Mons\"}", &r) ==
+	      0);
+	CHECK_I64(r.status, 400);
+	CHECK_STR(json_string_value(json_object_get(json_object_get(r.json, "error"), "field")),
+		  "time_zone");
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "PUT", path, tf,
+			   "{\"time_zone\":\"Asia/Kolkata\",\"daily_limit_micros\":5}", &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_STR(apitest_json_str(&r, "time_zone"), "Asia/Kolkata");
+	CHECK_I64(jint(r.json, "daily_limit_micros"), 5);
+	sql_value("SELECT meter_key_day('Asia/Kolkata', now())::text", got, sizeof(got));
+	CHECK_STR(apitest_json_str(&r, "day"), got);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "PUT", path, tf, "{}", &r) == 0);
+	CHECK_I64(r.status, 400);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "PUT", path, tr, "{\"daily_limit_micros\":1}", &r) == 0);
+	CHECK_I64(r.status, 403);
+	CHECK_STR(apitest_error_code(&r), "read_only_key");
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "PUT", path, tx, "{\"daily_limit_micros\":1}", &r) == 0);
+	CHECK_I64(r.status, 404);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "PUT", path, t.control_plane_token, "{\"daily_limit_micros\":1}",
+			   &r) == 0);
+	CHECK_I64(r.status, 403);
+	CHECK_STR(apitest_error_code(&r), "forbidden");
+	apitest_resp_release(&r);
+
+	/* Authentication: a wrong secret and an unknown key look alike. */
+	snprintf(bad, sizeof(bad), "%s", tf);
+	bad[strlen(bad) - 1] = bad[strlen(bad) - 1] == 'A' ? 'B' : 'A';
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", bad, NULL, &r) == 0);
+	CHECK_I64(r.status, 401);
+	CHECK_STR(apitest_error_code(&r), "unauthorized");
+	snprintf(got, sizeof(got), "%s", r.body);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", "key_0000000000000000.AAAA", NULL, &r) == 0);
+	CHECK_I64(r.status, 401);
+	CHECK_STR(r.body, got);
+	apitest_resp_release(&r);
+	/* A revoked key (never used, so not cached) is refused. */
+	{
+		char kv[65], tv[APITEST_TOKEN_MAX];
+
+		CHECK(apitest_create_key(&t, acc, "full", -1, NULL, kv, tv) == 0);
+		snprintf(sql, sizeof(sql),
+			 "UPDATE api_keys SET revoked_at = now() WHERE key_id = '%s'", kv);
+		sql_exec(sql);
+		CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tv, NULL, &r) == 0);
+		CHECK_I64(r.status, 401);
+		CHECK_STR(r.body, got);
+		apitest_resp_release(&r);
+	}
+
+	/* Creation errors. */
+	CHECK(apitest_call(&t, 0, "POST", "/v1/accounts/acc_nope/keys", t.operator_token,
+			   "{\"role\":\"full\"}", &r) == 0);
+	CHECK_I64(r.status, 404);
+	apitest_resp_release(&r);
+	snprintf(path, sizeof(path), "/v1/accounts/%s/keys", acc);
+	CHECK(apitest_call(&t, 0, "POST", path, t.operator_token, "{\"role\":\"admin\"}", &r) == 0);
+	CHECK_I64(r.status, 400);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "POST", path, t.operator_token,
+			   "{\"role\":\"full\",\"time_zone\":\"utc\"}", &r) == 0);
+	CHECK_I64(r.status, 400);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "POST", path, tf, "{\"role\":\"full\"}", &r) == 0);
+	CHECK_I64(r.status, 403);
+	CHECK_STR(apitest_error_code(&r), "forbidden");
+	apitest_resp_release(&r);
+}
+
+static void test_prices(void)
+{
+	struct apitest_resp r;
+	json_t *cur;
+	char body[512];
+
+	CHECK(apitest_call(&t, 0, "GET", "/v1/prices", t.control_plane_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	cur = json_object_get(r.json, "current");
+	CHECK_I64(jint(cur, "version"), 1);
+	CHECK_I64(jint(cur, "cpu_micros_per_vcpu_hour"), 25000);
+	CHECK_I64(jint(cur, "memory_micros_per_gib_hour"), 7500);
+	CHECK_I64(jint(cur, "storage_micros_per_gib_hour"), 100);
+	CHECK_I64(jint(cur, "floor_millicores"), 50);
+	CHECK_I64(jint(cur, "free_sandbox_hours"), 50);
+	CHECK(json_is_true(json_object_get(cur, "storage_price_assumed")));
+	CHECK_STR(json_string_value(json_object_get(cur, "effective_from")),
+		  "1970-01-01T00:00:00Z");
+	apitest_resp_release(&r);
+
+	snprintf(body, sizeof(body),
+		 "{\"effective_from\":\"2999-01-01T00:00:00+01:00\","
+		 "\"cpu_micros_per_vcpu_hour\":30000,\"memory_micros_per_gib_hour\":8000,"
+		 "\"storage_micros_per_gib_hour\":120,\"floor_millicores\":25,"
+		 "\"free_sandbox_hours\":10}");
+	CHECK(apitest_call(&t, 0, "PUT", "/v1/prices", t.operator_token, body, &r) == 0);
+	CHECK_I64(r.status, 201);
+	CHECK_I64(jint(r.json, "version"), 2);
+	CHECK_STR(apitest_json_str(&r, "effective_from"), "2998-12-31T23:00:00Z");
+	CHECK(json_is_false(json_object_get(r.json, "current")));
+	apitest_resp_release(&r);
+	/* The same instant again: a conflict. */
+	CHECK(apitest_call(&t, 0, "PUT", "/v1/prices", t.operator_token, body, &r) == 0);
+	CHECK_I64(r.status, 409);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "GET", "/v1/prices", t.operator_token, NULL, &r) == 0);
+	CHECK_I64(json_array_size(json_object_get(r.json, "versions")), 2);
+	CHECK_I64(jint(json_object_get(r.json, "current"), "version"), 1);
+	apitest_resp_release(&r);
+	/* The past is never rewritten. */
+	CHECK(apitest_call(&t, 0, "PUT", "/v1/prices", t.operator_token,
+			   "{\"effective_from\":\"2020-01-01T00:00:00Z\","
+			   "\"cpu_micros_per_vcpu_hour\":1,\"memory_micros_per_gib_hour\":1,"
+			   "\"storage_micros_per_gib_hour\":1,\"floor_millicores\":1,"
+			   "\"free_sandbox_hours\":1}",
+			   &r) == 0);
+	CHECK_I64(r.status, 400);
+	CHECK_STR(json_string_value(json_object_get(json_object_get(r.json, "error"), "field")),
+		  "effective_from");
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "PUT", "/v1/prices", t.operator_token,
+			   "{\"effective_from\":\"2999-02-01T00:00:00Z\","
+			   "\"cpu_micros_per_vcpu_hour\":1000000000001,"
+			   "\"memory_micros_per_gib_hour\":1,"
+			   "\"storage_micros_per_gib_hour\":1,\"floor_millicores\":1,"
+			   "\"free_sandbox_hours\":1}",
+			   &r) == 0);
+	CHECK_I64(r.status, 400);
+	apitest_resp_release(&r);
+	/* Every role reads it; only the operator writes it. */
+	CHECK(apitest_call(&t, 0, "PUT", "/v1/prices", t.control_plane_token, body, &r) == 0);
+	CHECK_I64(r.status, 403);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "GET", "/v1/prices", NULL, NULL, &r) == 0);
+	CHECK_I64(r.status, 401);
+	apitest_resp_release(&r);
+}
+
+/* The database unreachable: a key cannot be checked, 503; then recovery
+ * without restarting meterd. */
+static void test_database_down(void)
+{
+	char acc[65], key[65], tok[APITEST_TOKEN_MAX], sql[256];
+	struct apitest_resp r;
+	long status = 0;
+
+	char url[1024] = "", err[256];
+	FILE *f = fopen(getenv("METER_TEST_PG_URL_FILE"), "r");
+	PGconn *admin = NULL;
+
+	CHECK(f && fgets(url, sizeof(url), f));
+	if (f)
+		fclose(f);
+	url[strcspn(url, "\n")] = '\0';
+	CHECK(db_connect(url, &admin, err, sizeof(err)) == METER_OK);
+	if (!admin)
+		return;
+	CHECK(apitest_create_account(&t, "down", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, key, tok) == 0);
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS false", t.db.name);
+	CHECK_STR(testdb_exec_state(admin, sql), "00000");
+	snprintf(sql, sizeof(sql),
+		 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '%s'",
+		 t.db.name);
+	CHECK_STR(testdb_exec_state(admin, sql), "00000");
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tok, NULL, &r) == 0);
+	CHECK_I64(r.status, 503);
+	CHECK_STR(apitest_error_code(&r), "metering_unavailable");
+	apitest_resp_release(&r);
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" ALLOW_CONNECTIONS true", t.db.name);
+	CHECK_STR(testdb_exec_state(admin, sql), "00000");
+	PQfinish(admin);
+	for (int i = 0; i < 200 && status != 200; i++) {
+		struct timespec ts = {.tv_nsec = 100000000};
+
+		CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tok, NULL, &r) == 0);
+		status = r.status;
+		apitest_resp_release(&r);
+		if (status != 200)
+			nanosleep(&ts, NULL);
+	}
+	CHECK_I64(status, 200);
+}
+
+int main(void)
+{
+	if (apitest_start(&t, "api_keys", 1, NULL, NULL) < 0)
+		return 1;
+	test_accounts_and_keys();
+	test_prices();
+	test_database_down();
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+	return check_done();
+}

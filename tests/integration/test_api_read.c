@@ -1,0 +1,381 @@
+/* API: the read routes (sandboxes, their usage, usage) on usage_hourly rows
+ * inserted by SQL with known quantities, so every figure is known exactly:
+ * 2 vCPU / 4 GiB idle for an hour is 1,250 + 30,000 µ$, busy 50,000 +
+ * 30,000 µ$ (DESIGN.md §1). */
+#include <stdio.h>
+#include <string.h>
+
+#include "apitest.h"
+#include "check.h"
+
+static struct apitest t;
+static char acc[65], accb[65], kf[65], kr[65], kp[65], kx[65];
+static char tf[APITEST_TOKEN_MAX], tr[APITEST_TOKEN_MAX], tp[APITEST_TOKEN_MAX],
+    tx[APITEST_TOKEN_MAX];
+
+static void sql_exec(const char *sql)
+{
+	const char *st = testdb_exec_state(t.db.conn, sql);
+
+	if (strcmp(st, "00000") != 0)
+		fprintf(stderr, "sql failed (%s): %s\n", st, sql);
+	CHECK_STR(st, "00000");
+}
+
+/* Member path a.b.c (dots) of o as an integer; -1 when absent. */
+static long long jpath(json_t *o, const char *path)
+{
+	char part[64];
+
+	while (*path) {
+		size_t n = strcspn(path, ".");
+
+		snprintf(part, sizeof(part), "%.*s", (int)n, path);
+		o = json_object_get(o, part);
+		path += n + (path[n] == '.');
+	}
+	return json_is_integer(o) ? json_integer_value(o) : -1;
+}
+
+static const char *jstr(json_t *o, const char *name)
+{
+	const char *s = json_string_value(json_object_get(o, name));
+
+	return s ? s : "";
+}
+
+/* GET path with token; status into *status; returns the response (release). */
+static struct apitest_resp get(const char *path, const char *token)
+{
+	struct apitest_resp r;
+
+	if (apitest_call(&t, 0, "GET", path, token, NULL, &r) < 0)
+		fprintf(stderr, "GET %s: %s\n", path, r.error);
+	return r;
+}
+
+/* One usage_hourly row with cumulative money equal to the hour's. */
+static void usage_row(const char *account, const char *sandbox, const char *key, const char *hour,
+		      const char *day, long long run, long long paused, long long used,
+		      long long billed, long long mem, long long sto, long long cpu_m,
+		      long long mem_m, long long sto_m)
+{
+	char sql[1024];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO usage_hourly (account_id, sandbox_id, key_id, hour, day,"
+		 " price_version, running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus,"
+		 " memory_mibus, storage_mibus, cpu_micros, memory_micros, storage_micros,"
+		 " total_micros, cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
+		 " VALUES ('%s', '%s', '%s', '%s', '%s', 1, %lld, %lld, %lld, %lld, %lld, %lld,"
+		 " %lld, %lld, %lld, %lld, %lld, %lld, %lld)",
+		 account, sandbox, key, hour, day, run, paused, used, billed, mem, sto, cpu_m,
+		 mem_m, sto_m, cpu_m + mem_m + sto_m, cpu_m, mem_m, sto_m);
+	sql_exec(sql);
+}
+
+static void setup(void)
+{
+	char sql[1024];
+
+	CHECK(apitest_create_account(&t, "A", acc) == 0);
+	CHECK(apitest_create_account(&t, "B", accb) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, kf, tf) == 0);
+	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, kr, tr) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", -1, "Asia/Kolkata", kp, tp) == 0);
+	CHECK(apitest_create_key(&t, accb, "full", -1, NULL, kx, tx) == 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		 " storage_mib, state, max_cost_micros, created_at) VALUES"
+		 " ('%s', 'sbx_a1', '%s', 2, 4096, 0, 'running', 20000, '2026-01-10 09:00Z'),"
+		 " ('%s', 'sbx_a2', '%s', 1, 1024, 5120, 'paused', NULL, '2026-01-10 09:30Z'),"
+		 " ('%s', 'sbx_p', '%s', 1, 1024, 0, 'running', NULL, '2026-01-10 08:00Z'),"
+		 " ('%s', 'sbx_b1', '%s', 1, 1024, 0, 'stopped', NULL, '2026-01-10 07:00Z')",
+		 acc, kf, acc, kf, acc, kp, accb, kx);
+	sql_exec(sql);
+	/* sbx_a1: an idle hour, a busy hour, half an hour at 100 millicores. */
+	usage_row(acc, "sbx_a1", kf, "2026-01-10 10:00Z", "2026-01-10", 3600000000, 0, 36000000000,
+		  180000000000, 14745600000000, 0, 1250, 30000, 0);
+	usage_row(acc, "sbx_a1", kf, "2026-01-10 11:00Z", "2026-01-10", 3600000000, 0,
+		  7200000000000, 7200000000000, 14745600000000, 0, 50000, 30000, 0);
+	usage_row(acc, "sbx_a1", kf, "2026-01-11 00:00Z", "2026-01-11", 1800000000, 0, 180000000000,
+		  180000000000, 7372800000000, 0, 1250, 15000, 0);
+	/* sbx_a2: paused an hour with a 5 GiB snapshot. */
+	usage_row(acc, "sbx_a2", kf, "2026-01-10 10:00Z", "2026-01-10", 0, 3600000000, 0, 0, 0,
+		  18432000000000, 0, 0, 500);
+	/* sbx_p (key in Asia/Kolkata): the UTC hour 18:00 is cut at the key's
+	 * midnight, 18:30Z, into two rows of two key days. */
+	usage_row(acc, "sbx_p", kp, "2026-01-10 18:00Z", "2026-01-10", 1800000000, 0, 1800000000000,
+		  1800000000000, 1843200000000, 0, 12500, 3750, 0);
+	usage_row(acc, "sbx_p", kp, "2026-01-10 18:00Z", "2026-01-11", 1800000000, 0, 1800000000000,
+		  1800000000000, 1843200000000, 0, 12500, 3750, 0);
+	/* Another account's sandbox. */
+	usage_row(accb, "sbx_b1", kx, "2026-01-10 10:00Z", "2026-01-10", 3600000000, 0, 0,
+		  180000000000, 0, 0, 99999, 0, 0);
+}
+
+static void test_usage(void)
+{
+	struct apitest_resp r;
+	json_t *items;
+	long long sum = 0;
+
+	r = get("/v1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z", tf);
+	CHECK_I64(r.status, 200);
+	CHECK_I64(jpath(r.json, "cost.total_micros"), 160500);
+	CHECK_I64(jpath(r.json, "cost.cpu_micros"), 77500);
+	CHECK_I64(jpath(r.json, "cost.memory_micros"), 82500);
+	CHECK_I64(jpath(r.json, "cost.storage_micros"), 500);
+	CHECK_I64(jpath(r.json, "usage.running_seconds"), 12600);
+	CHECK_I64(jpath(r.json, "usage.paused_seconds"), 3600);
+	CHECK_I64(jpath(r.json, "usage.cpu_used_millicore_seconds"), 11016000);
+	CHECK_I64(jpath(r.json, "usage.cpu_billed_millicore_seconds"), 11160000);
+	CHECK_I64(jpath(r.json, "usage.memory_mib_seconds"), 40550400);
+	CHECK_I64(jpath(r.json, "usage.storage_mib_seconds"), 18432000);
+	CHECK_STR(jstr(r.json, "from"), "2026-01-10T00:00:00Z");
+	CHECK_STR(jstr(r.json, "time_zone"), "UTC");
+	CHECK_I64(json_array_size(json_object_get(r.json, "items")), 1);
+	apitest_resp_release(&r);
+
+	/* Per UTC day and sandbox; the items add up to the total. */
+	r = get("/v1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z&window=day"
+		"&group_by=sandbox",
+		tr);
+	CHECK_I64(r.status, 200);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 4);
+	for (size_t i = 0; i < json_array_size(items); i++)
+		sum += jpath(json_array_get(items, i), "cost.total_micros");
+	CHECK_I64(sum, 160500);
+	CHECK_STR(jstr(json_array_get(items, 0), "period_start"), "2026-01-10T00:00:00Z");
+	CHECK_STR(jstr(json_array_get(items, 0), "period_end"), "2026-01-11T00:00:00Z");
+	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a1");
+	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 111250);
+	CHECK_STR(jstr(json_array_get(items, 2), "sandbox_id"), "sbx_p");
+	CHECK_I64(jpath(json_array_get(items, 2), "cost.total_micros"), 32500);
+	CHECK_STR(jstr(json_array_get(items, 3), "period_start"), "2026-01-11T00:00:00Z");
+	CHECK_I64(jpath(json_array_get(items, 3), "cost.total_micros"), 16250);
+	apitest_resp_release(&r);
+
+	/* Per key. */
+	r = get("/v1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z&group_by=key", tf);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 2);
+	for (size_t i = 0; i < json_array_size(items); i++) {
+		const char *k = jstr(json_array_get(items, i), "key_id");
+		long long v = jpath(json_array_get(items, i), "cost.total_micros");
+
+		CHECK(strcmp(k, kf) == 0 ? v == 128000 : strcmp(k, kp) == 0 && v == 32500);
+	}
+	apitest_resp_release(&r);
+
+	/* Days of the Kolkata key: split exactly at its midnight (18:30Z). */
+	r = get("/v1/usage?from=2026-01-09T18:30:00Z&to=2026-01-11T18:30:00Z&window=day", tp);
+	CHECK_I64(r.status, 200);
+	CHECK_STR(jstr(r.json, "time_zone"), "Asia/Kolkata");
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 2);
+	CHECK_STR(jstr(json_array_get(items, 0), "period_start"), "2026-01-09T18:30:00Z");
+	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 128000);
+	CHECK_STR(jstr(json_array_get(items, 1), "period_start"), "2026-01-10T18:30:00Z");
+	CHECK_I64(jpath(json_array_get(items, 1), "cost.total_micros"), 32500);
+	CHECK_I64(jpath(r.json, "cost.total_micros"), 160500);
+	apitest_resp_release(&r);
+
+	/* The operator sees every account, or one. */
+	r = get("/v1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z", t.operator_token);
+	CHECK_I64(jpath(r.json, "cost.total_micros"), 160500 + 99999);
+	apitest_resp_release(&r);
+	{
+		char path[256];
+
+		snprintf(path, sizeof(path),
+			 "/v1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z"
+			 "&account_id=%s",
+			 accb);
+		r = get(path, t.operator_token);
+		CHECK_I64(jpath(r.json, "cost.total_micros"), 99999);
+		apitest_resp_release(&r);
+		r = get(path, tf); /* a key naming another account */
+		CHECK_I64(r.status, 404);
+		apitest_resp_release(&r);
+	}
+	/* Today (the default range) has nothing yet. */
+	r = get("/v1/usage", tf);
+	CHECK_I64(r.status, 200);
+	CHECK_I64(jpath(r.json, "cost.total_micros"), 0);
+	apitest_resp_release(&r);
+}
+
+static void test_sandboxes(void)
+{
+	struct apitest_resp r;
+	json_t *items, *o;
+	char path[512];
+
+	r = get("/v1/sandboxes/sbx_a1?from=2026-01-10T00:00:00Z&to=2026-01-11T00:00:00Z", tr);
+	CHECK_I64(r.status, 200);
+	o = r.json;
+	CHECK_STR(jstr(o, "sandbox_id"), "sbx_a1");
+	CHECK_STR(jstr(o, "key_id"), kf);
+	CHECK_STR(jstr(o, "state"), "running");
+	CHECK_I64(jpath(o, "vcpus"), 2);
+	CHECK_I64(jpath(o, "memory_mib"), 4096);
+	CHECK_I64(jpath(o, "max_cost_micros"), 20000);
+	CHECK_STR(jstr(o, "created_at"), "2026-01-10T09:00:00Z");
+	CHECK_I64(jpath(o, "cost.total_micros"), 111250);
+	CHECK_I64(jpath(o, "cost.cpu_micros"), 51250);
+	CHECK_I64(jpath(o, "cost.memory_micros"), 60000);
+	CHECK_I64(jpath(o, "usage.running_seconds"), 7200);
+	CHECK_I64(jpath(o, "breakdown.cpu.used_micros"), 50250);
+	CHECK_I64(jpath(o, "breakdown.cpu.floor_topup_micros"), 1000);
+	CHECK_I64(jpath(o, "breakdown.cpu.floor_topup_millicore_seconds"), 144000);
+	CHECK_I64(jpath(o, "breakdown.cpu.micros"), 51250);
+	CHECK_I64(jpath(o, "breakdown.memory.micros"), 60000);
+	apitest_resp_release(&r);
+
+	/* Sorted by cost over the range, paginated. */
+	r = get("/v1/sandboxes?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z&sort=cost"
+		"&limit=2",
+		tr);
+	CHECK_I64(r.status, 200);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 2);
+	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a1");
+	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 127500);
+	CHECK_STR(jstr(json_array_get(items, 1), "sandbox_id"), "sbx_p");
+	CHECK(json_is_string(json_object_get(r.json, "next_cursor")));
+	snprintf(path, sizeof(path),
+		 "/v1/sandboxes?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z&sort=cost"
+		 "&limit=2&cursor=%s",
+		 jstr(r.json, "next_cursor"));
+	apitest_resp_release(&r);
+	r = get(path, tr);
+	CHECK_I64(r.status, 200);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 1);
+	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a2");
+	CHECK(json_is_null(json_object_get(r.json, "next_cursor")));
+	apitest_resp_release(&r);
+
+	r = get("/v1/sandboxes?sort=created", tf);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 3);
+	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a2");
+	CHECK_STR(jstr(json_array_get(items, 2), "sandbox_id"), "sbx_p");
+	/* Default range: each sandbox's key's current day. */
+	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 0);
+	apitest_resp_release(&r);
+	r = get("/v1/sandboxes?state=paused", tf);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 1);
+	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a2");
+	apitest_resp_release(&r);
+	snprintf(path, sizeof(path), "/v1/sandboxes?key_id=%s", kp);
+	r = get(path, tf);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 1);
+	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_p");
+	apitest_resp_release(&r);
+
+	/* Another account sees only its own. */
+	r = get("/v1/sandboxes", tx);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 1);
+	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_b1");
+	apitest_resp_release(&r);
+	r = get("/v1/sandboxes/sbx_a1", tx);
+	CHECK_I64(r.status, 404);
+	CHECK_STR(apitest_error_code(&r), "not_found");
+	apitest_resp_release(&r);
+	r = get("/v1/sandboxes/sbx_a1/usage", tx);
+	CHECK_I64(r.status, 404);
+	apitest_resp_release(&r);
+	r = get("/v1/sandboxes/sbx_a1", t.operator_token);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+
+	/* The series of the Kolkata sandbox: both parts of the 18:00Z hour. */
+	r = get("/v1/sandboxes/sbx_p/usage?from=2026-01-10T18:00:00Z&to=2026-01-10T19:00:00Z", tr);
+	CHECK_I64(r.status, 200);
+	CHECK_STR(jstr(r.json, "window"), "hour");
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 1);
+	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 32500);
+	CHECK_I64(jpath(json_array_get(items, 0), "cpu_used_millicores"), 1000);
+	CHECK_I64(jpath(json_array_get(items, 0), "cpu_billed_millicores"), 1000);
+	CHECK_I64(jpath(json_array_get(items, 0), "memory_mib"), 1024);
+	apitest_resp_release(&r);
+	r = get("/v1/sandboxes/sbx_a1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z"
+		"&window=hour",
+		tr);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 3);
+	CHECK_I64(jpath(json_array_get(items, 0), "cpu_used_millicores"), 10);
+	CHECK_I64(jpath(json_array_get(items, 0), "cpu_billed_millicores"), 50);
+	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 31250);
+	CHECK_I64(jpath(json_array_get(items, 1), "cost.total_micros"), 80000);
+	CHECK_I64(jpath(r.json, "cost.total_micros"), 127500);
+	apitest_resp_release(&r);
+}
+
+/* Query parameters are validated strictly: 400 naming the parameter. */
+static void test_bad_queries(void)
+{
+	static const struct {
+		const char *path;
+		const char *field;
+	} cases[] = {
+	    {"/v1/sandboxes/sbx_a1/usage?window=minute", "window"},
+	    {"/v1/sandboxes/sbx_a1/usage?window=week", "window"},
+	    {"/v1/usage?from=2026-01-10T00:00:00Z", "to"},
+	    {"/v1/usage?to=2026-01-10T00:00:00Z", "from"},
+	    {"/v1/usage?from=2026-01-11T00:00:00Z&to=2026-01-10T00:00:00Z", "from"},
+	    {"/v1/usage?from=2026-01-10T00:00:00Z&to=2026-01-10T00:00:00Z", "from"},
+	    {"/v1/usage?from=2026-13-01T00:00:00Z&to=2026-01-10T00:00:00Z", "from"},
+	    {"/v1/usage?from=2026-02-29T00:00:00Z&to=2026-03-10T00:00:00Z", "from"},
+	    {"/v1/usage?from=2026-01-10&to=2026-01-11", "from"},
+	    {"/v1/usage?from=2026-01-10T00:00:00Z&to=2026-03-10T00:00:00Z&window=hour", "to"},
+	    {"/v1/usage?from=2020-01-10T00:00:00Z&to=2026-03-10T00:00:00Z", "to"},
+	    {"/v1/usage?group_by=account", "group_by"},
+	    {"/v1/usage?window=day&window=hour", "window"},
+	    {"/v1/usage?bogus=1", "bogus"},
+	    {"/v1/usage?window", "window"},
+	    {"/v1/sandboxes?limit=0", "limit"},
+	    {"/v1/sandboxes?limit=501", "limit"},
+	    {"/v1/sandboxes?limit=9223372036854775808", "limit"},
+	    {"/v1/sandboxes?state=dead", "state"},
+	    {"/v1/sandboxes?sort=price", "sort"},
+	    {"/v1/sandboxes?key_id=a%20b", "key_id"},
+	    {"/v1/sandboxes?cursor=zzz", "cursor"},
+	    {"/v1/sandboxes?sort=cost&cursor=i.sbx_a1", "cursor"},
+	    {"/v1/sandboxes?from=2026-01-10T00:00:00Z%00&to=2026-01-11T00:00:00Z", "from"},
+	    {"/v1/keys?account_id=", "account_id"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct apitest_resp r = get(cases[i].path, tf);
+		const char *field =
+		    json_string_value(json_object_get(json_object_get(r.json, "error"), "field"));
+
+		if (r.status != 400 || !field || strcmp(field, cases[i].field) != 0)
+			fprintf(stderr, "case %s: %ld %s\n", cases[i].path, r.status, r.body);
+		CHECK_I64(r.status, 400);
+		CHECK_STR(apitest_error_code(&r), "invalid_request");
+		CHECK_STR(field ? field : "", cases[i].field);
+		apitest_resp_release(&r);
+	}
+}
+
+int main(void)
+{
+	if (apitest_start(&t, "api_read", 1, NULL, NULL) < 0)
+		return 1;
+	setup();
+	test_usage();
+	test_sandboxes();
+	test_bad_queries();
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+	return check_done();
+}

@@ -1,0 +1,226 @@
+/* Unit: the embedded OpenAPI document against the routing table. Every
+ * route is documented under its path and method with the same roles in
+ * x-meter-roles; every documented operation is a route; path parameters
+ * agree; every $ref resolves. */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "http.h"
+#include "openapi.h"
+#include "routes.h"
+
+static const struct {
+	unsigned bit;
+	const char *name;
+} role_names[] = {
+    {ROLE_OPERATOR, "operator"}, {ROLE_CONTROL_PLANE, "control_plane"},
+    {ROLE_FULL, "full"},	 {ROLE_READ_ONLY, "read_only"},
+    {ROLE_PUBLIC, "public"},
+};
+
+static const char *const methods[] = {"get", "put", "post", "delete", "patch", "head", NULL};
+
+/* The role bits named by a JSON array of role names; ~0u when malformed. */
+static unsigned roles_of(const json_t *arr)
+{
+	unsigned bits = 0;
+	size_t i;
+	json_t *v;
+
+	if (!json_is_array(arr))
+		return ~0u;
+	json_array_foreach(arr, i, v)
+	{
+		size_t r;
+
+		for (r = 0; r < sizeof(role_names) / sizeof(role_names[0]); r++)
+			if (json_is_string(v) &&
+			    strcmp(json_string_value(v), role_names[r].name) == 0)
+				break;
+		if (r == sizeof(role_names) / sizeof(role_names[0]) || (bits & role_names[r].bit))
+			return ~0u; /* unknown or repeated */
+		bits |= role_names[r].bit;
+	}
+	return bits;
+}
+
+/* method in lower case into out. */
+static void lower(const char *s, char *out, size_t len)
+{
+	size_t n = 0;
+
+	for (; *s && n + 1 < len; s++)
+		out[n++] = (char)(*s >= 'A' && *s <= 'Z' ? *s - 'A' + 'a' : *s);
+	out[n] = '\0';
+}
+
+/* True when op declares exactly the {…} parameters of path as path
+ * parameters (required). */
+static bool path_params_agree(const char *path, const json_t *op, const json_t *item)
+{
+	int want = 0, got = 0, declared = 0;
+	const char *p = path;
+	json_t *lists[2] = {json_object_get(op, "parameters"), json_object_get(item, "parameters")};
+
+	while ((p = strchr(p, '{')) != NULL) {
+		const char *e = strchr(p, '}');
+		bool found = false;
+
+		if (!e)
+			return false;
+		for (int l = 0; l < 2; l++) {
+			size_t i;
+			json_t *prm;
+
+			json_array_foreach(lists[l], i, prm)
+			{
+				const char *name = json_string_value(json_object_get(prm, "name"));
+				const char *in = json_string_value(json_object_get(prm, "in"));
+
+				if (name && in && strcmp(in, "path") == 0 &&
+				    strlen(name) == (size_t)(e - p - 1) &&
+				    strncmp(name, p + 1, (size_t)(e - p - 1)) == 0 &&
+				    json_is_true(json_object_get(prm, "required")))
+					found = true;
+			}
+		}
+		if (!found)
+			fprintf(stderr, "%s: path parameter %.*s not declared\n", path,
+				(int)(e - p - 1), p + 1);
+		want++;
+		got += found;
+		p = e + 1;
+	}
+	for (int l = 0; l < 2; l++) {
+		size_t i;
+		json_t *prm;
+
+		json_array_foreach(lists[l], i, prm)
+		{
+			const char *in = json_string_value(json_object_get(prm, "in"));
+
+			if (in && strcmp(in, "path") == 0)
+				declared++; /* no path parameter the path lacks */
+		}
+	}
+	return want == got && declared == want;
+}
+
+/* Every "$ref" under v resolves to a member of doc ("#/a/b/c"). */
+static void check_refs(const json_t *doc, const json_t *v, int *bad)
+{
+	const char *key;
+	json_t *child;
+	size_t i;
+
+	if (json_is_object(v)) {
+		json_object_foreach((json_t *)v, key, child)
+		{
+			if (strcmp(key, "$ref") == 0 && json_is_string(child)) {
+				const char *ref = json_string_value(child);
+				const json_t *at = doc;
+				char part[128];
+
+				if (strncmp(ref, "#/", 2) != 0) {
+					(*bad)++;
+					continue;
+				}
+				for (const char *p = ref + 2; *p && at;) {
+					size_t n = strcspn(p, "/");
+
+					snprintf(part, sizeof(part), "%.*s", (int)n, p);
+					at = json_object_get(at, part);
+					p += n + (p[n] == '/');
+				}
+				if (!at) {
+					fprintf(stderr, "unresolved $ref %s\n", ref);
+					(*bad)++;
+				}
+			} else {
+				check_refs(doc, child, bad);
+			}
+		}
+	} else if (json_is_array(v)) {
+		json_array_foreach((json_t *)v, i, child) check_refs(doc, child, bad);
+	}
+}
+
+int main(void)
+{
+	json_error_t jerr;
+	json_t *doc = json_loadb(openapi_json, openapi_json_len, JSON_REJECT_DUPLICATES, &jerr);
+	json_t *paths, *item;
+	const char *path;
+	int bad_refs = 0;
+
+	if (!doc) {
+		fprintf(stderr, "openapi.json: line %d: %s\n", jerr.line, jerr.text);
+		CHECK(doc != NULL);
+		return check_done();
+	}
+	CHECK_I64(strlen(openapi_json), openapi_json_len);
+	CHECK_STR(json_string_value(json_object_get(doc, "openapi")), "3.1.0");
+	paths = json_object_get(doc, "paths");
+	CHECK(json_is_object(paths));
+
+	/* Every route is documented with the same roles. */
+	for (size_t i = 0; i < routes_count; i++) {
+		char m[16];
+		json_t *op;
+
+		lower(routes[i].method, m, sizeof(m));
+		item = json_object_get(paths, routes[i].path);
+		op = json_object_get(item, m);
+		if (!op)
+			fprintf(stderr, "route %s %s is not documented\n", routes[i].method,
+				routes[i].path);
+		CHECK(op != NULL);
+		if (!op)
+			continue;
+		if (roles_of(json_object_get(op, "x-meter-roles")) != routes[i].roles)
+			fprintf(stderr, "route %s %s: x-meter-roles differ from the table\n",
+				routes[i].method, routes[i].path);
+		CHECK_I64(roles_of(json_object_get(op, "x-meter-roles")), routes[i].roles);
+		CHECK(json_is_object(json_object_get(op, "responses")));
+		CHECK(path_params_agree(routes[i].path, op, item));
+		/* A public route needs no credentials; others a bearer token. */
+		CHECK(json_is_array(json_object_get(op, "security")));
+		CHECK_I64(json_array_size(json_object_get(op, "security")) == 0,
+			  routes[i].roles == ROLE_PUBLIC);
+		/* A route that takes a body documents it. */
+		CHECK_I64(json_object_get(op, "requestBody") != NULL, routes[i].max_body > 0);
+	}
+
+	/* Every documented operation is served. */
+	json_object_foreach(paths, path, item)
+	{
+		const char *m;
+		json_t *op;
+
+		json_object_foreach(item, m, op)
+		{
+			size_t i;
+			char rm[16];
+			bool is_method = false;
+
+			for (int k = 0; methods[k]; k++)
+				is_method |= strcmp(methods[k], m) == 0;
+			if (!is_method)
+				continue; /* "parameters", "summary", ... */
+			for (i = 0; i < routes_count; i++) {
+				lower(routes[i].method, rm, sizeof(rm));
+				if (strcmp(routes[i].path, path) == 0 && strcmp(rm, m) == 0)
+					break;
+			}
+			if (i == routes_count)
+				fprintf(stderr, "documented %s %s is not a route\n", m, path);
+			CHECK(i < routes_count);
+		}
+	}
+
+	check_refs(doc, doc, &bad_refs);
+	CHECK_I64(bad_refs, 0);
+	json_decref(doc);
+	return check_done();
+}

@@ -1,0 +1,186 @@
+/* meter API: the control plane's routes (see h_checks.h). */
+#include "h_checks.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "checks.h"
+#include "db_checks.h"
+#include "h_util.h"
+#include "log.h"
+
+/* An optional (or required) id member copied into out. */
+static bool body_id(struct http_req *req, json_t *body, const char *name, bool required, char *out)
+{
+	const char *s = NULL;
+	char msg[160];
+
+	out[0] = '\0';
+	if (!hutil_body_str(req, body, name, PARSE_ID_MAX, required, &s))
+		return false;
+	if (!s)
+		return true;
+	if (!parse_is_id(s)) {
+		snprintf(msg, sizeof(msg), "%s must be 1 to 64 characters of A-Z a-z 0-9 _ . -",
+			 name);
+		hutil_bad(req, name, msg);
+		return false;
+	}
+	snprintf(out, PARSE_ID_MAX + 1, "%s", s);
+	return true;
+}
+
+/* The engine's answer: set the reply and wake the parked connection.
+ * Runs on the batcher thread (or the handler's, for an immediate 503). */
+static void check_done(void *arg, const struct checks_answer *a)
+{
+	struct http_req *req = arg;
+
+	http_reply_text(req, a->status, "application/json", a->body, strlen(a->body));
+	if (a->replayed && req->resp &&
+	    MHD_add_response_header(req->resp, "Idempotent-Replayed", "true") != MHD_YES)
+		log_warn("could not add Idempotent-Replayed");
+	MHD_resume_connection(req->conn);
+}
+
+/* Called by the server once the connection is parked: only now may the
+ * engine answer (a resume before the suspend would be lost). */
+static void check_submit(struct http_req *req)
+{
+	struct checks_request *rq = req->handler_ctx;
+
+	req->handler_ctx = NULL;
+	checks_submit(req->app->checks, rq, check_done, req);
+	free(rq);
+}
+
+/* Parks req and hands rq (stolen) to the engine. */
+static void check_park(struct http_req *req, struct checks_request *rq)
+{
+	if (!req->app->checks) {
+		free(rq);
+		http_reply_error(req, 503, "metering_unavailable", "checks are not enabled", NULL);
+		return;
+	}
+	req->handler_ctx = rq;
+	req->on_suspended = check_submit;
+	req->suspended = true;
+}
+
+void h_checks_create(struct http_req *req)
+{
+	static const char *const allowed[] = {
+	    "key_id",	     "sandbox_id",	"vcpus",	   "memory_mib",
+	    "lease_seconds", "max_cost_micros", "idempotency_key", NULL};
+	json_t *body = http_json_body(req);
+	struct checks_request *rq = calloc(1, sizeof(*rq));
+	bool is_null = false, present = false;
+
+	if (!body || !rq) {
+		if (!rq && body)
+			http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		goto out;
+	}
+	rq->op = CHECKS_CREATE;
+	if (!hutil_body_allowed(req, body, allowed) ||
+	    !body_id(req, body, "key_id", true, rq->key_id) ||
+	    !body_id(req, body, "sandbox_id", true, rq->sandbox_id) ||
+	    !hutil_body_int(req, body, "vcpus", 1, CHECKS_VCPUS_MAX, true, false, &rq->vcpus, NULL,
+			    NULL) ||
+	    !hutil_body_int(req, body, "memory_mib", 1, CHECKS_MEMORY_MIB_MAX, true, false,
+			    &rq->memory_mib, NULL, NULL) ||
+	    !hutil_body_int(req, body, "lease_seconds", 1, CHECKS_LEASE_SECONDS_MAX, true, false,
+			    &rq->lease_seconds, NULL, NULL) ||
+	    !hutil_body_int(req, body, "max_cost_micros", 0, INT64_MAX, false, true,
+			    &rq->max_cost_micros, &is_null, &present) ||
+	    !body_id(req, body, "idempotency_key", false, rq->idempotency_key))
+		goto out;
+	rq->has_max_cost = present && !is_null;
+	check_park(req, rq);
+	rq = NULL;
+out:
+	free(rq);
+	json_decref(body);
+}
+
+void h_checks_wake(struct http_req *req)
+{
+	static const char *const allowed[] = {"sandbox_id", "lease_seconds", "idempotency_key",
+					      NULL};
+	json_t *body = http_json_body(req);
+	struct checks_request *rq = calloc(1, sizeof(*rq));
+
+	if (!body || !rq) {
+		if (!rq && body)
+			http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		goto out;
+	}
+	rq->op = CHECKS_WAKE;
+	if (!hutil_body_allowed(req, body, allowed) ||
+	    !body_id(req, body, "sandbox_id", true, rq->sandbox_id) ||
+	    !hutil_body_int(req, body, "lease_seconds", 1, CHECKS_LEASE_SECONDS_MAX, true, false,
+			    &rq->lease_seconds, NULL, NULL) ||
+	    !body_id(req, body, "idempotency_key", false, rq->idempotency_key))
+		goto out;
+	check_park(req, rq);
+	rq = NULL;
+out:
+	free(rq);
+	json_decref(body);
+}
+
+void h_sandbox_event(struct http_req *req)
+{
+	static const char *const allowed[] = {"type", "at", NULL};
+	static const char *const types[] = {"running", "paused", "stopped", NULL};
+	json_t *body = http_json_body(req);
+	const char *type = NULL, *at_s = NULL;
+	struct db_event_result ev;
+	PGconn *conn = NULL;
+	int64_t at = 0;
+	enum meter_rc rc;
+	char at_out[HUTIL_TIME_MAX], since_out[HUTIL_TIME_MAX];
+	size_t t;
+
+	if (!body)
+		return;
+	if (!hutil_body_allowed(req, body, allowed) ||
+	    !hutil_body_str(req, body, "type", 16, true, &type) ||
+	    !hutil_body_str(req, body, "at", 64, true, &at_s))
+		goto out;
+	for (t = 0; types[t]; t++)
+		if (strcmp(types[t], type) == 0)
+			break;
+	if (!types[t]) {
+		hutil_bad(req, "type", "type must be running, paused or stopped");
+		goto out;
+	}
+	if (hutil_time_parse(at_s, &at) != METER_OK) {
+		hutil_bad(req, "at", "at must be an RFC 3339 time, e.g. 2026-11-30T01:02:03Z");
+		goto out;
+	}
+	if (!hutil_db_acquire(req, &conn))
+		goto out;
+	rc = db_checks_event(conn, req->params[0], types[t], at, &ev);
+	if (rc == METER_ENOTFOUND) {
+		http_reply_error(req, 404, "sandbox_not_found", "no such sandbox",
+				 json_pack("{s:s}", "sandbox_id", req->params[0]));
+		goto out;
+	}
+	if (rc != METER_OK) {
+		hutil_reply_rc(req, conn, rc, "sandbox event");
+		goto out;
+	}
+	hutil_time_format(at, at_out, sizeof(at_out));
+	hutil_time_format(ev.state_since_usec, since_out, sizeof(since_out));
+	http_reply_json(req, 200,
+			json_pack("{s:s,s:s,s:s,s:b,s:s,s:s,s:I,s:I}", "sandbox_id", req->params[0],
+				  "type", types[t], "at", at_out, "recorded", ev.recorded, "state",
+				  ev.state, "state_since", since_out, "holds_settled",
+				  (json_int_t)ev.holds_settled, "released_micros",
+				  (json_int_t)ev.released_micros));
+out:
+	hutil_db_release(req, conn);
+	json_decref(body);
+}

@@ -1,0 +1,707 @@
+/* meter: the SQL of the check engine, lifecycle events and the sweeper
+ * (see db_checks.h; the functions called are in sql/0005_checks.sql). */
+#include "db_checks.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db_util.h"
+#include "log.h"
+
+/* Everything a batch needs to know about its checks, one row per check in
+ * input order: the sandbox, the key (create's, or the sandbox's for a wake)
+ * and the stored first answer under the idempotency key. A default wake key
+ * (the sandbox id) is stale once the lease its answer granted is over: the
+ * sandbox is no longer running under that lease. */
+static const char sql_read[] =
+    "WITH c AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])"
+    "  WITH ORDINALITY AS c(op, key_id, sandbox_id, idem, i))"
+    " SELECT c.i, sb.sandbox_id IS NOT NULL, sb.account_id, sb.key_id IS NOT NULL,"
+    "  sb.vcpus, sb.memory_mib, sb.state,"
+    "  k.key_id IS NOT NULL, k.revoked_at IS NOT NULL, k.account_id, k.key_id,"
+    "  k.daily_limit_micros, k.time_zone,"
+    "  ik.idempotency_key IS NOT NULL, encode(ik.request_sha256, 'hex'), ik.status_code,"
+    "  ik.response::text,"
+    "  (c.op = 'wake' AND c.idem = c.sandbox_id AND ik.idempotency_key IS NOT NULL"
+    "   AND NOT COALESCE(sb.state = 'running' AND sb.lease_ends_at > $5::timestamptz"
+    "       AND sb.lease_ends_at = (ik.response->>'lease_ends_at')::timestamptz, false))"
+    " FROM c"
+    " LEFT JOIN sandboxes sb ON sb.sandbox_id = c.sandbox_id"
+    " LEFT JOIN api_keys k ON k.key_id = CASE WHEN c.op = 'create' THEN c.key_id"
+    "  ELSE sb.key_id END"
+    /* LATERAL: so all three columns are the index condition. */
+    " LEFT JOIN LATERAL (SELECT x.* FROM idempotency_keys x WHERE x.account_id = k.account_id"
+    "  AND x.operation = c.op AND x.idempotency_key = c.idem LIMIT 1) ik ON true"
+    " ORDER BY c.i";
+
+/* The price-book versions in force at some time in [$1, $2]. */
+static const char sql_prices[] = "SELECT " DB_USEC(
+    "effective_from") ", cpu_micros_per_vcpu_hour,"
+		      " memory_micros_per_gib_hour, storage_micros_per_gib_hour, floor_millicores"
+		      " FROM price_book WHERE effective_from <= $2::timestamptz"
+		      " AND effective_from >= (SELECT max(effective_from) FROM price_book"
+		      "  WHERE effective_from <= $1::timestamptz)"
+		      " ORDER BY effective_from LIMIT 16";
+
+static const char sql_days[] = "SELECT (d.d0 + g)::text, " DB_USEC(
+    "meter_day_start($1, d.d0 + g)") " FROM (SELECT meter_key_day($1, $2::timestamptz) AS d0) d, "
+				     "generate_series(0, 5) g"
+				     " ORDER BY g";
+
+static const char sql_lock[] =
+    "SELECT account_id, key_id, day::text, spent_micros, held_micros, limit_micros"
+    " FROM meter_checks_lock($1::text[], $2::text[], $3::date[], $4::bigint[])";
+
+static const char sql_apply[] =
+    "SELECT meter_checks_apply($1::timestamptz,"
+    " $2::text[], $3::text[], $4::date[], $5::bigint[], $6::bigint[],"
+    " $7::text[], $8::text[], $9::text[],"
+    " $10::text[], $11::text[], $12::text[], $13::text[], $14::integer[], $15::text[],"
+    " $16::text[], $17::text[], $18::text[], $19::integer[], $20::bigint[], $21::bigint[],"
+    " $22::timestamptz[],"
+    " $23::text[], $24::text[], $25::timestamptz[],"
+    " $26::text[], $27::text[], $28::text[], $29::date[], $30::bigint[],"
+    " $31::timestamptz[])";
+
+static const char sql_event[] = "SELECT known, recorded, state, " DB_USEC(
+    "state_since") ", holds_settled, released_micros"
+		   " FROM meter_sandbox_event($1, $2, $3::timestamptz)";
+
+static const char sql_expire[] = "SELECT meter_holds_expire($1::timestamptz, $2::integer)";
+
+struct prepared {
+	const char *name;
+	const char *sql;
+};
+
+static const struct prepared prepared[] = {
+    {"chk_read", sql_read}, {"chk_prices", sql_prices}, {"chk_days", sql_days},
+    {"chk_lock", sql_lock}, {"chk_apply", sql_apply},
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void db_check_read_release(struct db_check_read *rows, size_t n)
+{
+	for (size_t i = 0; rows && i < n; i++) {
+		free(rows[i].idem_response);
+		rows[i].idem_response = NULL;
+	}
+}
+
+/* Runs one statement synchronously; true when its status is want. */
+static bool session_exec(PGconn *conn, const char *sql, ExecStatusType want)
+{
+	PGresult *res = PQexec(conn, sql);
+	bool ok = PQresultStatus(res) == want;
+
+	if (!ok)
+		log_warn("checks: session set-up failed: %s", PQresultErrorMessage(res));
+	PQclear(res);
+	return ok;
+}
+
+enum meter_rc db_checks_session(PGconn *conn, int64_t statement_timeout_ms)
+{
+	char sql[96];
+
+	snprintf(sql, sizeof(sql), "SET statement_timeout = %lld", (long long)statement_timeout_ms);
+	if (!session_exec(conn, sql, PGRES_COMMAND_OK) ||
+	    !session_exec(conn, "SET synchronous_commit = on", PGRES_COMMAND_OK) ||
+	    /* The batch statements are point look-ups by key taking arrays:
+	     * planned once per connection (not per batch), and never as
+	     * sequential scans, so a plan made while the tables were small
+	     * stays right as they grow. */
+	    !session_exec(conn, "SET plan_cache_mode = force_generic_plan", PGRES_COMMAND_OK) ||
+	    !session_exec(conn, "SET enable_seqscan = off", PGRES_COMMAND_OK))
+		return METER_EDB;
+	for (size_t i = 0; i < sizeof(prepared) / sizeof(prepared[0]); i++) {
+		PGresult *res = PQprepare(conn, prepared[i].name, prepared[i].sql, 0, NULL);
+		bool ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+
+		if (!ok)
+			log_error("checks: cannot prepare %s: %s", prepared[i].name,
+				  PQresultErrorMessage(res));
+		PQclear(res);
+		if (!ok)
+			return METER_EDB;
+	}
+	return METER_OK;
+}
+
+/* Waits until a result can be read without blocking, or the deadline.
+ * METER_EIO on timeout, METER_EDB when the connection failed. */
+static enum meter_rc wait_ready(PGconn *conn, int64_t deadline_ms)
+{
+	while (PQisBusy(conn)) {
+		struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+		int64_t left = deadline_ms - mono_ms();
+		int pr;
+
+		if (pfd.fd < 0)
+			return METER_EDB;
+		if (left <= 0)
+			return METER_EIO;
+		pr = poll(&pfd, 1, left > 1000 ? 1000 : (int)left);
+		if (pr < 0)
+			continue;
+		if (pr > 0 && !PQconsumeInput(conn))
+			return METER_EDB;
+	}
+	return METER_OK;
+}
+
+/* One statement of a pipeline: a prepared statement's name, or SQL text
+ * (sql) without parameters. */
+struct pipe_q {
+	const char *stmt;
+	const char *sql;
+	int n;
+	const char *const *params;
+};
+
+static void copy_state(const PGresult *res, char *sqlstate)
+{
+	const char *st = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	if (sqlstate && st && strlen(st) == 5 && sqlstate[0] == '\0')
+		memcpy(sqlstate, st, 6);
+}
+
+/* Sends qs[0..nq) in one pipeline with one sync and collects one result per
+ * statement into res (caller PQclear()s each; NULL where none). METER_EDB
+ * when a statement failed (sqlstate gets the first SQLSTATE) or the
+ * connection did, METER_EIO at the deadline (the connection is then left
+ * unusable: the caller drops it). */
+static enum meter_rc pipe_run(PGconn *conn, const struct pipe_q *qs, int nq, PGresult **res,
+			      int64_t deadline_ms, char *sqlstate)
+{
+	enum meter_rc rc = METER_OK;
+	bool synced = false;
+
+	for (int i = 0; i < nq; i++)
+		res[i] = NULL;
+	if (sqlstate)
+		sqlstate[0] = '\0';
+	if (!PQenterPipelineMode(conn))
+		return METER_EDB;
+	for (int i = 0; i < nq; i++) {
+		int ok = qs[i].stmt
+			     ? PQsendQueryPrepared(conn, qs[i].stmt, qs[i].n, qs[i].params, NULL,
+						   NULL, 0)
+			     : PQsendQueryParams(conn, qs[i].sql, 0, NULL, NULL, NULL, NULL, 0);
+		if (!ok) {
+			rc = METER_EDB;
+			goto out;
+		}
+	}
+	if (!PQpipelineSync(conn)) {
+		rc = METER_EDB;
+		goto out;
+	}
+	for (int i = 0; i < nq; i++) {
+		PGresult *r;
+
+		rc = wait_ready(conn, deadline_ms);
+		if (rc != METER_OK)
+			goto out;
+		r = PQgetResult(conn);
+		if (!r) {
+			rc = METER_EDB;
+			goto out;
+		}
+		res[i] = r;
+		switch (PQresultStatus(r)) {
+		case PGRES_COMMAND_OK:
+		case PGRES_TUPLES_OK:
+			break;
+		case PGRES_PIPELINE_ABORTED:
+			rc = METER_EDB;
+			break;
+		default:
+			copy_state(r, sqlstate);
+			if (!sqlstate || sqlstate[0] == '\0')
+				log_warn("checks: statement failed: %s", PQresultErrorMessage(r));
+			rc = METER_EDB;
+			break;
+		}
+		/* The NULL that ends this statement's results. */
+		rc = wait_ready(conn, deadline_ms) == METER_OK ? rc : METER_EIO;
+		if (rc == METER_EIO)
+			goto out;
+		while ((r = PQgetResult(conn)) != NULL) {
+			copy_state(r, sqlstate);
+			PQclear(r);
+			if (wait_ready(conn, deadline_ms) != METER_OK) {
+				rc = METER_EIO;
+				goto out;
+			}
+		}
+	}
+	/* The sync. */
+	for (;;) {
+		PGresult *r;
+
+		if (wait_ready(conn, deadline_ms) != METER_OK) {
+			rc = METER_EIO;
+			goto out;
+		}
+		r = PQgetResult(conn);
+		if (!r)
+			continue;
+		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			synced = true;
+			break;
+		}
+		copy_state(r, sqlstate);
+		PQclear(r);
+	}
+out:
+	if (synced) {
+		if (!PQexitPipelineMode(conn))
+			rc = METER_EDB;
+	}
+	if (!synced && rc == METER_OK)
+		rc = METER_EDB;
+	if (PQstatus(conn) != CONNECTION_OK && rc != METER_EIO)
+		rc = METER_EDB;
+	if (rc != METER_OK) {
+		for (int i = 0; i < nq; i++) {
+			PQclear(res[i]);
+			res[i] = NULL;
+		}
+	}
+	return rc;
+}
+
+/* Reads a bigint column; *v = 0 and false for NULL. */
+static bool col_i64(const PGresult *res, int row, int col, int64_t *v)
+{
+	bool is_null = false;
+
+	if (db_util_i64(res, row, col, v, &is_null) != METER_OK || is_null) {
+		*v = 0;
+		return false;
+	}
+	return true;
+}
+
+/* An id array literal element list from in[]; field picks the string. */
+enum in_field { IN_OP, IN_KEY, IN_SANDBOX, IN_IDEM };
+
+static void arr_from_in(struct db_arr *a, const struct db_check_in *in, size_t n, enum in_field f)
+{
+	for (size_t i = 0; i < n; i++) {
+		switch (f) {
+		case IN_OP:
+			db_arr_str(a, in[i].wake ? "wake" : "create");
+			break;
+		case IN_KEY:
+			db_arr_str(a, in[i].wake ? NULL : in[i].key_id);
+			break;
+		case IN_SANDBOX:
+			db_arr_str(a, in[i].sandbox_id);
+			break;
+		case IN_IDEM:
+			db_arr_str(a, in[i].idem);
+			break;
+		}
+	}
+}
+
+enum meter_rc db_checks_read(PGconn *conn, const struct db_check_in *in, size_t n, int64_t now_usec,
+			     int64_t max_end_usec, struct db_check_read *rows,
+			     struct db_price_version *prices, int *nprices, int64_t deadline_ms,
+			     char *sqlstate)
+{
+	struct db_arr arr[4];
+	char now_s[40], end_s[40];
+	const char *p_read[5], *p_prices[2];
+	struct pipe_q qs[3];
+	PGresult *res[3] = {NULL, NULL, NULL};
+	enum meter_rc rc;
+
+	for (int i = 0; i < 4; i++)
+		db_arr_init(&arr[i]);
+	memset(rows, 0, n * sizeof(*rows));
+	arr_from_in(&arr[0], in, n, IN_OP);
+	arr_from_in(&arr[1], in, n, IN_KEY);
+	arr_from_in(&arr[2], in, n, IN_SANDBOX);
+	arr_from_in(&arr[3], in, n, IN_IDEM);
+	rc = METER_ENOMEM;
+	for (int i = 0; i < 4; i++) {
+		db_arr_close(&arr[i]);
+		if (arr[i].oom)
+			goto out;
+	}
+	db_util_time_param(now_usec, now_s, sizeof(now_s));
+	db_util_time_param(max_end_usec, end_s, sizeof(end_s));
+	for (int i = 0; i < 4; i++)
+		p_read[i] = arr[i].buf;
+	p_read[4] = now_s;
+	p_prices[0] = now_s;
+	p_prices[1] = end_s;
+	qs[0] = (struct pipe_q){.sql = "BEGIN"};
+	qs[1] = (struct pipe_q){.stmt = "chk_read", .n = 5, .params = p_read};
+	qs[2] = (struct pipe_q){.stmt = "chk_prices", .n = 2, .params = p_prices};
+	rc = pipe_run(conn, qs, 3, res, deadline_ms, sqlstate);
+	if (rc != METER_OK)
+		goto out;
+	rc = METER_EDB;
+	if (PQntuples(res[1]) != (int)n) {
+		log_error("checks: read returned %d rows for %zu checks", PQntuples(res[1]), n);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct db_check_read *r = &rows[i];
+		int row = (int)i;
+		int64_t v;
+
+		r->sb_exists = db_util_bool(res[1], row, 1);
+		db_util_str(res[1], row, 2, r->sb_account, sizeof(r->sb_account));
+		r->sb_has_key = db_util_bool(res[1], row, 3);
+		col_i64(res[1], row, 4, &r->sb_vcpus);
+		col_i64(res[1], row, 5, &r->sb_memory_mib);
+		db_util_str(res[1], row, 6, r->sb_state, sizeof(r->sb_state));
+		r->key_exists = db_util_bool(res[1], row, 7);
+		r->key_revoked = db_util_bool(res[1], row, 8);
+		db_util_str(res[1], row, 9, r->account_id, sizeof(r->account_id));
+		db_util_str(res[1], row, 10, r->key_id, sizeof(r->key_id));
+		r->has_limit = col_i64(res[1], row, 11, &r->limit_micros);
+		db_util_str(res[1], row, 12, r->time_zone, sizeof(r->time_zone));
+		r->idem_exists = db_util_bool(res[1], row, 13);
+		db_util_str(res[1], row, 14, r->idem_sha_hex, sizeof(r->idem_sha_hex));
+		col_i64(res[1], row, 15, &v);
+		r->idem_status = (int)v;
+		if (r->idem_exists && !PQgetisnull(res[1], row, 16)) {
+			r->idem_response = strdup(PQgetvalue(res[1], row, 16));
+			if (!r->idem_response) {
+				rc = METER_ENOMEM;
+				goto out;
+			}
+		}
+		r->idem_stale = db_util_bool(res[1], row, 17);
+	}
+	*nprices = 0;
+	for (int i = 0; i < PQntuples(res[2]) && i < DB_CHECKS_PRICES_MAX; i++) {
+		struct db_price_version *p = &prices[i];
+
+		if (!col_i64(res[2], i, 0, &p->from_usec) ||
+		    !col_i64(res[2], i, 1, &p->rates.cpu_micros_per_vcpu_hour) ||
+		    !col_i64(res[2], i, 2, &p->rates.memory_micros_per_gib_hour) ||
+		    !col_i64(res[2], i, 3, &p->rates.storage_micros_per_gib_hour) ||
+		    !col_i64(res[2], i, 4, &p->rates.floor_millicores))
+			goto out;
+		*nprices = i + 1;
+	}
+	if (*nprices == 0) {
+		log_error("checks: no price-book version in force");
+		goto out;
+	}
+	rc = METER_OK;
+out:
+	for (int i = 0; i < 3; i++)
+		PQclear(res[i]);
+	for (int i = 0; i < 4; i++)
+		db_arr_release(&arr[i]);
+	return rc;
+}
+
+enum meter_rc db_checks_days(PGconn *conn, const char *tz, int64_t at_usec, char days[][11],
+			     int64_t *bounds, int64_t deadline_ms, char *sqlstate)
+{
+	char at_s[40];
+	const char *params[2] = {tz, at_s};
+	struct pipe_q q = {.stmt = "chk_days", .n = 2, .params = params};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	db_util_time_param(at_usec, at_s, sizeof(at_s));
+	rc = pipe_run(conn, &q, 1, &res, deadline_ms, sqlstate);
+	if (rc != METER_OK)
+		return rc;
+	rc = METER_EDB;
+	if (PQntuples(res) != LEDGER_BOUNDS)
+		goto out;
+	for (int i = 0; i < LEDGER_BOUNDS; i++) {
+		db_util_str(res, i, 0, days[i], 11);
+		if (!col_i64(res, i, 1, &bounds[i]))
+			goto out;
+	}
+	rc = METER_OK;
+out:
+	PQclear(res);
+	return rc;
+}
+
+enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
+			     int64_t deadline_ms, char *sqlstate)
+{
+	struct db_arr arr[4];
+	const char *params[4];
+	struct pipe_q q = {.stmt = "chk_lock", .n = 4, .params = params};
+	PGresult *res = NULL;
+	enum meter_rc rc = METER_ENOMEM;
+
+	for (int i = 0; i < 4; i++)
+		db_arr_init(&arr[i]);
+	for (size_t i = 0; i < n; i++) {
+		db_arr_str(&arr[0], rows[i].account_id);
+		db_arr_str(&arr[1], rows[i].key_id);
+		db_arr_str(&arr[2], rows[i].day);
+		if (rows[i].has_limit)
+			db_arr_i64(&arr[3], rows[i].limit_micros);
+		else
+			db_arr_null(&arr[3]);
+		rows[i].found = false;
+	}
+	for (int i = 0; i < 4; i++) {
+		db_arr_close(&arr[i]);
+		if (arr[i].oom)
+			goto out;
+		params[i] = arr[i].buf;
+	}
+	rc = pipe_run(conn, &q, 1, &res, deadline_ms, sqlstate);
+	if (rc != METER_OK)
+		goto out;
+	for (int r = 0; r < PQntuples(res); r++) {
+		const char *a = PQgetvalue(res, r, 0), *k = PQgetvalue(res, r, 1),
+			   *d = PQgetvalue(res, r, 2);
+
+		for (size_t i = 0; i < n; i++) {
+			struct db_ledger_row *lr = &rows[i];
+
+			if (lr->found || strcmp(lr->account_id, a) != 0 ||
+			    strcmp(lr->key_id, k) != 0 || strcmp(lr->day, d) != 0)
+				continue;
+			col_i64(res, r, 3, &lr->state.spent_micros);
+			col_i64(res, r, 4, &lr->state.held_micros);
+			lr->stored_has_limit = col_i64(res, r, 5, &lr->stored_limit_micros);
+			/* The key's current limit is the one that applies. */
+			lr->state.has_limit = lr->has_limit;
+			lr->state.limit_micros = lr->limit_micros;
+			lr->found = true;
+			break;
+		}
+	}
+	rc = METER_OK;
+	for (size_t i = 0; i < n; i++)
+		if (!rows[i].found) {
+			log_error("checks: ledger row %s/%s/%s not locked", rows[i].account_id,
+				  rows[i].key_id, rows[i].day);
+			rc = METER_EDB;
+		}
+out:
+	PQclear(res);
+	for (int i = 0; i < 4; i++)
+		db_arr_release(&arr[i]);
+	return rc;
+}
+
+enum meter_rc db_checks_apply(PGconn *conn, int64_t now_usec, struct db_arr *arrs,
+			      int64_t deadline_ms, char *sqlstate)
+{
+	const char *params[DB_APPLY_NARR + 1];
+	char now_s[40];
+	struct pipe_q qs[2];
+	PGresult *res[2] = {NULL, NULL};
+	enum meter_rc rc;
+
+	db_util_time_param(now_usec, now_s, sizeof(now_s));
+	params[0] = now_s;
+	for (int i = 0; i < DB_APPLY_NARR; i++) {
+		db_arr_close(&arrs[i]);
+		if (arrs[i].oom)
+			return METER_ENOMEM;
+		params[i + 1] = arrs[i].buf;
+	}
+	qs[0] = (struct pipe_q){.stmt = "chk_apply", .n = DB_APPLY_NARR + 1, .params = params};
+	qs[1] = (struct pipe_q){.sql = "COMMIT"};
+	rc = pipe_run(conn, qs, 2, res, deadline_ms, sqlstate);
+	PQclear(res[0]);
+	PQclear(res[1]);
+	return rc;
+}
+
+void db_checks_rollback(PGconn *conn)
+{
+	PGresult *res;
+
+	if (PQstatus(conn) != CONNECTION_OK || PQtransactionStatus(conn) == PQTRANS_IDLE)
+		return;
+	res = PQexec(conn, "ROLLBACK");
+	PQclear(res);
+}
+
+bool db_checks_retryable(const char *sqlstate)
+{
+	return sqlstate && (strcmp(sqlstate, DB_CHECKS_SQLSTATE_CONFLICT) == 0 ||
+			    strcmp(sqlstate, "40P01") == 0 || /* deadlock_detected */
+			    strcmp(sqlstate, "40001") == 0 || /* serialization_failure */
+			    strcmp(sqlstate, "23505") == 0);  /* unique_violation */
+}
+
+enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_id, const char *type,
+			      int64_t at_usec, struct db_event_result *out)
+{
+	char at_s[40], sqlstate[6];
+	const char *params[3] = {sandbox_id, type, at_s};
+	PGresult *res = NULL;
+	enum meter_rc rc = METER_EDB;
+
+	memset(out, 0, sizeof(*out));
+	db_util_time_param(at_usec, at_s, sizeof(at_s));
+	/* One statement: its own transaction. A deadlock with a concurrent
+	 * writer is retried. */
+	for (int attempt = 0; attempt < 5; attempt++) {
+		rc = db_util_exec(conn, "sandbox event", sql_event, 3, params, &res, sqlstate);
+		if (rc == METER_OK || !db_checks_retryable(sqlstate) ||
+		    PQstatus(conn) != CONNECTION_OK)
+			break;
+	}
+	if (rc != METER_OK)
+		return rc;
+	rc = METER_EDB;
+	if (PQntuples(res) != 1)
+		goto out;
+	out->known = db_util_bool(res, 0, 0);
+	if (!out->known) {
+		rc = METER_ENOTFOUND;
+		goto out;
+	}
+	out->recorded = db_util_bool(res, 0, 1);
+	db_util_str(res, 0, 2, out->state, sizeof(out->state));
+	col_i64(res, 0, 3, &out->state_since_usec);
+	col_i64(res, 0, 4, &out->holds_settled);
+	col_i64(res, 0, 5, &out->released_micros);
+	rc = METER_OK;
+out:
+	PQclear(res);
+	return rc;
+}
+
+enum meter_rc db_checks_expire(PGconn *conn, int64_t now_usec, int max, int64_t *closed)
+{
+	char now_s[40], max_s[24];
+	const char *params[2] = {now_s, max_s};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	db_util_time_param(now_usec, now_s, sizeof(now_s));
+	db_util_i64_param(max, max_s, sizeof(max_s));
+	rc = db_util_exec(conn, "expire holds", sql_expire, 2, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	if (PQntuples(res) != 1 || !col_i64(res, 0, 0, closed))
+		rc = METER_EDB;
+	PQclear(res);
+	return rc;
+}
+
+/* Array literals ---------------------------------------------------------- */
+
+void db_arr_init(struct db_arr *a)
+{
+	memset(a, 0, sizeof(*a));
+}
+
+void db_arr_release(struct db_arr *a)
+{
+	free(a->buf);
+	db_arr_init(a);
+}
+
+static void arr_put(struct db_arr *a, const char *s, size_t len)
+{
+	if (a->oom)
+		return;
+	if (a->len + len + 1 > a->cap) {
+		size_t cap = a->cap ? a->cap : 256;
+		char *nb;
+
+		while (cap < a->len + len + 1)
+			cap *= 2;
+		nb = realloc(a->buf, cap);
+		if (!nb) {
+			a->oom = true;
+			return;
+		}
+		a->buf = nb;
+		a->cap = cap;
+	}
+	memcpy(a->buf + a->len, s, len);
+	a->len += len;
+	a->buf[a->len] = '\0';
+}
+
+/* Starts an element: "{" before the first, "," before the others. */
+static void arr_sep(struct db_arr *a)
+{
+	arr_put(a, a->n == 0 ? "{" : ",", 1);
+	a->n++;
+}
+
+void db_arr_close(struct db_arr *a)
+{
+	if (a->closed)
+		return;
+	if (a->n == 0)
+		arr_put(a, "{", 1);
+	arr_put(a, "}", 1);
+	a->closed = true;
+}
+
+void db_arr_str(struct db_arr *a, const char *s)
+{
+	if (!s) {
+		db_arr_null(a);
+		return;
+	}
+	arr_sep(a);
+	arr_put(a, "\"", 1);
+	for (const char *p = s; *p; p++) {
+		const char *run = p;
+
+		while (*p && *p != '"' && *p != '\\')
+			p++;
+		arr_put(a, run, (size_t)(p - run));
+		if (!*p)
+			break;
+		arr_put(a, "\\", 1);
+		arr_put(a, p, 1);
+	}
+	arr_put(a, "\"", 1);
+}
+
+void db_arr_null(struct db_arr *a)
+{
+	arr_sep(a);
+	arr_put(a, "NULL", 4);
+}
+
+void db_arr_i64(struct db_arr *a, int64_t v)
+{
+	char buf[24];
+
+	arr_sep(a);
+	db_util_i64_param(v, buf, sizeof(buf));
+	arr_put(a, buf, strlen(buf));
+}
+
+void db_arr_time(struct db_arr *a, int64_t usec)
+{
+	char buf[40];
+
+	db_util_time_param(usec, buf, sizeof(buf));
+	db_arr_str(a, buf);
+}

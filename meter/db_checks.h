@@ -1,0 +1,204 @@
+/* meter: the SQL of the check engine (meter/checks.c), of lifecycle events
+ * and of the lease-end sweeper. The SQL text is in db_checks.c; the
+ * functions it calls are in sql/0005_checks.sql.
+ *
+ * The engine's connection is its own (not the pool's): db_checks_session()
+ * sets it up and prepares the statements once. A batch is:
+ *   db_checks_read()    BEGIN, then what the batch needs to know, in one
+ *                       round trip (pipeline): keys, sandboxes, stored
+ *                       idempotency answers, price-book versions;
+ *   db_checks_days()    (rarely) the day starts of a time zone;
+ *   db_checks_lock()    create and lock the key_day_ledger rows;
+ *   db_checks_apply()   every write and COMMIT, in one round trip.
+ * Any failure leaves the transaction to db_checks_rollback(). Times are UTC
+ * µs since the epoch; money is µ$. */
+#ifndef METER_DB_CHECKS_H
+#define METER_DB_CHECKS_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ledger.h"
+#include "money.h"
+#include "parse.h"
+#include "rc.h"
+
+#define DB_CHECKS_SQLSTATE_CONFLICT "MTR01" /* a row claimed concurrently: redo */
+#define DB_CHECKS_PRICES_MAX	    16
+
+/* One check as the batch asks about it. */
+struct db_check_in {
+	bool wake;	    /* false: create */
+	const char *key_id; /* create: the key asked for; wake: ignored */
+	const char *sandbox_id;
+	const char *idem; /* idempotency key (the default already applied) */
+};
+
+/* What the database knows about one check. */
+struct db_check_read {
+	/* The sandbox named by the check, if it exists. */
+	bool sb_exists;
+	char sb_account[PARSE_ID_MAX + 1];
+	bool sb_has_key;
+	int64_t sb_vcpus;
+	int64_t sb_memory_mib;
+	char sb_state[8];
+	/* The key: create's key_id, or the sandbox's key for a wake. */
+	bool key_exists;
+	bool key_revoked;
+	char account_id[PARSE_ID_MAX + 1];
+	char key_id[PARSE_ID_MAX + 1];
+	bool has_limit;
+	int64_t limit_micros;
+	char time_zone[PARSE_ID_MAX + 1];
+	/* The stored first answer under (account, operation, idempotency key). */
+	bool idem_exists;
+	bool idem_stale; /* a default wake key whose lease is over */
+	char idem_sha_hex[65];
+	int idem_status;
+	char *idem_response; /* owned (free()), NULL when none */
+};
+
+/* Frees what rows[0..n) own. */
+void db_check_read_release(struct db_check_read *rows, size_t n);
+
+/* A price-book version in effect at some time during the batch's leases. */
+struct db_price_version {
+	int64_t from_usec; /* effective from */
+	struct price_rates rates;
+};
+
+/* Sets up a fresh engine connection: synchronous_commit on, statement
+ * timeout, prepared statements. */
+METER_MUSTCHECK enum meter_rc db_checks_session(PGconn *conn, int64_t statement_timeout_ms);
+
+/* BEGIN and the reads of a batch of n checks. rows[0..n) are filled (release
+ * them with db_check_read_release even on failure). prices gets the
+ * versions effective from the one in force at now_usec to max_end_usec,
+ * oldest first (*nprices >= 1 on METER_OK). deadline_ms: CLOCK_MONOTONIC
+ * ms after which the server is given up on (METER_EIO, connection bad). */
+METER_MUSTCHECK enum meter_rc db_checks_read(PGconn *conn, const struct db_check_in *in, size_t n,
+					     int64_t now_usec, int64_t max_end_usec,
+					     struct db_check_read *rows,
+					     struct db_price_version *prices, int *nprices,
+					     int64_t deadline_ms, char *sqlstate);
+
+/* The key's day of time zone tz at at_usec and the next LEDGER_BOUNDS - 1
+ * days: days[i] ("YYYY-MM-DD") and their starts bounds[i] (UTC µs). */
+METER_MUSTCHECK enum meter_rc db_checks_days(PGconn *conn, const char *tz, int64_t at_usec,
+					     char days[][11], int64_t *bounds, int64_t deadline_ms,
+					     char *sqlstate);
+
+/* One key-day of the ledger. */
+struct db_ledger_row {
+	const char *account_id; /* in: borrowed */
+	const char *key_id;	/* in: borrowed */
+	const char *day;	/* in: "YYYY-MM-DD", borrowed */
+	bool has_limit;		/* in: the key's current limit */
+	int64_t limit_micros;
+	bool found;		 /* out: locked and read */
+	struct ledger_day state; /* out: spent, held, limit as stored */
+	bool stored_has_limit;	 /* out */
+	int64_t stored_limit_micros;
+};
+
+/* Creates the missing rows[0..n) and locks them all in (account, key, day)
+ * order, filling the out fields. rows must be distinct. */
+METER_MUSTCHECK enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
+					     int64_t deadline_ms, char *sqlstate);
+
+/* Text arrays for meter_checks_apply: the caller appends elements with
+ * db_checks_arr_* and hands them over. */
+struct db_arr {
+	char *buf; /* "{...}" once closed */
+	size_t len, cap;
+	size_t n; /* elements */
+	bool closed;
+	bool oom;
+};
+
+void db_arr_init(struct db_arr *a);
+void db_arr_release(struct db_arr *a);
+/* Appends s quoted (NULL appends SQL NULL). */
+void db_arr_str(struct db_arr *a, const char *s);
+/* Ends the literal ("{}" when empty); nothing may be appended after. */
+void db_arr_close(struct db_arr *a);
+void db_arr_i64(struct db_arr *a, int64_t v);
+void db_arr_null(struct db_arr *a);
+/* A timestamptz element from UTC µs. */
+void db_arr_time(struct db_arr *a, int64_t usec);
+
+/* The arguments of meter_checks_apply, in its order (see 0005). */
+enum db_apply_arr {
+	DB_L_ACCOUNT,
+	DB_L_KEY,
+	DB_L_DAY,
+	DB_L_HELD,
+	DB_L_LIMIT,
+	DB_X_ACCOUNT,
+	DB_X_OP,
+	DB_X_KEY,
+	DB_I_ACCOUNT,
+	DB_I_OP,
+	DB_I_KEY,
+	DB_I_SHA,
+	DB_I_STATUS,
+	DB_I_RESPONSE,
+	DB_C_ACCOUNT,
+	DB_C_SANDBOX,
+	DB_C_KEY,
+	DB_C_VCPUS,
+	DB_C_MEMORY,
+	DB_C_MAX_COST,
+	DB_C_LEASE_END,
+	DB_W_ACCOUNT,
+	DB_W_SANDBOX,
+	DB_W_LEASE_END,
+	DB_H_ACCOUNT,
+	DB_H_KEY,
+	DB_H_SANDBOX,
+	DB_H_DAY,
+	DB_H_AMOUNT,
+	DB_H_LEASE_END,
+	DB_APPLY_NARR
+};
+
+/* Runs meter_checks_apply with arrs[0..DB_APPLY_NARR) and COMMITs, in one
+ * round trip. On METER_OK the batch is durable (synchronous_commit on). A
+ * sqlstate of DB_CHECKS_SQLSTATE_CONFLICT (or a deadlock / serialization
+ * failure) means: roll back and decide again. METER_ENOMEM when an array
+ * ran out of memory. */
+METER_MUSTCHECK enum meter_rc db_checks_apply(PGconn *conn, int64_t now_usec, struct db_arr *arrs,
+					      int64_t deadline_ms, char *sqlstate);
+
+/* ROLLBACK of whatever is open (errors ignored: a broken connection is the
+ * caller's to drop). */
+void db_checks_rollback(PGconn *conn);
+
+/* True for a SQLSTATE after which the same batch may simply be redone. */
+bool db_checks_retryable(const char *sqlstate);
+
+/* The outcome of a lifecycle event (meter_sandbox_event). */
+struct db_event_result {
+	bool known;    /* the sandbox exists */
+	bool recorded; /* false: the same event was recorded before */
+	char state[8];
+	int64_t state_since_usec;
+	int64_t holds_settled;
+	int64_t released_micros;
+};
+
+/* Records event type ("running", "paused", "stopped") of sandbox at at_usec
+ * in its own transaction (pool connection). */
+METER_MUSTCHECK enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_id,
+					      const char *type, int64_t at_usec,
+					      struct db_event_result *out);
+
+/* Closes the open holds whose lease ended at or before now_usec (at most
+ * about max of them); *closed gets how many. */
+METER_MUSTCHECK enum meter_rc db_checks_expire(PGconn *conn, int64_t now_usec, int max,
+					       int64_t *closed);
+
+#endif

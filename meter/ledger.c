@@ -1,0 +1,109 @@
+/* meter: the day ledger's decision rules for checks (see ledger.h). */
+#include "ledger.h"
+
+#include <stddef.h>
+
+enum meter_rc ledger_worst_case(const struct price_rates *rates, int64_t vcpus, int64_t memory_mib,
+				int64_t usec, int64_t *micros)
+{
+	int64_t mc, q_cpu, q_mem, cpu_micros, mem_micros, total;
+	enum meter_rc rc;
+
+	if (!rates || !micros || vcpus < 1 || memory_mib < 0 || usec < 0 ||
+	    rates->floor_millicores < 0)
+		return METER_EINVAL;
+	rc = money_mul(vcpus, MONEY_MILLICORES_PER_VCPU, &mc);
+	if (rc != METER_OK)
+		return rc;
+	if (rates->floor_millicores > mc)
+		mc = rates->floor_millicores;
+	rc = money_mul(mc, usec, &q_cpu);
+	if (rc != METER_OK)
+		return rc;
+	rc = money_mul(memory_mib, usec, &q_mem);
+	if (rc != METER_OK)
+		return rc;
+	rc = money_price_up(MONEY_CPU, rates, q_cpu, &cpu_micros);
+	if (rc != METER_OK)
+		return rc;
+	rc = money_price_up(MONEY_MEMORY, rates, q_mem, &mem_micros);
+	if (rc != METER_OK)
+		return rc;
+	rc = money_add(cpu_micros, mem_micros, &total);
+	if (rc != METER_OK)
+		return rc;
+	*micros = total;
+	return METER_OK;
+}
+
+enum meter_rc ledger_split(const struct price_rates *rates, int64_t vcpus, int64_t memory_mib,
+			   int64_t start_usec, int64_t end_usec, const int64_t *bounds, int nbounds,
+			   struct ledger_part *parts, int *nparts)
+{
+	int n = 0;
+	enum meter_rc rc;
+
+	if (!bounds || !parts || !nparts || nbounds < 2 || end_usec <= start_usec)
+		return METER_EINVAL;
+	for (int i = 1; i < nbounds; i++)
+		if (bounds[i] <= bounds[i - 1])
+			return METER_EINVAL;
+	if (bounds[0] > start_usec || start_usec >= bounds[1])
+		return METER_EINVAL;
+	if (bounds[nbounds - 1] < end_usec)
+		return METER_ERANGE;
+	for (int i = 0; i + 1 < nbounds && bounds[i] < end_usec; i++) {
+		int64_t lo = start_usec > bounds[i] ? start_usec : bounds[i];
+		int64_t hi = end_usec < bounds[i + 1] ? end_usec : bounds[i + 1];
+
+		if (hi <= lo)
+			continue;
+		if (n == LEDGER_PARTS_MAX)
+			return METER_ERANGE;
+		parts[n].day_index = i;
+		parts[n].start_usec = lo;
+		parts[n].end_usec = hi;
+		rc = ledger_worst_case(rates, vcpus, memory_mib, hi - lo, &parts[n].micros);
+		if (rc != METER_OK)
+			return rc;
+		n++;
+	}
+	*nparts = n;
+	return METER_OK;
+}
+
+bool ledger_fits(const struct ledger_day *day, int64_t amount_micros)
+{
+	__int128 committed;
+
+	if (amount_micros < 0)
+		return false;
+	if (!day->has_limit)
+		return true;
+	committed = (__int128)day->spent_micros + day->held_micros;
+	return committed + amount_micros <= (__int128)day->limit_micros;
+}
+
+bool ledger_place(struct ledger_day *const *days, const int64_t *amounts, int n, int *failed)
+{
+	for (int i = 0; i < n; i++) {
+		bool fits = ledger_fits(days[i], amounts[i]);
+
+		/* Without a limit, held must still stay representable. */
+		if (fits && !days[i]->has_limit && days[i]->held_micros > INT64_MAX - amounts[i])
+			fits = false;
+		if (!fits) {
+			if (failed)
+				*failed = i;
+			return false;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		days[i]->held_micros += amounts[i];
+	return true;
+}
+
+bool ledger_max_cost_ok(int64_t lease_max_cost_micros, int64_t max_cost_micros)
+{
+	return lease_max_cost_micros <= max_cost_micros;
+}

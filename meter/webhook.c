@@ -1,0 +1,304 @@
+/* meter: webhook delivery (see webhook.h). */
+#include "webhook.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "db.h"
+#include "db_util.h"
+#include "log.h"
+
+#define BATCH 16
+
+struct webhook {
+	struct webhook_options opt;
+	char *db_url, *url, *secret;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stopping;
+	pthread_t thread;
+};
+
+static const char sql_claim[] =
+    "SELECT account_id, event_id::text, attempts,"
+    " jsonb_build_object('event_id', event_id::text, 'type', type, 'account_id', account_id,"
+    "  'key_id', key_id, 'created_at',"
+    "  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
+    "  'data', payload)::text"
+    " FROM webhook_outbox WHERE delivered_at IS NULL AND next_attempt_at <= now()"
+    " ORDER BY next_attempt_at LIMIT 16 FOR UPDATE SKIP LOCKED";
+
+static const char sql_done[] =
+    "UPDATE webhook_outbox SET delivered_at = now(), attempts = attempts + 1, last_error = NULL"
+    " WHERE account_id = $1 AND event_id = $2::uuid";
+
+static const char sql_retry[] =
+    "UPDATE webhook_outbox SET attempts = attempts + 1,"
+    " next_attempt_at = now() + $3::integer * interval '1 second', last_error = $4"
+    " WHERE account_id = $1 AND event_id = $2::uuid";
+
+int64_t webhook_retry_delay_s(int64_t attempts)
+{
+	int64_t d = 1;
+
+	for (int64_t i = 1; i < attempts && d < WEBHOOK_RETRY_MAX_S; i++)
+		d *= 2;
+	return d > WEBHOOK_RETRY_MAX_S ? WEBHOOK_RETRY_MAX_S : d;
+}
+
+enum meter_rc webhook_sign(const char *secret, int64_t t, const char *body, size_t len, char *hex)
+{
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned mdlen = 0;
+	char prefix[32];
+	int plen = snprintf(prefix, sizeof(prefix), "%lld.", (long long)t);
+	char *msg;
+
+	if (plen < 0)
+		return METER_EIO;
+	msg = malloc((size_t)plen + len + 1);
+	if (!msg)
+		return METER_ENOMEM;
+	memcpy(msg, prefix, (size_t)plen);
+	memcpy(msg + plen, body, len);
+	if (!HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)msg,
+		  (size_t)plen + len, md, &mdlen) ||
+	    mdlen != 32) {
+		free(msg);
+		return METER_EIO;
+	}
+	free(msg);
+	for (unsigned i = 0; i < mdlen; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	return METER_OK;
+}
+
+static size_t discard(char *data, size_t size, size_t n, void *userdata)
+{
+	(void)data;
+	(void)userdata;
+	return size * n;
+}
+
+/* POSTs one event; true on a 2xx answer. why gets the reason otherwise. */
+static bool post_event(struct webhook *w, const char *event_id, const char *body, char *why,
+		       size_t whylen)
+{
+	struct curl_slist *hdrs = NULL, *h;
+	char line[256], sig[65];
+	CURL *c = curl_easy_init();
+	long code = 0;
+	CURLcode cr;
+	int64_t t = (int64_t)time(NULL);
+	bool ok = false;
+
+	if (!c) {
+		snprintf(why, whylen, "out of memory");
+		return false;
+	}
+	if (webhook_sign(w->secret, t, body, strlen(body), sig) != METER_OK) {
+		snprintf(why, whylen, "cannot sign");
+		goto out;
+	}
+	h = curl_slist_append(hdrs, "Content-Type: application/json");
+	hdrs = h ? h : hdrs;
+	snprintf(line, sizeof(line), "Meter-Event-Id: %s", event_id);
+	h = curl_slist_append(hdrs, line);
+	hdrs = h ? h : hdrs;
+	snprintf(line, sizeof(line), "Meter-Signature: t=%lld,v1=%s", (long long)t, sig);
+	h = curl_slist_append(hdrs, line);
+	hdrs = h ? h : hdrs;
+	h = curl_slist_append(hdrs, "Expect:");
+	hdrs = h ? h : hdrs;
+	if (!hdrs) {
+		snprintf(why, whylen, "out of memory");
+		goto out;
+	}
+	if (curl_easy_setopt(c, CURLOPT_URL, w->url) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body)) !=
+		CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)WEBHOOK_TIMEOUT_MS) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard) != CURLE_OK) {
+		snprintf(why, whylen, "curl set-up failed");
+		goto out;
+	}
+	cr = curl_easy_perform(c);
+	if (cr != CURLE_OK) {
+		snprintf(why, whylen, "%s", curl_easy_strerror(cr));
+		goto out;
+	}
+	if (curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code) != CURLE_OK)
+		code = 0;
+	ok = code >= 200 && code < 300;
+	if (!ok)
+		snprintf(why, whylen, "HTTP status %ld", code);
+out:
+	curl_slist_free_all(hdrs);
+	curl_easy_cleanup(c);
+	return ok;
+}
+
+/* One round: claims the due events and delivers them. Returns how many
+ * were claimed (-1 when the database failed: the caller reconnects). */
+static int deliver_round(struct webhook *w, PGconn *conn)
+{
+	PGresult *res = NULL;
+	int n, ret = -1;
+
+	if (db_util_begin(conn) != METER_OK)
+		return -1;
+	if (db_util_exec(conn, "claim webhook events", sql_claim, 0, NULL, &res, NULL) != METER_OK)
+		goto out;
+	n = PQntuples(res);
+	for (int i = 0; i < n; i++) {
+		const char *acc = PQgetvalue(res, i, 0), *id = PQgetvalue(res, i, 1),
+			   *body = PQgetvalue(res, i, 3);
+		int64_t attempts = 0;
+		char why[200] = "", delay_s[24];
+
+		if (db_util_i64(res, i, 2, &attempts, NULL) != METER_OK)
+			goto out;
+		if (post_event(w, id, body, why, sizeof(why))) {
+			const char *p[2] = {acc, id};
+			if (db_util_exec(conn, "webhook delivered", sql_done, 2, p, NULL, NULL) !=
+			    METER_OK)
+				goto out;
+			log_info("webhook: event %s delivered", id);
+		} else {
+			const char *p[4] = {acc, id, delay_s, why};
+			db_util_i64_param(webhook_retry_delay_s(attempts + 1), delay_s,
+					  sizeof(delay_s));
+			if (db_util_exec(conn, "webhook retry", sql_retry, 4, p, NULL, NULL) !=
+			    METER_OK)
+				goto out;
+			log_warn("webhook: event %s not delivered (%s); retry in %s s", id, why,
+				 delay_s);
+		}
+	}
+	if (db_util_commit(conn) != METER_OK)
+		goto out;
+	ret = n;
+out:
+	PQclear(res);
+	if (ret < 0)
+		db_util_rollback(conn);
+	return ret;
+}
+
+/* Sleeps ms unless stopped; true when stopping. */
+static bool nap(struct webhook *w, int64_t ms)
+{
+	struct timespec until;
+	bool stop;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&w->mu);
+	while (!w->stopping)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT)
+			break;
+	stop = w->stopping;
+	pthread_mutex_unlock(&w->mu);
+	return stop;
+}
+
+static void *deliver_main(void *arg)
+{
+	struct webhook *w = arg;
+	PGconn *conn = NULL;
+	int64_t backoff = 0;
+
+	while (!nap(w, backoff > 0 ? backoff : w->opt.poll_ms)) {
+		char err[256];
+		int n;
+
+		if (!conn) {
+			if (db_connect(w->db_url, &conn, err, sizeof(err)) != METER_OK) {
+				backoff = backoff ? (backoff * 2 > 5000 ? 5000 : backoff * 2) : 200;
+				continue;
+			}
+			snprintf(err, sizeof(err), "SET statement_timeout = %lld",
+				 (long long)w->opt.statement_timeout_ms);
+			PQclear(PQexec(conn, err));
+		}
+		backoff = 0;
+		do {
+			n = deliver_round(w, conn);
+		} while (n == BATCH);
+		if (n < 0 && PQstatus(conn) != CONNECTION_OK) {
+			PQfinish(conn);
+			conn = NULL;
+			backoff = 200;
+		}
+	}
+	if (conn)
+		PQfinish(conn);
+	return NULL;
+}
+
+enum meter_rc webhook_start(const struct webhook_options *opt, struct webhook **out)
+{
+	struct webhook *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return METER_ENOMEM;
+	w->opt = *opt;
+	if (w->opt.poll_ms <= 0)
+		w->opt.poll_ms = 500;
+	w->db_url = strdup(opt->database_url);
+	w->url = strdup(opt->url);
+	w->secret = strdup(opt->secret ? opt->secret : "");
+	if (!w->db_url || !w->url || !w->secret)
+		goto fail;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		goto fail;
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	if (pthread_create(&w->thread, NULL, deliver_main, w) != 0) {
+		pthread_mutex_destroy(&w->mu);
+		pthread_cond_destroy(&w->cv);
+		goto fail;
+	}
+	*out = w;
+	return METER_OK;
+fail:
+	free(w->db_url);
+	free(w->url);
+	free(w->secret);
+	free(w);
+	return METER_ENOMEM;
+}
+
+void webhook_stop(struct webhook *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&w->mu);
+	w->stopping = true;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	pthread_join(w->thread, NULL);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	free(w->db_url);
+	free(w->url);
+	free(w->secret);
+	free(w);
+}

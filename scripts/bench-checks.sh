@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Benchmark of the check engine (POST /v1/checks/create, group commit)
+# beside the naive baseline, in one run on this machine, loopback only:
+#   (a) wrk, 32 connections, ~15 s: every check on one hot key;
+#   (b) wrk, 32 connections, ~15 s: checks spread over 1,000 keys;
+#   (c) pgbench, 32 clients, ~15 s: the naive single-statement conditional
+#       UPDATE of one key's row, one transaction per check.
+# Durable throughout: fsync on, synchronous_commit on (PostgreSQL defaults,
+# and the engine sets it on its connection). A Release build into
+# build-bench/ and a PostgreSQL cluster of its own, removed at the end.
+#   scripts/bench-checks.sh [SECONDS]
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+secs=${1:-15}
+conns=32
+build=${METER_BENCH_BUILD:-$root/build-bench}
+work=$(mktemp -d /tmp/meter-bench-checks.XXXXXX)
+chmod 755 "$work"
+meterd_pid=
+
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 30000))
+		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+	done
+	return 1
+}
+
+export METER_PG_DIR=$work/pg
+METER_PG_PORT=$(free_port)
+export METER_PG_PORT
+cleanup() {
+	[[ -n $meterd_pid ]] && kill -TERM "$meterd_pid" 2>/dev/null && wait "$meterd_pid" 2>/dev/null
+	cp "$work/meterd.log" "${TMPDIR:-/tmp}/meter-bench-checks-meterd.log" 2>/dev/null || true
+	bash "$root/scripts/pg.sh" destroy >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+bash "$root/scripts/setup.sh" bench
+echo "building Release into $build ..."
+bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMETER_WERROR=OFF
+pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+
+url=$(bash "$root/scripts/pg.sh" start)
+"$build/meterctl" migrate --database-url "$url" >/dev/null 2>&1
+psql "$url" -qAt -v ON_ERROR_STOP=1 <<'SQL'
+SELECT 'fsync=' || current_setting('fsync') || ' synchronous_commit=' ||
+       current_setting('synchronous_commit');
+INSERT INTO accounts (account_id, name) VALUES ('bench', 'Benchmark');
+INSERT INTO api_keys (account_id, key_id, secret_hash, role, daily_limit_micros)
+	SELECT 'bench', 'k' || g, sha256(('k' || g)::bytea), 'full', 1000000000000000
+	FROM generate_series(0, 999) g;
+INSERT INTO api_keys (account_id, key_id, secret_hash, role, daily_limit_micros)
+	VALUES ('bench', 'hot', sha256('hot'::bytea), 'full', 1000000000000000);
+-- The naive baseline: one row per key, one conditional UPDATE per check.
+CREATE TABLE naive_ledger (key_id text PRIMARY KEY, spent bigint NOT NULL, held bigint NOT NULL,
+			   lim bigint NOT NULL);
+INSERT INTO naive_ledger VALUES ('hot', 0, 0, 1000000000000000);
+SQL
+
+token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+port=$(free_port)
+METER_DATABASE_URL=$url METER_CONTROL_PLANE_TOKEN=$token METER_LOG_LEVEL=${METER_BENCH_LOG_LEVEL:-warn} \
+	"$build/meterd" --listen "127.0.0.1:$port" >"$work/meterd.log" 2>&1 &
+meterd_pid=$!
+for _ in $(seq 100); do
+	curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+	sleep 0.1
+done
+
+run_wrk() {
+	METER_BENCH_TOKEN=$token wrk -t2 -c"$conns" -d"${secs}s" --latency \
+		-s "$root/scripts/bench/checks.lua" "http://127.0.0.1:$port" -- "$1" |
+		grep '^RESULT'
+}
+echo "warm-up ..."
+METER_BENCH_TOKEN=$token wrk -t2 -c"$conns" -d2s -s "$root/scripts/bench/checks.lua" \
+	"http://127.0.0.1:$port" -- warm >/dev/null
+echo "(a) hot key, $conns connections, ${secs}s ..."
+hot=$(run_wrk hot)
+echo "(b) 1,000 keys, $conns connections, ${secs}s ..."
+spread=$(run_wrk spread)
+
+echo "(c) pgbench: naive conditional UPDATE of one key's row, $conns clients, ${secs}s ..."
+cat >"$work/naive.sql" <<'SQL'
+UPDATE naive_ledger SET held = held + 1000
+	WHERE key_id = 'hot' AND spent + held + 1000 <= lim;
+SQL
+(cd "$work" && PGPASSWORD=$(cat "$METER_PG_DIR/password") "$pgbin/pgbench" -n -h 127.0.0.1 \
+	-p "$METER_PG_PORT" -U meter -c "$conns" -j 2 -T "$secs" -f "$work/naive.sql" -l \
+	--log-prefix="$work/pgb" meter >"$work/pgbench.out" 2>&1) ||
+	{ cat "$work/pgbench.out" >&2; exit 1; }
+pg_tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.out" | head -1)
+cat "$work"/pgb.* | awk '{print $3}' | sort -n >"$work/lat"
+n=$(wc -l <"$work/lat")
+pg_p50=$(awk -v n="$n" 'NR == int(n * 0.50) + 1 {printf "%.2f", $1 / 1000}' "$work/lat")
+pg_p99=$(awk -v n="$n" 'NR == int(n * 0.99) + 1 {printf "%.2f", $1 / 1000}' "$work/lat")
+
+# What the engine wrote must match what it answered.
+holds=$(psql "$url" -qAt -c "SELECT count(*) FROM holds")
+field() { sed -n "s/.* $2=\([^ ]*\).*/\1/p" <<<"$1"; }
+allowed=$(($(field "$hot" requests) - $(field "$hot" non2xx) + $(field "$spread" requests) - $(field "$spread" non2xx)))
+
+echo
+printf '%-44s %12s %9s %9s\n' "run ($conns connections, ${secs}s, durable)" "checks/s" "p50 ms" "p99 ms"
+printf '%-44s %12s %9s %9s\n' "(a) meterd group commit, one hot key" "$(field "$hot" rps)" \
+	"$(field "$hot" p50_ms)" "$(field "$hot" p99_ms)"
+printf '%-44s %12s %9s %9s\n' "(b) meterd group commit, 1,000 keys" "$(field "$spread" rps)" \
+	"$(field "$spread" p50_ms)" "$(field "$spread" p99_ms)"
+printf '%-44s %12.0f %9s %9s\n' "(c) pgbench naive UPDATE, one hot key" "$pg_tps" "$pg_p50" "$pg_p99"
+echo
+echo "ratio (a) / (c): $(awk -v a="$(field "$hot" rps)" -v c="$pg_tps" 'BEGIN {printf "%.1fx", a / c}')"
+echo "ratio (b) / (c): $(awk -v a="$(field "$spread" rps)" -v c="$pg_tps" 'BEGIN {printf "%.1fx", a / c}')"
+echo "non-2xx answers: hot $(field "$hot" non2xx), spread $(field "$spread" non2xx);" \
+	"socket errors: hot $(field "$hot" errors), spread $(field "$spread" errors)"
+echo "holds written (warm-up included): $holds; allowed answers counted by wrk (a)+(b): $allowed"

@@ -1,0 +1,482 @@
+/* API: create and wake checks, holds and the day ledger (DESIGN.md §4)
+ * against a real meterd and PostgreSQL: idempotent replay and conflict,
+ * max_cost_micros boundaries, settlement on pause / stop and at lease end,
+ * and keys whose day is not UTC's: across midnight and across daylight-
+ * saving changes (a 25-hour and a 23-hour day), with the engine's clock
+ * moved there by the documented test-only option clock_offset_s. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "checks_util.h"
+
+/* 2 vCPU / 4096 MiB for 900 s under the default book (DESIGN.md §2). */
+#define LEASE_20000 "\"vcpus\":2,\"memory_mib\":4096,\"lease_seconds\":900"
+
+static void test_idempotency(struct apitest *t, const char *key)
+{
+	struct apitest_resp r, r2;
+	PGconn *db = t->db.conn;
+
+	/* The first answer, then the same request again: replayed. */
+	CHECK_I64(cu_create(t, 0, key, "idem-1", 2, 4096, 900, NULL, &r), 200);
+	CHECK(json_is_true(json_object_get(r.json, "allowed")));
+	CHECK_I64(cu_jint(r.json, "hold_micros"), 20000);
+	CHECK_I64(cu_jint(r.json, "lease_max_cost_micros"), 20000);
+	CHECK(r.headers && !strstr(r.headers, "Idempotent-Replayed"));
+	CHECK_I64(cu_create(t, 0, key, "idem-1", 2, 4096, 900, NULL, &r2), 200);
+	CHECK(r2.headers && strstr(r2.headers, "Idempotent-Replayed: true"));
+	CHECK(json_equal(r.json, r2.json));
+	apitest_resp_release(&r2);
+	/* Same key (the sandbox id by default), other parameters: 409. */
+	CHECK_I64(cu_create(t, 0, key, "idem-1", 2, 4096, 901, NULL, &r2), 409);
+	CHECK_STR(apitest_error_code(&r2), "idempotency_conflict");
+	apitest_resp_release(&r2);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'idem-1'"), 1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = "
+				 "'idem-1'"),
+		  1);
+
+	/* An explicit key: reused for another sandbox is a conflict. */
+	CHECK_I64(cu_create(t, 0, key, "idem-2", 1, 1024, 60, "\"idempotency_key\":\"op-7\"", &r),
+		  200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "idem-3", 1, 1024, 60, "\"idempotency_key\":\"op-7\"", &r),
+		  409);
+	CHECK_STR(apitest_error_code(&r), "idempotency_conflict");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'idem-3'"), 0);
+	/* A sandbox id taken under another idempotency key. */
+	CHECK_I64(cu_create(t, 0, key, "idem-2", 1, 1024, 60, "\"idempotency_key\":\"op-8\"", &r),
+		  409);
+	CHECK_STR(apitest_error_code(&r), "sandbox_exists");
+	apitest_resp_release(&r);
+
+	/* Concurrent duplicates land in one batch or two: one hold either way. */
+	CHECK_I64(cu_create(t, 0, key, "idem-4", 1, 1024, 60, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'idem-4'"), 1);
+}
+
+static void test_max_cost(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	long long held = cu_sql_int(db, "SELECT sum(held_micros) FROM key_day_ledger");
+
+	/* Equal is allowed. */
+	CHECK_I64(cu_create(t, 0, key, "mc-eq", 2, 4096, 900, "\"max_cost_micros\":20000", &r),
+		  200);
+	apitest_resp_release(&r);
+	CHECK_I64(
+	    cu_sql_int(db, "SELECT max_cost_micros FROM sandboxes WHERE sandbox_id = 'mc-eq'"),
+	    20000);
+	/* One micro less is refused, with the figures, and leaves nothing. */
+	CHECK_I64(cu_create(t, 0, key, "mc-lt", 2, 4096, 900, "\"max_cost_micros\":19999", &r),
+		  402);
+	CHECK_STR(apitest_error_code(&r), "max_cost_exceeded");
+	CHECK_I64(cu_errint(&r, "lease_max_cost_micros"), 20000);
+	CHECK_I64(cu_errint(&r, "max_cost_micros"), 19999);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'mc-lt'"), 0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'mc-lt'"), 0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = "
+				 "'mc-lt'"),
+		  0);
+	CHECK_I64(cu_sql_int(db, "SELECT sum(held_micros) FROM key_day_ledger"), held + 20000);
+	/* null is "no cap". */
+	CHECK_I64(cu_create(t, 0, key, "mc-null", 1, 1, 1, "\"max_cost_micros\":null", &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'mc-null'"
+				 " AND max_cost_micros IS NULL"),
+		  1);
+}
+
+/* A key with a small limit: refusals leave nothing; a retry after the limit
+ * is raised is decided afresh (refusals are not stored). */
+static void test_limit(struct apitest *t, const char *acc)
+{
+	struct apitest_resp r;
+	char key[65], token[APITEST_TOKEN_MAX], sql[1024];
+	PGconn *db = t->db.conn;
+
+	CHECK(apitest_create_key(t, acc, "full", 50000, NULL, key, token) == 0);
+	CHECK_I64(cu_create(t, 0, key, "lim-1", 2, 4096, 900, NULL, &r), 200); /* 20000 */
+	CHECK_I64(cu_jint(r.json, "daily_limit_micros"), 50000);
+	CHECK_I64(cu_jint(r.json, "day_held_micros"), 20000);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "lim-2", 2, 4096, 900, NULL, &r), 200); /* 40000 */
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "lim-3", 2, 4096, 900, NULL, &r), 402);
+	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
+	CHECK_I64(cu_errint(&r, "day_spent_micros"), 0);
+	CHECK_I64(cu_errint(&r, "day_held_micros"), 40000);
+	CHECK_I64(cu_errint(&r, "daily_limit_micros"), 50000);
+	CHECK_I64(cu_errint(&r, "lease_max_cost_micros"), 20000);
+	CHECK(json_is_string(json_object_get(json_object_get(r.json, "error"), "day")));
+	apitest_resp_release(&r);
+	/* The last 10,000 fit exactly (2 vCPU / 4 GiB for 450 s): committed =
+	 * limit is allowed; then not one micro more. */
+	CHECK_I64(cu_create(t, 0, key, "lim-4", 2, 4096, 450, NULL, &r), 200);
+	CHECK_I64(cu_jint(r.json, "hold_micros"), 10000);
+	CHECK_I64(cu_jint(r.json, "day_held_micros"), 50000);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "lim-5", 1, 1, 1, NULL, &r), 402); /* 8 µ$ */
+	CHECK_I64(cu_errint(&r, "hold_micros"), 8);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'", key),
+		  50000);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id IN ('lim-3', "
+				 "'lim-5')"),
+		  0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key IN "
+				 "('lim-3', 'lim-5')"),
+		  0);
+	/* Raise the limit: the same request is allowed now. */
+	snprintf(sql, sizeof(sql),
+		 "UPDATE api_keys SET daily_limit_micros = 100000 WHERE key_id = '%s'", key);
+	cu_sql(db, sql);
+	CHECK_I64(cu_create(t, 0, key, "lim-3", 2, 4096, 900, NULL, &r), 200);
+	CHECK_I64(cu_jint(r.json, "daily_limit_micros"), 100000);
+	apitest_resp_release(&r);
+	CHECK_I64(
+	    cu_sql_int(db, "SELECT limit_micros FROM key_day_ledger WHERE key_id = '%s'", key),
+	    100000);
+	/* Metered spend counts too: 25,000 on lim-1 (through the ledger's own
+	 * rule: its 20,000 hold is consumed, 5,000 outrun it). */
+	snprintf(sql, sizeof(sql),
+		 "SELECT * FROM meter_ledger_spend(ARRAY[(SELECT account_id FROM api_keys WHERE"
+		 " key_id = '%s')::text], ARRAY['%s'], ARRAY['lim-1'], ARRAY[(SELECT day FROM"
+		 " key_day_ledger WHERE key_id = '%s')], ARRAY[25000::bigint])",
+		 key, key, key);
+	cu_sql(db, sql);
+	CHECK_I64(cu_held_mismatches(db), 0);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT spent_micros + held_micros FROM key_day_ledger WHERE"
+			     " key_id = '%s'",
+			     key),
+		  75000);
+	CHECK_I64(cu_create(t, 0, key, "lim-7", 2, 4096, 900, NULL, &r), 200); /* 95,000 */
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "lim-8", 2, 4096, 900, NULL, &r), 402);
+	CHECK_I64(cu_errint(&r, "day_spent_micros"), 25000);
+	CHECK_I64(cu_errint(&r, "day_held_micros"), 70000);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_over_limit(db), 0);
+}
+
+static void test_wake_and_events(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char at[40], before[40];
+	time_t now = time(NULL);
+
+	CHECK_I64(cu_create(t, 0, key, "ev-1", 2, 4096, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	/* A wake of a running sandbox renews its lease: a new hold. */
+	CHECK_I64(cu_wake(t, 0, "ev-1", 900, NULL, &r), 200);
+	CHECK_I64(cu_jint(r.json, "hold_micros"), 20000);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'ev-1' AND status"
+				 " = 'open'"),
+		  2);
+	/* Retried (default key): the same answer, no new hold. */
+	CHECK_I64(cu_wake(t, 0, "ev-1", 900, NULL, &r), 200);
+	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'ev-1'"), 2);
+
+	/* Pause: both holds settled, held released, state moved. */
+	cu_rfc3339(now + 1, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "ev-1", "paused", at, &r), 200);
+	CHECK(json_is_true(json_object_get(r.json, "recorded")));
+	CHECK_I64(cu_jint(r.json, "holds_settled"), 2);
+	CHECK_I64(cu_jint(r.json, "released_micros"), 40000);
+	CHECK_STR(apitest_json_str(&r, "state"), "paused");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'ev-1' AND status"
+				 " = 'settled'"),
+		  2);
+	CHECK_I64(cu_held_mismatches(db), 0);
+	/* Re-sent: changes nothing. */
+	CHECK_I64(cu_event(t, 0, "ev-1", "paused", at, &r), 200);
+	CHECK(json_is_false(json_object_get(r.json, "recorded")));
+	CHECK_I64(cu_jint(r.json, "holds_settled"), 0);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM lifecycle_events WHERE sandbox_id = 'ev-1'"),
+		  1);
+	/* Older than the state: recorded, the state does not move back. */
+	cu_rfc3339(now - 100, before, sizeof(before));
+	CHECK_I64(cu_event(t, 0, "ev-1", "running", before, &r), 200);
+	CHECK(json_is_true(json_object_get(r.json, "recorded")));
+	CHECK_STR(apitest_json_str(&r, "state"), "paused");
+	apitest_resp_release(&r);
+
+	/* Woken after the pause: the old default-key answer is stale, a new
+	 * hold is placed. */
+	CHECK_I64(cu_wake(t, 0, "ev-1", 900, NULL, &r), 200);
+	CHECK(r.headers && !strstr(r.headers, "Idempotent-Replayed"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'ev-1' AND status"
+				 " = 'open'"),
+		  1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'ev-1' AND"
+				 " state = 'running'"),
+		  1);
+	/* Stop settles; a stopped sandbox cannot be woken. */
+	cu_rfc3339(time(NULL) + 2, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "ev-1", "stopped", at, &r), 200);
+	CHECK_I64(cu_jint(r.json, "holds_settled"), 1);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "ev-1", 60, "\"idempotency_key\":\"w-after-stop\"", &r), 409);
+	CHECK_STR(apitest_error_code(&r), "sandbox_stopped");
+	apitest_resp_release(&r);
+	/* Unknown sandboxes. */
+	CHECK_I64(cu_wake(t, 0, "no-such", 60, NULL, &r), 404);
+	CHECK_STR(apitest_error_code(&r), "sandbox_not_found");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_event(t, 0, "no-such", "paused", at, &r), 404);
+	CHECK_STR(apitest_error_code(&r), "sandbox_not_found");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, "no-such-key", "x-1", 1, 1, 1, NULL, &r), 404);
+	CHECK_STR(apitest_error_code(&r), "key_not_found");
+	apitest_resp_release(&r);
+	/* Bad event input. */
+	CHECK_I64(cu_event(t, 0, "ev-1", "exploded", at, &r), 400);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_event(t, 0, "ev-1", "paused", "yesterday", &r), 400);
+	CHECK_STR(apitest_error_code(&r), "invalid_request");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_held_mismatches(db), 0);
+}
+
+/* Lease end without an event: the sweeper releases the holds (about 1 s). */
+static void test_lease_end(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	long long open = -1;
+
+	CHECK_I64(cu_create(t, 0, key, "le-1", 1, 1024, 1, NULL, &r), 200);
+	apitest_resp_release(&r);
+	for (int i = 0; i < 50; i++) {
+		open = cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'le-1' AND"
+				      " status = 'open'");
+		if (open == 0)
+			break;
+		cu_sleep_ms(100);
+	}
+	CHECK_I64(open, 0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'le-1' AND status"
+				 " = 'released'"),
+		  1);
+	CHECK_I64(cu_held_mismatches(db), 0);
+}
+
+/* Validation: each bad field named, nothing queued. */
+static void test_validation(struct apitest *t, const char *key)
+{
+	static const struct {
+		const char *path, *body, *field;
+	} cases[] = {
+	    {"/v1/checks/create",
+	     "{\"sandbox_id\":\"v\",\"vcpus\":1,\"memory_mib\":1,\"lease_seconds\":1}", "key_id"},
+	    {"/v1/checks/create",
+	     "{\"key_id\":\"K\",\"sandbox_id\":\"v\",\"vcpus\":1025,\"memory_mib\":1,\"lease_"
+	     "seconds\":1}",
+	     "vcpus"},
+	    {"/v1/checks/create",
+	     "{\"key_id\":\"K\",\"sandbox_id\":\"v\",\"vcpus\":1,\"memory_mib\":0,\"lease_"
+	     "seconds\":1}",
+	     "memory_mib"},
+	    {"/v1/checks/create",
+	     "{\"key_id\":\"K\",\"sandbox_id\":\"v\",\"vcpus\":1,\"memory_mib\":1,\"lease_"
+	     "seconds\":86401}",
+	     "lease_seconds"},
+	    {"/v1/checks/create",
+	     "{\"key_id\":\"K\",\"sandbox_id\":\"v\",\"vcpus\":1,\"memory_mib\":1,\"lease_"
+	     "seconds\":1,\"max_cost_micros\":-1}",
+	     "max_cost_micros"},
+	    {"/v1/checks/create",
+	     "{\"key_id\":\"K\",\"sandbox_id\":\"a "
+	     "b\",\"vcpus\":1,\"memory_mib\":1,\"lease_seconds\":1}",
+	     "sandbox_id"},
+	    {"/v1/checks/create",
+	     "{\"key_id\":\"K\",\"sandbox_id\":\"v\",\"vcpus\":\"1\",\"memory_mib\":1,\"lease_"
+	     "seconds\":1}",
+	     "vcpus"},
+	    {"/v1/checks/create",
+	     "{\"key_id\":\"K\",\"sandbox_id\":\"v\",\"vcpus\":1,\"memory_mib\":1,\"lease_"
+	     "seconds\":1,\"idempotency_key\":\"\"}",
+	     "idempotency_key"},
+	    {"/v1/checks/wake", "{\"sandbox_id\":\"v\",\"lease_seconds\":0}", "lease_seconds"},
+	    {"/v1/checks/wake", "{\"sandbox_id\":\"v\",\"lease_seconds\":1,\"vcpus\":2}", "vcpus"},
+	};
+	struct apitest_resp r;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char body[512];
+		const char *k = strstr(cases[i].body, "\"K\"");
+
+		if (k)
+			snprintf(body, sizeof(body), "%.*s\"%s\"%s", (int)(k - cases[i].body),
+				 cases[i].body, key, k + 3);
+		else
+			snprintf(body, sizeof(body), "%s", cases[i].body);
+		cu_post(t, 0, cases[i].path, body, &r);
+		CHECK_I64(r.status, 400);
+		CHECK_STR(apitest_error_code(&r), "invalid_request");
+		CHECK_STR(
+		    json_string_value(json_object_get(json_object_get(r.json, "error"), "field")),
+		    cases[i].field);
+		apitest_resp_release(&r);
+	}
+	/* Only the control plane may call checks. */
+	CHECK(apitest_call(t, 0, "POST", "/v1/checks/create", t->operator_token, "{}", &r) == 0);
+	CHECK_I64(r.status, 403);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(t->db.conn, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'v'"),
+		  0);
+}
+
+/* Starts one meterd whose check engine reads target as "now". */
+static int start_at(struct apitest *t, const char *tag, time_t target)
+{
+	char off[32];
+	const char *args[] = {"--clock-offset-s", off, NULL};
+
+	snprintf(off, sizeof(off), "%lld", cu_offset_to(target));
+	return apitest_start(t, tag, 1, args, NULL);
+}
+
+/* UTC seconds of a civil UTC time. */
+static time_t utc(int y, int mo, int d, int h, int mi)
+{
+	struct tm tm = {
+	    .tm_year = y - 1900, .tm_mon = mo - 1, .tm_mday = d, .tm_hour = h, .tm_min = mi};
+	return timegm(&tm);
+}
+
+/* Europe/Berlin, 2026-10-24 23:30 local (21:30Z): a 24 h lease holds about
+ * 30 min against the 24th and the rest against the 25th, a 25-hour day
+ * (clocks go back at 03:00 CEST). 1 vCPU + 1 GiB = 32,500 µ$/h. */
+static void test_berlin(void)
+{
+	struct apitest t;
+	struct apitest_resp r;
+	char acc[65], key[65], token[APITEST_TOKEN_MAX];
+	json_t *parts;
+	long long p0, p1;
+
+	if (start_at(&t, "chk_berlin", utc(2026, 10, 24, 21, 30)) < 0) {
+		CHECK(0);
+		return;
+	}
+	CHECK(apitest_create_account(&t, "Berlin", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 10000000, "Europe/Berlin", key, token) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "be-1", 1, 1024, 86400, NULL, &r), 200);
+	CHECK_STR(apitest_json_str(&r, "day"), "2026-10-24");
+	parts = json_object_get(r.json, "parts");
+	CHECK_I64(json_array_size(parts), 2);
+	CHECK_STR(json_string_value(json_object_get(json_array_get(parts, 0), "day")),
+		  "2026-10-24");
+	CHECK_STR(json_string_value(json_object_get(json_array_get(parts, 1), "day")),
+		  "2026-10-25");
+	p0 = cu_jint(json_array_get(parts, 0), "hold_micros");
+	p1 = cu_jint(json_array_get(parts, 1), "hold_micros");
+	/* 30 min = 16,250 µ$ less the seconds the test took to get here. */
+	CHECK(p0 <= 16250 && p0 >= 16250 - 600);
+	CHECK(p1 >= 763750 && p1 <= 763750 + 600);
+	CHECK(p0 + p1 >= 780000 && p0 + p1 <= 780002);
+	CHECK_I64(cu_jint(r.json, "lease_max_cost_micros"), 780000);
+	CHECK_I64(cu_jint(r.json, "hold_micros"), p0 + p1);
+	apitest_resp_release(&r);
+	/* Each part held on its own day. */
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT held_micros FROM key_day_ledger WHERE day ="
+					" '2026-10-24'"),
+		  p0);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT held_micros FROM key_day_ledger WHERE day ="
+					" '2026-10-25'"),
+		  p1);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE sandbox_id = 'be-1'"), 2);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+}
+
+/* America/New_York, 2026-03-07 23:30 EST (04:30Z on the 8th): the 8th has
+ * 23 hours (clocks go forward at 02:00), so a 24 h lease touches three days:
+ * ~30 min, 23 h, ~30 min. A limit that fits the first two days but not the
+ * third refuses the whole check. */
+static void test_new_york(void)
+{
+	struct apitest t;
+	struct apitest_resp r;
+	char acc[65], key[65], token[APITEST_TOKEN_MAX], sql[256];
+	json_t *parts;
+
+	if (start_at(&t, "chk_newyork", utc(2026, 3, 8, 4, 30)) < 0) {
+		CHECK(0);
+		return;
+	}
+	CHECK(apitest_create_account(&t, "NY", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 800000, "America/New_York", key, token) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "ny-1", 1, 1024, 86400, NULL, &r), 200);
+	parts = json_object_get(r.json, "parts");
+	CHECK_I64(json_array_size(parts), 3);
+	CHECK_STR(json_string_value(json_object_get(json_array_get(parts, 0), "day")),
+		  "2026-03-07");
+	CHECK_STR(json_string_value(json_object_get(json_array_get(parts, 1), "day")),
+		  "2026-03-08");
+	CHECK_STR(json_string_value(json_object_get(json_array_get(parts, 2), "day")),
+		  "2026-03-09");
+	CHECK_I64(cu_jint(json_array_get(parts, 1), "hold_micros"), 747500); /* 23 h exactly */
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(DISTINCT day) FROM holds"), 3);
+	/* Meter 792,500 on the 8th (the 747,500 hold consumed, 45,000 beyond
+	 * it): a 1 h lease from 23:30 on the 7th fits the 7th but not the 8th
+	 * (792,500 committed of 800,000), so it is refused whole. */
+	snprintf(sql, sizeof(sql),
+		 "SELECT * FROM meter_ledger_spend(ARRAY['%s'], ARRAY['%s'], ARRAY['ny-1'],"
+		 " ARRAY['2026-03-08'::date], ARRAY[792500::bigint])",
+		 acc, key);
+	cu_sql(t.db.conn, sql);
+	CHECK_I64(cu_create(&t, 0, key, "ny-2", 1, 1, 3600, NULL, &r), 402);
+	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
+	CHECK_STR(json_string_value(json_object_get(json_object_get(r.json, "error"), "day")),
+		  "2026-03-08");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE sandbox_id = 'ny-2'"), 0);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT held_micros FROM key_day_ledger WHERE day ="
+					" '2026-03-08'"),
+		  0);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+}
+
+int main(void)
+{
+	struct apitest t;
+	char acc[65], key[65], token[APITEST_TOKEN_MAX];
+
+	if (apitest_start(&t, "checks", 1, NULL, NULL) < 0)
+		return 1;
+	CHECK(apitest_create_account(&t, "Checks", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
+	test_idempotency(&t, key);
+	test_max_cost(&t, key);
+	test_limit(&t, acc);
+	test_wake_and_events(&t, key);
+	test_lease_end(&t, key);
+	test_validation(&t, key);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+	test_berlin();
+	test_new_york();
+	return check_done();
+}

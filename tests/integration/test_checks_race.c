@@ -1,0 +1,252 @@
+/* API: no overshoot under concurrency (DESIGN.md §4). Two meterd processes
+ * on one database; 64 concurrent checks split over both.
+ *
+ * 1. A key whose remaining budget fits exactly K leases: exactly K of 64
+ *    creates are allowed, committed stays within the limit, and every
+ *    refused check left no hold, no sandbox and no idempotency row.
+ * 2. Mixed: creates, wakes and pause events (settlements) at once: the
+ *    ledger's held equals what the open holds have left, committed stays
+ *    within the limit, and every allowed check has exactly its hold.
+ *
+ * The engine's clock is pinned at noon UTC (test-only clock_offset_s) so no
+ * lease crosses the key's midnight while the test runs. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "checks_util.h"
+
+#define NTHREADS     64
+#define K	     10
+#define LEASE_MICROS 32500 /* 1 vCPU + 1 GiB for 3600 s */
+
+static struct apitest t;
+static pthread_barrier_t barrier;
+static char today[16];
+static time_t noon;
+
+enum op { OP_CREATE, OP_WAKE, OP_PAUSE };
+
+struct job {
+	int i;
+	enum op op;
+	char key[65];
+	char sandbox[65];
+	char idem[65];
+	long status;
+	char code[64];
+};
+
+static void *run_job(void *arg)
+{
+	struct job *j = arg;
+	struct apitest_resp r;
+	char extra[128], at[40];
+
+	pthread_barrier_wait(&barrier);
+	switch (j->op) {
+	case OP_CREATE:
+		cu_create(&t, j->i % 2, j->key, j->sandbox, 1, 1024, 3600, NULL, &r);
+		break;
+	case OP_WAKE:
+		snprintf(extra, sizeof(extra), "\"idempotency_key\":\"%s\"", j->idem);
+		cu_wake(&t, j->i % 2, j->sandbox, 3600, extra, &r);
+		break;
+	case OP_PAUSE:
+		cu_rfc3339(noon + 600, at, sizeof(at)); /* after every lease start */
+		cu_event(&t, j->i % 2, j->sandbox, "paused", at, &r);
+		break;
+	}
+	j->status = r.status;
+	snprintf(j->code, sizeof(j->code), "%s", apitest_error_code(&r));
+	apitest_resp_release(&r);
+	return NULL;
+}
+
+/* Runs jobs[0..NTHREADS) at once. */
+static void run_all(struct job *jobs)
+{
+	pthread_t th[NTHREADS];
+
+	pthread_barrier_init(&barrier, NULL, NTHREADS);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_create(&th[i], NULL, run_job, &jobs[i]);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_join(th[i], NULL);
+	pthread_barrier_destroy(&barrier);
+}
+
+static void test_exact_k(const char *acc)
+{
+	static struct job jobs[NTHREADS];
+	char key[65], token[APITEST_TOKEN_MAX], sql[512];
+	const long long spent = 123457;
+	const long long limit = spent + K * LEASE_MICROS + LEASE_MICROS - 1;
+	int allowed = 0, refused = 0;
+
+	CHECK(apitest_create_key(&t, acc, "full", limit, NULL, key, token) == 0);
+	/* Metered spend already on the day: the remaining budget fits K leases. */
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, limit_micros)"
+		 " VALUES ('%s', '%s', '%s', %lld, %lld)",
+		 acc, key, today, spent, limit);
+	cu_sql(t.db.conn, sql);
+	for (int i = 0; i < NTHREADS; i++) {
+		jobs[i] = (struct job){.i = i, .op = OP_CREATE};
+		snprintf(jobs[i].key, sizeof(jobs[i].key), "%s", key);
+		snprintf(jobs[i].sandbox, sizeof(jobs[i].sandbox), "race-%d", i);
+	}
+	run_all(jobs);
+	for (int i = 0; i < NTHREADS; i++) {
+		if (jobs[i].status == 200) {
+			allowed++;
+		} else if (jobs[i].status == 402 &&
+			   strcmp(jobs[i].code, "spending_limit_reached") == 0) {
+			refused++;
+			/* Nothing left behind. */
+			CHECK_I64(cu_sql_int(t.db.conn,
+					     "SELECT (SELECT count(*) FROM holds WHERE sandbox_id ="
+					     " '%s') + (SELECT count(*) FROM sandboxes WHERE"
+					     " sandbox_id = '%s') + (SELECT count(*) FROM"
+					     " idempotency_keys WHERE idempotency_key = '%s')",
+					     jobs[i].sandbox, jobs[i].sandbox, jobs[i].sandbox),
+				  0);
+		} else {
+			fprintf(stderr, "job %d: status %ld %s\n", i, jobs[i].status, jobs[i].code);
+		}
+	}
+	CHECK_I64(allowed, K);
+	CHECK_I64(refused, NTHREADS - K);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key), K);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM sandboxes WHERE key_id = '%s'", key),
+		  K);
+	CHECK_I64(cu_sql_int(
+		      t.db.conn,
+		      "SELECT count(*) FROM idempotency_keys WHERE idempotency_key LIKE 'race-%%'"),
+		  K);
+	CHECK_I64(cu_sql_int(t.db.conn,
+			     "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'", key),
+		  (long long)K * LEASE_MICROS);
+	CHECK_I64(cu_sql_int(t.db.conn,
+			     "SELECT (spent_micros + held_micros <= limit_micros)::int FROM"
+			     " key_day_ledger WHERE key_id = '%s'",
+			     key),
+		  1);
+	CHECK_I64(cu_over_limit(t.db.conn), 0);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	/* Both processes decided some (the split really was over two). */
+	{
+		char *l0 = apitest_read_log(&t, 0), *l1 = apitest_read_log(&t, 1);
+		CHECK(l0 && strstr(l0, "path=\"/v1/checks/create\""));
+		CHECK(l1 && strstr(l1, "path=\"/v1/checks/create\""));
+		free(l0);
+		free(l1);
+	}
+}
+
+static void test_mixed(const char *acc)
+{
+	static struct job jobs[NTHREADS];
+	char key[65], token[APITEST_TOKEN_MAX], sb[65];
+	const long long limit = 24LL * LEASE_MICROS + 100;
+	int creates_ok = 0, wakes_ok = 0, pauses_ok = 0, other = 0;
+	struct apitest_resp r;
+	const int pre = 16;
+
+	CHECK(apitest_create_key(&t, acc, "full", limit, NULL, key, token) == 0);
+	for (int i = 0; i < pre; i++) {
+		snprintf(sb, sizeof(sb), "mix-pre-%d", i);
+		CHECK_I64(cu_create(&t, i % 2, key, sb, 1, 1024, 3600, NULL, &r), 200);
+		apitest_resp_release(&r);
+	}
+	for (int i = 0; i < NTHREADS; i++) {
+		jobs[i] = (struct job){.i = i};
+		snprintf(jobs[i].key, sizeof(jobs[i].key), "%s", key);
+		switch (i % 4) {
+		case 0:
+		case 3:
+			jobs[i].op = OP_CREATE;
+			snprintf(jobs[i].sandbox, sizeof(jobs[i].sandbox), "mix-new-%d", i);
+			break;
+		case 1:
+			jobs[i].op = OP_WAKE;
+			snprintf(jobs[i].sandbox, sizeof(jobs[i].sandbox), "mix-pre-%d", i % pre);
+			snprintf(jobs[i].idem, sizeof(jobs[i].idem), "wk-%d", i);
+			break;
+		case 2:
+			jobs[i].op = OP_PAUSE;
+			snprintf(jobs[i].sandbox, sizeof(jobs[i].sandbox), "mix-pre-%d",
+				 (i + 7) % pre);
+			break;
+		}
+	}
+	run_all(jobs);
+	for (int i = 0; i < NTHREADS; i++) {
+		struct job *j = &jobs[i];
+
+		if (j->status == 200) {
+			if (j->op == OP_CREATE)
+				creates_ok++;
+			else if (j->op == OP_WAKE)
+				wakes_ok++;
+			else
+				pauses_ok++;
+			continue;
+		}
+		if (j->status != 402 || strcmp(j->code, "spending_limit_reached") != 0) {
+			fprintf(stderr, "mixed job %d (op %d): status %ld %s\n", i, j->op,
+				j->status, j->code);
+			other++;
+			continue;
+		}
+		/* A refusal left nothing. */
+		if (j->op == OP_CREATE)
+			CHECK_I64(cu_sql_int(t.db.conn,
+					     "SELECT (SELECT count(*) FROM holds WHERE sandbox_id ="
+					     " '%s') + (SELECT count(*) FROM sandboxes WHERE"
+					     " sandbox_id = '%s')",
+					     j->sandbox, j->sandbox),
+				  0);
+		CHECK_I64(cu_sql_int(t.db.conn,
+				     "SELECT count(*) FROM idempotency_keys WHERE idempotency_key"
+				     " IN ('%s', '%s')",
+				     j->sandbox, j->idem[0] ? j->idem : "-"),
+			  j->op == OP_CREATE ? 0 : 1 /* the pre-created sandbox's create row */);
+	}
+	CHECK_I64(other, 0);
+	CHECK_I64(pauses_ok, NTHREADS / 4);
+	CHECK(creates_ok + wakes_ok > 0);
+	/* Every allowed check has exactly one hold (no lease crosses midnight). */
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key),
+		  pre + creates_ok + wakes_ok);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM sandboxes WHERE key_id = '%s'", key),
+		  pre + creates_ok);
+	CHECK_I64(cu_over_limit(t.db.conn), 0);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	printf("mixed: %d creates and %d wakes allowed, %d pauses\n", creates_ok, wakes_ok,
+	       pauses_ok);
+}
+
+int main(void)
+{
+	char off[32], acc[65];
+	const char *args[] = {"--clock-offset-s", off, NULL};
+	time_t now = time(NULL);
+	struct tm tm;
+
+	/* Tomorrow, 12:00 UTC. */
+	noon = now - now % 86400 + 86400 + 12 * 3600;
+	gmtime_r(&noon, &tm);
+	strftime(today, sizeof(today), "%Y-%m-%d", &tm);
+	snprintf(off, sizeof(off), "%lld", cu_offset_to(noon));
+	if (apitest_start(&t, "checks_race", 2, args, NULL) < 0)
+		return 1;
+	CHECK(apitest_create_account(&t, "Race", acc) == 0);
+	test_exact_k(acc);
+	test_mixed(acc);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+	return check_done();
+}

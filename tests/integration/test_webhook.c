@@ -1,0 +1,307 @@
+/* API: the control plane's webhook. A receiver of the test's own (an
+ * in-process libmicrohttpd server) gets the events two meterd processes
+ * deliver from the outbox: spend_limit_crossed once per key-day,
+ * hold_outrun once per hold; every request signed (Meter-Signature:
+ * t=...,v1=HMAC-SHA256(secret, "t.body")) and carrying Meter-Event-Id; a
+ * failing receiver is retried with backoff; after a restart nothing is
+ * delivered twice and nothing is lost. */
+#include <microhttpd.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checks_util.h"
+
+#define SECRET	"whsec-test-0123456789"
+#define MAX_REQ 64
+
+struct received {
+	char event_id[64];
+	char signature[160];
+	char *body;
+	unsigned status; /* what the receiver answered */
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct received reqs[MAX_REQ];
+static int nreqs;
+static int fail_next; /* answer 500 to this many more requests */
+
+struct upload {
+	char *buf;
+	size_t len;
+};
+
+static enum MHD_Result on_hook(void *cls, struct MHD_Connection *conn, const char *url,
+			       const char *method, const char *version, const char *data,
+			       size_t *data_size, void **con_cls)
+{
+	struct upload *u = *con_cls;
+	struct MHD_Response *resp;
+	unsigned status = 200;
+	enum MHD_Result ret;
+
+	(void)cls;
+	(void)url;
+	(void)version;
+	if (!u) {
+		u = calloc(1, sizeof(*u));
+		*con_cls = u;
+		return u ? MHD_YES : MHD_NO;
+	}
+	if (*data_size) {
+		char *nb = realloc(u->buf, u->len + *data_size + 1);
+		if (!nb)
+			return MHD_NO;
+		memcpy(nb + u->len, data, *data_size);
+		u->buf = nb;
+		u->len += *data_size;
+		u->buf[u->len] = '\0';
+		*data_size = 0;
+		return MHD_YES;
+	}
+	pthread_mutex_lock(&mu);
+	if (fail_next > 0) {
+		fail_next--;
+		status = 500;
+	}
+	if (nreqs < MAX_REQ && strcmp(method, "POST") == 0) {
+		struct received *r = &reqs[nreqs++];
+		const char *id =
+		    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Meter-Event-Id");
+		const char *sig =
+		    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Meter-Signature");
+		snprintf(r->event_id, sizeof(r->event_id), "%s", id ? id : "");
+		snprintf(r->signature, sizeof(r->signature), "%s", sig ? sig : "");
+		r->body = u->buf ? u->buf : strdup("");
+		u->buf = NULL;
+		r->status = status;
+	}
+	pthread_mutex_unlock(&mu);
+	free(u->buf);
+	free(u);
+	*con_cls = NULL;
+	resp = MHD_create_response_from_buffer(2, (void *)"ok", MHD_RESPMEM_PERSISTENT);
+	ret = MHD_queue_response(conn, status, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* Number of 2xx deliveries of event id, and of all requests. */
+static int delivered(const char *id)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < nreqs; i++)
+		if (reqs[i].status == 200 && strcmp(reqs[i].event_id, id) == 0)
+			n++;
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+static int total_requests(void)
+{
+	int n;
+
+	pthread_mutex_lock(&mu);
+	n = nreqs;
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+/* Verifies r's Meter-Signature against its body. */
+static int signature_ok(const struct received *r)
+{
+	long long ts = 0;
+	char v1[65] = "", msg[8192], hex[65];
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned mdlen = 0;
+	int n;
+
+	if (sscanf(r->signature, "t=%lld,v1=%64[0-9a-f]", &ts, v1) != 2)
+		return 0;
+	n = snprintf(msg, sizeof(msg), "%lld.%s", ts, r->body);
+	if (n < 0 || (size_t)n >= sizeof(msg))
+		return 0;
+	if (!HMAC(EVP_sha256(), SECRET, (int)strlen(SECRET), (unsigned char *)msg, (size_t)n, md,
+		  &mdlen))
+		return 0;
+	for (unsigned i = 0; i < mdlen; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	return strcmp(hex, v1) == 0 && llabs(ts - (long long)time(NULL)) < 120;
+}
+
+/* Waits until every outbox event is delivered (or timeout_ms). */
+static long long wait_delivered(PGconn *db, int timeout_ms)
+{
+	long long pending = -1;
+
+	for (int waited = 0; waited <= timeout_ms; waited += 100) {
+		pending = cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE delivered_at IS"
+					 " NULL");
+		if (pending == 0)
+			break;
+		cu_sleep_ms(100);
+	}
+	return pending;
+}
+
+static void spend(PGconn *db, const char *acc, const char *key, const char *sandbox,
+		  const char *day, long long micros)
+{
+	char sql[512];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT * FROM meter_ledger_spend(ARRAY['%s'], ARRAY['%s'], ARRAY['%s'],"
+		 " ARRAY[%s], ARRAY[%lld::bigint])",
+		 acc, key, sandbox, day, micros);
+	cu_sql(db, sql);
+}
+
+/* A meterd of our own on the same database (a restart). */
+static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const char *log)
+{
+	const char *bin = getenv("METER_BIN_DIR");
+	char exe[512];
+	pid_t pid;
+
+	snprintf(exe, sizeof(exe), "%s/meterd", bin ? bin : ".");
+	pid = fork();
+	if (pid == 0) {
+		FILE *f = freopen(log, "w", stderr);
+		(void)f;
+		setenv("METER_DATABASE_URL", t->db.url, 1);
+		setenv("METER_WEBHOOK_URL", hook_url, 1);
+		setenv("METER_WEBHOOK_SECRET", SECRET, 1);
+		setenv("METER_CONTROL_PLANE_TOKEN", t->control_plane_token, 1);
+		execl(exe, "meterd", "--listen", "127.0.0.1:0", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+int main(void)
+{
+	struct apitest t;
+	struct apitest_resp r;
+	struct MHD_Daemon *d;
+	const union MHD_DaemonInfo *info;
+	char hook_url[128], env_url[160], acc[65], key[65], token[APITEST_TOKEN_MAX], day[40];
+	char ids[2][64] = {"", ""}, log[512];
+	const char *env[3] = {env_url, "METER_WEBHOOK_SECRET=" SECRET, NULL};
+	int spend_events = 0, outrun_events = 0, status = -1;
+	pid_t pid;
+	PGconn *db;
+
+	d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
+			     NULL, NULL, on_hook, NULL, MHD_OPTION_SOCK_ADDR, NULL, MHD_OPTION_END);
+	if (!d)
+		return 1;
+	info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+	snprintf(hook_url, sizeof(hook_url), "http://127.0.0.1:%u/hook", (unsigned)info->port);
+	snprintf(env_url, sizeof(env_url), "METER_WEBHOOK_URL=%s", hook_url);
+	if (apitest_start(&t, "webhook", 2, NULL, env) < 0) {
+		MHD_stop_daemon(d);
+		return 1;
+	}
+	db = t.db.conn;
+	CHECK(apitest_create_account(&t, "Hooked", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 100000, NULL, key, token) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "wh-1", 2, 4096, 900, NULL, &r), 200); /* hold 20,000 */
+	snprintf(day, sizeof(day), "'%s'::date", apitest_json_str(&r, "day") ?: "");
+	apitest_resp_release(&r);
+
+	/* The receiver fails twice; metering spends 150,000 on the hold of
+	 * 20,000: the key-day passes its limit and the hold is outrun. */
+	pthread_mutex_lock(&mu);
+	fail_next = 2;
+	pthread_mutex_unlock(&mu);
+	spend(db, acc, key, "wh-1", day, 150000);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), 2);
+	CHECK_I64(wait_delivered(db, 20000), 0);
+	CHECK(total_requests() >= 4);
+	CHECK_I64(cu_sql_int(db, "SELECT sum(attempts) FROM webhook_outbox"), total_requests());
+	CHECK(cu_sql_int(db, "SELECT max(attempts) FROM webhook_outbox") >= 2);
+
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < nreqs; i++) {
+		json_error_t je;
+		json_t *b = json_loads(reqs[i].body, 0, &je);
+		const char *type = json_string_value(json_object_get(b, "type"));
+		json_t *data = json_object_get(b, "data");
+
+		CHECK(signature_ok(&reqs[i]));
+		CHECK_STR(json_string_value(json_object_get(b, "event_id")), reqs[i].event_id);
+		CHECK_STR(json_string_value(json_object_get(b, "account_id")), acc);
+		CHECK_STR(json_string_value(json_object_get(b, "key_id")), key);
+		if (reqs[i].status == 200 && type && strcmp(type, "spend_limit_crossed") == 0) {
+			spend_events++;
+			CHECK_I64(cu_jint(data, "spent_micros"), 150000);
+			CHECK_I64(cu_jint(data, "limit_micros"), 100000);
+			snprintf(ids[0], sizeof(ids[0]), "%s", reqs[i].event_id);
+		} else if (reqs[i].status == 200 && type && strcmp(type, "hold_outrun") == 0) {
+			outrun_events++;
+			CHECK_I64(cu_jint(data, "amount_micros"), 20000);
+			CHECK_I64(cu_jint(data, "outrun_micros"), 130000);
+			CHECK_STR(json_string_value(json_object_get(data, "sandbox_id")), "wh-1");
+			snprintf(ids[1], sizeof(ids[1]), "%s", reqs[i].event_id);
+		}
+		json_decref(b);
+	}
+	pthread_mutex_unlock(&mu);
+	CHECK_I64(spend_events, 1);
+	CHECK_I64(outrun_events, 1);
+	CHECK_I64(delivered(ids[0]), 1);
+	CHECK_I64(delivered(ids[1]), 1);
+
+	/* More spend on the same key-day and hold: no new events. */
+	spend(db, acc, key, "wh-1", day, 1000);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), 2);
+
+	/* Restart: stop both servers, start another; nothing is sent again. */
+	CHECK(apitest_stop(&t) == 0);
+	snprintf(log, sizeof(log), "%s/test-webhook-%d.log", getenv("METER_BIN_DIR") ?: "/tmp",
+		 (int)getpid());
+	pid = spawn_meterd(&t, hook_url, log);
+	CHECK(pid > 0);
+	{
+		int before = total_requests();
+		cu_sleep_ms(2500);
+		CHECK_I64(total_requests(), before);
+	}
+	/* A new event (the next day's spend passes its limit at once) is
+	 * delivered by the new process, once. */
+	spend(db, acc, key, "wh-1", "current_date + 5", 100000);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), 3);
+	CHECK_I64(wait_delivered(db, 10000), 0);
+	{
+		char id[64] = "";
+		PGresult *res = PQexec(db, "SELECT event_id FROM webhook_outbox ORDER BY created_at"
+					   " DESC, event_id LIMIT 1");
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+			snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+		PQclear(res);
+		cu_sleep_ms(1000);
+		CHECK_I64(delivered(id), 1);
+	}
+	if (pid > 0) {
+		kill(pid, SIGTERM);
+		waitpid(pid, &status, 0);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	apitest_drop(&t);
+	MHD_stop_daemon(d);
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < nreqs; i++)
+		free(reqs[i].body);
+	pthread_mutex_unlock(&mu);
+	return check_done();
+}

@@ -1,0 +1,186 @@
+/* Unit tests of the day ledger's decision rules (meter/ledger.h) and of the
+ * webhook signature: pure, no database. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ledger.h"
+#include "usage.h"
+#include "webhook.h"
+
+#define SEC  INT64_C(1000000)
+#define HOUR (3600 * SEC)
+
+static const struct price_rates *R = &price_rates_default;
+
+/* The worst case of a whole lease equals usage_lease_max_cost(). */
+static void test_worst_case(void)
+{
+	int64_t a = 0, b = 0;
+
+	CHECK(ledger_worst_case(R, 2, 4096, 900 * SEC, &a) == METER_OK);
+	CHECK_I64(a, 20000); /* DESIGN.md §2 */
+	for (int64_t v = 1; v <= 1024; v *= 4)
+		for (int64_t m = 1; m <= 16777216; m *= 64)
+			for (int64_t s = 1; s <= 86400; s = s * 7 + 3) {
+				CHECK(ledger_worst_case(R, v, m, s * SEC, &a) == METER_OK);
+				CHECK(usage_lease_max_cost(R, v, m, s, &b) == METER_OK);
+				if (a != b)
+					CHECK_I64(a, b);
+			}
+	/* Rounded up: one microsecond of one vCPU costs a whole micro. */
+	CHECK(ledger_worst_case(R, 1, 0, 1, &a) == METER_OK);
+	CHECK_I64(a, 1);
+	CHECK(ledger_worst_case(R, 0, 1, 1, &a) == METER_EINVAL);
+	CHECK(ledger_worst_case(R, 1, -1, 1, &a) == METER_EINVAL);
+	CHECK(ledger_worst_case(R, 1, 1, -1, &a) == METER_EINVAL);
+	CHECK(ledger_worst_case(R, INT64_MAX / 10, 1, HOUR, &a) == METER_ERANGE);
+}
+
+/* Day starts of a UTC key from midnight d0: 24 h apart. */
+static void utc_bounds(int64_t d0, int64_t *b)
+{
+	for (int i = 0; i < LEDGER_BOUNDS; i++)
+		b[i] = d0 + i * 24 * HOUR;
+}
+
+static void test_split(void)
+{
+	struct ledger_part p[LEDGER_PARTS_MAX];
+	int64_t b[LEDGER_BOUNDS], whole = 0;
+	int n = 0;
+
+	utc_bounds(0, b);
+	/* Within one day: one part, the whole lease. */
+	CHECK(ledger_split(R, 2, 4096, 10 * HOUR, 10 * HOUR + 900 * SEC, b, LEDGER_BOUNDS, p, &n) ==
+	      METER_OK);
+	CHECK_I64(n, 1);
+	CHECK_I64(p[0].day_index, 0);
+	CHECK_I64(p[0].micros, 20000);
+	/* Ending exactly at midnight: still one part. */
+	CHECK(ledger_split(R, 1, 1024, 23 * HOUR, 24 * HOUR, b, LEDGER_BOUNDS, p, &n) == METER_OK);
+	CHECK_I64(n, 1);
+	/* Across midnight: two parts, each rounded up, summing to at least the whole. */
+	CHECK(ledger_split(R, 2, 4096, 23 * HOUR + 1800 * SEC + 7,
+			   23 * HOUR + 1800 * SEC + 7 + 3600 * SEC, b, LEDGER_BOUNDS, p,
+			   &n) == METER_OK);
+	CHECK_I64(n, 2);
+	CHECK_I64(p[0].day_index, 0);
+	CHECK_I64(p[1].day_index, 1);
+	CHECK_I64(p[0].end_usec, 24 * HOUR);
+	CHECK_I64(p[1].start_usec, 24 * HOUR);
+	CHECK(ledger_worst_case(R, 2, 4096, 3600 * SEC, &whole) == METER_OK);
+	CHECK(p[0].micros + p[1].micros >= whole);
+	CHECK(p[0].micros + p[1].micros <= whole + 2);
+	/* A 23-hour day (spring forward): a 24 h lease from 23:30 touches three days. */
+	b[0] = 0;
+	b[1] = 24 * HOUR;
+	b[2] = b[1] + 23 * HOUR;
+	b[3] = b[2] + 24 * HOUR;
+	b[4] = b[3] + 24 * HOUR;
+	b[5] = b[4] + 24 * HOUR;
+	CHECK(ledger_split(R, 1, 1024, 23 * HOUR + 1800 * SEC, 47 * HOUR + 1800 * SEC, b,
+			   LEDGER_BOUNDS, p, &n) == METER_OK);
+	CHECK_I64(n, 3);
+	CHECK_I64(p[0].end_usec - p[0].start_usec, 1800 * SEC);
+	CHECK_I64(p[1].end_usec - p[1].start_usec, 23 * HOUR);
+	CHECK_I64(p[2].end_usec - p[2].start_usec, 1800 * SEC);
+	/* Bad input. */
+	CHECK(ledger_split(R, 1, 1, 5, 5, b, LEDGER_BOUNDS, p, &n) == METER_EINVAL);
+	CHECK(ledger_split(R, 1, 1, 24 * HOUR, 25 * HOUR, b, LEDGER_BOUNDS, p, &n) ==
+	      METER_EINVAL); /* does not start on day 0 */
+	CHECK(ledger_split(R, 1, 1, HOUR, b[5] + 1, b, LEDGER_BOUNDS, p, &n) == METER_ERANGE);
+	b[3] = b[2];
+	CHECK(ledger_split(R, 1, 1, HOUR, 2 * HOUR, b, LEDGER_BOUNDS, p, &n) == METER_EINVAL);
+}
+
+static void test_fits(void)
+{
+	struct ledger_day d = {
+	    .spent_micros = 300, .held_micros = 200, .has_limit = true, .limit_micros = 1000};
+	struct ledger_day none = {.spent_micros = INT64_MAX, .held_micros = 0};
+	struct ledger_day huge = {.spent_micros = INT64_MAX,
+				  .held_micros = INT64_MAX,
+				  .has_limit = true,
+				  .limit_micros = INT64_MAX};
+
+	CHECK(ledger_fits(&d, 500));  /* equal to the limit: allowed */
+	CHECK(!ledger_fits(&d, 501)); /* one micro more: refused */
+	CHECK(ledger_fits(&d, 0));
+	CHECK(!ledger_fits(&d, -1));
+	CHECK(ledger_fits(&none, INT64_MAX)); /* no limit */
+	CHECK(!ledger_fits(&huge, 1));	      /* no overflow */
+	CHECK(ledger_max_cost_ok(20000, 20000));
+	CHECK(!ledger_max_cost_ok(20000, 19999));
+}
+
+/* ledger_place is all or nothing, and a random sequence never commits past
+ * the limit while every refusal really would have. */
+static void test_place(void)
+{
+	struct ledger_day a = {.has_limit = true, .limit_micros = 100};
+	struct ledger_day b = {.has_limit = true, .limit_micros = 50};
+	struct ledger_day *days[2] = {&a, &b};
+	int64_t amounts[2] = {60, 40};
+	int failed = -1;
+	unsigned seed = 42;
+
+	CHECK(ledger_place(days, amounts, 2, &failed));
+	CHECK_I64(a.held_micros, 60);
+	CHECK_I64(b.held_micros, 40);
+	amounts[0] = 40;
+	amounts[1] = 11;
+	CHECK(!ledger_place(days, amounts, 2, &failed));
+	CHECK_I64(failed, 1);
+	CHECK_I64(a.held_micros, 60); /* untouched: all or nothing */
+	amounts[1] = 10;
+	CHECK(ledger_place(days, amounts, 2, &failed));
+	CHECK_I64(a.held_micros, 100);
+	CHECK_I64(b.held_micros, 50);
+
+	for (int round = 0; round < 200; round++) {
+		struct ledger_day x = {.spent_micros = rand_r(&seed) % 500,
+				       .has_limit = true,
+				       .limit_micros = 500 + rand_r(&seed) % 1000};
+		struct ledger_day *xd[1] = {&x};
+		int ok = 1;
+
+		for (int i = 0; i < 100; i++) {
+			int64_t amt = rand_r(&seed) % 200;
+			int64_t before = x.spent_micros + x.held_micros;
+			bool placed = ledger_place(xd, &amt, 1, NULL);
+
+			if (placed != (before + amt <= x.limit_micros))
+				ok = 0;
+			if (x.spent_micros + x.held_micros > x.limit_micros)
+				ok = 0;
+		}
+		CHECK(ok);
+	}
+}
+
+/* The webhook signature: HMAC-SHA256("key", "1700000000.{}"), and the
+ * retry schedule. */
+static void test_webhook(void)
+{
+	char hex[65];
+
+	CHECK(webhook_sign("key", 1700000000, "{}", 2, hex) == METER_OK);
+	/* printf '1700000000.{}' | openssl dgst -sha256 -hmac key */
+	CHECK_STR(hex, "9d713ed406bb7076d4123f0dc2c39d2df5c654ed4b0cd56b52c8b4c940bd63ae");
+	CHECK_I64(webhook_retry_delay_s(1), 1);
+	CHECK_I64(webhook_retry_delay_s(2), 2);
+	CHECK_I64(webhook_retry_delay_s(5), 16);
+	CHECK_I64(webhook_retry_delay_s(40), WEBHOOK_RETRY_MAX_S);
+}
+
+int main(void)
+{
+	test_worst_case();
+	test_split();
+	test_fits();
+	test_place();
+	test_webhook();
+	return check_done();
+}

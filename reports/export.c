@@ -37,6 +37,7 @@ struct export_cursor {
 	bool finished; /* the COPY ended (well or not) */
 	bool failed;
 	struct export_totals totals;
+	char last_period[32];
 };
 
 /* Formats UTC µs (a whole second) as an RFC 3339 literal. */
@@ -259,6 +260,7 @@ static enum meter_rc format_row(struct export_cursor *c, char *rec, int len, cha
 		return METER_EINVAL;
 	if (add_totals(&c->totals, f) != METER_OK)
 		return METER_EINVAL;
+	snprintf(c->last_period, sizeof(c->last_period), "%s", f[F_PERIOD]);
 	if (c->format == EXPORT_CSV) {
 		/* PostgreSQL already quoted as RFC 4180 wants; only CRLF differs. */
 		if ((size_t)len + 1 > cap)
@@ -337,6 +339,11 @@ void export_totals_get(const struct export_cursor *c, struct export_totals *out)
 int64_t export_rows(const struct export_cursor *c)
 {
 	return c->totals.rows;
+}
+
+const char *export_last_period(const struct export_cursor *c)
+{
+	return c->last_period;
 }
 
 void export_close(struct export_cursor *c)

@@ -77,9 +77,12 @@ METER_MUSTCHECK enum meter_rc export_next(struct export_cursor *c, char *buf, si
 /* Totals so far (complete once export_next returned 0 bytes). */
 void export_totals_get(const struct export_cursor *c, struct export_totals *out);
 
-/* Rows written so far and the period_start of the last one (borrowed), for
- * progress reporting. */
+/* Rows written so far, for progress reporting. */
 int64_t export_rows(const struct export_cursor *c);
+
+/* The period_start of the last row written ("" before the first), borrowed
+ * until the next export_next: for progress reporting. */
+const char *export_last_period(const struct export_cursor *c);
 
 /* Ends the export: cancels an unfinished query and drains the connection so
  * it is idle again (or broken: check PQstatus). Frees c. */

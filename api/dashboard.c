@@ -1,0 +1,718 @@
+/* meter API: the dashboard pages (see dashboard.h). */
+#include "dashboard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent_doc.h"
+#include "app.h"
+#include "auth.h"
+#include "db_dashboard.h"
+#include "db_keys.h"
+#include "html.h"
+#include "log.h"
+#include "money.h"
+#include "session.h"
+
+#define HOURS_OVERVIEW (7 * 24)
+#define HOURS_SANDBOX  48
+#define TOP_SANDBOXES  10
+#define EVENTS_MAX     50
+
+static const char csp[] = "default-src 'none'; style-src 'self'; img-src 'self';"
+			  " form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+static const char stylesheet[] =
+    "body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}"
+    "header{display:flex;gap:1.5em;align-items:center;padding:.6em 1.5em;background:#1b1f24;"
+    "color:#fff}header a{color:#cfe3ff;text-decoration:none}header a:hover{text-decoration:"
+    "underline}header .who{margin-left:auto;color:#aab}header form{margin:0}"
+    "main{padding:1em 1.5em;max-width:1200px}h1{font-size:1.4em}h2{font-size:1.1em;"
+    "margin-top:1.6em}table{border-collapse:collapse;width:100%;background:#fff}"
+    "th,td{padding:4px 8px;border-bottom:1px solid #dde;text-align:left}"
+    "td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}"
+    ".chart{background:#fff;border:1px solid #dde}.chart .bar{fill:#3d7bd9}"
+    ".chart .line{fill:none;stroke:#3d7bd9;stroke-width:2}.chart .floor{stroke:#d9483d;"
+    "stroke-dasharray:6 4}.chart .axis{stroke:#889}.chart .label{font-size:11px;fill:#556}"
+    ".gauge .track{fill:#e4e7ec}.gauge .spent{fill:#3d7bd9}.gauge .held{fill:#f0b84a}"
+    ".gauge .limit{stroke:#d9483d;stroke-width:2}.legend span{margin-right:1em}"
+    ".sw{display:inline-block;width:10px;height:10px;margin-right:4px}"
+    ".sw.spent{background:#3d7bd9}.sw.held{background:#f0b84a}"
+    ".state-running{color:#176b2c}.state-paused{color:#8a5a00}.state-stopped{color:#666}"
+    "form.filters{display:flex;gap:1em;align-items:end;margin:1em 0}label{display:block;"
+    "font-size:.9em;color:#445}.card{background:#fff;border:1px solid #dde;padding:1em;"
+    "margin:1em 0;max-width:420px}.error{color:#a1261b}.muted{color:#667}";
+
+/* The account a page shows: the key's own, or the operator's chosen one. */
+static const char *page_account(struct http_req *req)
+{
+	return req->auth->account_id;
+}
+
+/* Sends page (taken over) with the dashboard's headers. */
+static void send_page(struct http_req *req, unsigned status, struct html *page)
+{
+	size_t len;
+	char *text;
+
+	if (page->failed) {
+		html_release(page);
+		http_reply_error(req, 503, "metering_unavailable", "page too large", NULL);
+		return;
+	}
+	text = html_steal(page, &len);
+	http_reply_text(req, status, "text/html; charset=utf-8", text ? text : "", len);
+	free(text);
+	if (req->resp &&
+	    (MHD_add_response_header(req->resp, "Content-Security-Policy", csp) != MHD_YES ||
+	     MHD_add_response_header(req->resp, "X-Content-Type-Options", "nosniff") != MHD_YES ||
+	     MHD_add_response_header(req->resp, "Referrer-Policy", "no-referrer") != MHD_YES ||
+	     MHD_add_response_header(req->resp, "X-Frame-Options", "DENY") != MHD_YES))
+		log_warn("could not add dashboard headers");
+}
+
+/* A 303 to location. */
+static void redirect(struct http_req *req, const char *location)
+{
+	http_reply_text(req, 303, "text/plain; charset=utf-8", "", 0);
+	if (req->resp &&
+	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_LOCATION, location) != MHD_YES)
+		log_warn("could not add Location");
+}
+
+static void page_start(struct html *h, struct http_req *req, const char *title)
+{
+	html_init(h);
+	html_printf(
+	    h,
+	    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+	    "<meta name=\"viewport\" content=\"width=device-width\">"
+	    "<title>%s · meter</title><link rel=\"stylesheet\" href=\"/dashboard/style.css\">"
+	    "</head><body><header><strong>meter</strong>",
+	    title);
+	if (req && req->auth && req->auth->kind != AUTH_NONE) {
+		html_raw(h, "<a href=\"/dashboard/\">Overview</a>"
+			    "<a href=\"/dashboard/sandboxes\">Sandboxes</a>"
+			    "<a href=\"/dashboard/keys\">Keys and limits</a>"
+			    "<a href=\"/dashboard/exports\">Exports</a>");
+		html_printf(h, "<span class=\"who\">account %s", req->auth->account_id);
+		if (req->auth->kind == AUTH_KEY)
+			html_printf(h, " · %s key %s",
+				    req->auth->role == ROLE_FULL ? "full" : "read-only",
+				    req->auth->key_id);
+		else
+			html_raw(h, " · operator");
+		html_raw(h, "</span><form method=\"post\" action=\"/dashboard/sign-out\">"
+			    "<button type=\"submit\">Sign out</button></form>");
+	}
+	html_printf(h, "</header><main><h1>%s</h1>", title);
+}
+
+static void page_end(struct html *h)
+{
+	html_raw(h,
+		 "<p class=\"muted\">Amounts are exact to the microdollar. Usage is metered "
+		 "as used, with the 50-millicore floor while running.</p></main></body></html>\n");
+}
+
+static int64_t now_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Start of the current UTC hour / day / month. */
+static int64_t hour_start(int64_t usec)
+{
+	return usec - usec % MONEY_USEC_PER_HOUR;
+}
+
+static void month_bounds(int64_t usec, int64_t *start, int64_t *end)
+{
+	time_t t = (time_t)(usec / 1000000);
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	tm.tm_mday = 1;
+	tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+	*start = (int64_t)timegm(&tm) * 1000000;
+	tm.tm_mon++;
+	*end = (int64_t)timegm(&tm) * 1000000;
+}
+
+/* Borrows a connection, or replies 503 and returns NULL. */
+static PGconn *page_db(struct http_req *req)
+{
+	PGconn *conn = NULL;
+
+	if (db_pool_acquire(req->app->pool, 2000, &conn) != METER_OK) {
+		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
+				 NULL);
+		return NULL;
+	}
+	return conn;
+}
+
+static void page_db_done(struct http_req *req, PGconn *conn, enum meter_rc rc)
+{
+	db_pool_release(req->app->pool, conn, rc == METER_EDB && db_conn_failed(conn));
+}
+
+void h_dash_root(struct http_req *req)
+{
+	redirect(req, "/dashboard/");
+}
+
+void h_dash_favicon(struct http_req *req)
+{
+	/* Browsers ask for it on every page: an empty answer, not a 404 in
+	 * their console. */
+	http_reply_text(req, 204, "image/x-icon", "", 0);
+}
+
+void h_dash_style(struct http_req *req)
+{
+	http_reply_text(req, 200, "text/css; charset=utf-8", stylesheet, sizeof(stylesheet) - 1);
+}
+
+/* The sign-in page; error (may be NULL) is shown above the form. */
+static void sign_in_page(struct http_req *req, unsigned status, const char *error)
+{
+	struct html h;
+
+	page_start(&h, NULL, "Sign in");
+	if (error)
+		html_printf(&h, "<p class=\"error\" role=\"alert\">%s</p>", error);
+	html_raw(&h, "<form class=\"card\" method=\"post\" action=\"/dashboard/sign-in\">"
+		     "<label for=\"key\">API key (read-only, full) or operator token</label>"
+		     "<input id=\"key\" name=\"key\" type=\"password\" autocomplete=\"off\" "
+		     "required size=\"48\"><label for=\"account\">Account (operator only)</label>"
+		     "<input id=\"account\" name=\"account\" size=\"24\">"
+		     "<p><button type=\"submit\">Sign in</button></p></form>"
+		     "<p class=\"muted\">The key is sent once, in this form's body, and kept only "
+		     "as a signed session cookie naming the key, never the key itself.</p>");
+	page_end(&h);
+	send_page(req, status, &h);
+}
+
+void h_dash_sign_in_form(struct http_req *req)
+{
+	sign_in_page(req, 200, NULL);
+}
+
+/* Decodes one application/x-www-form-urlencoded value in place. */
+static bool form_decode(char *s)
+{
+	char *w = s;
+
+	for (char *r = s; *r; r++) {
+		if (*r == '+') {
+			*w++ = ' ';
+		} else if (*r == '%') {
+			int v = 0;
+			for (int i = 1; i <= 2; i++) {
+				char c = r[i];
+				v <<= 4;
+				if (c >= '0' && c <= '9')
+					v |= c - '0';
+				else if (c >= 'a' && c <= 'f')
+					v |= c - 'a' + 10;
+				else if (c >= 'A' && c <= 'F')
+					v |= c - 'A' + 10;
+				else
+					return false;
+			}
+			if (v == 0)
+				return false;
+			*w++ = (char)v;
+			r += 2;
+		} else {
+			*w++ = *r;
+		}
+	}
+	*w = '\0';
+	return true;
+}
+
+/* Finds field name in the form body (modified in place); NULL if absent. */
+static char *form_field(char *body, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (char *p = body; p && *p;) {
+		char *amp = strchr(p, '&');
+		if (amp)
+			*amp = '\0';
+		if (strncmp(p, name, n) == 0 && p[n] == '=') {
+			if (!form_decode(p + n + 1))
+				return NULL;
+			return p + n + 1;
+		}
+		p = amp ? amp + 1 : NULL;
+	}
+	return NULL;
+}
+
+void h_dash_sign_in(struct http_req *req)
+{
+	char body[4096], copy[4096], cookie[600], header[800];
+	const char *token, *account;
+	struct auth a;
+	enum meter_rc rc;
+
+	if (!req->body || req->body_len >= sizeof(body)) {
+		sign_in_page(req, 400, "Enter a key.");
+		return;
+	}
+	memcpy(body, req->body, req->body_len + 1);
+	memcpy(copy, req->body, req->body_len + 1);
+	token = form_field(body, "key");
+	account = form_field(copy, "account");
+	if (!token || !*token) {
+		sign_in_page(req, 400, "Enter a key.");
+		return;
+	}
+	rc = auth_verify_token(req->app, token, &a);
+	if (rc == METER_EDB) {
+		sign_in_page(req, 503, "The service cannot reach its database; try again shortly.");
+		return;
+	}
+	if (rc != METER_OK || (a.kind != AUTH_KEY && a.kind != AUTH_OPERATOR)) {
+		sign_in_page(req, 401, "That key was not accepted.");
+		return;
+	}
+	if (a.kind == AUTH_OPERATOR) {
+		if (!account || !parse_is_id(account)) {
+			sign_in_page(req, 400, "As the operator, name the account to view.");
+			return;
+		}
+		snprintf(a.account_id, sizeof(a.account_id), "%s", account);
+	}
+	if (session_issue(&a, now_usec() / 1000000, cookie, sizeof(cookie)) != METER_OK) {
+		sign_in_page(req, 503, "Could not start a session.");
+		return;
+	}
+	snprintf(header, sizeof(header), "%s=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%d%s",
+		 SESSION_COOKIE, cookie, SESSION_TTL_S,
+		 req->app->cfg->session_cookie_secure ? "; Secure" : "");
+	redirect(req, "/dashboard/");
+	if (req->resp &&
+	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_SET_COOKIE, header) != MHD_YES)
+		log_warn("could not set the session cookie");
+}
+
+void h_dash_sign_out(struct http_req *req)
+{
+	redirect(req, "/dashboard/sign-in");
+	if (req->resp &&
+	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_SET_COOKIE,
+				    SESSION_COOKIE
+				    "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0") != MHD_YES)
+		log_warn("could not clear the session cookie");
+}
+
+/* The gauges of the account's keys: today's spent and held against the
+ * daily limit of each key, in its own time zone. */
+static enum meter_rc overview_keys(struct html *h, PGconn *conn, const char *account)
+{
+	struct db_key *keys = NULL;
+	size_t n = 0;
+	enum meter_rc rc = db_key_list(conn, account, &keys, &n);
+
+	if (rc != METER_OK)
+		return rc;
+	html_raw(h, "<h2>Today against the daily limits</h2><p class=\"legend\"><span><i "
+		    "class=\"sw spent\"></i>spent</span><span><i class=\"sw held\"></i>held for "
+		    "running leases</span></p><table><thead><tr><th>Key</th><th>Day</th>"
+		    "<th class=\"n\">Spent</th><th class=\"n\">Held</th><th class=\"n\">Limit</th>"
+		    "<th></th></tr></thead><tbody>");
+	for (size_t i = 0; i < n; i++) {
+		const struct db_key *k = &keys[i];
+		if (k->revoked_at_usec != INT64_MIN)
+			continue;
+		html_printf(h, "<tr><td>%s</td><td>%s (%s)</td><td class=\"n\">", k->key_id, k->day,
+			    k->time_zone);
+		html_dollars(h, k->day_spent_micros);
+		html_raw(h, "</td><td class=\"n\">");
+		html_dollars(h, k->day_held_micros);
+		html_raw(h, "</td><td class=\"n\">");
+		if (k->has_limit)
+			html_dollars(h, k->daily_limit_micros);
+		else
+			html_raw(h, "no limit");
+		html_raw(h, "</td><td>");
+		html_gauge(h, k->day_spent_micros, k->day_held_micros,
+			   k->has_limit ? k->daily_limit_micros : -1);
+		html_raw(h, "</td></tr>");
+	}
+	if (n == 0)
+		html_raw(h, "<tr><td colspan=\"6\">No keys yet.</td></tr>");
+	html_raw(h, "</tbody></table>");
+	free(keys);
+	return METER_OK;
+}
+
+void h_dash_overview(struct http_req *req)
+{
+	const char *account = page_account(req);
+	int64_t now = now_usec(),
+		from = hour_start(now) - (HOURS_OVERVIEW - 1) * MONEY_USEC_PER_HOUR;
+	int64_t spend[HOURS_OVERVIEW], total = 0;
+	struct html_series s = {spend, HOURS_OVERVIEW};
+	struct db_dash_top top[TOP_SANDBOXES];
+	size_t ntop = 0;
+	struct html h;
+	PGconn *conn = page_db(req);
+	enum meter_rc rc;
+
+	if (!conn)
+		return;
+	page_start(&h, req, "Overview");
+	rc = overview_keys(&h, conn, account);
+	if (rc == METER_OK)
+		rc = db_dash_hourly_spend(conn, account, from, HOURS_OVERVIEW, spend);
+	if (rc == METER_OK)
+		rc = db_dash_top_sandboxes(conn, account, now - now % (24 * MONEY_USEC_PER_HOUR),
+					   hour_start(now) + MONEY_USEC_PER_HOUR, top,
+					   TOP_SANDBOXES, &ntop);
+	page_db_done(req, conn, rc);
+	if (rc != METER_OK) {
+		html_release(&h);
+		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
+				 NULL);
+		return;
+	}
+	for (int i = 0; i < HOURS_OVERVIEW; i++)
+		total += spend[i];
+	html_raw(&h, "<h2>Spend per hour, last 7 days (UTC)</h2>");
+	html_bar_chart(&h, "spend per hour over the last 7 days", &s, 1008, 160, true);
+	html_raw(&h, "<p>Total over the 7 days: <strong id=\"week-total\">");
+	html_dollars(&h, total);
+	html_raw(&h, "</strong></p><h2>Most expensive sandboxes today (UTC)</h2><table><thead>"
+		     "<tr><th>Sandbox</th><th>Key</th><th>State</th><th class=\"n\">Cost today</th>"
+		     "</tr></thead><tbody>");
+	for (size_t i = 0; i < ntop; i++) {
+		html_raw(&h, "<tr><td><a href=\"/dashboard/sandboxes/");
+		html_url_component(&h, top[i].sandbox_id);
+		html_printf(&h,
+			    "\">%s</a></td><td>%s</td><td class=\"state-%s\">%s</td><td "
+			    "class=\"n\">",
+			    top[i].sandbox_id, top[i].key_id[0] ? top[i].key_id : "—", top[i].state,
+			    top[i].state);
+		html_dollars(&h, top[i].total_micros);
+		html_raw(&h, "</td></tr>");
+	}
+	if (ntop == 0)
+		html_raw(&h, "<tr><td colspan=\"4\">Nothing metered today yet.</td></tr>");
+	html_raw(&h, "</tbody></table>");
+	page_end(&h);
+	send_page(req, 200, &h);
+}
+
+/* A link to the sandboxes page with the given filters and page. */
+static void sandboxes_link(struct html *h, const char *state, const char *key, const char *sort,
+			   int64_t page)
+{
+	html_raw(h, "/dashboard/sandboxes?state=");
+	html_url_component(h, state);
+	html_raw(h, "&amp;key_id=");
+	html_url_component(h, key);
+	html_raw(h, "&amp;sort=");
+	html_url_component(h, sort);
+	html_printf(h, "&amp;page=%lld", (long long)page);
+}
+
+void h_dash_sandboxes(struct http_req *req)
+{
+	static const char *const allowed[] = {"state", "key_id", "sort", "page", NULL};
+	const char *state = http_query(req, "state"), *key = http_query(req, "key_id");
+	const char *sort_s = http_query(req, "sort"), *page_s = http_query(req, "page");
+	struct db_dash_sandbox rows[DB_DASH_PAGE];
+	enum db_dash_sort sort = DB_DASH_SORT_COST_TODAY;
+	int64_t page = 0, total = 0, mstart, mend;
+	size_t n = 0;
+	struct html h;
+	PGconn *conn;
+	enum meter_rc rc;
+
+	if (!http_query_allowed(req, allowed))
+		return;
+	state = state ? state : "";
+	key = key ? key : "";
+	sort_s = sort_s && *sort_s ? sort_s : "cost_today";
+	if (*state && strcmp(state, "running") && strcmp(state, "paused") &&
+	    strcmp(state, "stopped")) {
+		http_reply_error(req, 400, "invalid_request", "state: running, paused or stopped",
+				 json_pack("{s:s}", "field", "state"));
+		return;
+	}
+	if (*key && !parse_is_id(key)) {
+		http_reply_error(req, 400, "invalid_request", "key_id: not a valid id",
+				 json_pack("{s:s}", "field", "key_id"));
+		return;
+	}
+	if (strcmp(sort_s, "cost_month") == 0) {
+		sort = DB_DASH_SORT_COST_MONTH;
+	} else if (strcmp(sort_s, "id") == 0) {
+		sort = DB_DASH_SORT_ID;
+	} else if (strcmp(sort_s, "cost_today") != 0) {
+		http_reply_error(req, 400, "invalid_request", "sort: cost_today, cost_month or id",
+				 json_pack("{s:s}", "field", "sort"));
+		return;
+	}
+	if (page_s && *page_s && parse_int64(page_s, 0, 100000, &page) != METER_OK) {
+		http_reply_error(req, 400, "invalid_request", "page: a whole number from 0",
+				 json_pack("{s:s}", "field", "page"));
+		return;
+	}
+	conn = page_db(req);
+	if (!conn)
+		return;
+	month_bounds(now_usec(), &mstart, &mend);
+	rc = db_dash_sandboxes(conn, page_account(req), state, key, "", sort, page * DB_DASH_PAGE,
+			       mstart, mend, rows, &n, &total);
+	page_db_done(req, conn, rc);
+	if (rc != METER_OK) {
+		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
+				 NULL);
+		return;
+	}
+	page_start(&h, req, "Sandboxes");
+	html_raw(&h, "<form class=\"filters\" method=\"get\" action=\"/dashboard/sandboxes\">"
+		     "<div><label for=\"state\">State</label><select id=\"state\" name=\"state\">");
+	{
+		static const char *const states[] = {"", "running", "paused", "stopped"};
+		for (size_t i = 0; i < 4; i++)
+			html_printf(&h, "<option value=\"%s\"%s>%s</option>", states[i],
+				    strcmp(states[i], state) == 0 ? " selected" : "",
+				    *states[i] ? states[i] : "any");
+	}
+	html_printf(&h,
+		    "</select></div><div><label for=\"key_id\">Key</label><input id=\"key_id\" "
+		    "name=\"key_id\" value=\"%s\" size=\"20\"></div><div><label for=\"sort\">Sort"
+		    "</label><select id=\"sort\" name=\"sort\"><option value=\"cost_today\"%s>cost "
+		    "today</option><option value=\"cost_month\"%s>cost this month</option><option "
+		    "value=\"id\"%s>id</option></select></div><div><button type=\"submit\">Show"
+		    "</button></div></form>",
+		    key, sort == DB_DASH_SORT_COST_TODAY ? " selected" : "",
+		    sort == DB_DASH_SORT_COST_MONTH ? " selected" : "",
+		    sort == DB_DASH_SORT_ID ? " selected" : "");
+	html_printf(&h,
+		    "<p><span id=\"sandbox-count\">%lld</span> sandboxes. Today is each key's "
+		    "own day; the month is UTC.</p><table><thead><tr><th>Sandbox</th><th>Key</th>"
+		    "<th>State</th><th class=\"n\">vCPUs</th><th class=\"n\">Memory MiB</th>"
+		    "<th class=\"n\">Avg used m</th><th class=\"n\">Avg billed m</th>"
+		    "<th class=\"n\">Cost today</th><th class=\"n\">Cost this month</th></tr>"
+		    "</thead><tbody>",
+		    (long long)total);
+	for (size_t i = 0; i < n; i++) {
+		const struct db_dash_sandbox *r = &rows[i];
+		html_raw(&h, "<tr><td><a href=\"/dashboard/sandboxes/");
+		html_url_component(&h, r->sandbox_id);
+		html_printf(
+		    &h,
+		    "\">%s</a></td><td>%s</td><td class=\"state-%s\">%s</td><td "
+		    "class=\"n\">%lld</td><td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
+		    "<td class=\"n\">%lld</td><td class=\"n\">",
+		    r->sandbox_id, r->key_id[0] ? r->key_id : "—", r->state, r->state,
+		    (long long)r->vcpus, (long long)r->memory_mib,
+		    (long long)r->used_millicores_today, (long long)r->billed_millicores_today);
+		html_dollars(&h, r->cost_today_micros);
+		html_raw(&h, "</td><td class=\"n\">");
+		html_dollars(&h, r->cost_month_micros);
+		html_raw(&h, "</td></tr>");
+	}
+	if (n == 0)
+		html_raw(&h, "<tr><td colspan=\"9\">No sandboxes here.</td></tr>");
+	html_raw(&h, "</tbody></table><p>");
+	if (page > 0) {
+		html_raw(&h, "<a rel=\"prev\" href=\"");
+		sandboxes_link(&h, state, key, sort_s, page - 1);
+		html_raw(&h, "\">Previous</a> ");
+	}
+	if ((page + 1) * DB_DASH_PAGE < total) {
+		html_raw(&h, "<a rel=\"next\" href=\"");
+		sandboxes_link(&h, state, key, sort_s, page + 1);
+		html_raw(&h, "\">Next</a>");
+	}
+	html_raw(&h, "</p>");
+	page_end(&h);
+	send_page(req, 200, &h);
+}
+
+void h_dash_sandbox(struct http_req *req)
+{
+	const char *account = page_account(req), *sandbox = req->params[0];
+	int64_t now = now_usec(),
+		from = hour_start(now) - (HOURS_SANDBOX - 1) * MONEY_USEC_PER_HOUR;
+	int64_t used[HOURS_SANDBOX], mstart, mend;
+	struct db_dash_point pts[HOURS_SANDBOX];
+	struct html_series s = {used, HOURS_SANDBOX};
+	struct db_dash_breakdown b;
+	struct db_dash_event ev[EVENTS_MAX];
+	struct db_dash_sandbox rows[DB_DASH_PAGE];
+	size_t nev = 0, n = 0;
+	int64_t total = 0;
+	struct html h;
+	PGconn *conn = page_db(req);
+	enum meter_rc rc;
+	char at[40];
+
+	if (!conn)
+		return;
+	month_bounds(now, &mstart, &mend);
+	rc = db_dash_sandbox_series(conn, account, sandbox, from, HOURS_SANDBOX, pts);
+	if (rc == METER_OK)
+		rc = db_dash_breakdown(conn, account, sandbox, mstart, mend, &b);
+	if (rc == METER_OK)
+		rc = db_dash_events(conn, account, sandbox, now - 7 * 24 * MONEY_USEC_PER_HOUR,
+				    now + MONEY_USEC_PER_HOUR, ev, EVENTS_MAX, &nev);
+	/* The sandbox row itself (and whether it is this account's). */
+	if (rc == METER_OK)
+		rc = db_dash_sandboxes(conn, account, "", "", sandbox, DB_DASH_SORT_ID, 0, mstart,
+				       mend, rows, &n, &total);
+	page_db_done(req, conn, rc);
+	if (rc != METER_OK) {
+		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
+				 NULL);
+		return;
+	}
+	(void)total;
+	{
+		const struct db_dash_sandbox *found = NULL;
+		for (size_t i = 0; i < n; i++)
+			if (strcmp(rows[i].sandbox_id, sandbox) == 0)
+				found = &rows[i];
+		if (!found) {
+			/* Unknown here, or another account's: the same 404. */
+			http_reply_error(req, 404, "not_found", "no such sandbox", NULL);
+			return;
+		}
+		page_start(&h, req, "Sandbox");
+		html_printf(&h, "<p>Sandbox <strong id=\"sandbox-id\">%s</strong>", sandbox);
+		if (found)
+			html_printf(&h,
+				    " · key %s · <span class=\"state-%s\">%s</span> · %lld vCPU · "
+				    "%lld MiB reserved",
+				    found->key_id[0] ? found->key_id : "—", found->state,
+				    found->state, (long long)found->vcpus,
+				    (long long)found->memory_mib);
+		html_raw(&h, "</p>");
+	}
+	for (int i = 0; i < HOURS_SANDBOX; i++)
+		used[i] = pts[i].used_millicores;
+	html_raw(&h, "<h2>CPU used against the 50-millicore floor, last 48 hours (average "
+		     "millicores while running)</h2>");
+	html_line_chart(&h, "CPU used per hour in millicores, with the floor", &s, 50, "floor 50 m",
+			960, 180);
+	html_raw(&h, "<h2>Cost this month (UTC)</h2><table><tbody>");
+	{
+		static const char *const labels[] = {"CPU used", "CPU floor top-up", "Memory",
+						     "Storage (paused)", "Total"};
+		const int64_t v[] = {b.cpu_used_micros, b.cpu_floor_micros, b.memory_micros,
+				     b.storage_micros, b.total_micros};
+		for (int i = 0; i < 5; i++) {
+			html_printf(&h, "<tr><th>%s</th><td class=\"n\" id=\"cost-%d\">", labels[i],
+				    i);
+			html_dollars(&h, v[i]);
+			html_raw(&h, "</td></tr>");
+		}
+	}
+	html_printf(&h,
+		    "<tr><th>Running</th><td class=\"n\">%lld s</td></tr><tr><th>Paused</th>"
+		    "<td class=\"n\">%lld s</td></tr></tbody></table>",
+		    (long long)b.running_seconds, (long long)b.paused_seconds);
+	html_raw(&h, "<h2>State changes, last 7 days</h2><table><thead><tr><th>When (UTC)</th>"
+		     "<th>State</th></tr></thead><tbody>");
+	for (size_t i = 0; i < nev; i++) {
+		agent_doc_format_time(ev[i].at_usec, at, sizeof(at));
+		html_printf(&h, "<tr><td>%s</td><td class=\"state-%s\">%s</td></tr>", at,
+			    ev[i].type, ev[i].type);
+	}
+	if (nev == 0)
+		html_raw(&h, "<tr><td colspan=\"2\">No state changes reported.</td></tr>");
+	html_raw(&h, "</tbody></table>");
+	page_end(&h);
+	send_page(req, 200, &h);
+}
+
+void h_dash_keys(struct http_req *req)
+{
+	struct db_key *keys = NULL;
+	size_t n = 0;
+	struct html h;
+	PGconn *conn = page_db(req);
+	enum meter_rc rc;
+
+	if (!conn)
+		return;
+	rc = db_key_list(conn, page_account(req), &keys, &n);
+	page_db_done(req, conn, rc);
+	if (rc != METER_OK) {
+		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
+				 NULL);
+		return;
+	}
+	page_start(&h, req, "Keys and limits");
+	html_raw(&h, "<table><thead><tr><th>Key</th><th>Role</th><th>Time zone</th>"
+		     "<th class=\"n\">Daily limit</th><th>Today</th><th class=\"n\">Spent</th>"
+		     "<th class=\"n\">Held</th><th>Status</th></tr></thead><tbody>");
+	for (size_t i = 0; i < n; i++) {
+		const struct db_key *k = &keys[i];
+		html_printf(&h, "<tr><td>%s</td><td>%s</td><td>%s</td><td class=\"n\">", k->key_id,
+			    k->role, k->time_zone);
+		if (k->has_limit)
+			html_dollars(&h, k->daily_limit_micros);
+		else
+			html_raw(&h, "none");
+		html_printf(&h, "</td><td>%s</td><td class=\"n\">", k->day);
+		html_dollars(&h, k->day_spent_micros);
+		html_raw(&h, "</td><td class=\"n\">");
+		html_dollars(&h, k->day_held_micros);
+		html_printf(&h, "</td><td>%s</td></tr>",
+			    k->revoked_at_usec != INT64_MIN ? "revoked" : "active");
+	}
+	if (n == 0)
+		html_raw(&h, "<tr><td colspan=\"8\">No keys.</td></tr>");
+	html_raw(&h, "</tbody></table><p class=\"muted\">Limits are changed through the API "
+		     "with a full key; this page only shows them.</p>");
+	free(keys);
+	page_end(&h);
+	send_page(req, 200, &h);
+}
+
+void h_dash_exports(struct http_req *req)
+{
+	int64_t now = now_usec(), mstart, mend;
+	char from[40], to[40], month[8];
+	struct html h;
+
+	month_bounds(now, &mstart, &mend);
+	agent_doc_format_time(mstart, from, sizeof(from));
+	agent_doc_format_time(hour_start(now) + MONEY_USEC_PER_HOUR, to, sizeof(to));
+	/* RFC 3339 seconds only: drop the fraction for readable links. */
+	snprintf(from + 19, sizeof(from) - 19, "Z");
+	snprintf(to + 19, sizeof(to) - 19, "Z");
+	snprintf(month, sizeof(month), "%.7s", from);
+	page_start(&h, req, "Exports");
+	html_raw(&h, "<p>Downloads of this month so far, straight from the database. The same "
+		     "reports come from <code>meterctl report</code>; every total equals the "
+		     "ledger's.</p><ul>");
+	html_printf(&h,
+		    "<li><a href=\"/v1/reports/usage.csv?from=%s&amp;to=%s&amp;granularity=hour\">"
+		    "Usage per sandbox per hour (CSV)</a></li>"
+		    "<li><a href=\"/v1/reports/usage.csv?from=%s&amp;to=%s&amp;granularity=day\">"
+		    "Usage per sandbox per day (CSV)</a></li>"
+		    "<li><a href=\"/v1/reports/usage.ndjson?from=%s&amp;to=%s&amp;granularity=hour"
+		    "\">Usage per sandbox per hour (NDJSON)</a></li>"
+		    "<li><a href=\"/v1/reports/statement.html?month=%s\">Statement %s "
+		    "(printable)</a></li><li><a href=\"/v1/reports/statement.csv?month=%s\">"
+		    "Statement %s (CSV)</a></li></ul>",
+		    from, to, from, to, from, to, month, month, month, month);
+	page_end(&h);
+	send_page(req, 200, &h);
+}

@@ -1,0 +1,121 @@
+/* meterctl: long-option parsing (see ctl_args.h). */
+#include "ctl_args.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parse.h"
+
+void ctl_fail(const char *cmd, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	(void)vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	(void)fprintf(stderr, "meterctl %s: %s\n", cmd, msg);
+}
+
+struct ctl_arg *ctl_arg_get(struct ctl_arg *args, size_t nargs, const char *name)
+{
+	for (size_t i = 0; i < nargs; i++)
+		if (strcmp(args[i].name, name) == 0)
+			return &args[i];
+	return NULL;
+}
+
+/* Finds the option named by name[0..len). */
+static struct ctl_arg *find(struct ctl_arg *args, size_t nargs, const char *name, size_t len)
+{
+	for (size_t i = 0; i < nargs; i++)
+		if (strlen(args[i].name) == len && strncmp(args[i].name, name, len) == 0)
+			return &args[i];
+	return NULL;
+}
+
+enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct ctl_arg *args,
+				    size_t nargs, int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *eq, *value = NULL;
+		struct ctl_arg *o;
+		size_t len;
+
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			fputs(usage, stdout);
+			return CTL_ARGS_HELP;
+		}
+		if (strncmp(a, "--", 2) != 0) {
+			ctl_fail(cmd, "unexpected argument \"%.64s\" (try --help)", a);
+			return CTL_ARGS_BAD;
+		}
+		a += 2;
+		eq = strchr(a, '=');
+		len = eq ? (size_t)(eq - a) : strlen(a);
+		o = find(args, nargs, a, len);
+		if (!o) {
+			ctl_fail(cmd, "unknown option --%.*s (try --help)",
+				 (int)(len > 64 ? 64 : len), a);
+			return CTL_ARGS_BAD;
+		}
+		if (o->seen) {
+			ctl_fail(cmd, "--%s given twice", o->name);
+			return CTL_ARGS_BAD;
+		}
+		o->seen = true;
+		if (o->kind == CTL_ARG_FLAG) {
+			if (eq) {
+				ctl_fail(cmd, "--%s takes no value", o->name);
+				return CTL_ARGS_BAD;
+			}
+			o->i = 1;
+			continue;
+		}
+		if (eq)
+			value = eq + 1;
+		else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
+			value = argv[++i];
+		if (!value || !*value) {
+			ctl_fail(cmd, "--%s needs a value", o->name);
+			return CTL_ARGS_BAD;
+		}
+		if (o->kind == CTL_ARG_STR) {
+			o->s = value;
+			continue;
+		}
+		switch (parse_int64(value, o->min, o->max, &o->i)) {
+		case METER_OK:
+			break;
+		case METER_ERANGE:
+			ctl_fail(cmd, "--%s must be between %lld and %lld", o->name,
+				 (long long)o->min, (long long)o->max);
+			return CTL_ARGS_BAD;
+		default:
+			ctl_fail(cmd, "--%s must be a whole number, got \"%.32s\"", o->name, value);
+			return CTL_ARGS_BAD;
+		}
+	}
+	for (size_t i = 0; i < nargs; i++) {
+		if (args[i].required && !args[i].seen) {
+			ctl_fail(cmd, "--%s is required (try --help)", args[i].name);
+			return CTL_ARGS_BAD;
+		}
+	}
+	return CTL_ARGS_OK;
+}
+
+const char *ctl_database_url(const char *cmd, const char *flag_value)
+{
+	const char *url = flag_value;
+
+	if (!url || !*url)
+		url = getenv("METER_DATABASE_URL");
+	if (!url || !*url) {
+		ctl_fail(cmd, "no database: set METER_DATABASE_URL or --database-url");
+		return NULL;
+	}
+	return url;
+}

@@ -1,0 +1,51 @@
+/* meterctl: long-option parsing shared by the sub-commands.
+ *
+ * Options are "--name value" or "--name=value"; a value that starts with
+ * "--" counts as missing. Anything wrong is reported as one line on stderr,
+ * "meterctl <cmd>: <what>", and the command exits with status 2. */
+#ifndef METER_CTL_ARGS_H
+#define METER_CTL_ARGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum ctl_arg_kind {
+	CTL_ARG_FLAG, /* no value */
+	CTL_ARG_INT,  /* a whole decimal number in [min, max] */
+	CTL_ARG_STR,  /* any non-empty text */
+};
+
+struct ctl_arg {
+	const char *name; /* without "--" */
+	enum ctl_arg_kind kind;
+	bool required;
+	int64_t min, max; /* CTL_ARG_INT */
+	/* Results. */
+	bool seen;
+	int64_t i;     /* CTL_ARG_INT value (the default until seen) */
+	const char *s; /* CTL_ARG_STR value, borrowed from argv (default until seen) */
+};
+
+enum ctl_args_result {
+	CTL_ARGS_OK,
+	CTL_ARGS_HELP, /* usage was printed on stdout: exit 0 */
+	CTL_ARGS_BAD,  /* one line on stderr: exit 2 */
+};
+
+/* Parses argv[1..argc) (argv[0] is the sub-command) against args. "--help"
+ * prints usage (a static text) and returns CTL_ARGS_HELP. */
+enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct ctl_arg *args,
+				    size_t nargs, int argc, char **argv);
+
+/* The option called name (it must be in args). */
+struct ctl_arg *ctl_arg_get(struct ctl_arg *args, size_t nargs, const char *name);
+
+/* Prints "meterctl <cmd>: <message>" on stderr. */
+__attribute__((format(printf, 2, 3))) void ctl_fail(const char *cmd, const char *fmt, ...);
+
+/* The database URL: --database-url when given (s non-NULL), else
+ * METER_DATABASE_URL; NULL (after a line on stderr) when neither is set. */
+const char *ctl_database_url(const char *cmd, const char *flag_value);
+
+#endif

@@ -1,0 +1,299 @@
+/* meterctl report usage | statement: the exports of DESIGN.md §7 from the
+ * command line, identical to the API's (the same reports/ code).
+ *
+ * With -o FILE and a terminal on stderr, a progress line shows the rows
+ * written and how far through the range the export is; piped, it stays
+ * silent but for errors. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent_doc.h"
+#include "ctl.h"
+#include "ctl_args.h"
+#include "db.h"
+#include "export.h"
+#include "statement.h"
+
+static const char usage_text[] =
+    "usage: meterctl report usage --account ID --from TIME --to TIME\n"
+    "           [--granularity hour|day] [--format csv|ndjson]\n"
+    "           [--key-id KEY] [--sandbox-id SANDBOX] [-o FILE] [--database-url URL]\n"
+    "       meterctl report statement --account ID --month YYYY-MM [--format csv|html]\n"
+    "           [-o FILE] [--database-url URL]\n"
+    "\n"
+    "TIME is RFC 3339 on a whole UTC hour (2026-11-01T00:00:00Z); the range is\n"
+    "[from, to), at most 400 days. Day rows are the key's calendar days.\n";
+
+/* Opens the output: FILE, or stdout when path is NULL. */
+static FILE *open_output(const char *cmd, const char *path)
+{
+	FILE *f;
+
+	if (!path)
+		return stdout;
+	f = fopen(path, "w");
+	if (!f)
+		ctl_fail(cmd, "cannot write %s", path);
+	return f;
+}
+
+/* Closes the output; 0 when everything was written. */
+static int close_output(const char *cmd, FILE *f, const char *path)
+{
+	int bad = fflush(f) != 0 || ferror(f);
+
+	if (f != stdout && fclose(f) != 0)
+		bad = 1;
+	if (bad)
+		ctl_fail(cmd, "writing %s failed", path ? path : "standard output");
+	return bad;
+}
+
+/* Percent of [from, to) covered by the period the export reached. */
+static int progress_percent(const char *period, int64_t from, int64_t to)
+{
+	char full[40];
+	int64_t at;
+
+	if (strlen(period) == 10)
+		snprintf(full, sizeof(full), "%sT00:00:00Z", period);
+	else
+		snprintf(full, sizeof(full), "%s", period);
+	if (agent_doc_parse_time(full, &at) != METER_OK || to <= from)
+		return 0;
+	if (at <= from)
+		return 0;
+	if (at >= to)
+		return 100;
+	return (int)((at - from) * 100 / (to - from));
+}
+
+/* -o FILE is the one short option: rewrite it as --output. argv is copied. */
+static char **rewrite_short(int argc, char **argv)
+{
+	char **v = calloc((size_t)argc + 1, sizeof(*v));
+
+	if (!v)
+		return NULL;
+	for (int i = 0; i < argc; i++)
+		v[i] = strcmp(argv[i], "-o") == 0 ? "--output" : argv[i];
+	return v;
+}
+
+static int report_usage(int argc, char **argv)
+{
+	const char *cmd = "report usage";
+	struct ctl_arg args[] = {
+	    {.name = "account", .kind = CTL_ARG_STR, .required = true},
+	    {.name = "from", .kind = CTL_ARG_STR, .required = true},
+	    {.name = "to", .kind = CTL_ARG_STR, .required = true},
+	    {.name = "granularity", .kind = CTL_ARG_STR, .s = "hour"},
+	    {.name = "format", .kind = CTL_ARG_STR, .s = "csv"},
+	    {.name = "key-id", .kind = CTL_ARG_STR, .s = ""},
+	    {.name = "sandbox-id", .kind = CTL_ARG_STR, .s = ""},
+	    {.name = "output", .kind = CTL_ARG_STR},
+	    {.name = "database-url", .kind = CTL_ARG_STR},
+	};
+	const size_t n = sizeof(args) / sizeof(args[0]);
+	struct export_params p;
+	struct export_cursor *cur = NULL;
+	struct export_totals t;
+	PGconn *conn = NULL;
+	const char *url, *out_path;
+	char err[512], buf[65536];
+	bool progress;
+	FILE *out = NULL;
+	int status = 1;
+	size_t len;
+
+	switch (ctl_args_parse(cmd, usage_text, args, n, argc, argv)) {
+	case CTL_ARGS_OK:
+		break;
+	case CTL_ARGS_HELP:
+		return 0;
+	case CTL_ARGS_BAD:
+		return 2;
+	}
+	memset(&p, 0, sizeof(p));
+	if (strlen(args[0].s) > PARSE_ID_MAX || strlen(args[5].s) > PARSE_ID_MAX ||
+	    strlen(args[6].s) > PARSE_ID_MAX) {
+		ctl_fail(cmd, "ids are at most 64 characters");
+		return 2;
+	}
+	snprintf(p.account_id, sizeof(p.account_id), "%s", args[0].s);
+	snprintf(p.key_id, sizeof(p.key_id), "%s", args[5].s);
+	snprintf(p.sandbox_id, sizeof(p.sandbox_id), "%s", args[6].s);
+	if (agent_doc_parse_time(args[1].s, &p.from_usec) != METER_OK) {
+		ctl_fail(cmd, "--from: expected RFC 3339, e.g. 2026-11-01T00:00:00Z");
+		return 2;
+	}
+	if (agent_doc_parse_time(args[2].s, &p.to_usec) != METER_OK) {
+		ctl_fail(cmd, "--to: expected RFC 3339, e.g. 2026-12-01T00:00:00Z");
+		return 2;
+	}
+	if (strcmp(args[3].s, "hour") == 0) {
+		p.granularity = EXPORT_HOUR;
+	} else if (strcmp(args[3].s, "day") == 0) {
+		p.granularity = EXPORT_DAY;
+	} else {
+		ctl_fail(cmd, "--granularity: expected hour or day");
+		return 2;
+	}
+	if (strcmp(args[4].s, "csv") == 0) {
+		p.format = EXPORT_CSV;
+	} else if (strcmp(args[4].s, "ndjson") == 0) {
+		p.format = EXPORT_NDJSON;
+	} else {
+		ctl_fail(cmd, "--format: expected csv or ndjson");
+		return 2;
+	}
+	if (export_params_check(&p, err, sizeof(err)) != METER_OK) {
+		ctl_fail(cmd, "--%s", err);
+		return 2;
+	}
+	url = ctl_database_url(cmd, args[8].s);
+	if (!url)
+		return 2;
+	out_path = args[7].s;
+	progress = out_path && isatty(STDERR_FILENO);
+
+	if (db_connect(url, &conn, err, sizeof(err)) != METER_OK) {
+		ctl_fail(cmd, "%s", err);
+		goto out;
+	}
+	if (export_open(conn, &p, &cur, err, sizeof(err)) != METER_OK) {
+		ctl_fail(cmd, "%s", err);
+		goto out;
+	}
+	out = open_output(cmd, out_path);
+	if (!out)
+		goto out;
+	for (;;) {
+		if (export_next(cur, buf, sizeof(buf), &len) != METER_OK) {
+			ctl_fail(cmd,
+				 "the database failed during the export; the output is incomplete");
+			goto out;
+		}
+		if (len == 0)
+			break;
+		if (fwrite(buf, 1, len, out) != len) {
+			ctl_fail(cmd, "writing %s failed", out_path ? out_path : "standard output");
+			goto out;
+		}
+		if (progress)
+			fprintf(stderr, "\r%lld rows, %3d%% of the range",
+				(long long)export_rows(cur),
+				progress_percent(export_last_period(cur), p.from_usec, p.to_usec));
+	}
+	export_totals_get(cur, &t);
+	if (progress)
+		fprintf(stderr, "\r%lld rows, 100%% of the range: total %lld micros\n",
+			(long long)t.rows, (long long)t.total_micros);
+	status = 0;
+out:
+	export_close(cur);
+	if (out && close_output(cmd, out, out_path))
+		status = 1;
+	if (conn)
+		PQfinish(conn);
+	return status;
+}
+
+static int report_statement(int argc, char **argv)
+{
+	const char *cmd = "report statement";
+	struct ctl_arg args[] = {
+	    {.name = "account", .kind = CTL_ARG_STR, .required = true},
+	    {.name = "month", .kind = CTL_ARG_STR, .required = true},
+	    {.name = "format", .kind = CTL_ARG_STR, .s = "csv"},
+	    {.name = "output", .kind = CTL_ARG_STR},
+	    {.name = "database-url", .kind = CTL_ARG_STR},
+	};
+	struct statement s;
+	PGconn *conn = NULL;
+	const char *url;
+	char err[512];
+	int year, month, status = 1;
+	bool html;
+	FILE *out = NULL;
+	enum meter_rc rc;
+
+	switch (ctl_args_parse(cmd, usage_text, args, sizeof(args) / sizeof(args[0]), argc, argv)) {
+	case CTL_ARGS_OK:
+		break;
+	case CTL_ARGS_HELP:
+		return 0;
+	case CTL_ARGS_BAD:
+		return 2;
+	}
+	if (!parse_is_id(args[0].s)) {
+		ctl_fail(cmd, "--account: 1 to 64 characters of A-Z a-z 0-9 _ . -");
+		return 2;
+	}
+	if (statement_parse_month(args[1].s, &year, &month) != METER_OK) {
+		ctl_fail(cmd, "--month: expected YYYY-MM, e.g. 2026-11");
+		return 2;
+	}
+	if (strcmp(args[2].s, "csv") != 0 && strcmp(args[2].s, "html") != 0) {
+		ctl_fail(cmd, "--format: expected csv or html");
+		return 2;
+	}
+	html = strcmp(args[2].s, "html") == 0;
+	url = ctl_database_url(cmd, args[4].s);
+	if (!url)
+		return 2;
+	if (db_connect(url, &conn, err, sizeof(err)) != METER_OK) {
+		ctl_fail(cmd, "%s", err);
+		goto out;
+	}
+	rc = statement_build(conn, args[0].s, year, month, &s, err, sizeof(err));
+	if (rc != METER_OK) {
+		ctl_fail(cmd, "%s", err);
+		goto out;
+	}
+	out = open_output(cmd, args[3].s);
+	if (out) {
+		rc = html ? statement_write_html(&s, out) : statement_write_csv(&s, out);
+		status = rc == METER_OK ? 0 : 1;
+	}
+	statement_release(&s);
+out:
+	if (out && close_output(cmd, out, args[3].s))
+		status = 1;
+	if (conn)
+		PQfinish(conn);
+	return status;
+}
+
+int ctl_report_main(int argc, char **argv)
+{
+	char **v;
+	int status;
+
+	if (argc < 2) {
+		ctl_fail("report", "expected usage or statement (try --help)");
+		return 2;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	v = rewrite_short(argc - 1, argv + 1);
+	if (!v) {
+		ctl_fail("report", "out of memory");
+		return 1;
+	}
+	if (strcmp(argv[1], "usage") == 0) {
+		status = report_usage(argc - 1, v);
+	} else if (strcmp(argv[1], "statement") == 0) {
+		status = report_statement(argc - 1, v);
+	} else {
+		ctl_fail("report", "unknown report \"%.32s\": expected usage or statement",
+			 argv[1]);
+		status = 2;
+	}
+	free(v);
+	return status;
+}

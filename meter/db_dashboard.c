@@ -1,0 +1,259 @@
+/* meter: the dashboard's queries (see db_dashboard.h). */
+#include "db_dashboard.h"
+
+#include <string.h>
+
+#include "db_util.h"
+#include "money.h"
+
+enum meter_rc db_dash_hourly_spend(PGconn *conn, const char *account_id, int64_t from_usec,
+				   int n_hours, int64_t *out)
+{
+	char from[40], to[40];
+	const char *params[3] = {account_id, from, to};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	if (n_hours < 1 || n_hours > DB_DASH_HOURS_MAX)
+		return METER_EINVAL;
+	memset(out, 0, sizeof(*out) * (size_t)n_hours);
+	db_util_time_param(from_usec, from, sizeof(from));
+	db_util_time_param(from_usec + n_hours * MONEY_USEC_PER_HOUR, to, sizeof(to));
+	rc = db_util_exec(
+	    conn, "dashboard hourly spend",
+	    "SELECT (" DB_USEC("hour") " - " DB_USEC(
+		"$2::timestamptz") ")"
+				   " / 3600000000, sum(total_micros)::bigint FROM usage_hourly"
+				   " WHERE account_id = $1 AND hour >= $2 AND hour < $3 GROUP BY "
+				   "hour",
+	    3, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	for (int r = 0; r < PQntuples(res); r++) {
+		int64_t i, v;
+		if (db_util_i64(res, r, 0, &i, NULL) != METER_OK ||
+		    db_util_i64(res, r, 1, &v, NULL) != METER_OK || i < 0 || i >= n_hours) {
+			rc = METER_EDB;
+			break;
+		}
+		out[i] = v;
+	}
+	PQclear(res);
+	return rc;
+}
+
+enum meter_rc db_dash_top_sandboxes(PGconn *conn, const char *account_id, int64_t from_usec,
+				    int64_t to_usec, struct db_dash_top *out, size_t max, size_t *n)
+{
+	char from[40], to[40], lim[24];
+	const char *params[4] = {account_id, from, to, lim};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	*n = 0;
+	db_util_time_param(from_usec, from, sizeof(from));
+	db_util_time_param(to_usec, to, sizeof(to));
+	db_util_i64_param((int64_t)max, lim, sizeof(lim));
+	rc = db_util_exec(conn, "dashboard top sandboxes",
+			  "SELECT u.sandbox_id, COALESCE(s.key_id, ''), s.state, u.total"
+			  " FROM (SELECT sandbox_id, sum(total_micros)::bigint AS total"
+			  " FROM usage_hourly WHERE account_id = $1 AND hour >= $2 AND hour < $3"
+			  " GROUP BY sandbox_id) u JOIN sandboxes s ON s.account_id = $1"
+			  " AND s.sandbox_id = u.sandbox_id"
+			  " ORDER BY u.total DESC, u.sandbox_id LIMIT $4",
+			  4, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	for (int r = 0; r < PQntuples(res) && (size_t)r < max; r++) {
+		struct db_dash_top *t = &out[r];
+		db_util_str(res, r, 0, t->sandbox_id, sizeof(t->sandbox_id));
+		db_util_str(res, r, 1, t->key_id, sizeof(t->key_id));
+		db_util_str(res, r, 2, t->state, sizeof(t->state));
+		if (db_util_i64(res, r, 3, &t->total_micros, NULL) != METER_OK) {
+			rc = METER_EDB;
+			break;
+		}
+		(*n)++;
+	}
+	PQclear(res);
+	return rc;
+}
+
+enum meter_rc db_dash_sandbox_series(PGconn *conn, const char *account_id, const char *sandbox_id,
+				     int64_t from_usec, int n_hours, struct db_dash_point *out)
+{
+	char from[40], to[40];
+	const char *params[4] = {account_id, sandbox_id, from, to};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	if (n_hours < 1 || n_hours > DB_DASH_HOURS_MAX)
+		return METER_EINVAL;
+	memset(out, 0, sizeof(*out) * (size_t)n_hours);
+	db_util_time_param(from_usec, from, sizeof(from));
+	db_util_time_param(from_usec + n_hours * MONEY_USEC_PER_HOUR, to, sizeof(to));
+	/* millicore-µs / running µs = average millicores while running. */
+	rc = db_util_exec(conn, "dashboard sandbox series",
+			  "SELECT (" DB_USEC("hour") " - " DB_USEC(
+			      "$3::timestamptz") ")"
+						 " / 3600000000,"
+						 " COALESCE(div(sum(cpu_used_mcus), "
+						 "NULLIF(sum(running_usec), 0)), 0),"
+						 " COALESCE(div(sum(cpu_billed_mcus), "
+						 "NULLIF(sum(running_usec), 0)), 0),"
+						 " sum(total_micros)::bigint FROM usage_hourly"
+						 " WHERE account_id = $1 AND sandbox_id = $2 AND "
+						 "hour >= $3 AND hour < $4"
+						 " GROUP BY hour",
+			  4, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	for (int r = 0; r < PQntuples(res); r++) {
+		int64_t i;
+		struct db_dash_point p;
+		if (db_util_i64(res, r, 0, &i, NULL) != METER_OK || i < 0 || i >= n_hours ||
+		    db_util_i64(res, r, 1, &p.used_millicores, NULL) != METER_OK ||
+		    db_util_i64(res, r, 2, &p.billed_millicores, NULL) != METER_OK ||
+		    db_util_i64(res, r, 3, &p.total_micros, NULL) != METER_OK) {
+			rc = METER_EDB;
+			break;
+		}
+		out[i] = p;
+	}
+	PQclear(res);
+	return rc;
+}
+
+enum meter_rc db_dash_breakdown(PGconn *conn, const char *account_id, const char *sandbox_id,
+				int64_t from_usec, int64_t to_usec, struct db_dash_breakdown *out)
+{
+	char from[40], to[40];
+	const char *params[4] = {account_id, sandbox_id, from, to};
+	PGresult *res = NULL;
+	int64_t *f[7] = {&out->running_seconds,	 &out->paused_seconds, &out->cpu_used_micros,
+			 &out->cpu_floor_micros, &out->memory_micros,  &out->storage_micros,
+			 &out->total_micros};
+	enum meter_rc rc;
+
+	memset(out, 0, sizeof(*out));
+	db_util_time_param(from_usec, from, sizeof(from));
+	db_util_time_param(to_usec, to, sizeof(to));
+	rc = db_util_exec(
+	    conn, "dashboard breakdown",
+	    "SELECT div(COALESCE(r, 0), 1000000)::bigint,"
+	    " div(COALESCE(p, 0), 1000000)::bigint, used::bigint, (cpu - used)::bigint,"
+	    " mem::bigint, sto::bigint, tot::bigint FROM (SELECT sum(running_usec) AS r,"
+	    " sum(paused_usec) AS p, COALESCE(sum(cpu_micros), 0) AS cpu,"
+	    " COALESCE(div(sum(cpu_micros) * sum(cpu_used_mcus),"
+	    " NULLIF(sum(cpu_billed_mcus), 0)), 0) AS used,"
+	    " COALESCE(sum(memory_micros), 0) AS mem,"
+	    " COALESCE(sum(storage_micros), 0) AS sto,"
+	    " COALESCE(sum(total_micros), 0) AS tot FROM usage_hourly"
+	    " WHERE account_id = $1 AND sandbox_id = $2 AND hour >= $3 AND hour < $4) x",
+	    4, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	for (int i = 0; i < 7 && PQntuples(res) == 1; i++)
+		if (db_util_i64(res, 0, i, f[i], NULL) != METER_OK)
+			rc = METER_EDB;
+	PQclear(res);
+	return rc;
+}
+
+enum meter_rc db_dash_events(PGconn *conn, const char *account_id, const char *sandbox_id,
+			     int64_t from_usec, int64_t to_usec, struct db_dash_event *out,
+			     size_t max, size_t *n)
+{
+	char from[40], to[40], lim[24];
+	const char *params[5] = {account_id, sandbox_id, from, to, lim};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	*n = 0;
+	db_util_time_param(from_usec, from, sizeof(from));
+	db_util_time_param(to_usec, to, sizeof(to));
+	db_util_i64_param((int64_t)max, lim, sizeof(lim));
+	rc = db_util_exec(
+	    conn, "dashboard events",
+	    "SELECT type, " DB_USEC(
+		"at") " FROM lifecycle_events"
+		      " WHERE account_id = $1 AND sandbox_id = $2 AND at >= $3 AND at < $4"
+		      " ORDER BY at, event_id LIMIT $5",
+	    5, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	for (int r = 0; r < PQntuples(res) && (size_t)r < max; r++) {
+		db_util_str(res, r, 0, out[r].type, sizeof(out[r].type));
+		if (db_util_i64(res, r, 1, &out[r].at_usec, NULL) != METER_OK) {
+			rc = METER_EDB;
+			break;
+		}
+		(*n)++;
+	}
+	PQclear(res);
+	return rc;
+}
+
+enum meter_rc db_dash_sandboxes(PGconn *conn, const char *account_id, const char *state,
+				const char *key_id, const char *sandbox_id, enum db_dash_sort sort,
+				int64_t offset, int64_t month_start_usec, int64_t month_end_usec,
+				struct db_dash_sandbox *out, size_t *n, int64_t *total)
+{
+	static const char *const order[] = {
+	    [DB_DASH_SORT_COST_TODAY] = " ORDER BY cost_today DESC, s.sandbox_id",
+	    [DB_DASH_SORT_COST_MONTH] = " ORDER BY cost_month DESC, s.sandbox_id",
+	    [DB_DASH_SORT_ID] = " ORDER BY s.sandbox_id",
+	};
+	char from[40], to[40], off[24], sql[2048];
+	const char *params[7] = {account_id, state, key_id, from, to, off, sandbox_id};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	*n = 0;
+	*total = 0;
+	db_util_time_param(month_start_usec, from, sizeof(from));
+	db_util_time_param(month_end_usec, to, sizeof(to));
+	db_util_i64_param(offset, off, sizeof(off));
+	snprintf(sql, sizeof(sql),
+		 "SELECT s.sandbox_id, COALESCE(s.key_id, ''), s.state, s.vcpus, s.memory_mib,"
+		 " COALESCE(div(t.used, NULLIF(t.run, 0)), 0)::bigint,"
+		 " COALESCE(div(t.billed, NULLIF(t.run, 0)), 0)::bigint,"
+		 " COALESCE(t.total, 0)::bigint AS cost_today,"
+		 " COALESCE(m.total, 0)::bigint AS cost_month, count(*) OVER ()"
+		 " FROM sandboxes s LEFT JOIN api_keys k ON k.account_id = s.account_id"
+		 " AND k.key_id = s.key_id"
+		 " LEFT JOIN LATERAL (SELECT sum(u.cpu_used_mcus) AS used,"
+		 " sum(u.cpu_billed_mcus) AS billed, sum(u.running_usec) AS run,"
+		 " sum(u.total_micros) AS total FROM usage_hourly u"
+		 " WHERE u.account_id = s.account_id AND u.sandbox_id = s.sandbox_id"
+		 " AND u.day = meter_key_day(COALESCE(k.time_zone, 'UTC'), now())) t ON true"
+		 " LEFT JOIN LATERAL (SELECT sum(u.total_micros) AS total FROM usage_hourly u"
+		 " WHERE u.account_id = s.account_id AND u.sandbox_id = s.sandbox_id"
+		 " AND u.hour >= $4 AND u.hour < $5) m ON true"
+		 " WHERE s.account_id = $1 AND ($2 = '' OR s.state = $2)"
+		 " AND ($3 = '' OR s.key_id = $3) AND ($7 = '' OR s.sandbox_id = $7)%s"
+		 " LIMIT %d OFFSET $6",
+		 order[sort], DB_DASH_PAGE);
+	rc = db_util_exec(conn, "dashboard sandboxes", sql, 7, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	for (int r = 0; r < PQntuples(res) && r < DB_DASH_PAGE; r++) {
+		struct db_dash_sandbox *d = &out[r];
+		db_util_str(res, r, 0, d->sandbox_id, sizeof(d->sandbox_id));
+		db_util_str(res, r, 1, d->key_id, sizeof(d->key_id));
+		db_util_str(res, r, 2, d->state, sizeof(d->state));
+		if (db_util_i64(res, r, 3, &d->vcpus, NULL) != METER_OK ||
+		    db_util_i64(res, r, 4, &d->memory_mib, NULL) != METER_OK ||
+		    db_util_i64(res, r, 5, &d->used_millicores_today, NULL) != METER_OK ||
+		    db_util_i64(res, r, 6, &d->billed_millicores_today, NULL) != METER_OK ||
+		    db_util_i64(res, r, 7, &d->cost_today_micros, NULL) != METER_OK ||
+		    db_util_i64(res, r, 8, &d->cost_month_micros, NULL) != METER_OK ||
+		    db_util_i64(res, r, 9, total, NULL) != METER_OK) {
+			rc = METER_EDB;
+			break;
+		}
+		(*n)++;
+	}
+	PQclear(res);
+	return rc;
+}

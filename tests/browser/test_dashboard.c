@@ -1,0 +1,276 @@
+/* The dashboard in a real headless Chromium (through chromedriver): sign in
+ * with a read-only key, open every page, check the figures shown against
+ * usage inserted with known money, find no console errors, save screenshots
+ * (artifacts). Then, with the session cookie the browser holds: no mutating
+ * route of the routing table can be reached, and an XSS payload shows as
+ * text. */
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "apitest.h"
+#include "check.h"
+#include "routes.h"
+#include "webdriver.h"
+
+static char artifacts[512];
+
+/* Exact dollars of µ$, as the pages print them. */
+static void dollars(int64_t micros, char *buf, size_t len)
+{
+	snprintf(buf, len, "$%lld.%06lld", (long long)(micros / 1000000),
+		 (long long)(micros % 1000000));
+}
+
+/* Checks the browser console is clean and saves a screenshot. */
+static void page_done(struct webdriver *wd, const char *name)
+{
+	char path[640];
+	json_t *errors = wd_console_errors(wd);
+
+	CHECK(errors != NULL);
+	if (errors && json_array_size(errors) > 0) {
+		char *dump = json_dumps(errors, 0);
+		fprintf(stderr, "console errors on %s: %s\n", name, dump);
+		free(dump);
+	}
+	CHECK_I64(errors ? (int64_t)json_array_size(errors) : -1, 0);
+	json_decref(errors);
+	snprintf(path, sizeof(path), "%s/dashboard-%s.png", artifacts, name);
+	CHECK(wd_screenshot(wd, path) == 0);
+}
+
+/* Inserts an hour of usage `ago` hours before the current UTC hour, with
+ * the given money; returns 1 when that hour is in the current UTC month. */
+static int usage(PGconn *c, const char *acc, const char *key, const char *sbx, int ago, int64_t cpu,
+		 int64_t mem, int64_t sto)
+{
+	char sql[1400];
+	PGresult *r;
+	int in_month;
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO usage_hourly (account_id, sandbox_id, hour, price_version, key_id,"
+		 " day, running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus,"
+		 " storage_mibus, cpu_micros, memory_micros, storage_micros, total_micros,"
+		 " cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
+		 " SELECT '%s', '%s', h, 1, '%s', (h AT TIME ZONE 'UTC')::date, 3000000000,"
+		 " 600000000, 30000000000, 150000000000, 1000, 2000, %lld, %lld, %lld, %lld,"
+		 " 10000000, 10000000, 10000000 FROM (SELECT date_trunc('hour', now())"
+		 " - interval '%d hours' AS h) x"
+		 " RETURNING date_trunc('month', hour AT TIME ZONE 'UTC')"
+		 " = date_trunc('month', now() AT TIME ZONE 'UTC')",
+		 acc, sbx, key, (long long)cpu, (long long)mem, (long long)sto,
+		 (long long)(cpu + mem + sto), ago);
+	r = PQexec(c, sql);
+	CHECK(PQresultStatus(r) == PGRES_TUPLES_OK);
+	in_month = PQresultStatus(r) == PGRES_TUPLES_OK && PQgetvalue(r, 0, 0)[0] == 't';
+	PQclear(r);
+	return in_month;
+}
+
+int main(void)
+{
+	static const char *const env[] = {"METER_SESSION_SECRET=browser-test-secret", NULL};
+	struct apitest t;
+	struct webdriver wd;
+	bool missing;
+	char acc[65], ro_key[65], ro_token[APITEST_TOKEN_MAX], full_key[65],
+	    full_token[APITEST_TOKEN_MAX], url[512], want[64], sql[512];
+	char *text, *cookie, *src;
+	int64_t week = 0, busy_month = 0;
+	const char *bin = getenv("METER_BIN_DIR");
+
+	snprintf(artifacts, sizeof(artifacts), "%s/artifacts", bin ? bin : ".");
+	{
+		char cmd[600];
+		snprintf(cmd, sizeof(cmd), "mkdir -p '%.500s'", artifacts);
+		if (system(cmd) != 0)
+			return 1;
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	if (wd_start(&wd, &missing) != 0) {
+		wd_stop(&wd);
+		if (missing) {
+			printf("SKIP: chromium and chromedriver are needed (scripts/setup.sh "
+			       "browser)\n");
+			return 77;
+		}
+		return 1;
+	}
+	if (apitest_start(&t, "dash", 1, NULL, env) < 0) {
+		wd_stop(&wd);
+		return 1;
+	}
+	CHECK(apitest_create_account(&t, "<script>alert(1)</script> & Co", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, ro_key, ro_token) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 5000000, NULL, full_key, full_token) == 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state)"
+		 " VALUES ('%s', 'sbx_busy', '%s', 2, 4096, 'running'),"
+		 " ('%s', 'sbx_idle', '%s', 1, 1024, 'paused')",
+		 acc, full_key, acc, full_key);
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	/* This hour (today) and 30 hours ago (this week, not today). */
+	busy_month += usage(t.db.conn, acc, full_key, "sbx_busy", 0, 50000, 30000, 0) * 80000;
+	busy_month += usage(t.db.conn, acc, full_key, "sbx_busy", 30, 1250, 30000, 0) * 31250;
+	usage(t.db.conn, acc, full_key, "sbx_idle", 0, 625, 3750, 11);
+	week = 80000 + 31250 + 625 + 3750 + 11;
+
+	/* Not signed in: the dashboard sends the browser to the sign-in page. */
+	snprintf(url, sizeof(url), "%s/dashboard/", t.servers[0].base);
+	CHECK(wd_get(&wd, url) == 0);
+	text = wd_url(&wd);
+	CHECK(text && strstr(text, "/dashboard/sign-in") != NULL);
+	free(text);
+	page_done(&wd, "sign-in");
+	/* A wrong key is refused, with the form shown again. */
+	CHECK(wd_type(&wd, "#key", "key_nope.not-a-secret") == 0);
+	CHECK(wd_click(&wd, "button[type=submit]") == 0);
+	text = wd_text(&wd, ".error");
+	CHECK(text && strstr(text, "not accepted") != NULL);
+	free(text);
+	{
+		/* The refusal is a 401, which the console reports: that one only. */
+		json_t *e = wd_console_errors(&wd);
+		CHECK_I64(e ? (int64_t)json_array_size(e) : -1, 1);
+		CHECK(e &&
+		      strstr(json_string_value(json_object_get(json_array_get(e, 0), "message"))
+				 ?: "",
+			     "401") != NULL);
+		json_decref(e);
+	}
+	/* The read-only key signs in. */
+	CHECK(wd_type(&wd, "#key", ro_token) == 0);
+	CHECK(wd_click(&wd, "button[type=submit]") == 0);
+	text = wd_url(&wd);
+	CHECK(text && strstr(text, "/dashboard/") != NULL && !strstr(text, "sign-in"));
+	free(text);
+
+	/* Overview: the week's spend, this hour's most expensive sandbox. */
+	text = wd_text(&wd, "#week-total");
+	dollars(week, want, sizeof(want));
+	CHECK_STR(text, want);
+	free(text);
+	src = wd_source(&wd);
+	CHECK(src && strstr(src, "sbx_busy") != NULL);
+	CHECK(src && strstr(src, "$0.080000") != NULL); /* sbx_busy today */
+	CHECK(src && strstr(src, "<svg") != NULL);
+	CHECK(src && strstr(src, ro_token) == NULL); /* the key never appears */
+	free(src);
+	page_done(&wd, "overview");
+
+	/* Sandboxes: both, with today's and the month's cost. */
+	snprintf(url, sizeof(url), "%s/dashboard/sandboxes", t.servers[0].base);
+	CHECK(wd_get(&wd, url) == 0);
+	text = wd_text(&wd, "#sandbox-count");
+	CHECK_STR(text, "2");
+	free(text);
+	src = wd_source(&wd);
+	dollars(busy_month, want, sizeof(want));
+	CHECK(src && strstr(src, want) != NULL);
+	/* 30,000,000,000 mc-µs used over 3,000 s running: 10 m average; billed 50. */
+	CHECK(src && strstr(src, "<td class=\"n\">10</td><td class=\"n\">50</td>") != NULL);
+	free(src);
+	page_done(&wd, "sandboxes");
+	snprintf(url, sizeof(url), "%s/dashboard/sandboxes?state=paused", t.servers[0].base);
+	CHECK(wd_get(&wd, url) == 0);
+	text = wd_text(&wd, "#sandbox-count");
+	CHECK_STR(text, "1");
+	free(text);
+	page_done(&wd, "sandboxes-paused");
+
+	/* A sandbox: the month's breakdown adds up to its total. */
+	snprintf(url, sizeof(url), "%s/dashboard/sandboxes/sbx_busy", t.servers[0].base);
+	CHECK(wd_get(&wd, url) == 0);
+	text = wd_text(&wd, "#cost-4");
+	CHECK_STR(text, want);
+	free(text);
+	src = wd_source(&wd);
+	CHECK(src && strstr(src, "class=\"floor\"") != NULL);
+	free(src);
+	page_done(&wd, "sandbox");
+
+	snprintf(url, sizeof(url), "%s/dashboard/keys", t.servers[0].base);
+	CHECK(wd_get(&wd, url) == 0);
+	src = wd_source(&wd);
+	CHECK(src && strstr(src, full_key) != NULL && strstr(src, "$5.000000") != NULL);
+	free(src);
+	page_done(&wd, "keys");
+	snprintf(url, sizeof(url), "%s/dashboard/exports", t.servers[0].base);
+	CHECK(wd_get(&wd, url) == 0);
+	page_done(&wd, "exports");
+	/* The printable statement, through the same session: the account's
+	 * name, an XSS payload, is text. */
+	CHECK(wd_click(&wd, "a[href^=\"/v1/reports/statement.html\"]") == 0);
+	src = wd_source(&wd);
+	CHECK(src && strstr(src, "&lt;script&gt;alert(1)&lt;/script&gt; &amp; Co") != NULL);
+	free(src);
+	text = wd_text(&wd, "p");
+	CHECK(text && strstr(text, "<script>alert(1)</script> & Co") != NULL);
+	free(text);
+	page_done(&wd, "statement");
+
+	/* With the browser's session cookie, no mutating route answers 2xx. */
+	cookie = wd_cookie(&wd, "meter_session");
+	CHECK(cookie != NULL);
+	for (size_t i = 0; cookie && i < routes_count; i++) {
+		const struct route *r = &routes[i];
+		char path[256], hdr[700], *q;
+		const char *headers[] = {hdr, NULL};
+		struct apitest_req rq = {.method = r->method,
+					 .path = path,
+					 .headers = headers,
+					 .body = "{}",
+					 .body_len = 2};
+		struct apitest_resp resp;
+
+		if (strcmp(r->method, "GET") == 0 || (r->roles & ROLE_PUBLIC))
+			continue;
+		snprintf(path, sizeof(path), "%s", r->path);
+		while ((q = strchr(path, '{')) != NULL) {
+			char *close = strchr(q, '}');
+			memmove(q + 8, close + 1, strlen(close + 1) + 1);
+			memcpy(q, "sbx_busy", 8);
+		}
+		snprintf(hdr, sizeof(hdr), "Cookie: meter_session=%s", cookie);
+		CHECK(apitest_do(&t, 0, &rq, &resp) == 0);
+		if (resp.status >= 200 && resp.status < 300)
+			fprintf(stderr, "%s %s answered %ld to a session\n", r->method, path,
+				resp.status);
+		CHECK(resp.status == 401 || resp.status == 403);
+		apitest_resp_release(&resp);
+	}
+	free(cookie);
+
+	/* XSS in a path or a filter is refused before any page is built. */
+	snprintf(url, sizeof(url),
+		 "%s/dashboard/sandboxes/%%3Cscript%%3Ealert(1)%%3C%%2Fscript%%3E",
+		 t.servers[0].base);
+	CHECK(wd_get(&wd, url) == 0);
+	src = wd_source(&wd);
+	CHECK(src && strstr(src, "<script>alert") == NULL);
+	free(src);
+	snprintf(url, sizeof(url), "%s/dashboard/sandboxes?key_id=%%3Cimg%%20src%%3Dx%%3E",
+		 t.servers[0].base);
+	CHECK(wd_get(&wd, url) == 0);
+	src = wd_source(&wd);
+	CHECK(src && strstr(src, "<img src=x>") == NULL && strstr(src, "invalid_request"));
+	free(src);
+	json_decref(wd_console_errors(&wd)); /* the 400s above are expected there */
+
+	/* Sign out: the session is gone. */
+	snprintf(url, sizeof(url), "%s/dashboard/keys", t.servers[0].base);
+	CHECK(wd_get(&wd, url) == 0);
+	CHECK(wd_click(&wd, "header form button") == 0);
+	CHECK(wd_get(&wd, url) == 0);
+	text = wd_url(&wd);
+	CHECK(text && strstr(text, "/dashboard/sign-in") != NULL);
+	free(text);
+
+	wd_stop(&wd);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+	return check_done();
+}

@@ -23,6 +23,45 @@ static void set_response(struct http_req *req, unsigned status, struct MHD_Respo
 	req->status = status;
 }
 
+void http_reply_response(struct http_req *req, unsigned status, struct MHD_Response *resp)
+{
+	set_response(req, status, resp);
+}
+
+struct query_check {
+	const char *const *allowed;
+	const char *unknown; /* the first unknown name, borrowed */
+};
+
+/* libmicrohttpd iterator over query arguments: stops at an unknown name. */
+static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const char *key,
+				       const char *value)
+{
+	struct query_check *qc = cls;
+
+	(void)kind;
+	(void)value;
+	for (const char *const *a = qc->allowed; *a; a++)
+		if (strcmp(*a, key) == 0)
+			return MHD_YES;
+	qc->unknown = key;
+	return MHD_NO;
+}
+
+bool http_query_allowed(struct http_req *req, const char *const *allowed)
+{
+	struct query_check qc = {.allowed = allowed};
+	char msg[128];
+
+	MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_check_one, &qc);
+	if (!qc.unknown)
+		return true;
+	snprintf(msg, sizeof(msg), "unknown query parameter \"%.64s\"", qc.unknown);
+	http_reply_error(req, 400, "invalid_request", msg,
+			 json_pack("{s:s#}", "field", qc.unknown, (int)strnlen(qc.unknown, 64)));
+	return false;
+}
+
 void http_reply_text(struct http_req *req, unsigned status, const char *content_type,
 		     const char *text, size_t len)
 {
@@ -85,34 +124,6 @@ void http_reply_error(struct http_req *req, unsigned status, const char *code, c
 	http_reply_json(req, status, body);
 }
 
-/* Deepest nesting of brackets in text, outside strings. Jansson has no
- * depth option of its own, so this pre-scan bounds it. */
-static int json_depth(const char *text, size_t len)
-{
-	int depth = 0, max = 0;
-	bool in_string = false;
-
-	for (size_t i = 0; i < len; i++) {
-		char c = text[i];
-		if (in_string) {
-			if (c == '\\')
-				i++;
-			else if (c == '"')
-				in_string = false;
-			continue;
-		}
-		if (c == '"') {
-			in_string = true;
-		} else if (c == '{' || c == '[') {
-			if (++depth > max)
-				max = depth;
-		} else if (c == '}' || c == ']') {
-			depth--;
-		}
-	}
-	return max;
-}
-
 json_t *http_json_body(struct http_req *req)
 {
 	json_error_t jerr;
@@ -124,7 +135,7 @@ json_t *http_json_body(struct http_req *req)
 				 NULL);
 		return NULL;
 	}
-	if (json_depth(req->body, req->body_len) > HTTP_JSON_DEPTH_MAX) {
+	if (parse_json_depth(req->body, req->body_len) > HTTP_JSON_DEPTH_MAX) {
 		http_reply_error(req, 400, "invalid_request", "JSON nested too deeply", NULL);
 		return NULL;
 	}

@@ -62,35 +62,6 @@ static void doc_safe_name(const char *s, char *out, size_t outlen)
 	out[n] = '\0';
 }
 
-/* Deepest nesting of brackets in text, outside strings. Jansson's own limit
- * (2048) is far deeper than a document ever needs; this bounds the work. */
-static int doc_depth(const char *text, size_t len)
-{
-	int depth = 0, max = 0;
-	bool in_string = false;
-
-	for (size_t i = 0; i < len; i++) {
-		char c = text[i];
-
-		if (in_string) {
-			if (c == '\\')
-				i++;
-			else if (c == '"')
-				in_string = false;
-			continue;
-		}
-		if (c == '"') {
-			in_string = true;
-		} else if (c == '{' || c == '[') {
-			if (++depth > max)
-				max = depth;
-		} else if (c == '}' || c == ']') {
-			depth--;
-		}
-	}
-	return max;
-}
-
 static const char *doc_type_name(const json_t *v)
 {
 	switch (json_typeof(v)) {
@@ -430,7 +401,7 @@ enum meter_rc agent_doc_parse(const char *text, size_t len, int64_t now_usec,
 		doc_err(err, errlen, "document", "empty");
 		return METER_EINVAL;
 	}
-	if (doc_depth(text, len) > DOC_DEPTH_MAX) {
+	if (parse_json_depth(text, len) > DOC_DEPTH_MAX) {
 		doc_err(err, errlen, "document", "nested deeper than %d levels", DOC_DEPTH_MAX);
 		return METER_EINVAL;
 	}

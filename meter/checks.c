@@ -347,9 +347,9 @@ static enum meter_rc batch_prepare(struct checks_engine *e, struct batch *b, int
 		}
 		it->lease_end_usec = b->now + rq->lease_seconds * INT64_C(1000000);
 		rates = lease_rates(b->prices, b->nprices, it->lease_end_usec);
-		if (ledger_worst_case(&rates, it->vcpus, it->memory_mib,
-				      rq->lease_seconds * INT64_C(1000000),
-				      &it->lease_max_micros) != METER_OK) {
+		if (usage_lease_max_cost_usec(&rates, it->vcpus, it->memory_mib,
+					      rq->lease_seconds * INT64_C(1000000),
+					      &it->lease_max_micros) != METER_OK) {
 			set_error(it, 400, "invalid_request", "lease worst case out of range",
 				  NULL);
 			continue;

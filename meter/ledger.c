@@ -3,39 +3,6 @@
 
 #include <stddef.h>
 
-enum meter_rc ledger_worst_case(const struct price_rates *rates, int64_t vcpus, int64_t memory_mib,
-				int64_t usec, int64_t *micros)
-{
-	int64_t mc, q_cpu, q_mem, cpu_micros, mem_micros, total;
-	enum meter_rc rc;
-
-	if (!rates || !micros || vcpus < 1 || memory_mib < 0 || usec < 0 ||
-	    rates->floor_millicores < 0)
-		return METER_EINVAL;
-	rc = money_mul(vcpus, MONEY_MILLICORES_PER_VCPU, &mc);
-	if (rc != METER_OK)
-		return rc;
-	if (rates->floor_millicores > mc)
-		mc = rates->floor_millicores;
-	rc = money_mul(mc, usec, &q_cpu);
-	if (rc != METER_OK)
-		return rc;
-	rc = money_mul(memory_mib, usec, &q_mem);
-	if (rc != METER_OK)
-		return rc;
-	rc = money_price_up(MONEY_CPU, rates, q_cpu, &cpu_micros);
-	if (rc != METER_OK)
-		return rc;
-	rc = money_price_up(MONEY_MEMORY, rates, q_mem, &mem_micros);
-	if (rc != METER_OK)
-		return rc;
-	rc = money_add(cpu_micros, mem_micros, &total);
-	if (rc != METER_OK)
-		return rc;
-	*micros = total;
-	return METER_OK;
-}
-
 enum meter_rc ledger_split(const struct price_rates *rates, int64_t vcpus, int64_t memory_mib,
 			   int64_t start_usec, int64_t end_usec, const int64_t *bounds, int nbounds,
 			   struct ledger_part *parts, int *nparts)
@@ -63,7 +30,7 @@ enum meter_rc ledger_split(const struct price_rates *rates, int64_t vcpus, int64
 		parts[n].day_index = i;
 		parts[n].start_usec = lo;
 		parts[n].end_usec = hi;
-		rc = ledger_worst_case(rates, vcpus, memory_mib, hi - lo, &parts[n].micros);
+		rc = usage_lease_max_cost_usec(rates, vcpus, memory_mib, hi - lo, &parts[n].micros);
 		if (rc != METER_OK)
 			return rc;
 		n++;

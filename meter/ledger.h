@@ -19,6 +19,7 @@
 
 #include "money.h"
 #include "rc.h"
+#include "usage.h"
 
 /* A lease of at most 86,400 s crosses at most 3 midnights even around a
  * 23-hour day; room for one more. */
@@ -42,18 +43,10 @@ struct ledger_day {
 	int64_t limit_micros; /* meaningful when has_limit */
 };
 
-/* Worst case of running vcpus busy and memory_mib reserved for usec µs
- * under rates: CPU at max(vcpus × 1000, floor) millicores plus memory,
- * each priced rounded up, summed. For usec = lease_seconds × 10^6 this is
- * exactly usage_lease_max_cost(). vcpus >= 1, memory_mib >= 0, usec >= 0,
- * else METER_EINVAL; METER_ERANGE on overflow. */
-METER_MUSTCHECK enum meter_rc ledger_worst_case(const struct price_rates *rates, int64_t vcpus,
-						int64_t memory_mib, int64_t usec, int64_t *micros);
-
 /* Cuts the lease [start_usec, end_usec) at the day starts bounds[0..nbounds)
  * (strictly increasing; bounds[0] <= start_usec < bounds[1]: the lease
  * starts on day 0) into at most LEDGER_PARTS_MAX parts of non-zero length,
- * in time order, and prices each with ledger_worst_case(). The last day
+ * in time order, and prices each with usage_lease_max_cost_usec(). The last day
  * start must lie at or after end_usec, else METER_ERANGE (the caller
  * supplied too few days). METER_EINVAL for a bad order or end <= start. */
 METER_MUSTCHECK enum meter_rc ledger_split(const struct price_rates *rates, int64_t vcpus,

@@ -72,3 +72,30 @@ bool parse_is_id(const char *s)
 	}
 	return n >= 1;
 }
+
+int parse_json_depth(const char *text, size_t len)
+{
+	int depth = 0, max = 0;
+	bool in_string = false;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = text[i];
+
+		if (in_string) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_string = false;
+			continue;
+		}
+		if (c == '"') {
+			in_string = true;
+		} else if (c == '{' || c == '[') {
+			if (++depth > max)
+				max = depth;
+		} else if (c == '}' || c == ']') {
+			depth--;
+		}
+	}
+	return max;
+}

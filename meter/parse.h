@@ -18,6 +18,11 @@ METER_MUSTCHECK enum meter_rc parse_int64(const char *s, int64_t min, int64_t ma
 /* True when s is an id: 1 to 64 characters of A-Z a-z 0-9 _ . - */
 bool parse_is_id(const char *s);
 
+/* The deepest nesting of { and [ in the JSON text (len bytes), outside
+ * strings: a cheap bound checked before handing untrusted text to the
+ * parser. Malformed text gives some number; the parser rejects it anyway. */
+int parse_json_depth(const char *text, size_t len);
+
 #define PARSE_ID_MAX 64
 
 #endif

@@ -217,21 +217,19 @@ enum meter_rc usage_price(const struct price_rates *rates, struct usage_carry *c
  * the floor is what would be billed, and a worst case must not be beaten.
  * Each component is rounded up, which also bounds what money_accrue can
  * charge for the same quantity from any carry. */
-enum meter_rc usage_lease_max_cost(const struct price_rates *rates, int64_t vcpus,
-				   int64_t memory_mib, int64_t lease_seconds, int64_t *micros)
+enum meter_rc usage_lease_max_cost_usec(const struct price_rates *rates, int64_t vcpus,
+					int64_t memory_mib, int64_t lease_usec, int64_t *micros)
 {
-	int64_t lease_usec, mc, q_cpu, q_mem, cpu_micros, mem_micros, total;
+	int64_t mc, q_cpu, q_mem, cpu_micros, mem_micros, total;
 	enum meter_rc rc;
 
-	if (!rates || !micros || vcpus < 1 || memory_mib < 0 || lease_seconds < 0 ||
+	if (!rates || !micros || vcpus < 1 || memory_mib < 0 || lease_usec < 0 ||
 	    rates->floor_millicores < 0)
 		return METER_EINVAL;
-	rc = usage_mul(lease_seconds, INT64_C(1000000), &lease_usec);
-	if (rc != METER_OK)
-		return rc;
 	rc = usage_mul(vcpus, MONEY_MILLICORES_PER_VCPU, &mc);
 	if (rc != METER_OK)
 		return rc;
+	/* An operator's floor above one vCPU still bounds the worst case. */
 	if (rates->floor_millicores > mc)
 		mc = rates->floor_millicores;
 	rc = usage_mul(mc, lease_usec, &q_cpu);
@@ -251,4 +249,18 @@ enum meter_rc usage_lease_max_cost(const struct price_rates *rates, int64_t vcpu
 		return rc;
 	*micros = total;
 	return METER_OK;
+}
+
+enum meter_rc usage_lease_max_cost(const struct price_rates *rates, int64_t vcpus,
+				   int64_t memory_mib, int64_t lease_seconds, int64_t *micros)
+{
+	int64_t lease_usec;
+	enum meter_rc rc;
+
+	if (lease_seconds < 0)
+		return METER_EINVAL;
+	rc = usage_mul(lease_seconds, INT64_C(1000000), &lease_usec);
+	if (rc != METER_OK)
+		return rc;
+	return usage_lease_max_cost_usec(rates, vcpus, memory_mib, lease_usec, micros);
 }

@@ -105,4 +105,10 @@ METER_MUSTCHECK enum meter_rc usage_lease_max_cost(const struct price_rates *rat
 						   int64_t memory_mib, int64_t lease_seconds,
 						   int64_t *micros);
 
+/* As usage_lease_max_cost for a lease of lease_usec microseconds (a part
+ * of a lease cut at a day boundary need not be whole seconds). */
+METER_MUSTCHECK enum meter_rc usage_lease_max_cost_usec(const struct price_rates *rates,
+							int64_t vcpus, int64_t memory_mib,
+							int64_t lease_usec, int64_t *micros);
+
 #endif

@@ -19,23 +19,23 @@ static void test_worst_case(void)
 {
 	int64_t a = 0, b = 0;
 
-	CHECK(ledger_worst_case(R, 2, 4096, 900 * SEC, &a) == METER_OK);
+	CHECK(usage_lease_max_cost_usec(R, 2, 4096, 900 * SEC, &a) == METER_OK);
 	CHECK_I64(a, 20000); /* DESIGN.md §2 */
 	for (int64_t v = 1; v <= 1024; v *= 4)
 		for (int64_t m = 1; m <= 16777216; m *= 64)
 			for (int64_t s = 1; s <= 86400; s = s * 7 + 3) {
-				CHECK(ledger_worst_case(R, v, m, s * SEC, &a) == METER_OK);
+				CHECK(usage_lease_max_cost_usec(R, v, m, s * SEC, &a) == METER_OK);
 				CHECK(usage_lease_max_cost(R, v, m, s, &b) == METER_OK);
 				if (a != b)
 					CHECK_I64(a, b);
 			}
 	/* Rounded up: one microsecond of one vCPU costs a whole micro. */
-	CHECK(ledger_worst_case(R, 1, 0, 1, &a) == METER_OK);
+	CHECK(usage_lease_max_cost_usec(R, 1, 0, 1, &a) == METER_OK);
 	CHECK_I64(a, 1);
-	CHECK(ledger_worst_case(R, 0, 1, 1, &a) == METER_EINVAL);
-	CHECK(ledger_worst_case(R, 1, -1, 1, &a) == METER_EINVAL);
-	CHECK(ledger_worst_case(R, 1, 1, -1, &a) == METER_EINVAL);
-	CHECK(ledger_worst_case(R, INT64_MAX / 10, 1, HOUR, &a) == METER_ERANGE);
+	CHECK(usage_lease_max_cost_usec(R, 0, 1, 1, &a) == METER_EINVAL);
+	CHECK(usage_lease_max_cost_usec(R, 1, -1, 1, &a) == METER_EINVAL);
+	CHECK(usage_lease_max_cost_usec(R, 1, 1, -1, &a) == METER_EINVAL);
+	CHECK(usage_lease_max_cost_usec(R, INT64_MAX / 10, 1, HOUR, &a) == METER_ERANGE);
 }
 
 /* Day starts of a UTC key from midnight d0: 24 h apart. */
@@ -70,7 +70,7 @@ static void test_split(void)
 	CHECK_I64(p[1].day_index, 1);
 	CHECK_I64(p[0].end_usec, 24 * HOUR);
 	CHECK_I64(p[1].start_usec, 24 * HOUR);
-	CHECK(ledger_worst_case(R, 2, 4096, 3600 * SEC, &whole) == METER_OK);
+	CHECK(usage_lease_max_cost_usec(R, 2, 4096, 3600 * SEC, &whole) == METER_OK);
 	CHECK(p[0].micros + p[1].micros >= whole);
 	CHECK(p[0].micros + p[1].micros <= whole + 2);
 	/* A 23-hour day (spring forward): a 24 h lease from 23:30 touches three days. */

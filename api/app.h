@@ -5,9 +5,12 @@
 #include "config.h"
 #include "dbpool.h"
 
+struct checks_engine;
+
 struct app {
 	const struct meter_config *cfg; /* borrowed, lives as long as the daemon */
 	struct db_pool *pool;		/* borrowed */
+	struct checks_engine *checks;	/* borrowed; NULL: checks answer 503 */
 };
 
 #endif

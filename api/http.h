@@ -46,7 +46,11 @@ struct http_req {
 	bool body_too_large;
 	bool started;
 	bool handled;
-	bool suspended;					/* the handler parked the connection */
+	bool suspended; /* the handler parked the connection */
+	/* Called (when set) right after the connection is parked: the place
+	 * to hand work to another thread, which may then resume it at once. */
+	void (*on_suspended)(struct http_req *req);
+	void *handler_ctx; /* the parked handler's own state, its to free */
 	char params[HTTP_PARAMS_MAX][PARSE_ID_MAX + 1]; /* {…} path segments */
 	struct auth *auth; /* owned: who is calling, set before the handler */
 	int nparams;
@@ -67,6 +71,15 @@ void http_reply_error(struct http_req *req, unsigned status, const char *code, c
 /* Sets a response of content_type with a copy of text. */
 void http_reply_text(struct http_req *req, unsigned status, const char *content_type,
 		     const char *text, size_t len);
+
+/* Sets a response built by the caller (e.g. streamed from a callback).
+ * Steals resp. */
+void http_reply_response(struct http_req *req, unsigned status, struct MHD_Response *resp);
+
+/* Checks that every query-string argument is named in allowed (a NULL-
+ * terminated list). On an unknown one sets a 400 invalid_request reply
+ * naming it and returns false. */
+bool http_query_allowed(struct http_req *req, const char *const *allowed);
 
 /* Parses the request body as one JSON object, rejecting nesting deeper than
  * HTTP_JSON_DEPTH_MAX, NUL bytes and invalid UTF-8. On success returns a new

@@ -4,7 +4,18 @@
 #include <string.h>
 
 #include "app.h"
+#include "dashboard.h"
 #include "dbpool.h"
+#include "h_accounts.h"
+#include "h_checks.h"
+#include "h_keys.h"
+#include "h_metrics.h"
+#include "h_prices.h"
+#include "h_reports.h"
+#include "h_samples.h"
+#include "h_sandboxes.h"
+#include "h_usage.h"
+#include "openapi.h"
 
 #define READY_TIMEOUT_MS 1000
 
@@ -29,6 +40,142 @@ static void h_readyz(struct http_req *req)
 const struct route routes[] = {
     {.method = "GET", .path = "/healthz", .roles = ROLE_PUBLIC, .handler = h_healthz},
     {.method = "GET", .path = "/readyz", .roles = ROLE_PUBLIC, .handler = h_readyz},
+    {.method = "GET", .path = "/v1/openapi.json", .roles = ROLE_PUBLIC, .handler = h_openapi},
+    {.method = "GET", .path = "/metrics", .roles = ROLE_PUBLIC, .handler = h_metrics},
+    /* Push ingestion: an agent document can be far above 64 KiB. */
+    {.method = "POST",
+     .path = "/v1/samples",
+     .roles = ROLE_CONTROL_PLANE | ROLE_OPERATOR,
+     .max_body = H_SAMPLES_MAX_BODY,
+     .handler = h_samples_push},
+    /* The dashboard: pages a signed-in browser opens with its session. */
+    {.method = "GET", .path = "/dashboard", .roles = ROLE_PUBLIC, .handler = h_dash_root},
+    {.method = "GET",
+     .path = "/dashboard/style.css",
+     .roles = ROLE_PUBLIC,
+     .handler = h_dash_style},
+    {.method = "GET", .path = "/favicon.ico", .roles = ROLE_PUBLIC, .handler = h_dash_favicon},
+    {.method = "GET",
+     .path = "/dashboard/sign-in",
+     .roles = ROLE_PUBLIC,
+     .handler = h_dash_sign_in_form},
+    {.method = "POST",
+     .path = "/dashboard/sign-in",
+     .roles = ROLE_PUBLIC,
+     .max_body = 4096,
+     .handler = h_dash_sign_in},
+    {.method = "POST",
+     .path = "/dashboard/sign-out",
+     .roles = ROLE_PUBLIC,
+     .handler = h_dash_sign_out},
+    {.method = "GET",
+     .path = "/dashboard/",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_dash_overview,
+     .session = true},
+    {.method = "GET",
+     .path = "/dashboard/sandboxes",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_dash_sandboxes,
+     .session = true},
+    {.method = "GET",
+     .path = "/dashboard/sandboxes/{sandbox_id}",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_dash_sandbox,
+     .session = true},
+    {.method = "GET",
+     .path = "/dashboard/keys",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_dash_keys,
+     .session = true},
+    {.method = "GET",
+     .path = "/dashboard/exports",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_dash_exports,
+     .session = true},
+    {.method = "POST",
+     .path = "/v1/accounts",
+     .roles = ROLE_OPERATOR,
+     .max_body = HTTP_BODY_MAX,
+     .handler = h_account_create},
+    {.method = "POST",
+     .path = "/v1/accounts/{account_id}/keys",
+     .roles = ROLE_OPERATOR,
+     .max_body = HTTP_BODY_MAX,
+     .handler = h_account_key_create},
+    {.method = "GET",
+     .path = "/v1/keys",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_keys_list},
+    {.method = "GET",
+     .path = "/v1/keys/{key_id}",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_key_get},
+    {.method = "PUT",
+     .path = "/v1/keys/{key_id}/limits",
+     .roles = ROLE_FULL | ROLE_OPERATOR,
+     .max_body = HTTP_BODY_MAX,
+     .handler = h_key_limits},
+    {.method = "GET",
+     .path = "/v1/sandboxes",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_sandboxes_list},
+    {.method = "GET",
+     .path = "/v1/sandboxes/{sandbox_id}",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_sandbox_get},
+    {.method = "GET",
+     .path = "/v1/sandboxes/{sandbox_id}/usage",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_sandbox_usage},
+    {.method = "GET",
+     .path = "/v1/usage",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_usage_get},
+    {.method = "GET",
+     .path = "/v1/prices",
+     .roles = ROLE_OPERATOR | ROLE_CONTROL_PLANE | ROLE_FULL | ROLE_READ_ONLY,
+     .handler = h_prices_get},
+    {.method = "PUT",
+     .path = "/v1/prices",
+     .roles = ROLE_OPERATOR,
+     .max_body = HTTP_BODY_MAX,
+     .handler = h_prices_put},
+    {.method = "GET",
+     .path = "/v1/reports/usage.csv",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_report_usage_csv,
+     .session = true},
+    {.method = "GET",
+     .path = "/v1/reports/usage.ndjson",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_report_usage_ndjson,
+     .session = true},
+    {.method = "GET",
+     .path = "/v1/reports/statement.csv",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_report_statement_csv,
+     .session = true},
+    {.method = "GET",
+     .path = "/v1/reports/statement.html",
+     .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,
+     .handler = h_report_statement_html,
+     .session = true},
+    {.method = "POST",
+     .path = "/v1/checks/create",
+     .roles = ROLE_CONTROL_PLANE,
+     .max_body = HTTP_BODY_MAX,
+     .handler = h_checks_create},
+    {.method = "POST",
+     .path = "/v1/checks/wake",
+     .roles = ROLE_CONTROL_PLANE,
+     .max_body = HTTP_BODY_MAX,
+     .handler = h_checks_wake},
+    {.method = "POST",
+     .path = "/v1/sandboxes/{sandbox_id}/events",
+     .roles = ROLE_CONTROL_PLANE,
+     .max_body = HTTP_BODY_MAX,
+     .handler = h_sandbox_event},
 };
 
 const size_t routes_count = sizeof(routes) / sizeof(routes[0]);
@@ -83,6 +230,16 @@ static int pattern_match(const char *pattern, const char *path, struct http_req 
 	return 1;
 }
 
+/* With api off (a collector-only process), only the operational routes are
+ * served; every other path is 404. */
+static bool route_enabled(const struct http_req *req, const struct route *r)
+{
+	if (!req->app || !req->app->cfg || req->app->cfg->api)
+		return true;
+	return strcmp(r->path, "/healthz") == 0 || strcmp(r->path, "/readyz") == 0 ||
+	       strcmp(r->path, "/metrics") == 0;
+}
+
 enum route_match routes_match(const char *method, const char *path, struct http_req *req,
 			      const struct route **out, char *allow, size_t allowlen)
 {
@@ -93,7 +250,11 @@ enum route_match routes_match(const char *method, const char *path, struct http_
 	if (allowlen)
 		allow[0] = '\0';
 	for (size_t i = 0; i < routes_count; i++) {
-		int m = pattern_match(routes[i].path, path, req, bad, sizeof(bad));
+		int m;
+
+		if (!route_enabled(req, &routes[i]))
+			continue;
+		m = pattern_match(routes[i].path, path, req, bad, sizeof(bad));
 
 		if (m == 0)
 			continue;

@@ -7,6 +7,7 @@
 #ifndef METER_ROUTES_H
 #define METER_ROUTES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "http.h"
@@ -19,6 +20,7 @@ struct route {
 	unsigned roles;	    /* enum http_role bits allowed */
 	size_t max_body;    /* body cap in bytes; 0 = no body accepted */
 	route_handler handler;
+	bool session; /* a dashboard session cookie may stand for the bearer token */
 };
 
 extern const struct route routes[];

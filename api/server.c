@@ -198,6 +198,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		if (!req->resp && req->suspended) {
 			MHD_suspend_connection(conn);
+			if (req->on_suspended)
+				req->on_suspended(req);
 			return MHD_YES;
 		}
 	}

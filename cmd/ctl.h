@@ -8,5 +8,9 @@
 int ctl_price_main(int argc, char **argv);
 int ctl_lease_cost_main(int argc, char **argv);
 int ctl_migrate_main(int argc, char **argv);
+int ctl_account_main(int argc, char **argv);
+int ctl_key_main(int argc, char **argv);
+int ctl_report_main(int argc, char **argv);
+int ctl_simulate_main(int argc, char **argv);
 
 #endif

@@ -1,4 +1,5 @@
 /* meterctl: the command-line tool of meter. */
+#include <curl/curl.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,8 +13,12 @@ struct command {
 
 static const struct command commands[] = {
     {"migrate", ctl_migrate_main, "apply the database migrations"},
+    {"account", ctl_account_main, "account create: create an account"},
+    {"key", ctl_key_main, "key create: create an API key (its secret is shown once)"},
     {"price", ctl_price_main, "price a period of one sandbox's usage"},
     {"lease-cost", ctl_lease_cost_main, "worst-case cost of a lease (what a hold reserves)"},
+    {"report", ctl_report_main, "usage exports and monthly statements (CSV, NDJSON, HTML)"},
+    {"simulate", ctl_simulate_main, "a simulated fleet of host agents (serve or push)"},
 };
 
 static void usage(FILE *f)
@@ -26,6 +31,11 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	/* Once, before any thread: the sub-commands that speak HTTP use libcurl. */
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fprintf(stderr, "meterctl: cannot initialise libcurl\n");
+		return 1;
+	}
 	if (argc < 2) {
 		fprintf(stderr, "meterctl: missing command (try meterctl --help)\n");
 		return 2;

@@ -1,9 +1,11 @@
-/* meterd: the metering daemon (HTTP API; the collector joins it later).
+/* meterd: the metering daemon: the HTTP API and the collector (either can be
+ * switched off: --api off, --collector off).
  *
  * Configuration: defaults < config file < METER_* environment < flags.
  * Starts serving at once, even while PostgreSQL is down: /healthz answers,
  * /readyz says 503 until the database answers, and the connection is retried
  * with backoff in the background. SIGTERM or SIGINT stop it cleanly. */
+#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -11,12 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "app.h"
+#include "checks.h"
+#include "collector.h"
 #include "config.h"
 #include "dbpool.h"
 #include "log.h"
+#include "parse.h"
 #include "server.h"
+#include "session.h"
+#include "webhook.h"
 
 extern char **environ;
 
@@ -28,6 +36,10 @@ int main(int argc, char **argv)
 	struct app app = {0};
 	struct http_server *srv = NULL;
 	struct db_pool *pool = NULL;
+	struct checks_engine *checks = NULL;
+	struct webhook *webhook = NULL;
+	struct collector *collector = NULL;
+	bool curl_ready = false;
 	char err[512];
 	sigset_t sigs;
 	bool help;
@@ -46,6 +58,17 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_set_level((enum log_level)log_level_parse(cfg.log_level));
+	if (!cfg.api && !cfg.collector) {
+		fprintf(stderr, "meterd: api and collector are both off: nothing to run\n");
+		return 2;
+	}
+	if (session_init(cfg.session_secret) != METER_OK) {
+		fprintf(stderr, "meterd: cannot set up dashboard sessions\n");
+		return 1;
+	}
+	if (!cfg.session_secret[0])
+		log_info("no session_secret configured: dashboard sessions last as long as this "
+			 "process and are not shared with other meterd processes");
 
 	/* Signals are taken synchronously by the main thread only. */
 	sigemptyset(&sigs);
@@ -61,6 +84,68 @@ int main(int argc, char **argv)
 	}
 	app.cfg = &cfg;
 	app.pool = pool;
+	/* libcurl's global state, before any thread uses it (the collector's
+	 * agent polling, the webhook deliverer). */
+	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		log_error("meterd: cannot initialise libcurl");
+		goto out;
+	}
+	curl_ready = true;
+	if (cfg.collector) {
+		struct collector_opts co = {.database_url = cfg.database_url,
+					    .statement_timeout_ms = cfg.db_statement_timeout_ms,
+					    .period_s = cfg.collector_period_s,
+					    .cgroup_root = cfg.cgroup_root,
+					    .agents = cfg.agents,
+					    .agents_file = cfg.agents_file,
+					    .agent_timeout_ms = cfg.agent_timeout_ms,
+					    .backlog_max = cfg.collector_backlog_max};
+		char host[256] = "", host_id[sizeof(cfg.host_id)];
+
+		if (cfg.host_id[0])
+			snprintf(host, sizeof(host), "%s", cfg.host_id);
+		else if (gethostname(host, sizeof(host) - 1) != 0)
+			host[0] = '\0';
+		if (cfg.host_id[0])
+			snprintf(host_id, sizeof(host_id), "%s", cfg.host_id);
+		else
+			collector_host_id(host, host_id, sizeof(host_id));
+		co.host_id = host_id;
+		if (collector_start(&co, &collector, err, sizeof(err)) != METER_OK) {
+			log_error("meterd: collector: %s", err);
+			goto out;
+		}
+	}
+	if (!cfg.api)
+		log_info("meterd: api off: only /healthz, /readyz and /metrics are served");
+	{
+		/* The check engine: group-committed create/wake checks and the
+		 * lease-end sweeper, on connections of their own. */
+		struct checks_options co = {.database_url = cfg.database_url,
+					    .statement_timeout_ms = cfg.db_statement_timeout_ms,
+					    .batch_max = (int)cfg.check_batch_max,
+					    .clock_offset_s = cfg.clock_offset_s,
+					    .sweeper = true};
+		if (checks_engine_start(&co, &checks) != METER_OK) {
+			log_error("meterd: cannot start the check engine");
+			goto out;
+		}
+		if (cfg.clock_offset_s != 0)
+			log_warn(
+			    "meterd: TEST ONLY clock_offset_s=%lld shifts the check engine's clock",
+			    (long long)cfg.clock_offset_s);
+		app.checks = checks;
+	}
+	if (cfg.webhook_url[0]) {
+		struct webhook_options wo = {.database_url = cfg.database_url,
+					     .url = cfg.webhook_url,
+					     .secret = cfg.webhook_secret,
+					     .statement_timeout_ms = cfg.db_statement_timeout_ms};
+		if (webhook_start(&wo, &webhook) != METER_OK) {
+			log_error("meterd: cannot start the webhook deliverer");
+			goto out;
+		}
+	}
 	if (http_server_start(&app, &srv, err, sizeof(err)) != METER_OK) {
 		log_error("meterd: %s", err);
 		goto out;
@@ -98,8 +183,20 @@ int main(int argc, char **argv)
 	}
 	status = 0;
 out:
+	/* Checks first: every parked connection gets its answer (or a 503) and
+	 * is resumed before the server stops; new checks get a 503 at once. */
+	collector_stop(collector);
+	checks_engine_stop(checks);
+	webhook_stop(webhook);
+	if (srv) {
+		struct timespec flush = {.tv_nsec = 100 * 1000000L}; /* let answers go out */
+		nanosleep(&flush, NULL);
+	}
 	http_server_stop(srv);
+	checks_engine_free(checks);
 	db_pool_free(pool);
+	if (curl_ready)
+		curl_global_cleanup();
 	if (status == 0)
 		log_info("meterd stopped");
 	return status;

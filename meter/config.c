@@ -8,7 +8,7 @@
 #include "log.h"
 #include "parse.h"
 
-enum opt_kind { OPT_STR, OPT_INT, OPT_LISTEN, OPT_LOG_LEVEL };
+enum opt_kind { OPT_STR, OPT_INT, OPT_LISTEN, OPT_LOG_LEVEL, OPT_BOOL };
 
 struct opt {
 	const char *name;
@@ -24,6 +24,11 @@ struct opt {
 	{                                                                                          \
 		.name = n, .kind = OPT_STR, .offset = offsetof(struct meter_config, field),        \
 		.size = sizeof(((struct meter_config *)0)->field), .secret = sec, .help = h        \
+	}
+#define BOOL_OPT(n, field, h)                                                                      \
+	{                                                                                          \
+		.name = n, .kind = OPT_BOOL, .offset = offsetof(struct meter_config, field),       \
+		.help = h                                                                          \
 	}
 #define INT_OPT(n, field, lo, hi, h)                                                               \
 	{                                                                                          \
@@ -55,6 +60,30 @@ static const struct opt opts[] = {
 	    "bearer token of the control plane (secret)"),
     INT_OPT("db_statement_timeout_ms", db_statement_timeout_ms, 100, 600000,
 	    "PostgreSQL statement timeout, milliseconds"),
+    STR_OPT("session_secret", session_secret, true,
+	    "signs dashboard session cookies; replicas share it (secret; empty = random)"),
+    INT_OPT("session_cookie_secure", session_cookie_secure, 0, 1,
+	    "1 when the dashboard is served over HTTPS (Secure cookie)"),
+    INT_OPT("check_batch_max", check_batch_max, 1, 4096,
+	    "create/wake checks decided in one transaction"),
+    INT_OPT("clock_offset_s", clock_offset_s, -3153600000, 3153600000,
+	    "TEST ONLY: seconds added to the check engine's clock (0 in production)"),
+    STR_OPT("webhook_url", webhook_url, false,
+	    "control plane's webhook URL for limit and outrun events (empty = none)"),
+    STR_OPT("webhook_secret", webhook_secret, true,
+	    "HMAC-SHA256 key of the webhook's Meter-Signature (secret)"),
+    BOOL_OPT("collector", collector, "run the collector: on or off"),
+    BOOL_OPT("api", api, "serve the API: on or off (off: /healthz, /readyz, /metrics only)"),
+    INT_OPT("collector_period_s", collector_period_s, 1, 3600, "seconds between collector rounds"),
+    STR_OPT("cgroup_root", cgroup_root, false,
+	    "cgroup directory whose sub-directories are sandboxes (v2 or v1 cpuacct)"),
+    STR_OPT("agents", agents, false, "host agent base URLs, comma-separated"),
+    STR_OPT("agents_file", agents_file, false, "file of host agent base URLs, one per line"),
+    STR_OPT("host_id", host_id, false, "host id of cgroup samples (default: the hostname)"),
+    INT_OPT("agent_timeout_ms", agent_timeout_ms, 100, 600000,
+	    "timeout of one host agent request, milliseconds"),
+    INT_OPT("collector_backlog_max", collector_backlog_max, 0, 100000000,
+	    "samples kept while the database is down (older rounds are dropped)"),
 };
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -70,6 +99,13 @@ void config_init(struct meter_config *cfg)
 	cfg->connection_timeout_s = 30;
 	cfg->db_pool_size = 8;
 	cfg->db_statement_timeout_ms = 10000;
+	cfg->check_batch_max = 256;
+	cfg->collector = true;
+	cfg->api = true;
+	cfg->collector_period_s = 10;
+	cfg->agent_timeout_ms = 2000;
+	cfg->collector_backlog_max = 1000000;
+	cfg->clock_offset_s = 0;
 }
 
 /* Finds an option by name; '-' and '_' compare equal. NULL when unknown. */
@@ -154,6 +190,18 @@ static enum meter_rc opt_apply(struct meter_config *cfg, const struct opt *o, co
 			return METER_EINVAL;
 		}
 		memcpy(base, value, strlen(value) + 1);
+		return METER_OK;
+	case OPT_BOOL:
+		if (strcmp(value, "on") == 0 || strcmp(value, "true") == 0 ||
+		    strcmp(value, "yes") == 0 || strcmp(value, "1") == 0) {
+			*(bool *)(void *)base = true;
+		} else if (strcmp(value, "off") == 0 || strcmp(value, "false") == 0 ||
+			   strcmp(value, "no") == 0 || strcmp(value, "0") == 0) {
+			*(bool *)(void *)base = false;
+		} else {
+			snprintf(err, errlen, "%s: expected on or off", o->name);
+			return METER_EINVAL;
+		}
 		return METER_OK;
 	case OPT_INT:
 		rc = parse_int64(value, o->min, o->max, (int64_t *)(void *)base);
@@ -360,6 +408,8 @@ void config_usage(const char *prog)
 		printf("  --%-26s %s", o->name, o->help);
 		if (o->kind == OPT_INT)
 			printf(" (default %lld)", (long long)*(const int64_t *)(const void *)base);
+		else if (o->kind == OPT_BOOL)
+			printf(" (default %s)", *(const bool *)(const void *)base ? "on" : "off");
 		else if (*base)
 			printf(" (default %s)", base);
 		printf("\n");

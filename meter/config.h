@@ -27,6 +27,24 @@ struct meter_config {
 	int64_t db_statement_timeout_ms;   /* per statement, on every pool connection */
 	char operator_token[256];	   /* secret; empty = no operator access */
 	char control_plane_token[256];	   /* secret; empty = no control-plane access */
+	char session_secret[256];	   /* secret: signs dashboard sessions; empty = random */
+	int64_t session_cookie_secure;	   /* 1: session cookie only over HTTPS */
+	int64_t check_batch_max;	   /* checks decided in one transaction */
+	int64_t clock_offset_s;		   /* TEST ONLY: shifts the check engine's clock */
+	char webhook_url[CONFIG_STR_MAX];  /* control plane's webhook; empty = none */
+	char webhook_secret[256];	   /* secret: HMAC key of Meter-Signature */
+	/* What this process runs (both by default; either can be off so they
+	 * scale separately). */
+	bool collector; /* the collector thread */
+	bool api;	/* the API routes (off: /healthz, /readyz, /metrics only) */
+	/* The collector's sources and rhythm. */
+	int64_t collector_period_s;	  /* seconds between rounds */
+	char cgroup_root[CONFIG_STR_MAX]; /* cgroup directory of sandboxes; empty = none */
+	char agents[CONFIG_STR_MAX];	  /* host agent base URLs, comma-separated */
+	char agents_file[CONFIG_STR_MAX]; /* file of host agent URLs, one per line */
+	char host_id[128];		  /* host id of cgroup samples; empty = hostname */
+	int64_t agent_timeout_ms;	  /* per agent request */
+	int64_t collector_backlog_max;	  /* samples kept while the database is down */
 };
 
 /* Fills cfg with the defaults. */

@@ -246,13 +246,13 @@ int main(void)
 			spend_events++;
 			CHECK_I64(cu_jint(data, "spent_micros"), 150000);
 			CHECK_I64(cu_jint(data, "limit_micros"), 100000);
-			snprintf(ids[0], sizeof(ids[0]), "%s", reqs[i].event_id);
+			snprintf(ids[0], sizeof(ids[0]), "%.63s", reqs[i].event_id);
 		} else if (reqs[i].status == 200 && type && strcmp(type, "hold_outrun") == 0) {
 			outrun_events++;
 			CHECK_I64(cu_jint(data, "amount_micros"), 20000);
 			CHECK_I64(cu_jint(data, "outrun_micros"), 130000);
 			CHECK_STR(json_string_value(json_object_get(data, "sandbox_id")), "wh-1");
-			snprintf(ids[1], sizeof(ids[1]), "%s", reqs[i].event_id);
+			snprintf(ids[1], sizeof(ids[1]), "%.63s", reqs[i].event_id);
 		}
 		json_decref(b);
 	}

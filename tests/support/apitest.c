@@ -144,7 +144,12 @@ static int apitest_spawn(struct apitest *t, int i, const char *const *extra_args
 		return -1;
 	}
 	snprintf(exe, sizeof(exe), "%s/meterd", bindir);
-	snprintf(s->log_path, sizeof(s->log_path), "%s/apitest-%s-%d.log", bindir, t->db.name, i);
+	{
+		/* s is inside *t: format from a copy, not from t itself. */
+		char name[sizeof(t->db.name)];
+		memcpy(name, t->db.name, sizeof(name));
+		snprintf(s->log_path, sizeof(s->log_path), "%s/apitest-%s-%d.log", bindir, name, i);
+	}
 	snprintf(url_env, sizeof(url_env), "METER_DATABASE_URL=%s", t->db.url);
 	snprintf(op_env, sizeof(op_env), "METER_OPERATOR_TOKEN=%s", t->operator_token);
 	snprintf(cp_env, sizeof(cp_env), "METER_CONTROL_PLANE_TOKEN=%s", t->control_plane_token);

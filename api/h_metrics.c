@@ -1,0 +1,25 @@
+/* meter API: GET /metrics (see h_metrics.h). */
+#include "h_metrics.h"
+
+#include <stdlib.h>
+
+#include "app.h"
+#include "dbpool.h"
+#include "metrics.h"
+
+void h_metrics(struct http_req *req)
+{
+	char *text = NULL;
+	size_t len = 0;
+
+	metrics_describe("meter_db_up", METRICS_GAUGE,
+			 "1 when the last attempt to reach the database from the request pool "
+			 "worked.");
+	metrics_gauge_set("meter_db_up", NULL, db_pool_up(req->app->pool) ? 1 : 0);
+	if (metrics_render(&text, &len) != METER_OK) {
+		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		return;
+	}
+	http_reply_text(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+	free(text);
+}

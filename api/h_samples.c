@@ -1,0 +1,101 @@
+/* meter API: POST /v1/samples (see h_samples.h). */
+#include "h_samples.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent_doc.h"
+#include "app.h"
+#include "dbpool.h"
+#include "ingest.h"
+#include "log.h"
+#include "sample.h"
+
+#define SAMPLES_POOL_WAIT_MS 5000
+
+/* One ingest object for every request of the process: its caches (day
+ * starts per zone, sample partitions) are shared and locked inside. */
+static struct ingest *samples_ing;
+static pthread_once_t samples_once = PTHREAD_ONCE_INIT;
+
+static void samples_init(void)
+{
+	samples_ing = ingest_new(NULL);
+}
+
+static int64_t samples_now_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* 400 invalid_request with the field named by err ("field: reason"). */
+static void samples_bad(struct http_req *req, const char *err)
+{
+	const char *colon = strstr(err, ": ");
+	char field[128];
+
+	if (colon && (size_t)(colon - err) < sizeof(field)) {
+		memcpy(field, err, (size_t)(colon - err));
+		field[colon - err] = '\0';
+	} else {
+		snprintf(field, sizeof(field), "body");
+	}
+	http_reply_error(req, 400, "invalid_request", err, json_pack("{s:s}", "field", field));
+}
+
+void h_samples_push(struct http_req *req)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	char err[512];
+	PGconn *conn = NULL;
+	enum meter_rc rc;
+
+	sample_batch_init(&b);
+	if (!req->body || req->body_len == 0) {
+		samples_bad(req, "body: a JSON agent document is required");
+		return;
+	}
+	rc = agent_doc_parse(req->body, req->body_len, samples_now_usec(), &b, err, sizeof(err));
+	if (rc != METER_OK) {
+		samples_bad(req, err);
+		goto out;
+	}
+	pthread_once(&samples_once, samples_init);
+	if (!samples_ing) {
+		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		goto out;
+	}
+	if (db_pool_acquire(req->app->pool, SAMPLES_POOL_WAIT_MS, &conn) != METER_OK) {
+		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
+		goto out;
+	}
+	rc = ingest_batches(samples_ing, conn, &b, 1, &st, err, sizeof(err));
+	db_pool_release(req->app->pool, conn, db_conn_failed(conn));
+	switch (rc) {
+	case METER_OK:
+		http_reply_json(req, 200,
+				json_pack("{s:I,s:I,s:I}", "accepted", (json_int_t)st.accepted,
+					  "ignored", (json_int_t)st.ignored, "anomalies",
+					  (json_int_t)st.anomalies));
+		break;
+	case METER_EINVAL:
+	case METER_ERANGE:
+		log_warn("samples: document of host %s refused: %s", b.host_id, err);
+		http_reply_error(req, 400, "invalid_request", err,
+				 json_pack("{s:s}", "field", "sandboxes"));
+		break;
+	default:
+		log_warn("samples: document of host %s not ingested: %s", b.host_id, err);
+		http_reply_error(req, 503, "metering_unavailable", "metering database unavailable",
+				 NULL);
+		break;
+	}
+out:
+	sample_batch_release(&b);
+}

@@ -1,0 +1,61 @@
+/* meter: the collector (DESIGN.md §3): a thread that, every period, reads the
+ * configured sources and ingests what they returned (meter/ingest.h).
+ *
+ * Sources, each optional:
+ * - a cgroup directory (cgroup_root): every sub-directory is a sandbox
+ *   (meter/source_cgroup.h), stamped with host_id; sizes the cgroup does not
+ *   give come from the sandbox record, else vcpus = this machine's CPU count
+ *   and memory 0;
+ * - host agents over HTTP (agents: comma-separated base URLs, and/or
+ *   agents_file: one per line), polled in parallel (meter/source_agents.h).
+ *
+ * Two threads: one reads the sources every period (a round), the other
+ * ingests everything read so far in one transaction: one round normally,
+ * several at once when ingestion fell behind (which also amortises the
+ * per-sandbox accounting). When the database is down or fails, the batches
+ * are kept and retried a second later together with whatever came since, up
+ * to backlog_max samples; past that the oldest
+ * rounds are dropped and their usage is caught up from the cumulative CPU
+ * counters by the next sample of each sandbox (both ways are exact; a
+ * dropped round only loses the per-interval floor granularity of the gap,
+ * which is then billed as one longer interval). A batch the database refuses
+ * as data is isolated (the round is retried batch by batch) and dropped with
+ * a logged reason; the others are ingested. Never fatal: errors are logged
+ * and counted in /metrics. */
+#ifndef METER_COLLECTOR_H
+#define METER_COLLECTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rc.h"
+
+struct collector_opts {
+	const char *database_url;     /* borrowed for the collector's life */
+	int64_t statement_timeout_ms; /* on the collector's own connection */
+	int64_t period_s;	      /* >= 1 */
+	const char *cgroup_root;      /* "" or NULL: no cgroup source */
+	const char *host_id;	      /* id of this machine for cgroup samples */
+	const char *agents;	      /* "" or NULL: none */
+	const char *agents_file;      /* "" or NULL: none */
+	int64_t agent_timeout_ms;
+	int64_t backlog_max; /* samples kept across a database outage */
+};
+
+struct collector;
+
+/* Validates the options, loads the agents' URLs and starts the thread. With
+ * no source configured *out is NULL and METER_OK is returned (nothing to
+ * do). err gets a reason on failure (bad host_id, unreadable agents_file). */
+METER_MUSTCHECK enum meter_rc collector_start(const struct collector_opts *o,
+					      struct collector **out, char *err, size_t errlen);
+
+/* Stops the thread (after the round in progress) and frees everything.
+ * NULL is fine. */
+void collector_stop(struct collector *c);
+
+/* Makes hostname-like text an id (1-64 of A-Z a-z 0-9 _ . -): other bytes
+ * become '-', the rest is cut. "" becomes "localhost". */
+void collector_host_id(const char *text, char *out, size_t outlen);
+
+#endif

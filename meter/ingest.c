@@ -1,0 +1,2421 @@
+/* meter: ingestion of sample batches (see ingest.h).
+ *
+ * One call, one transaction:
+ *   0. (before it, autocommit, cached) the daily sample partitions;
+ *   1. BEGIN; the price book;
+ *   2. sandbox_meter rows locked FOR UPDATE in (account, sandbox) order, read
+ *      with their sandboxes rows (attribution, sizes) and the key's zone;
+ *      the sandboxes rows of new sandboxes, creating the missing ones;
+ *   3. lifecycle events in (watermark, newest sample];
+ *   4. day starts of the zones involved (cache, else PostgreSQL);
+ *   5. the arithmetic, in C, per sandbox in time order;
+ *   6. writes: raw samples (binary COPY), sandbox_meter (UPDATE by the
+ *      locked rows' ctid, INSERT of new ones, counts checked), usage_hourly
+ *      (UPDATE of the rows that exist, INSERT of the others), then
+ *      meter_ledger_spend and ingest_watermarks; COMMIT.
+ * Rows other than samples travel as binary array parameters expanded by
+ * unnest(): no text to parse on the server, no temp tables, one statement
+ * per table. A call costs about a dozen round trips, whatever its size.
+ * Times are UTC µs since the Unix epoch (int64) in C, timestamptz in SQL;
+ * days are days since 1970-01-01 in C, date in SQL. */
+#include "ingest.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dbpool.h"
+#include "log.h"
+#include "metrics.h"
+#include "parse.h"
+#include "usage.h"
+
+#define ING_HOUR_USEC	  INT64_C(3600000000)
+#define ING_DAY_USEC	  INT64_C(86400000000)
+#define ING_PG_EPOCH_USEC INT64_C(946684800000000) /* 2000-01-01 in Unix µs */
+#define ING_PG_EPOCH_DAYS 10957			   /* 2000-01-01 in Unix days */
+#define ING_ZONE_MAX	  128
+#define ING_ZONE_DAYS_MAX 4000 /* days kept per zone in the cache */
+#define ING_PARTS_MAX	  4096 /* partition days remembered */
+#define ING_TRIES	  4    /* one try and three retries */
+#define ING_COPY_CHUNK	  (1024 * 1024)
+#define ING_VERSION_NONE  (-1)
+
+/* Cached day starts of one zone: start[i] is when day d0 + i begins. */
+struct ing_zone {
+	char name[ING_ZONE_MAX];
+	int32_t d0;
+	size_t n;
+	int64_t *start; /* owned */
+	/* Per call only: the span of instants the call needs. */
+	bool need;
+	int64_t lo, hi;
+};
+
+struct ingest {
+	struct ingest_opts opts;
+	pthread_mutex_t mu; /* guards everything below */
+	struct ing_zone *zones;
+	size_t nzones, zcap;
+	int32_t *parts; /* sorted UTC days whose sample partition exists */
+	size_t nparts, pcap;
+};
+
+/* ---- small utilities ------------------------------------------------------ */
+
+/* Grows *p (elements of size elem, capacity *cap) to hold need elements. */
+static bool ing_grow(void *pp, size_t *cap, size_t need, size_t elem)
+{
+	void **p = pp;
+	size_t c = *cap ? *cap : 16;
+	void *q;
+
+	if (need <= *cap)
+		return true;
+	while (c < need)
+		c *= 2;
+	q = realloc(*p, c * elem);
+	if (!q)
+		return false;
+	*p = q;
+	*cap = c;
+	return true;
+}
+
+/* A growable byte buffer; oom latches. */
+struct ing_buf {
+	char *p;
+	size_t n, cap;
+	bool oom;
+};
+
+static void buf_put(struct ing_buf *b, const void *data, size_t len)
+{
+	if (b->oom)
+		return;
+	if (!ing_grow(&b->p, &b->cap, b->n + len + 1, 1)) {
+		b->oom = true;
+		return;
+	}
+	memcpy(b->p + b->n, data, len);
+	b->n += len;
+	b->p[b->n] = '\0';
+}
+
+static void buf_str(struct ing_buf *b, const char *s)
+{
+	buf_put(b, s, strlen(s));
+}
+
+static void buf_reset(struct ing_buf *b)
+{
+	b->n = 0;
+	b->oom = false;
+	if (b->p)
+		b->p[0] = '\0';
+}
+
+static void buf_release(struct ing_buf *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof(*b));
+}
+
+static void buf_be16(struct ing_buf *b, int16_t v)
+{
+	uint16_t u = (uint16_t)v;
+	unsigned char x[2] = {(unsigned char)(u >> 8), (unsigned char)u};
+
+	buf_put(b, x, 2);
+}
+
+static void buf_be32(struct ing_buf *b, int32_t v)
+{
+	uint32_t u = (uint32_t)v;
+	unsigned char x[4] = {(unsigned char)(u >> 24), (unsigned char)(u >> 16),
+			      (unsigned char)(u >> 8), (unsigned char)u};
+
+	buf_put(b, x, 4);
+}
+
+static void buf_be64(struct ing_buf *b, int64_t v)
+{
+	uint64_t u = (uint64_t)v;
+	unsigned char x[8];
+
+	for (int i = 0; i < 8; i++)
+		x[i] = (unsigned char)(u >> (56 - 8 * i));
+	buf_put(b, x, 8);
+}
+
+/* Binary COPY (PostgreSQL's "PGCOPY" format): header, tuples, trailer. */
+static void copy_header(struct ing_buf *b)
+{
+	static const char sig[11] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', '\377', '\r', '\n', '\0'};
+
+	buf_put(b, sig, sizeof(sig));
+	buf_be32(b, 0); /* flags */
+	buf_be32(b, 0); /* header extension */
+}
+
+static void copy_trailer(struct ing_buf *b)
+{
+	buf_be16(b, -1);
+}
+
+static void copy_text(struct ing_buf *b, const char *s)
+{
+	size_t n = strlen(s);
+
+	buf_be32(b, (int32_t)n);
+	buf_put(b, s, n);
+}
+
+static void copy_null(struct ing_buf *b)
+{
+	buf_be32(b, -1);
+}
+
+static void copy_i64(struct ing_buf *b, int64_t v)
+{
+	buf_be32(b, 8);
+	buf_be64(b, v);
+}
+
+static void copy_i32(struct ing_buf *b, int32_t v)
+{
+	buf_be32(b, 4);
+	buf_be32(b, v);
+}
+
+static void copy_ts(struct ing_buf *b, int64_t usec)
+{
+	copy_i64(b, usec - ING_PG_EPOCH_USEC);
+}
+
+static void copy_date(struct ing_buf *b, int32_t day)
+{
+	copy_i32(b, day - ING_PG_EPOCH_DAYS);
+}
+
+/* floor(a / b) for b > 0. */
+static int64_t ing_floordiv(int64_t a, int64_t b)
+{
+	int64_t q = a / b;
+
+	return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+/* "YYYY-MM-DD HH:MM:SS.ffffff+00" for UTC µs. */
+static void ing_fmt_time(int64_t usec, char *buf, size_t len)
+{
+	time_t secs = (time_t)ing_floordiv(usec, 1000000);
+	int64_t frac = usec - (int64_t)secs * 1000000;
+	struct tm tm;
+
+	gmtime_r(&secs, &tm);
+	snprintf(buf, len, "%04d-%02d-%02d %02d:%02d:%02d.%06" PRId64 "+00", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+}
+
+/* "YYYY-MM-DD" for a day number (days since 1970-01-01). */
+static void ing_fmt_day(int32_t day, char *buf, size_t len)
+{
+	time_t secs = (time_t)day * 86400;
+	struct tm tm;
+
+	gmtime_r(&secs, &tm);
+	snprintf(buf, len, "%04d-%02d-%02d", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+}
+
+/* Text array literals for parameters: {"a","b"} or {1,2}. */
+static void arr_open(struct ing_buf *b)
+{
+	buf_reset(b);
+	buf_str(b, "{");
+}
+
+static void arr_sep(struct ing_buf *b)
+{
+	if (b->n > 1)
+		buf_str(b, ",");
+}
+
+static void arr_text(struct ing_buf *b, const char *s)
+{
+	arr_sep(b);
+	buf_str(b, "\"");
+	for (const char *p = s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			buf_put(b, "\\", 1);
+		buf_put(b, p, 1);
+	}
+	buf_str(b, "\"");
+}
+
+static void arr_i64(struct ing_buf *b, int64_t v)
+{
+	char t[24];
+
+	snprintf(t, sizeof(t), "%" PRId64, v);
+	arr_sep(b);
+	buf_str(b, t);
+}
+
+static void arr_time(struct ing_buf *b, int64_t usec)
+{
+	char t[128];
+
+	ing_fmt_time(usec, t, sizeof(t));
+	arr_text(b, t);
+}
+
+static void arr_close(struct ing_buf *b)
+{
+	buf_str(b, "}");
+}
+
+/* Binary array parameters (array_recv's format): the server reads them
+ * without parsing text. Header: ndim, has-null flag, element type, then
+ * length and lower bound of the one dimension; elements as in binary COPY. */
+#define OID_BOOL	16
+#define OID_INT8	20
+#define OID_INT4	23
+#define OID_TEXT	25
+#define OID_DATE	1082
+#define OID_TIMESTAMPTZ 1184
+#define OID_TID		27
+#define OID_TID_ARR	1010
+#define OID_BOOL_ARR	1000
+#define OID_INT4_ARR	1007
+#define OID_TEXT_ARR	1009
+#define OID_INT8_ARR	1016
+#define OID_DATE_ARR	1182
+#define OID_TSTZ_ARR	1185
+#define ING_NARR	20
+
+struct ing_barr {
+	struct ing_buf b;
+	Oid array_type;
+	int32_t n;
+	bool nulls;
+};
+
+static void barr_start(struct ing_barr *a, Oid array_type, Oid elem)
+{
+	buf_reset(&a->b);
+	a->array_type = array_type;
+	a->n = 0;
+	a->nulls = false;
+	buf_be32(&a->b, 1);		/* ndim */
+	buf_be32(&a->b, 0);		/* has nulls: patched */
+	buf_be32(&a->b, (int32_t)elem); /* element type */
+	buf_be32(&a->b, 0);		/* length: patched */
+	buf_be32(&a->b, 1);		/* lower bound */
+}
+
+/* Patches the header; after the last element. */
+static void barr_finish(struct ing_barr *a)
+{
+	if (a->b.oom || a->b.n < 20)
+		return;
+	for (int i = 0; i < 4; i++) {
+		a->b.p[4 + i] = (char)(i == 3 && a->nulls);
+		a->b.p[12 + i] = (char)((uint32_t)a->n >> (24 - 8 * i));
+	}
+}
+
+static void barr_text(struct ing_barr *a, const char *s)
+{
+	copy_text(&a->b, s);
+	a->n++;
+}
+
+static void barr_null(struct ing_barr *a)
+{
+	copy_null(&a->b);
+	a->nulls = true;
+	a->n++;
+}
+
+static void barr_i64(struct ing_barr *a, int64_t v)
+{
+	copy_i64(&a->b, v);
+	a->n++;
+}
+
+static void barr_i32(struct ing_barr *a, int32_t v)
+{
+	copy_i32(&a->b, v);
+	a->n++;
+}
+
+static void barr_ts(struct ing_barr *a, int64_t usec)
+{
+	copy_ts(&a->b, usec);
+	a->n++;
+}
+
+static void barr_tid(struct ing_barr *a, uint32_t block, uint16_t offset)
+{
+	unsigned char x[6] = {(unsigned char)(block >> 24), (unsigned char)(block >> 16),
+			      (unsigned char)(block >> 8),  (unsigned char)block,
+			      (unsigned char)(offset >> 8), (unsigned char)offset};
+
+	buf_be32(&a->b, 6);
+	buf_put(&a->b, x, 6);
+	a->n++;
+}
+
+static void barr_date(struct ing_barr *a, int32_t day)
+{
+	copy_date(&a->b, day);
+	a->n++;
+}
+
+/* ---- the object and its caches --------------------------------------------- */
+
+void ingest_opts_init(struct ingest_opts *o)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	o->default_vcpus = n >= 1 && n <= 1024 ? (int32_t)n : 1;
+}
+
+struct ingest *ingest_new(const struct ingest_opts *o)
+{
+	struct ingest *ing = calloc(1, sizeof(*ing));
+
+	if (!ing)
+		return NULL;
+	if (o)
+		ing->opts = *o;
+	else
+		ingest_opts_init(&ing->opts);
+	if (ing->opts.default_vcpus < 1 || ing->opts.default_vcpus > 1024)
+		ing->opts.default_vcpus = 1;
+	pthread_mutex_init(&ing->mu, NULL);
+	return ing;
+}
+
+void ingest_free(struct ingest *ing)
+{
+	if (!ing)
+		return;
+	for (size_t i = 0; i < ing->nzones; i++)
+		free(ing->zones[i].start);
+	free(ing->zones);
+	free(ing->parts);
+	pthread_mutex_destroy(&ing->mu);
+	free(ing);
+}
+
+static bool parts_has(const struct ingest *ing, int32_t day)
+{
+	size_t lo = 0, hi = ing->nparts;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (ing->parts[mid] == day)
+			return true;
+		if (ing->parts[mid] < day)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/* Remembers day (lock held). Forgets everything when full: the database
+ * function is idempotent, forgetting only costs a call. */
+static void parts_add(struct ingest *ing, int32_t day)
+{
+	size_t i;
+
+	if (parts_has(ing, day))
+		return;
+	if (ing->nparts >= ING_PARTS_MAX)
+		ing->nparts = 0;
+	if (!ing_grow(&ing->parts, &ing->pcap, ing->nparts + 1, sizeof(*ing->parts)))
+		return;
+	for (i = ing->nparts; i > 0 && ing->parts[i - 1] > day; i--)
+		ing->parts[i] = ing->parts[i - 1];
+	ing->parts[i] = day;
+	ing->nparts++;
+}
+
+/* ---- one call -------------------------------------------------------------- */
+
+struct ing_price {
+	int32_t version;
+	int64_t from_usec;
+	struct price_rates rates;
+};
+
+struct ing_event {
+	int64_t at;
+	enum sandbox_state state;
+};
+
+struct ing_item {
+	const struct meter_sample *s;
+	uint32_t sbx;
+	uint32_t batch;
+	uint32_t seq;
+};
+
+struct ing_sbx {
+	const char *id;	     /* borrowed from a sample */
+	const char *doc_key; /* first key_id the samples gave, "" when none */
+	size_t first, n;     /* items[first .. first + n) after sorting */
+	int64_t min_at, max_at;
+	/* Hints for creating the sandboxes row. */
+	int32_t hint_vcpus;
+	int64_t hint_memory_mib, hint_storage_mib;
+	enum sandbox_state hint_state;
+	/* From the sandboxes row. */
+	bool found;
+	char account[PARSE_ID_MAX + 1];
+	char key[PARSE_ID_MAX + 1]; /* "" when none */
+	int zone;
+	int32_t row_vcpus;
+	int64_t row_memory_mib, row_storage_mib;
+	/* sandbox_meter: state before the call, then as updated. */
+	bool had_meter;
+	uint32_t tid_block; /* ctid of the locked meter row */
+	uint16_t tid_offset;
+	bool has_prev;
+	bool changed;
+	struct usage_sample last;
+	int32_t version; /* ING_VERSION_NONE before the first priced piece */
+	struct usage_carry carry;
+	int64_t cum[3];
+	size_t ev_off, ev_n, ev_pos;
+};
+
+struct ing_piece {
+	int64_t a, b;
+	enum sandbox_state state;
+	size_t vi; /* index into prices */
+	int64_t cpu_usec;
+};
+
+struct ing_sub {
+	int64_t hour;
+	int32_t day;
+	size_t vi;
+	struct usage_qty q;
+};
+
+struct ing_usage_row {
+	uint32_t sbx;
+	int64_t hour;
+	int32_t version;
+	int32_t day;
+	struct usage_qty q;
+	struct usage_cost c;
+	int64_t cum[3];
+};
+
+struct ing_spend {
+	uint32_t sbx;
+	int32_t day;
+	int64_t micros;
+};
+
+struct ing_host {
+	const char *host_id;
+	int64_t last_at;
+	int64_t batches;
+};
+
+struct ing_call {
+	struct ingest *ing;
+	PGconn *conn;
+	const struct sample_batch *batches;
+	size_t nbatches;
+	char *err;
+	size_t errlen;
+	char sqlstate[6];
+	bool retry; /* the failure is worth another try */
+
+	struct ing_item *items;
+	size_t nitems;
+	struct ing_sbx *sbx;
+	size_t nsbx, sbx_cap;
+	uint32_t *map; /* open addressing: sbx index + 1, 0 = empty */
+	size_t mapcap;
+
+	struct ing_price *prices;
+	size_t nprices, prices_cap;
+	struct ing_zone *zones; /* copies for this call */
+	size_t nzones, zcap;
+	struct ing_event *events;
+	size_t nevents, ev_cap;
+
+	struct ing_piece *pieces;
+	size_t npieces, pieces_cap;
+	struct ing_sub *subs;
+	size_t nsubs, subs_cap;
+	struct ing_usage_row *rows;
+	size_t nrows, rows_cap;
+	struct ing_spend *spend;
+	size_t nspend, spend_cap;
+	bool *batch_accepted;
+
+	struct ing_barr arr[ING_NARR];	       /* binary array parameters */
+	struct ing_buf samples;		       /* binary COPY of samples */
+	struct ing_buf a1, a2, a3, a4, a5, a6; /* array literals */
+
+	struct ingest_stats st;
+};
+
+/* Records a failure: err, sqlstate, whether to retry. */
+static void ing_fail(struct ing_call *c, const char *what, const PGresult *res)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	const char *msg = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+	size_t n;
+
+	if (!msg || !*msg)
+		msg = PQerrorMessage(c->conn);
+	snprintf(c->sqlstate, sizeof(c->sqlstate), "%s", state ? state : "");
+	snprintf(c->err, c->errlen, "%s: %s", what, msg ? msg : "unknown error");
+	n = strlen(c->err);
+	while (n > 0 && (c->err[n - 1] == '\n' || c->err[n - 1] == ' '))
+		c->err[--n] = '\0';
+	for (char *p = c->err; *p; p++)
+		if (*p == '\n' || *p == '\t')
+			*p = ' ';
+	/* Deadlock, serialization failure, or the unique index of a row a
+	 * concurrent transaction created first: worth another try. */
+	if (strcmp(c->sqlstate, "40P01") == 0 || strcmp(c->sqlstate, "40001") == 0 ||
+	    strcmp(c->sqlstate, "23505") == 0)
+		c->retry = true;
+}
+
+/* Runs sql with text parameters; *out (may be NULL) gets the result when its
+ * status is want. */
+static enum meter_rc ing_q(struct ing_call *c, const char *what, const char *sql, int nparams,
+			   const char *const *params, ExecStatusType want, PGresult **out)
+{
+	PGresult *res = PQexecParams(c->conn, sql, nparams, NULL, params, NULL, NULL, 0);
+
+	if (out)
+		*out = NULL;
+	if (PQresultStatus(res) != want) {
+		ing_fail(c, what, res);
+		PQclear(res);
+		return METER_EDB;
+	}
+	if (out)
+		*out = res;
+	else
+		PQclear(res);
+	return METER_OK;
+}
+
+/* Starts the binary array parameters arr[0..n) with these array types. */
+static void ing_arrays(struct ing_call *c, int n, const Oid *types)
+{
+	for (int i = 0; i < n; i++) {
+		Oid elem = OID_TEXT;
+		switch (types[i]) {
+		case OID_INT8_ARR:
+			elem = OID_INT8;
+			break;
+		case OID_INT4_ARR:
+			elem = OID_INT4;
+			break;
+		case OID_TSTZ_ARR:
+			elem = OID_TIMESTAMPTZ;
+			break;
+		case OID_DATE_ARR:
+			elem = OID_DATE;
+			break;
+		case OID_BOOL_ARR:
+			elem = OID_BOOL;
+			break;
+		case OID_TID_ARR:
+			elem = OID_TID;
+			break;
+		default:
+			break;
+		}
+		barr_start(&c->arr[i], types[i], elem);
+	}
+}
+
+/* Runs sql with the binary array parameters arr[0..n) followed by ntext
+ * text parameters. */
+static enum meter_rc ing_qa(struct ing_call *c, const char *what, const char *sql, int n, int ntext,
+			    const char *const *text, ExecStatusType want, PGresult **out)
+{
+	Oid types[ING_NARR + 4];
+	const char *values[ING_NARR + 4];
+	int lengths[ING_NARR + 4], formats[ING_NARR + 4];
+	PGresult *res;
+
+	if (out)
+		*out = NULL;
+	for (int i = 0; i < n; i++) {
+		barr_finish(&c->arr[i]);
+		if (c->arr[i].b.oom) {
+			snprintf(c->err, c->errlen, "%s: out of memory", what);
+			return METER_ENOMEM;
+		}
+		types[i] = c->arr[i].array_type;
+		values[i] = c->arr[i].b.p;
+		lengths[i] = (int)c->arr[i].b.n;
+		formats[i] = 1;
+	}
+	for (int i = 0; i < ntext; i++) {
+		types[n + i] = 0;
+		values[n + i] = text[i];
+		lengths[n + i] = 0;
+		formats[n + i] = 0;
+	}
+	res = PQexecParams(c->conn, sql, n + ntext, types, values, lengths, formats, 0);
+	if (PQresultStatus(res) != want) {
+		ing_fail(c, what, res);
+		PQclear(res);
+		return METER_EDB;
+	}
+	if (out)
+		*out = res;
+	else
+		PQclear(res);
+	return METER_OK;
+}
+
+/* Sends buf through COPY ... FROM STDIN (sql). */
+static enum meter_rc ing_copy(struct ing_call *c, const char *what, const char *sql,
+			      const struct ing_buf *buf)
+{
+	PGresult *res = PQexec(c->conn, sql);
+	enum meter_rc rc = METER_OK;
+
+	if (PQresultStatus(res) != PGRES_COPY_IN) {
+		ing_fail(c, what, res);
+		PQclear(res);
+		return METER_EDB;
+	}
+	PQclear(res);
+	for (size_t off = 0; off < buf->n;) {
+		size_t k = buf->n - off < ING_COPY_CHUNK ? buf->n - off : ING_COPY_CHUNK;
+		if (PQputCopyData(c->conn, buf->p + off, (int)k) != 1) {
+			ing_fail(c, what, NULL);
+			rc = METER_EDB;
+			break;
+		}
+		off += k;
+	}
+	if (PQputCopyEnd(c->conn, rc == METER_OK ? NULL : "aborted") != 1 && rc == METER_OK) {
+		ing_fail(c, what, NULL);
+		rc = METER_EDB;
+	}
+	while ((res = PQgetResult(c->conn)) != NULL) {
+		if (rc == METER_OK && PQresultStatus(res) != PGRES_COMMAND_OK) {
+			ing_fail(c, what, res);
+			rc = METER_EDB;
+		}
+		PQclear(res);
+	}
+	return rc;
+}
+
+static enum meter_rc ing_i64(const PGresult *res, int row, int col, int64_t *out)
+{
+	if (PQgetisnull(res, row, col))
+		return METER_EINVAL;
+	return parse_int64(PQgetvalue(res, row, col), INT64_MIN, INT64_MAX, out);
+}
+
+static uint64_t ing_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h;
+}
+
+/* Index of sandbox id in c->sbx, or -1. */
+static long ing_find(const struct ing_call *c, const char *id)
+{
+	size_t i = (size_t)ing_hash(id) & (c->mapcap - 1);
+
+	for (; c->map[i]; i = (i + 1) & (c->mapcap - 1))
+		if (strcmp(c->sbx[c->map[i] - 1].id, id) == 0)
+			return (long)c->map[i] - 1;
+	return -1;
+}
+
+static int ing_item_cmp(const void *x, const void *y)
+{
+	const struct ing_item *a = x, *b = y;
+
+	if (a->sbx != b->sbx)
+		return a->sbx < b->sbx ? -1 : 1;
+	if (a->s->u.at_usec != b->s->u.at_usec)
+		return a->s->u.at_usec < b->s->u.at_usec ? -1 : 1;
+	if (a->batch != b->batch)
+		return a->batch < b->batch ? -1 : 1;
+	return a->seq < b->seq ? -1 : (a->seq > b->seq);
+}
+
+/* Checks one sample from a source; err names what is wrong. */
+static enum meter_rc ing_check_sample(struct ing_call *c, const struct sample_batch *b,
+				      const struct meter_sample *s)
+{
+	const struct usage_sample *u = &s->u;
+	const char *what = NULL;
+
+	if (!parse_is_id(s->sandbox_id))
+		what = "sandbox_id";
+	else if (s->key_id[0] && !parse_is_id(s->key_id))
+		what = "key_id";
+	else if (u->at_usec < 0)
+		what = "sampled_at";
+	else if ((unsigned)u->state > SANDBOX_STOPPED)
+		what = "state";
+	else if (u->cpu_usec < 0)
+		what = "cpu_usec";
+	else if (u->memory_mib < 0 && u->memory_mib != SAMPLE_UNKNOWN)
+		what = "memory_mib";
+	else if (u->storage_mib < 0 && u->storage_mib != SAMPLE_UNKNOWN)
+		what = "storage_mib";
+	else if (u->vcpus < 0 || u->vcpus > 1024)
+		what = "vcpus";
+	if (!what)
+		return METER_OK;
+	snprintf(c->err, c->errlen, "batch of host %.64s: sandbox %.64s: bad %s", b->host_id,
+		 s->sandbox_id, what);
+	return METER_EINVAL;
+}
+
+/* Builds items, sandboxes and the id map from the batches. */
+static enum meter_rc ing_prepare(struct ing_call *c)
+{
+	size_t total = 0, k = 0;
+
+	for (size_t i = 0; i < c->nbatches; i++) {
+		if (!parse_is_id(c->batches[i].host_id)) {
+			snprintf(c->err, c->errlen, "batch %zu: bad host_id", i);
+			return METER_EINVAL;
+		}
+		for (size_t j = 0; j < c->batches[i].n; j++) {
+			enum meter_rc rc =
+			    ing_check_sample(c, &c->batches[i], &c->batches[i].items[j]);
+			if (rc != METER_OK)
+				return rc;
+		}
+		total += c->batches[i].n;
+	}
+	if (total > UINT32_MAX / 4) {
+		snprintf(c->err, c->errlen, "too many samples in one call");
+		return METER_ERANGE;
+	}
+	c->st.samples = total;
+	if (total == 0)
+		return METER_OK;
+	c->items = calloc(total, sizeof(*c->items));
+	c->batch_accepted = calloc(c->nbatches, sizeof(*c->batch_accepted));
+	c->mapcap = 16;
+	while (c->mapcap < total * 2)
+		c->mapcap *= 2;
+	c->map = calloc(c->mapcap, sizeof(*c->map));
+	if (!c->items || !c->map || !c->batch_accepted)
+		return METER_ENOMEM;
+	for (size_t i = 0; i < c->nbatches; i++) {
+		for (size_t j = 0; j < c->batches[i].n; j++) {
+			const struct meter_sample *s = &c->batches[i].items[j];
+			long x = ing_find(c, s->sandbox_id);
+			struct ing_sbx *sb;
+
+			if (x < 0) {
+				size_t h = (size_t)ing_hash(s->sandbox_id) & (c->mapcap - 1);
+				while (c->map[h])
+					h = (h + 1) & (c->mapcap - 1);
+				/* Sandboxes, not samples: a call with several
+				 * rounds has many samples per sandbox. */
+				if (!ing_grow(&c->sbx, &c->sbx_cap, c->nsbx + 1, sizeof(*c->sbx)))
+					return METER_ENOMEM;
+				x = (long)c->nsbx++;
+				c->map[h] = (uint32_t)x + 1;
+				sb = &c->sbx[x];
+				memset(sb, 0, sizeof(*sb));
+				sb->id = s->sandbox_id;
+				sb->doc_key = "";
+				sb->min_at = s->u.at_usec;
+				sb->max_at = s->u.at_usec;
+				sb->hint_vcpus =
+				    s->u.vcpus > 0 ? s->u.vcpus : c->ing->opts.default_vcpus;
+				sb->hint_memory_mib = s->u.memory_mib >= 0 ? s->u.memory_mib : 0;
+				sb->hint_storage_mib = s->u.storage_mib >= 0 ? s->u.storage_mib : 0;
+				sb->hint_state = s->u.state;
+			}
+			sb = &c->sbx[x];
+			if (!sb->doc_key[0] && s->key_id[0])
+				sb->doc_key = s->key_id;
+			if (s->u.at_usec < sb->min_at)
+				sb->min_at = s->u.at_usec;
+			if (s->u.at_usec > sb->max_at)
+				sb->max_at = s->u.at_usec;
+			c->items[k].s = s;
+			c->items[k].sbx = (uint32_t)x;
+			c->items[k].batch = (uint32_t)i;
+			c->items[k].seq = (uint32_t)j;
+			k++;
+		}
+	}
+	c->nitems = k;
+	qsort(c->items, c->nitems, sizeof(*c->items), ing_item_cmp);
+	for (size_t i = 0; i < c->nitems; i++) {
+		struct ing_sbx *sb = &c->sbx[c->items[i].sbx];
+		if (sb->n == 0)
+			sb->first = i;
+		sb->n++;
+	}
+	return METER_OK;
+}
+
+/* Makes sure the daily partitions of every sample's UTC day exist, in a
+ * short transaction of their own before the ingestion's (DDL there would
+ * hold the parent's lock for the whole ingestion). */
+static enum meter_rc ing_partitions(struct ing_call *c)
+{
+	int32_t lo = INT32_MAX, hi = INT32_MIN;
+	char d0[64], d1[64];
+	const char *params[2] = {d0, d1};
+	enum meter_rc rc;
+	bool missing = false;
+
+	pthread_mutex_lock(&c->ing->mu);
+	for (size_t i = 0; i < c->nitems; i++) {
+		int32_t d = (int32_t)ing_floordiv(c->items[i].s->u.at_usec, ING_DAY_USEC);
+		if (parts_has(c->ing, d))
+			continue;
+		missing = true;
+		if (d < lo)
+			lo = d;
+		if (d > hi)
+			hi = d;
+	}
+	pthread_mutex_unlock(&c->ing->mu);
+	if (!missing)
+		return METER_OK;
+	if (hi - lo >= 1000)
+		lo = hi - 999; /* older days fall into samples_default: still stored */
+	ing_fmt_day(lo, d0, sizeof(d0));
+	ing_fmt_day(hi, d1, sizeof(d1));
+	rc = ing_q(c, "sample partitions",
+		   "SELECT meter_ensure_sample_partitions($1::date, $2::date)", 2, params,
+		   PGRES_TUPLES_OK, NULL);
+	if (rc != METER_OK)
+		return rc;
+	pthread_mutex_lock(&c->ing->mu);
+	for (int32_t d = lo; d <= hi; d++)
+		parts_add(c->ing, d);
+	pthread_mutex_unlock(&c->ing->mu);
+	return METER_OK;
+}
+
+static const char SQL_BEGIN[] = "BEGIN";
+
+static const char SQL_PRICES[] =
+    "SELECT version, (extract(epoch FROM effective_from) * 1000000)::bigint,"
+    " cpu_micros_per_vcpu_hour, memory_micros_per_gib_hour, storage_micros_per_gib_hour,"
+    " floor_millicores FROM price_book ORDER BY effective_from";
+
+static const char SQL_SANDBOXES[] =
+    "SELECT sb.sandbox_id, sb.account_id, COALESCE(sb.key_id, ''), sb.vcpus, sb.memory_mib,"
+    " sb.storage_mib, COALESCE(k.time_zone, 'UTC')"
+    " FROM unnest($1::text[]) AS q(s)"
+    " JOIN sandboxes sb ON sb.sandbox_id = q.s"
+    " LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id";
+
+static const char SQL_SANDBOXES_CREATE[] =
+    "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, storage_mib,"
+    " state)"
+    " SELECT COALESCE(k.account_id, 'unattributed'), q.s, k.key_id, q.v, q.m, q.st, q.state"
+    " FROM unnest($1::text[], $2::text[], $3::integer[], $4::bigint[], $5::bigint[],"
+    "             $6::text[]) AS q(s, kid, v, m, st, state)"
+    " LEFT JOIN api_keys k ON k.key_id = NULLIF(q.kid, '')"
+    " ORDER BY q.s"
+    " ON CONFLICT DO NOTHING";
+
+/* Attribution, sizes, zone and the collector state of the sandboxes that
+ * have a meter row, whose rows are locked here, in (account, sandbox) order
+ * (bytewise: only ingestion locks these rows, always in this order). The
+ * locked version's ctid cannot change before we update it ourselves. */
+static const char SQL_LOCK[] =
+    "SELECT sb.sandbox_id, sb.account_id, COALESCE(sb.key_id, ''), sb.vcpus, sb.memory_mib,"
+    " sb.storage_mib, COALESCE(k.time_zone, 'UTC'),"
+    " (extract(epoch FROM m.last_sampled_at) * 1000000)::bigint,"
+    " m.last_state, m.last_cpu_usec, m.last_memory_mib, m.last_storage_mib, m.last_vcpus,"
+    " m.price_version, m.cpu_rem, m.memory_rem, m.storage_rem, m.cpu_cum_micros,"
+    " m.memory_cum_micros, m.storage_cum_micros, m.ctid"
+    " FROM unnest($1::text[]) AS q(s)"
+    " JOIN sandboxes sb ON sb.sandbox_id = q.s"
+    " JOIN sandbox_meter m ON m.account_id = sb.account_id AND m.sandbox_id = sb.sandbox_id"
+    " LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id"
+    " ORDER BY m.account_id COLLATE \"C\", m.sandbox_id COLLATE \"C\""
+    " FOR UPDATE OF m";
+
+/* Events of the call's sandboxes in one window covering every sandbox's
+ * range; each sandbox skips those at or before its own watermark. */
+static const char SQL_EVENTS[] =
+    "SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type"
+    " FROM unnest($1::text[], $2::text[]) AS q(a, s)"
+    " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
+    "  AND e.at > $3::timestamptz AND e.at <= $4::timestamptz"
+    " ORDER BY e.sandbox_id, e.at, e.event_id";
+
+static const char SQL_DAYS[] =
+    "SELECT q.z, d.day - DATE '1970-01-01',"
+    " (extract(epoch FROM meter_day_start(q.z, d.day)) * 1000000)::bigint"
+    " FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[]) AS q(z, lo, hi)"
+    " CROSS JOIN LATERAL (SELECT meter_key_day(q.z, q.lo) AS d0,"
+    "                            meter_key_day(q.z, q.hi) AS d1) r"
+    " CROSS JOIN LATERAL (SELECT r.d0 + i AS day FROM generate_series(-1, r.d1 - r.d0 + 1) i) d"
+    " ORDER BY 1, 2";
+
+#define ING_METER_UNNEST                                                                           \
+	" unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[],"             \
+	" $6::bigint[], $7::bigint[], $8::integer[], $9::integer[], $10::bigint[],"                \
+	" $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[],"              \
+	" $16::tid[])"                                                                             \
+	" AS s(a, sb, at, state, cpu, mem, sto, vcpus, ver, cr, mr, sr, cc, mc, sc, tid)"
+
+static const char SQL_METER_UPDATE[] =
+    "UPDATE sandbox_meter AS m SET last_sampled_at = s.at, last_state = s.state,"
+    " last_cpu_usec = s.cpu, last_memory_mib = s.mem, last_storage_mib = s.sto,"
+    " last_vcpus = s.vcpus, price_version = s.ver, cpu_rem = s.cr, memory_rem = s.mr,"
+    " storage_rem = s.sr, cpu_cum_micros = s.cc, memory_cum_micros = s.mc,"
+    " storage_cum_micros = s.sc, updated_at = now()"
+    " FROM" ING_METER_UNNEST " WHERE m.ctid = s.tid AND m.account_id = s.a AND m.sandbox_id = s.sb";
+
+static const char SQL_METER_INSERT[] =
+    "INSERT INTO sandbox_meter (account_id, sandbox_id, last_sampled_at, last_state,"
+    " last_cpu_usec, last_memory_mib, last_storage_mib, last_vcpus, price_version, cpu_rem,"
+    " memory_rem, storage_rem, cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
+    " SELECT s.a, s.sb, s.at, s.state, s.cpu, s.mem, s.sto, s.vcpus, s.ver, s.cr, s.mr, s.sr,"
+    " s.cc, s.mc, s.sc FROM" ING_METER_UNNEST " ORDER BY s.a, s.sb ON CONFLICT DO NOTHING";
+
+static const char SQL_SAMPLES_COPY[] =
+    "COPY samples (account_id, sandbox_id, sampled_at, state, cpu_usec, memory_mib,"
+    " storage_mib, vcpus, host_id) FROM STDIN (FORMAT binary)";
+
+/* Usage rows: what exists gets the new quantities and money added (a plain
+ * UPDATE: no conflict machinery, no coercion of the key columns), then the
+ * rows that did not exist are inserted. The sandboxes' meter rows are locked,
+ * so no other writer touches these rows meanwhile. */
+#define ING_USAGE_UNNEST                                                                           \
+	" unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::text[],"            \
+	" $6::date[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],"     \
+	" $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[],"              \
+	" $17::bigint[], $18::bigint[], $19::bigint[])"                                            \
+	" AS s(a, sb, hour, ver, k, day, ru, pu, cu, cb, mm, sm, cm, mmi, smi, tm, cc, mc, sc)"
+
+static const char SQL_USAGE_UPDATE[] =
+    "UPDATE usage_hourly AS u SET"
+    " running_usec = u.running_usec + s.ru, paused_usec = u.paused_usec + s.pu,"
+    " cpu_used_mcus = u.cpu_used_mcus + s.cu, cpu_billed_mcus = u.cpu_billed_mcus + s.cb,"
+    " memory_mibus = u.memory_mibus + s.mm, storage_mibus = u.storage_mibus + s.sm,"
+    " cpu_micros = u.cpu_micros + s.cm, memory_micros = u.memory_micros + s.mmi,"
+    " storage_micros = u.storage_micros + s.smi, total_micros = u.total_micros + s.tm,"
+    " cpu_cum_micros = s.cc, memory_cum_micros = s.mc, storage_cum_micros = s.sc,"
+    " updated_at = now()"
+    " FROM" ING_USAGE_UNNEST " WHERE u.account_id = s.a AND u.sandbox_id = s.sb AND u.hour = s.hour"
+    " AND u.price_version = s.ver AND u.day = s.day";
+
+static const char SQL_USAGE_INSERT[] =
+    "INSERT INTO usage_hourly (account_id, sandbox_id, hour, price_version, key_id, day,"
+    " running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus, storage_mibus,"
+    " cpu_micros, memory_micros, storage_micros, total_micros, cpu_cum_micros,"
+    " memory_cum_micros, storage_cum_micros)"
+    " SELECT s.a, s.sb, s.hour, s.ver, s.k, s.day, s.ru, s.pu, s.cu, s.cb, s.mm, s.sm, s.cm,"
+    " s.mmi, s.smi, s.tm, s.cc, s.mc, s.sc FROM" ING_USAGE_UNNEST
+    " WHERE NOT EXISTS (SELECT 1 FROM usage_hourly u WHERE u.account_id = s.a"
+    "  AND u.sandbox_id = s.sb AND u.hour = s.hour AND u.price_version = s.ver"
+    "  AND u.day = s.day)";
+
+static const char SQL_LEDGER[] =
+    "SELECT COALESCE(sum(outrun_micros), 0)::bigint"
+    " FROM meter_ledger_spend($1::text[], $2::text[], $3::text[], $4::date[], $5::bigint[])";
+
+static const char SQL_WATERMARKS[] =
+    "INSERT INTO ingest_watermarks AS w (host_id, last_sampled_at, batches)"
+    " SELECT h, t, n FROM unnest($1::text[], $2::timestamptz[], $3::bigint[]) AS q(h, t, n)"
+    " ORDER BY h"
+    " ON CONFLICT (host_id) DO UPDATE SET"
+    " last_sampled_at = GREATEST(w.last_sampled_at, EXCLUDED.last_sampled_at),"
+    " batches = w.batches + EXCLUDED.batches, updated_at = now()";
+
+/* Reads the price book, oldest version first. */
+static enum meter_rc ing_load_prices(struct ing_call *c)
+{
+	PGresult *res;
+	enum meter_rc rc;
+	int n;
+
+	rc = ing_q(c, "price book", SQL_PRICES, 0, NULL, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	n = PQntuples(res);
+	if (n == 0) {
+		snprintf(c->err, c->errlen, "price book is empty");
+		rc = METER_EINVAL;
+		goto out;
+	}
+	if (!ing_grow(&c->prices, &c->prices_cap, (size_t)n, sizeof(*c->prices))) {
+		rc = METER_ENOMEM;
+		goto out;
+	}
+	c->nprices = 0;
+	for (int i = 0; i < n; i++) {
+		struct ing_price *p = &c->prices[c->nprices++];
+		int64_t v;
+		if (ing_i64(res, i, 0, &v) != METER_OK || ing_i64(res, i, 1, &p->from_usec) ||
+		    ing_i64(res, i, 2, &p->rates.cpu_micros_per_vcpu_hour) ||
+		    ing_i64(res, i, 3, &p->rates.memory_micros_per_gib_hour) ||
+		    ing_i64(res, i, 4, &p->rates.storage_micros_per_gib_hour) ||
+		    ing_i64(res, i, 5, &p->rates.floor_millicores) ||
+		    price_rates_validate(&p->rates) != METER_OK) {
+			snprintf(c->err, c->errlen, "price book: bad row");
+			rc = METER_EINVAL;
+			goto out;
+		}
+		p->version = (int32_t)v;
+	}
+out:
+	PQclear(res);
+	return rc;
+}
+
+/* Index of zone name in the call's zones, adding it (copied from the shared
+ * cache when there) if new; -1 when out of memory or too long. */
+static int ing_zone_index(struct ing_call *c, const char *name)
+{
+	struct ing_zone *z;
+
+	if (strlen(name) >= ING_ZONE_MAX)
+		return -1;
+	for (size_t i = 0; i < c->nzones; i++)
+		if (strcmp(c->zones[i].name, name) == 0)
+			return (int)i;
+	if (!ing_grow(&c->zones, &c->zcap, c->nzones + 1, sizeof(*c->zones)))
+		return -1;
+	z = &c->zones[c->nzones];
+	memset(z, 0, sizeof(*z));
+	snprintf(z->name, sizeof(z->name), "%s", name);
+	pthread_mutex_lock(&c->ing->mu);
+	for (size_t i = 0; i < c->ing->nzones; i++) {
+		const struct ing_zone *s = &c->ing->zones[i];
+		if (strcmp(s->name, name) == 0 && s->n > 0) {
+			z->start = malloc(s->n * sizeof(*z->start));
+			if (z->start) {
+				memcpy(z->start, s->start, s->n * sizeof(*z->start));
+				z->n = s->n;
+				z->d0 = s->d0;
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->ing->mu);
+	return (int)c->nzones++;
+}
+
+/* Stores a call's zone back into the shared cache. */
+static void ing_zone_publish(struct ing_call *c, const struct ing_zone *z)
+{
+	struct ingest *ing = c->ing;
+	struct ing_zone *s = NULL;
+	int64_t *copy;
+
+	if (z->n == 0)
+		return;
+	copy = malloc(z->n * sizeof(*copy));
+	if (!copy)
+		return;
+	memcpy(copy, z->start, z->n * sizeof(*copy));
+	pthread_mutex_lock(&ing->mu);
+	for (size_t i = 0; i < ing->nzones; i++)
+		if (strcmp(ing->zones[i].name, z->name) == 0)
+			s = &ing->zones[i];
+	if (!s && ing_grow(&ing->zones, &ing->zcap, ing->nzones + 1, sizeof(*ing->zones))) {
+		s = &ing->zones[ing->nzones++];
+		memset(s, 0, sizeof(*s));
+		snprintf(s->name, sizeof(s->name), "%s", z->name);
+	}
+	if (s && s->n < z->n + 1) {
+		free(s->start);
+		s->start = copy;
+		s->n = z->n;
+		s->d0 = z->d0;
+		copy = NULL;
+	}
+	pthread_mutex_unlock(&ing->mu);
+	free(copy);
+}
+
+/* Day containing t in zone z: *day and the instant the next day starts.
+ * false when the cache does not cover t (a bug: ing_load_days covers all). */
+static bool ing_zone_day(const struct ing_zone *z, int64_t t, int32_t *day, int64_t *end)
+{
+	size_t lo = 0, hi;
+
+	if (z->n < 2 || t < z->start[0] || t >= z->start[z->n - 1])
+		return false;
+	hi = z->n - 1; /* invariant: start[lo] <= t < start[hi] */
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+		if (z->start[mid] <= t)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	*day = z->d0 + (int32_t)lo;
+	*end = z->start[lo + 1];
+	return true;
+}
+
+/* Fills the call's zones so that every instant the call needs is covered,
+ * asking PostgreSQL (one statement for every zone) only for what the cache
+ * lacks. */
+static enum meter_rc ing_load_days(struct ing_call *c)
+{
+	const char *params[3];
+	PGresult *res = NULL;
+	enum meter_rc rc = METER_OK;
+	size_t nask = 0;
+	int n;
+
+	for (size_t i = 0; i < c->nzones; i++)
+		c->zones[i].need = false;
+	for (size_t i = 0; i < c->nsbx; i++) {
+		struct ing_sbx *sb = &c->sbx[i];
+		struct ing_zone *z = &c->zones[sb->zone];
+		int64_t lo =
+		    sb->had_meter && sb->last.at_usec < sb->min_at ? sb->last.at_usec : sb->min_at;
+		if (!z->need) {
+			z->need = true;
+			z->lo = lo;
+			z->hi = sb->max_at;
+		}
+		if (lo < z->lo)
+			z->lo = lo;
+		if (sb->max_at > z->hi)
+			z->hi = sb->max_at;
+	}
+	arr_open(&c->a1);
+	arr_open(&c->a2);
+	arr_open(&c->a3);
+	for (size_t i = 0; i < c->nzones; i++) {
+		struct ing_zone *z = &c->zones[i];
+		int64_t lo = z->lo, hi = z->hi;
+		if (!z->need || (z->n >= 2 && z->start[0] <= z->lo && z->hi < z->start[z->n - 1]))
+			continue;
+		/* Extend what is cached when the result stays small. */
+		if (z->n >= 2) {
+			int64_t ulo = z->start[0] < lo ? z->start[0] : lo;
+			int64_t uhi = z->start[z->n - 1] > hi ? z->start[z->n - 1] : hi;
+			if ((uhi - ulo) / ING_DAY_USEC < ING_ZONE_DAYS_MAX) {
+				lo = ulo;
+				hi = uhi;
+			}
+		}
+		arr_text(&c->a1, z->name);
+		arr_time(&c->a2, lo);
+		arr_time(&c->a3, hi);
+		z->n = 0; /* replaced below */
+		nask++;
+	}
+	arr_close(&c->a1);
+	arr_close(&c->a2);
+	arr_close(&c->a3);
+	if (nask == 0)
+		return METER_OK;
+	if (c->a1.oom || c->a2.oom || c->a3.oom)
+		return METER_ENOMEM;
+	params[0] = c->a1.p;
+	params[1] = c->a2.p;
+	params[2] = c->a3.p;
+	rc = ing_q(c, "day starts", SQL_DAYS, 3, params, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	n = PQntuples(res);
+	/* Rows come grouped by zone, days ascending: one group replaces the
+	 * zone's cached days. */
+	for (int r = 0; r < n;) {
+		const char *name = PQgetvalue(res, r, 0);
+		struct ing_zone *z = NULL;
+		int end = r;
+		int64_t d, start;
+
+		while (end < n && strcmp(PQgetvalue(res, end, 0), name) == 0)
+			end++;
+		for (size_t i = 0; i < c->nzones; i++)
+			if (strcmp(c->zones[i].name, name) == 0)
+				z = &c->zones[i];
+		if (!z) {
+			snprintf(c->err, c->errlen, "day starts: unknown zone");
+			rc = METER_EINVAL;
+			goto out;
+		}
+		free(z->start);
+		z->n = 0;
+		z->start = malloc((size_t)(end - r) * sizeof(*z->start));
+		if (!z->start) {
+			rc = METER_ENOMEM;
+			goto out;
+		}
+		for (; r < end; r++) {
+			if (ing_i64(res, r, 1, &d) != METER_OK ||
+			    ing_i64(res, r, 2, &start) != METER_OK) {
+				snprintf(c->err, c->errlen, "day starts: bad row");
+				rc = METER_EINVAL;
+				goto out;
+			}
+			if (z->n == 0)
+				z->d0 = (int32_t)d;
+			if (d != z->d0 + (int64_t)z->n ||
+			    (z->n > 0 && start <= z->start[z->n - 1])) {
+				snprintf(c->err, c->errlen, "day starts of %s: not consecutive",
+					 z->name);
+				rc = METER_EINVAL;
+				goto out;
+			}
+			z->start[z->n++] = start;
+		}
+	}
+	for (size_t i = 0; i < c->nzones; i++)
+		if (c->zones[i].need)
+			ing_zone_publish(c, &c->zones[i]);
+out:
+	PQclear(res);
+	return rc;
+}
+
+/* Fills a sandbox's attribution from columns 1-6 of a row (sandboxes and
+ * the key's zone). */
+static enum meter_rc ing_take_sandbox(struct ing_call *c, struct ing_sbx *sb, const PGresult *res,
+				      int r)
+{
+	int64_t v;
+	int z;
+
+	snprintf(sb->account, sizeof(sb->account), "%s", PQgetvalue(res, r, 1));
+	snprintf(sb->key, sizeof(sb->key), "%s", PQgetvalue(res, r, 2));
+	if (ing_i64(res, r, 3, &v) != METER_OK || ing_i64(res, r, 4, &sb->row_memory_mib) ||
+	    ing_i64(res, r, 5, &sb->row_storage_mib)) {
+		snprintf(c->err, c->errlen, "sandboxes: bad row");
+		return METER_EINVAL;
+	}
+	sb->row_vcpus = (int32_t)v;
+	z = ing_zone_index(c, PQgetvalue(res, r, 6));
+	if (z < 0)
+		return METER_ENOMEM;
+	sb->zone = z;
+	sb->found = true;
+	return METER_OK;
+}
+
+/* Reads the sandboxes rows of the call's sandboxes (attribution, sizes,
+ * zone); with create, first creates the missing ones. */
+static enum meter_rc ing_load_sandboxes(struct ing_call *c, bool only_missing)
+{
+	const char *params[1];
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	size_t asked = 0;
+	int n;
+
+	arr_open(&c->a1);
+	for (size_t i = 0; i < c->nsbx; i++) {
+		if (!only_missing || !c->sbx[i].found) {
+			arr_text(&c->a1, c->sbx[i].id);
+			asked++;
+		}
+	}
+	arr_close(&c->a1);
+	if (asked == 0)
+		return METER_OK;
+	if (c->a1.oom)
+		return METER_ENOMEM;
+	params[0] = c->a1.p;
+	rc = ing_q(c, "sandboxes", SQL_SANDBOXES, 1, params, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	n = PQntuples(res);
+	for (int r = 0; r < n && rc == METER_OK; r++) {
+		long x = ing_find(c, PQgetvalue(res, r, 0));
+		if (x >= 0 && !c->sbx[x].found)
+			rc = ing_take_sandbox(c, &c->sbx[x], res, r);
+	}
+	PQclear(res);
+	return rc;
+}
+
+static enum meter_rc ing_create_sandboxes(struct ing_call *c)
+{
+	const char *params[6];
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	size_t missing = 0;
+	int64_t created;
+
+	arr_open(&c->a1);
+	arr_open(&c->a2);
+	arr_open(&c->a3);
+	arr_open(&c->a4);
+	arr_open(&c->a5);
+	arr_open(&c->a6);
+	for (size_t i = 0; i < c->nsbx; i++) {
+		const struct ing_sbx *sb = &c->sbx[i];
+		if (sb->found)
+			continue;
+		missing++;
+		arr_text(&c->a1, sb->id);
+		arr_text(&c->a2, sb->doc_key);
+		arr_i64(&c->a3, sb->hint_vcpus);
+		arr_i64(&c->a4, sb->hint_memory_mib);
+		arr_i64(&c->a5, sb->hint_storage_mib);
+		arr_text(&c->a6, sandbox_state_name(sb->hint_state));
+	}
+	if (missing == 0)
+		return METER_OK;
+	arr_close(&c->a1);
+	arr_close(&c->a2);
+	arr_close(&c->a3);
+	arr_close(&c->a4);
+	arr_close(&c->a5);
+	arr_close(&c->a6);
+	if (c->a1.oom || c->a2.oom || c->a3.oom || c->a4.oom || c->a5.oom || c->a6.oom)
+		return METER_ENOMEM;
+	params[0] = c->a1.p;
+	params[1] = c->a2.p;
+	params[2] = c->a3.p;
+	params[3] = c->a4.p;
+	params[4] = c->a5.p;
+	params[5] = c->a6.p;
+	rc = ing_q(c, "create sandboxes", SQL_SANDBOXES_CREATE, 6, params, PGRES_COMMAND_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &created) == METER_OK)
+		c->st.new_sandboxes += (uint64_t)created;
+	PQclear(res);
+	rc = ing_load_sandboxes(c, true);
+	if (rc != METER_OK)
+		return rc;
+	for (size_t i = 0; i < c->nsbx; i++) {
+		if (!c->sbx[i].found) {
+			snprintf(c->err, c->errlen, "sandbox %.64s: no row after creating it",
+				 c->sbx[i].id);
+			return METER_EINVAL;
+		}
+	}
+	return METER_OK;
+}
+
+/* Locks the sandbox_meter rows of the call's sandboxes (in order) and reads
+ * their attribution and each one's last sample, version, carries and
+ * cumulative money. Sandboxes without a meter row stay !found. */
+static enum meter_rc ing_lock_meters(struct ing_call *c)
+{
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	int n;
+
+	static const Oid types[1] = {OID_TEXT_ARR};
+
+	ing_arrays(c, 1, types);
+	for (size_t i = 0; i < c->nsbx; i++)
+		barr_text(&c->arr[0], c->sbx[i].id);
+	rc = ing_qa(c, "lock sandbox_meter", SQL_LOCK, 1, 0, NULL, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	n = PQntuples(res);
+	for (int r = 0; r < n; r++) {
+		long x = ing_find(c, PQgetvalue(res, r, 0));
+		struct ing_sbx *sb;
+		int64_t v[20];
+		bool bad = false;
+
+		if (x < 0)
+			continue;
+		sb = &c->sbx[x];
+		rc = ing_take_sandbox(c, sb, res, r);
+		if (rc != METER_OK)
+			goto out;
+		for (int k = 7; k < 20; k++)
+			if (k != 8 && ing_i64(res, r, k, &v[k]) != METER_OK)
+				bad = true;
+		if (bad ||
+		    sandbox_state_parse(PQgetvalue(res, r, 8), &sb->last.state) != METER_OK) {
+			snprintf(c->err, c->errlen, "sandbox_meter: bad row");
+			rc = METER_EINVAL;
+			goto out;
+		}
+		sb->last.at_usec = v[7];
+		sb->last.cpu_usec = v[9];
+		sb->last.memory_mib = v[10];
+		sb->last.storage_mib = v[11];
+		sb->last.vcpus = (int32_t)v[12];
+		sb->version = (int32_t)v[13];
+		sb->carry.cpu.rem = v[14];
+		sb->carry.memory.rem = v[15];
+		sb->carry.storage.rem = v[16];
+		sb->cum[0] = v[17];
+		sb->cum[1] = v[18];
+		sb->cum[2] = v[19];
+		{
+			unsigned long blk, off;
+			char tail;
+			if (sscanf(PQgetvalue(res, r, 20), "(%lu,%lu%c", &blk, &off, &tail) != 3 ||
+			    tail != ')' || blk > UINT32_MAX || off > UINT16_MAX) {
+				snprintf(c->err, c->errlen, "sandbox_meter: bad ctid");
+				rc = METER_EINVAL;
+				goto out;
+			}
+			sb->tid_block = (uint32_t)blk;
+			sb->tid_offset = (uint16_t)off;
+		}
+		sb->had_meter = true;
+		sb->has_prev = true;
+	}
+out:
+	PQclear(res);
+	return rc;
+}
+
+/* Reads the lifecycle events after each sandbox's watermark (or its first
+ * sample in this call) up to its newest sample. */
+static enum meter_rc ing_load_events(struct ing_call *c)
+{
+	static const Oid types[2] = {OID_TEXT_ARR, OID_TEXT_ARR};
+	const char *window[2];
+	char lo_s[128], hi_s[128];
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	int64_t lo = INT64_MAX, hi = INT64_MIN;
+	int n;
+
+	c->nevents = 0;
+	for (size_t i = 0; i < c->nsbx; i++) {
+		struct ing_sbx *sb = &c->sbx[i];
+		int64_t from = sb->had_meter ? sb->last.at_usec : sb->min_at;
+		sb->ev_off = sb->ev_n = sb->ev_pos = 0;
+		if (sb->max_at <= from)
+			continue;
+		if (from < lo)
+			lo = from;
+		if (sb->max_at > hi)
+			hi = sb->max_at;
+	}
+	if (lo >= hi)
+		return METER_OK;
+	ing_arrays(c, 2, types);
+	for (size_t i = 0; i < c->nsbx; i++) {
+		barr_text(&c->arr[0], c->sbx[i].account);
+		barr_text(&c->arr[1], c->sbx[i].id);
+	}
+	ing_fmt_time(lo, lo_s, sizeof(lo_s));
+	ing_fmt_time(hi, hi_s, sizeof(hi_s));
+	window[0] = lo_s;
+	window[1] = hi_s;
+	rc = ing_qa(c, "lifecycle events", SQL_EVENTS, 2, 2, window, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	n = PQntuples(res);
+	if (n > 0 && !ing_grow(&c->events, &c->ev_cap, (size_t)n, sizeof(*c->events))) {
+		rc = METER_ENOMEM;
+		goto out;
+	}
+	for (int r = 0; r < n; r++) {
+		long x = ing_find(c, PQgetvalue(res, r, 0));
+		struct ing_event *e = &c->events[c->nevents];
+		struct ing_sbx *sb;
+		int64_t from;
+
+		if (x < 0)
+			continue;
+		if (ing_i64(res, r, 1, &e->at) != METER_OK ||
+		    sandbox_state_parse(PQgetvalue(res, r, 2), &e->state) != METER_OK) {
+			snprintf(c->err, c->errlen, "lifecycle_events: bad row");
+			rc = METER_EINVAL;
+			goto out;
+		}
+		sb = &c->sbx[x];
+		from = sb->had_meter ? sb->last.at_usec : sb->min_at;
+		if (e->at <= from || e->at > sb->max_at)
+			continue;
+		if (sb->ev_n == 0)
+			sb->ev_off = sb->ev_pos = c->nevents;
+		sb->ev_n++;
+		c->nevents++;
+	}
+out:
+	PQclear(res);
+	return rc;
+}
+
+/* Index of the price version in force at t (the last one effective at or
+ * before t; the oldest when t precedes them all). */
+static size_t ing_version_at(const struct ing_call *c, int64_t t)
+{
+	size_t lo = 0, hi = c->nprices;
+
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+		if (c->prices[mid].from_usec <= t)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static bool ing_qty_zero(const struct usage_qty *q)
+{
+	return q->running_usec == 0 && q->paused_usec == 0 && q->cpu_used_mcus == 0 &&
+	       q->cpu_billed_mcus == 0 && q->memory_mibus == 0 && q->storage_mibus == 0;
+}
+
+static enum meter_rc ing_add_piece(struct ing_call *c, int64_t a, int64_t b, enum sandbox_state st,
+				   size_t vi)
+{
+	struct ing_piece *p;
+
+	if (!ing_grow(&c->pieces, &c->pieces_cap, c->npieces + 1, sizeof(*c->pieces)))
+		return METER_ENOMEM;
+	p = &c->pieces[c->npieces++];
+	p->a = a;
+	p->b = b;
+	p->state = st;
+	p->vi = vi;
+	p->cpu_usec = 0;
+	return METER_OK;
+}
+
+/* Adds [a, b) in state st, cut at every price version boundary inside. */
+static enum meter_rc ing_add_segment(struct ing_call *c, int64_t a, int64_t b,
+				     enum sandbox_state st)
+{
+	while (a < b) {
+		size_t vi = ing_version_at(c, a);
+		int64_t e = b;
+		enum meter_rc rc;
+
+		if (vi + 1 < c->nprices && c->prices[vi + 1].from_usec < e)
+			e = c->prices[vi + 1].from_usec;
+		rc = ing_add_piece(c, a, e, st, vi);
+		if (rc != METER_OK)
+			return rc;
+		a = e;
+	}
+	return METER_OK;
+}
+
+/* The quantities of one interval prev → cur of sb, cut into pieces of one
+ * state and one price version (events, versions), then into sub-pieces of
+ * one UTC hour and one local day. Fills c->subs; *flags gets USAGE_* bits.
+ * METER_ERANGE when a quantity overflows. */
+static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
+				       const struct usage_sample *prev,
+				       const struct usage_sample *cur, unsigned *flags)
+{
+	struct usage_sample p = *prev, sp, sc;
+	struct usage_qty q;
+	const struct ing_zone *z = &c->zones[sb->zone];
+	int64_t t, dcpu, wrun = 0, run_before = 0, cpu_before = 0;
+	enum sandbox_state st = prev->state;
+	unsigned fl = 0, fl2;
+	enum meter_rc rc;
+
+	c->npieces = 0;
+	c->nsubs = 0;
+	/* CPU used over the interval, reset and cap applied: as if running. */
+	p.state = SANDBOX_RUNNING;
+	rc = usage_interval(&p, cur, 0, &q, &fl);
+	if (rc != METER_OK)
+		return rc;
+	dcpu = q.cpu_used_mcus / MONEY_MILLICORES_PER_VCPU;
+
+	/* Segments between the lifecycle events in (prev, cur]. */
+	t = prev->at_usec;
+	while (sb->ev_pos < sb->ev_off + sb->ev_n && c->events[sb->ev_pos].at <= cur->at_usec) {
+		const struct ing_event *e = &c->events[sb->ev_pos++];
+		if (e->at <= t) {
+			if (e->at > prev->at_usec)
+				st = e->state;
+			continue;
+		}
+		rc = ing_add_segment(c, t, e->at, st);
+		if (rc != METER_OK)
+			return rc;
+		t = e->at;
+		st = e->state;
+	}
+	if (t < cur->at_usec) {
+		rc = ing_add_segment(c, t, cur->at_usec, st);
+		if (rc != METER_OK)
+			return rc;
+	}
+
+	/* CPU to the running pieces, in proportion to their wall time. */
+	for (size_t i = 0; i < c->npieces; i++)
+		if (c->pieces[i].state == SANDBOX_RUNNING)
+			wrun += c->pieces[i].b - c->pieces[i].a;
+	for (size_t i = 0; i < c->npieces; i++) {
+		struct ing_piece *pc = &c->pieces[i];
+		int64_t upto;
+		if (pc->state != SANDBOX_RUNNING || wrun == 0)
+			continue;
+		run_before += pc->b - pc->a;
+		upto = (int64_t)((__int128)dcpu * run_before / wrun);
+		pc->cpu_usec = upto - cpu_before;
+		cpu_before = upto;
+	}
+
+	/* Each piece: its quantities (its version's floor), then hours and days. */
+	for (size_t i = 0; i < c->npieces; i++) {
+		const struct ing_piece *pc = &c->pieces[i];
+		struct usage_qty rest;
+
+		memset(&sp, 0, sizeof(sp));
+		sp.at_usec = pc->a;
+		sp.state = pc->state;
+		sp.cpu_usec = 0;
+		sp.memory_mib = prev->memory_mib;
+		sp.storage_mib = prev->storage_mib;
+		sp.vcpus = prev->vcpus;
+		sc = sp;
+		sc.at_usec = pc->b;
+		sc.cpu_usec = pc->cpu_usec;
+		rc =
+		    usage_interval(&sp, &sc, c->prices[pc->vi].rates.floor_millicores, &rest, &fl2);
+		if (rc != METER_OK)
+			return rc;
+		fl |= fl2 & USAGE_CPU_CAPPED;
+		for (t = pc->a; t < pc->b;) {
+			int64_t hour = ing_floordiv(t, ING_HOUR_USEC) * ING_HOUR_USEC;
+			int64_t e = pc->b, dend;
+			int32_t day;
+			struct ing_sub *s;
+
+			if (!ing_zone_day(z, t, &day, &dend)) {
+				snprintf(c->err, c->errlen, "day of zone %s not loaded", z->name);
+				return METER_EINVAL;
+			}
+			if (hour + ING_HOUR_USEC < e)
+				e = hour + ING_HOUR_USEC;
+			if (dend < e)
+				e = dend;
+			if (!ing_grow(&c->subs, &c->subs_cap, c->nsubs + 1, sizeof(*c->subs)))
+				return METER_ENOMEM;
+			s = &c->subs[c->nsubs++];
+			rc = usage_qty_split(&rest, e - t, pc->b - t, &s->q, &rest);
+			if (rc != METER_OK)
+				return rc;
+			s->hour = hour;
+			s->day = day;
+			s->vi = pc->vi;
+			t = e;
+		}
+	}
+	*flags = fl;
+	return METER_OK;
+}
+
+static enum meter_rc ing_add_row(struct ing_call *c, uint32_t x, const struct ing_sub *s,
+				 const struct usage_cost *cost, const int64_t cum[3])
+{
+	struct ing_usage_row *r = c->nrows ? &c->rows[c->nrows - 1] : NULL;
+	enum meter_rc rc;
+
+	if (r && r->sbx == x && r->hour == s->hour && r->day == s->day &&
+	    r->version == c->prices[s->vi].version) {
+		rc = usage_qty_add(&r->q, &s->q);
+		if (rc == METER_OK)
+			rc = money_add(r->c.cpu_micros, cost->cpu_micros, &r->c.cpu_micros);
+		if (rc == METER_OK)
+			rc =
+			    money_add(r->c.memory_micros, cost->memory_micros, &r->c.memory_micros);
+		if (rc == METER_OK)
+			rc = money_add(r->c.storage_micros, cost->storage_micros,
+				       &r->c.storage_micros);
+		if (rc == METER_OK)
+			rc = money_add(r->c.total_micros, cost->total_micros, &r->c.total_micros);
+		if (rc != METER_OK)
+			return rc;
+	} else {
+		if (!ing_grow(&c->rows, &c->rows_cap, c->nrows + 1, sizeof(*c->rows)))
+			return METER_ENOMEM;
+		r = &c->rows[c->nrows++];
+		r->sbx = x;
+		r->hour = s->hour;
+		r->day = s->day;
+		r->version = c->prices[s->vi].version;
+		r->q = s->q;
+		r->c = *cost;
+	}
+	memcpy(r->cum, cum, sizeof(r->cum));
+	return METER_OK;
+}
+
+static enum meter_rc ing_add_spend(struct ing_call *c, uint32_t x, int32_t day, int64_t micros)
+{
+	struct ing_spend *s = c->nspend ? &c->spend[c->nspend - 1] : NULL;
+
+	if (micros == 0)
+		return METER_OK;
+	if (s && s->sbx == x && s->day == day)
+		return money_add(s->micros, micros, &s->micros);
+	if (!ing_grow(&c->spend, &c->spend_cap, c->nspend + 1, sizeof(*c->spend)))
+		return METER_ENOMEM;
+	s = &c->spend[c->nspend++];
+	s->sbx = x;
+	s->day = day;
+	s->micros = micros;
+	return METER_OK;
+}
+
+/* Prices c->subs in time order on copies of sb's version, carries and
+ * cumulative money; commits them to sb and to the call's rows only when
+ * every step worked. */
+static enum meter_rc ing_price_subs(struct ing_call *c, uint32_t x, int64_t *total)
+{
+	struct ing_sbx *sb = &c->sbx[x];
+	int32_t version = sb->version;
+	struct usage_carry carry = sb->carry;
+	int64_t cum[3] = {sb->cum[0], sb->cum[1], sb->cum[2]};
+	size_t rows0 = c->nrows, spend0 = c->nspend;
+	struct ing_usage_row last_row;
+	struct ing_spend last_spend;
+	enum meter_rc rc = METER_OK;
+
+	/* The last row and spend may be merged into: keep them to undo. */
+	if (rows0)
+		last_row = c->rows[rows0 - 1];
+	if (spend0)
+		last_spend = c->spend[spend0 - 1];
+	*total = 0;
+	for (size_t i = 0; i < c->nsubs && rc == METER_OK; i++) {
+		const struct ing_sub *s = &c->subs[i];
+		const struct ing_price *pr = &c->prices[s->vi];
+		struct usage_cost cost;
+
+		if (ing_qty_zero(&s->q))
+			continue;
+		if (pr->version != version) {
+			version = pr->version;
+			memset(&carry, 0, sizeof(carry));
+		}
+		rc = usage_price(&pr->rates, &carry, &s->q, &cost);
+		if (rc == METER_OK)
+			rc = money_add(cum[0], cost.cpu_micros, &cum[0]);
+		if (rc == METER_OK)
+			rc = money_add(cum[1], cost.memory_micros, &cum[1]);
+		if (rc == METER_OK)
+			rc = money_add(cum[2], cost.storage_micros, &cum[2]);
+		if (rc == METER_OK)
+			rc = money_add(*total, cost.total_micros, total);
+		if (rc == METER_OK)
+			rc = ing_add_row(c, x, s, &cost, cum);
+		if (rc == METER_OK && sb->key[0])
+			rc = ing_add_spend(c, x, s->day, cost.total_micros);
+	}
+	if (rc != METER_OK) {
+		c->nrows = rows0;
+		if (rows0)
+			c->rows[rows0 - 1] = last_row;
+		c->nspend = spend0;
+		if (spend0)
+			c->spend[spend0 - 1] = last_spend;
+		return rc;
+	}
+	sb->version = version;
+	sb->carry = carry;
+	memcpy(sb->cum, cum, sizeof(cum));
+	return METER_OK;
+}
+
+/* Appends one raw sample to the samples COPY buffer. */
+static void ing_copy_sample(struct ing_call *c, const struct ing_sbx *sb,
+			    const struct usage_sample *u, const char *host_id)
+{
+	struct ing_buf *b = &c->samples;
+
+	buf_be16(b, 9);
+	copy_text(b, sb->account);
+	copy_text(b, sb->id);
+	copy_ts(b, u->at_usec);
+	copy_text(b, sandbox_state_name(u->state));
+	copy_i64(b, u->cpu_usec);
+	copy_i64(b, u->memory_mib);
+	copy_i64(b, u->storage_mib);
+	copy_i32(b, u->vcpus);
+	copy_text(b, host_id);
+}
+
+/* The arithmetic of one sandbox: its samples in time order. */
+static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
+{
+	struct ing_sbx *sb = &c->sbx[x];
+	enum meter_rc rc;
+
+	for (size_t i = sb->first; i < sb->first + sb->n; i++) {
+		const struct ing_item *it = &c->items[i];
+		struct usage_sample cur = it->s->u;
+		unsigned flags = 0;
+		int64_t micros = 0;
+
+		if (cur.vcpus == 0)
+			cur.vcpus = sb->row_vcpus;
+		if (cur.memory_mib == SAMPLE_UNKNOWN)
+			cur.memory_mib = sb->row_memory_mib;
+		if (cur.storage_mib == SAMPLE_UNKNOWN)
+			cur.storage_mib = sb->row_storage_mib;
+		if (sb->has_prev && cur.at_usec <= sb->last.at_usec) {
+			c->st.ignored++;
+			continue;
+		}
+		if (sb->has_prev) {
+			rc = ing_interval_subs(c, sb, &sb->last, &cur, &flags);
+			if (rc == METER_OK)
+				rc = ing_price_subs(c, x, &micros);
+			if (rc == METER_ERANGE) {
+				/* Too large to compute (a gap of years at huge
+				 * sizes): start again from this sample. */
+				log_error("ingest: sandbox %s: interval %" PRId64 " -> %" PRId64
+					  " µs overflows; not billed, re-baselined",
+					  sb->id, sb->last.at_usec, cur.at_usec);
+				c->st.overflows++;
+				c->st.anomalies++;
+			} else if (rc != METER_OK) {
+				return rc;
+			} else {
+				c->st.intervals++;
+				c->st.micros += micros;
+				if (flags & USAGE_COUNTER_RESET) {
+					c->st.resets++;
+					c->st.anomalies++;
+				}
+				if (flags & USAGE_CPU_CAPPED) {
+					c->st.cpu_capped++;
+					c->st.anomalies++;
+				}
+			}
+		}
+		ing_copy_sample(c, sb, &cur, c->batches[it->batch].host_id);
+		c->batch_accepted[it->batch] = true;
+		sb->last = cur;
+		sb->has_prev = true;
+		sb->changed = true;
+		c->st.accepted++;
+		if (!sb->key[0])
+			c->st.unattributed++;
+	}
+	return METER_OK;
+}
+
+/* The meter row of sb as the 16 array parameters of SQL_METER_*. */
+static void ing_meter_params(struct ing_call *c, const struct ing_sbx *sb)
+{
+	struct ing_barr *a = c->arr;
+
+	barr_text(&a[0], sb->account);
+	barr_text(&a[1], sb->id);
+	barr_ts(&a[2], sb->last.at_usec);
+	barr_text(&a[3], sandbox_state_name(sb->last.state));
+	barr_i64(&a[4], sb->last.cpu_usec);
+	barr_i64(&a[5], sb->last.memory_mib);
+	barr_i64(&a[6], sb->last.storage_mib);
+	barr_i32(&a[7], sb->last.vcpus);
+	barr_i32(&a[8], sb->version != ING_VERSION_NONE
+			    ? sb->version
+			    : c->prices[ing_version_at(c, sb->last.at_usec)].version);
+	barr_i64(&a[9], sb->carry.cpu.rem);
+	barr_i64(&a[10], sb->carry.memory.rem);
+	barr_i64(&a[11], sb->carry.storage.rem);
+	barr_i64(&a[12], sb->cum[0]);
+	barr_i64(&a[13], sb->cum[1]);
+	barr_i64(&a[14], sb->cum[2]);
+	barr_tid(&a[15], sb->tid_block, sb->tid_offset);
+}
+
+static const Oid ING_METER_TYPES[16] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TSTZ_ARR, OID_TEXT_ARR,
+					OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT4_ARR,
+					OID_INT4_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
+					OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_TID_ARR};
+
+/* Writes the changed sandbox_meter rows: updates of the rows locked, inserts
+ * of new ones; METER_ECONFLICT (retry) when a concurrent transaction created
+ * one of the new ones first. */
+static enum meter_rc ing_write_meters(struct ing_call *c)
+{
+	PGresult *res = NULL;
+	int64_t want, got;
+	enum meter_rc rc;
+
+	for (int pass = 0; pass < 2; pass++) {
+		bool inserting = pass == 1;
+
+		want = 0;
+		ing_arrays(c, 16, ING_METER_TYPES);
+		for (size_t i = 0; i < c->nsbx; i++) {
+			const struct ing_sbx *sb = &c->sbx[i];
+			if (!sb->changed || sb->had_meter == inserting)
+				continue;
+			ing_meter_params(c, sb);
+			want++;
+		}
+		if (want == 0)
+			continue;
+		rc = ing_qa(c, inserting ? "insert sandbox_meter" : "update sandbox_meter",
+			    inserting ? SQL_METER_INSERT : SQL_METER_UPDATE, 16, 0, NULL,
+			    PGRES_COMMAND_OK, &res);
+		if (rc != METER_OK)
+			return rc;
+		if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &got) != METER_OK)
+			got = -1;
+		PQclear(res);
+		if (got == want)
+			continue;
+		if (!inserting) {
+			snprintf(c->err, c->errlen, "sandbox_meter: rows changed under the lock");
+			return METER_EINVAL;
+		}
+		snprintf(c->err, c->errlen,
+			 "sandbox_meter: a new sandbox was metered concurrently");
+		c->retry = true;
+		return METER_ECONFLICT;
+	}
+	return METER_OK;
+}
+
+static const Oid ING_USAGE_TYPES[19] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TSTZ_ARR, OID_INT4_ARR,
+					OID_TEXT_ARR, OID_DATE_ARR, OID_INT8_ARR, OID_INT8_ARR,
+					OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
+					OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
+					OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR};
+
+/* Adds the call's usage rows to usage_hourly: an UPDATE of the rows that
+ * exist, then an INSERT of the others when some did not. */
+static enum meter_rc ing_write_usage(struct ing_call *c)
+{
+	struct ing_barr *a = c->arr;
+	PGresult *res = NULL;
+	int64_t updated;
+	enum meter_rc rc;
+
+	if (c->nrows == 0)
+		return METER_OK;
+	ing_arrays(c, 19, ING_USAGE_TYPES);
+	for (size_t i = 0; i < c->nrows; i++) {
+		const struct ing_usage_row *r = &c->rows[i];
+		const struct ing_sbx *sb = &c->sbx[r->sbx];
+		barr_text(&a[0], sb->account);
+		barr_text(&a[1], sb->id);
+		barr_ts(&a[2], r->hour);
+		barr_i32(&a[3], r->version);
+		if (sb->key[0])
+			barr_text(&a[4], sb->key);
+		else
+			barr_null(&a[4]);
+		barr_date(&a[5], r->day);
+		barr_i64(&a[6], r->q.running_usec);
+		barr_i64(&a[7], r->q.paused_usec);
+		barr_i64(&a[8], r->q.cpu_used_mcus);
+		barr_i64(&a[9], r->q.cpu_billed_mcus);
+		barr_i64(&a[10], r->q.memory_mibus);
+		barr_i64(&a[11], r->q.storage_mibus);
+		barr_i64(&a[12], r->c.cpu_micros);
+		barr_i64(&a[13], r->c.memory_micros);
+		barr_i64(&a[14], r->c.storage_micros);
+		barr_i64(&a[15], r->c.total_micros);
+		barr_i64(&a[16], r->cum[0]);
+		barr_i64(&a[17], r->cum[1]);
+		barr_i64(&a[18], r->cum[2]);
+	}
+	c->st.usage_rows = c->nrows;
+	rc =
+	    ing_qa(c, "update usage_hourly", SQL_USAGE_UPDATE, 19, 0, NULL, PGRES_COMMAND_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &updated) != METER_OK)
+		updated = 0;
+	PQclear(res);
+	if ((size_t)updated == c->nrows)
+		return METER_OK;
+	return ing_qa(c, "insert usage_hourly", SQL_USAGE_INSERT, 19, 0, NULL, PGRES_COMMAND_OK,
+		      NULL);
+}
+
+static enum meter_rc ing_write_ledger(struct ing_call *c)
+{
+	static const Oid types[5] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR,
+				     OID_INT8_ARR};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	int64_t outrun;
+
+	if (c->nspend == 0)
+		return METER_OK;
+	ing_arrays(c, 5, types);
+	for (size_t i = 0; i < c->nspend; i++) {
+		const struct ing_sbx *sb = &c->sbx[c->spend[i].sbx];
+		barr_text(&c->arr[0], sb->account);
+		barr_text(&c->arr[1], sb->key);
+		barr_text(&c->arr[2], sb->id);
+		barr_date(&c->arr[3], c->spend[i].day);
+		barr_i64(&c->arr[4], c->spend[i].micros);
+	}
+	rc = ing_qa(c, "ledger spend", SQL_LEDGER, 5, 0, NULL, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	if (ing_i64(res, 0, 0, &outrun) == METER_OK)
+		c->st.outrun_micros = outrun;
+	PQclear(res);
+	return METER_OK;
+}
+
+static enum meter_rc ing_write_watermarks(struct ing_call *c)
+{
+	const char *params[3];
+	struct ing_host *hosts = NULL;
+	size_t nhosts = 0;
+	enum meter_rc rc = METER_OK;
+
+	hosts = calloc(c->nbatches ? c->nbatches : 1, sizeof(*hosts));
+	if (!hosts)
+		return METER_ENOMEM;
+	for (size_t i = 0; i < c->nbatches; i++) {
+		const struct sample_batch *b = &c->batches[i];
+		size_t h;
+		if (!c->batch_accepted[i])
+			continue;
+		for (h = 0; h < nhosts; h++)
+			if (strcmp(hosts[h].host_id, b->host_id) == 0)
+				break;
+		if (h == nhosts) {
+			hosts[nhosts].host_id = b->host_id;
+			hosts[nhosts].last_at = b->sampled_at_usec;
+			nhosts++;
+		}
+		if (b->sampled_at_usec > hosts[h].last_at)
+			hosts[h].last_at = b->sampled_at_usec;
+		hosts[h].batches++;
+	}
+	if (nhosts == 0)
+		goto out;
+	arr_open(&c->a1);
+	arr_open(&c->a2);
+	arr_open(&c->a3);
+	for (size_t h = 0; h < nhosts; h++) {
+		arr_text(&c->a1, hosts[h].host_id);
+		arr_time(&c->a2, hosts[h].last_at);
+		arr_i64(&c->a3, hosts[h].batches);
+	}
+	arr_close(&c->a1);
+	arr_close(&c->a2);
+	arr_close(&c->a3);
+	if (c->a1.oom || c->a2.oom || c->a3.oom) {
+		rc = METER_ENOMEM;
+		goto out;
+	}
+	params[0] = c->a1.p;
+	params[1] = c->a2.p;
+	params[2] = c->a3.p;
+	rc = ing_q(c, "ingest_watermarks", SQL_WATERMARKS, 3, params, PGRES_COMMAND_OK, NULL);
+out:
+	free(hosts);
+	return rc;
+}
+
+/* Resets what one try learnt from the database. */
+static void ing_reset_try(struct ing_call *c)
+{
+	struct ingest_stats keep = c->st;
+
+	for (size_t i = 0; i < c->nsbx; i++) {
+		struct ing_sbx *sb = &c->sbx[i];
+		sb->found = false;
+		sb->had_meter = sb->has_prev = sb->changed = false;
+		sb->version = ING_VERSION_NONE;
+		memset(&sb->carry, 0, sizeof(sb->carry));
+		memset(sb->cum, 0, sizeof(sb->cum));
+		memset(&sb->last, 0, sizeof(sb->last));
+		sb->account[0] = sb->key[0] = '\0';
+	}
+	for (size_t i = 0; i < c->nzones; i++)
+		free(c->zones[i].start);
+	c->nzones = 0;
+	c->nrows = c->nspend = c->nevents = 0;
+	if (c->batch_accepted)
+		memset(c->batch_accepted, 0, c->nbatches * sizeof(*c->batch_accepted));
+	memset(&c->st, 0, sizeof(c->st));
+	c->st.samples = keep.samples;
+	c->st.batches = keep.batches;
+	c->st.retries = keep.retries;
+	c->st.newest_sampled_at_usec = keep.newest_sampled_at_usec;
+	c->retry = false;
+	c->sqlstate[0] = '\0';
+}
+
+static int64_t ing_now_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Adds the time since *mark to *acc and moves the mark. */
+static void ing_lap(int64_t *mark, int64_t *acc)
+{
+	int64_t now = ing_now_usec();
+
+	*acc += now - *mark;
+	*mark = now;
+}
+
+/* One try of the whole transaction. */
+static enum meter_rc ing_try(struct ing_call *c)
+{
+	enum meter_rc rc;
+	PGresult *res;
+	int64_t mark = ing_now_usec();
+
+	res = PQexec(c->conn, SQL_BEGIN);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		ing_fail(c, "begin", res);
+		PQclear(res);
+		return METER_EDB;
+	}
+	PQclear(res);
+	rc = ing_load_prices(c);
+	if (rc == METER_OK)
+		rc = ing_lock_meters(c);
+	if (rc == METER_OK)
+		rc = ing_load_sandboxes(c, true);
+	if (rc == METER_OK)
+		rc = ing_create_sandboxes(c);
+	if (rc == METER_OK)
+		rc = ing_load_events(c);
+	if (rc == METER_OK)
+		rc = ing_load_days(c);
+	if (rc != METER_OK)
+		return rc;
+	ing_lap(&mark, &c->st.usec_read);
+
+	buf_reset(&c->samples);
+	copy_header(&c->samples);
+	for (uint32_t x = 0; x < c->nsbx; x++) {
+		rc = ing_sandbox(c, x);
+		if (rc != METER_OK) {
+			if (rc == METER_ENOMEM)
+				snprintf(c->err, c->errlen, "out of memory");
+			return rc;
+		}
+	}
+	copy_trailer(&c->samples);
+	if (c->samples.oom)
+		return METER_ENOMEM;
+	ing_lap(&mark, &c->st.usec_compute);
+	if (c->st.accepted > 0) {
+		rc = ing_copy(c, "copy samples", SQL_SAMPLES_COPY, &c->samples);
+		ing_lap(&mark, &c->st.usec_samples);
+		if (rc == METER_OK)
+			rc = ing_write_meters(c);
+		if (rc == METER_OK)
+			rc = ing_write_usage(c);
+		ing_lap(&mark, &c->st.usec_state);
+		if (rc == METER_OK)
+			rc = ing_write_ledger(c);
+		if (rc == METER_OK)
+			rc = ing_write_watermarks(c);
+		ing_lap(&mark, &c->st.usec_ledger);
+		if (rc != METER_OK)
+			return rc;
+	}
+	res = PQexec(c->conn, "COMMIT");
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		ing_fail(c, "commit", res);
+		PQclear(res);
+		return METER_EDB;
+	}
+	PQclear(res);
+	ing_lap(&mark, &c->st.usec_commit);
+	return METER_OK;
+}
+
+/* Ends a failed try: rolls back what the connection still has open. */
+static void ing_rollback(struct ing_call *c)
+{
+	PGresult *res;
+
+	if (PQstatus(c->conn) != CONNECTION_OK)
+		return;
+	if (PQtransactionStatus(c->conn) == PQTRANS_IDLE)
+		return;
+	res = PQexec(c->conn, "ROLLBACK");
+	PQclear(res);
+}
+
+static void ing_metrics_describe(void)
+{
+	metrics_describe("meter_samples_ingested_total", METRICS_COUNTER,
+			 "Samples stored and accounted by ingestion.");
+	metrics_describe("meter_samples_ignored_total", METRICS_COUNTER,
+			 "Samples ignored as duplicates or out of order.");
+	metrics_describe("meter_ingest_batches_total", METRICS_COUNTER,
+			 "Sample batches (one host's reading each) ingested.");
+	metrics_describe("meter_ingest_intervals_total", METRICS_COUNTER,
+			 "Sample intervals turned into usage.");
+	metrics_describe("meter_ingest_anomalies_total", METRICS_COUNTER,
+			 "Anomalies met by ingestion, by kind.");
+	metrics_describe("meter_ingest_errors_total", METRICS_COUNTER,
+			 "Ingestion calls that failed (nothing written).");
+	metrics_describe("meter_ingest_retries_total", METRICS_COUNTER,
+			 "Ingestion transactions rolled back and retried (deadlock, race).");
+	metrics_describe("meter_ingest_micros_total", METRICS_COUNTER,
+			 "Money accounted by ingestion, microdollars.");
+	metrics_describe("meter_ingest_lag_seconds", METRICS_GAUGE,
+			 "Seconds between the newest ingested batch's sampled_at and its commit.");
+	metrics_describe("meter_ingest_unattributed_samples_total", METRICS_COUNTER,
+			 "Samples of sandboxes without a key (account 'unattributed').");
+}
+
+static void ing_metrics(const struct ingest_stats *st, enum meter_rc rc)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, ing_metrics_describe);
+	if (rc != METER_OK) {
+		metrics_counter_add("meter_ingest_errors_total", NULL, 1);
+		return;
+	}
+	metrics_counter_add("meter_samples_ingested_total", NULL, st->accepted);
+	metrics_counter_add("meter_samples_ignored_total", NULL, st->ignored);
+	metrics_counter_add("meter_ingest_batches_total", NULL, st->batches);
+	metrics_counter_add("meter_ingest_intervals_total", NULL, st->intervals);
+	metrics_counter_add("meter_ingest_micros_total", NULL, (uint64_t)st->micros);
+	metrics_counter_add("meter_ingest_unattributed_samples_total", NULL, st->unattributed);
+	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"counter_reset\"", st->resets);
+	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"cpu_capped\"", st->cpu_capped);
+	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"overflow\"", st->overflows);
+	if (st->retries)
+		metrics_counter_add("meter_ingest_retries_total", NULL, (uint64_t)st->retries);
+	if (st->newest_sampled_at_usec > 0 && st->accepted > 0) {
+		struct timespec ts;
+		int64_t now, lag;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+		lag = now - st->newest_sampled_at_usec;
+		metrics_gauge_set_fixed("meter_ingest_lag_seconds", NULL, lag > 0 ? lag : 0, 6);
+	}
+}
+
+static void ing_call_release(struct ing_call *c)
+{
+	for (size_t i = 0; i < c->nzones; i++)
+		free(c->zones[i].start);
+	free(c->zones);
+	free(c->items);
+	free(c->sbx);
+	free(c->map);
+	free(c->prices);
+	free(c->events);
+	free(c->pieces);
+	free(c->subs);
+	free(c->rows);
+	free(c->spend);
+	free(c->batch_accepted);
+	for (int i = 0; i < ING_NARR; i++)
+		buf_release(&c->arr[i].b);
+	buf_release(&c->samples);
+	buf_release(&c->a1);
+	buf_release(&c->a2);
+	buf_release(&c->a3);
+	buf_release(&c->a4);
+	buf_release(&c->a5);
+	buf_release(&c->a6);
+}
+
+enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct sample_batch *batches,
+			     size_t n, struct ingest_stats *stats, char *err, size_t errlen)
+{
+	struct ing_call c;
+	char dummy[8];
+	enum meter_rc rc;
+
+	memset(&c, 0, sizeof(c));
+	if (!err || errlen == 0) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	err[0] = '\0';
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	if (!ing || !conn || (n && !batches)) {
+		snprintf(err, errlen, "bad arguments");
+		return METER_EINVAL;
+	}
+	c.ing = ing;
+	c.conn = conn;
+	c.batches = batches;
+	c.nbatches = n;
+	c.err = err;
+	c.errlen = errlen;
+	c.st.batches = n;
+	for (size_t i = 0; i < n; i++)
+		if (batches[i].sampled_at_usec > c.st.newest_sampled_at_usec)
+			c.st.newest_sampled_at_usec = batches[i].sampled_at_usec;
+	rc = ing_prepare(&c);
+	if (rc == METER_ENOMEM)
+		snprintf(err, errlen, "out of memory");
+	if (rc != METER_OK || c.nitems == 0)
+		goto out;
+	for (size_t i = 0; i < c.nsbx; i++)
+		c.sbx[i].version = ING_VERSION_NONE;
+	rc = ing_partitions(&c);
+	if (rc != METER_OK)
+		goto out;
+	for (int attempt = 0; attempt < ING_TRIES; attempt++) {
+		if (attempt > 0) {
+			ing_reset_try(&c);
+			c.st.retries++;
+			log_info("ingest: retrying (%s)", err);
+		}
+		rc = ing_try(&c);
+		if (rc == METER_OK)
+			break;
+		ing_rollback(&c);
+		if (!c.retry || PQstatus(conn) != CONNECTION_OK)
+			break;
+	}
+out:
+	if (rc != METER_OK) {
+		/* Bad data from the database side is EINVAL; the rest is EDB. */
+		if (rc == METER_EDB && (strncmp(c.sqlstate, "22", 2) == 0 ||
+					(strncmp(c.sqlstate, "23", 2) == 0 && !c.retry)))
+			rc = METER_EINVAL;
+		if (rc == METER_ECONFLICT)
+			rc = METER_EDB;
+		if (!err[0])
+			snprintf(err, errlen, "%s", meter_rc_str(rc));
+	}
+	ing_metrics(&c.st, rc);
+	if (rc == METER_OK && stats)
+		*stats = c.st;
+	ing_call_release(&c);
+	return rc;
+}

@@ -1,0 +1,113 @@
+/* meter: ingestion of sample batches (DESIGN.md §2-§3).
+ *
+ * One call to ingest_batches() writes, in ONE transaction: the raw samples
+ * (partitioned table samples), the sandboxes' hourly usage and money
+ * (usage_hourly), the key-day spend with consumption of open holds
+ * (meter_ledger_spend, sql/0002_ledger.sql), each sandbox's collector state
+ * (sandbox_meter: last sample = the dedupe watermark, price version, money
+ * carries, cumulative money) and the per-host watermark (ingest_watermarks).
+ * Rows go in batched: binary COPY into the samples table, binary array
+ * parameters expanded by unnest() for the rest; never a round trip per row.
+ *
+ * Rules:
+ * - Per sandbox, samples are taken in time order; one at or before
+ *   sandbox_meter.last_sampled_at (or a second one at the same instant) is a
+ *   duplicate or out of order and ignored. Re-sending a batch, or re-running
+ *   after a crash, changes nothing: the watermark is written in the same
+ *   transaction as what it covers.
+ * - A sandbox's first sample is its baseline: usage starts there.
+ * - Interval prev → cur: usage_interval() (counter reset, CPU cap: counted
+ *   as anomalies), billed in prev's state, except that the lifecycle events
+ *   recorded in (prev.at, cur.at] are authoritative: the interval is split at
+ *   each event time and each piece takes its event's state. CPU is attributed
+ *   to the running pieces in proportion to their wall time (exact integer
+ *   split); CPU beyond vcpus × the running time is capped (an anomaly). So
+ *   billing stops exactly at a pause or stop event.
+ * - Pieces are split at price_book.effective_from (a new version starts a
+ *   fresh money carry; its floor applies to its part), then at UTC hours
+ *   (usage_hourly.hour) and at the key's local midnight (usage_hourly.day;
+ *   the key's IANA zone, UTC without a key) with usage_qty_split(), and
+ *   priced in time order with usage_price() and the sandbox's carries, so
+ *   money is exact and never drifts. Day starts come from PostgreSQL
+ *   (meter_day_start) and are cached per zone: no DST rule lives in C.
+ * - Attribution: the sandbox row decides account and key; else the sample's
+ *   key_id when that key exists (the sandbox row is then created in the
+ *   key's account: INSERT ... ON CONFLICT DO NOTHING; ingestion never changes
+ *   an existing sandboxes row); else the 'unattributed' account with no key:
+ *   still metered and stored, never dropped.
+ * - vcpus, memory_mib, storage_mib a source did not know (cgroups) come from
+ *   the sandbox row; a row created by ingestion gets vcpus =
+ *   opts.default_vcpus (the host's CPU count) when unknown, memory and
+ *   storage 0.
+ * - Lock order: sandbox_meter rows (account, sandbox order, FOR UPDATE),
+ *   then meter_ledger_spend (ledger rows, then holds). api_keys and
+ *   sandboxes rows are never locked FOR UPDATE.
+ * - A deadlock or a concurrent first sample of the same new sandbox rolls
+ *   the transaction back and retries it (up to 3 times).
+ *
+ * Known limit: a lifecycle event recorded after the samples past its time
+ * were ingested does not re-rate them (usage already billed stays billed).
+ *
+ * Thread safety: one struct ingest may be shared by threads (its caches are
+ * locked); each call needs its own connection. */
+#ifndef METER_INGEST_H
+#define METER_INGEST_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rc.h"
+#include "sample.h"
+
+struct ingest_opts {
+	int32_t default_vcpus; /* vcpus of a new sandbox whose source did not say; >= 1 */
+};
+
+/* Defaults: default_vcpus = the number of online CPUs of this machine. */
+void ingest_opts_init(struct ingest_opts *o);
+
+struct ingest;
+
+/* A new ingest object (caches: day starts per zone, sample partitions).
+ * NULL when out of memory. */
+struct ingest *ingest_new(const struct ingest_opts *o);
+void ingest_free(struct ingest *ing);
+
+/* What one call did (all counts of this call only). */
+struct ingest_stats {
+	uint64_t batches;	/* batches given */
+	uint64_t samples;	/* samples given */
+	uint64_t accepted;	/* stored and accounted (baselines included) */
+	uint64_t ignored;	/* duplicates, out of order */
+	uint64_t intervals;	/* intervals accounted */
+	uint64_t anomalies;	/* resets + cpu_capped + overflows */
+	uint64_t resets;	/* CPU counter went down */
+	uint64_t cpu_capped;	/* CPU above vcpus × wall time, capped */
+	uint64_t overflows;	/* interval too large to compute: re-baselined, not billed */
+	uint64_t new_sandboxes; /* sandboxes rows created by ingestion */
+	uint64_t unattributed;	/* accepted samples of sandboxes without a key */
+	uint64_t usage_rows;	/* usage_hourly rows written (inserted or added to) */
+	int64_t micros;		/* money accounted, µ$ */
+	int64_t outrun_micros;	/* money beyond the sandboxes' open holds, µ$ */
+	int64_t newest_sampled_at_usec; /* newest batch's sampled_at, 0 when none */
+	int retries;			/* transactions rolled back and retried */
+	/* Wall time of each phase of the last try, µs (for benchmarks): reads
+	 * and locks, arithmetic in C, the raw samples' COPY, sandbox_meter and
+	 * usage_hourly, meter_ledger_spend and watermarks, COMMIT. */
+	int64_t usec_read, usec_compute, usec_samples, usec_state, usec_ledger, usec_commit;
+};
+
+/* Ingests n batches (borrowed, unchanged) on conn (borrowed, idle: not in a
+ * transaction) in one transaction, as described above. Also updates the
+ * collector metrics (samples ingested/ignored, batches, anomalies by kind,
+ * ingest errors, ingest lag). On METER_OK *stats (may be NULL) tells what
+ * was done. Errors: METER_EDB (the database failed or is unreachable; the
+ * transaction is rolled back and nothing was written; the connection may be
+ * broken: see db_conn_failed), METER_ENOMEM, METER_EINVAL (a batch the
+ * database refused as data). err gets one line. */
+METER_MUSTCHECK enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn,
+					     const struct sample_batch *batches, size_t n,
+					     struct ingest_stats *stats, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The collector inside meterd, and the push route, through the real binaries:
+# - a cgroup directory (a fake v2 layout: cpu.stat files) is read every
+#   period; a sandbox without a record is metered as unattributed, with
+#   vcpus = this machine's CPU count;
+# - simulated host agents plus a dead one: the live ones are read and
+#   ingested, the dead one is counted as a scrape error of its own host;
+# - POST /v1/samples: roles, 400 naming the field, idempotent retries, a
+#   document far above 64 KiB, 413 above 16 MiB, 503 with no database;
+# - GET /metrics in the Prometheus text format;
+# - --api off serves /healthz, /readyz and /metrics only.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/lib.sh"
+export PGTZ=UTC
+work=$bin/test-collector-$$
+mkdir -p "$work"
+pids=()
+cp_token=collector-test-cp-token-0123456789
+op_token=collector-test-op-token-0123456789
+
+stop_all() {
+	for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && kill -KILL "$p"; done
+	return 0
+}
+cleanup_fns+=(stop_all)
+
+# start_meterd LOG ARGS...: sets port, base and meterd_pid.
+start_meterd() {
+	local log=$1
+	shift
+	port=$(free_port)
+	METER_CONTROL_PLANE_TOKEN=$cp_token METER_OPERATOR_TOKEN=$op_token "$bin/meterd" \
+		--listen "127.0.0.1:$port" "$@" >"$log" 2>&1 &
+	meterd_pid=$!
+	pids+=("$meterd_pid")
+	base=http://127.0.0.1:$port
+	wait_for 20 curl -fs "$base/healthz" || { tail -20 "$log" >&2; fail "meterd did not start"; finish; }
+}
+
+url=$(make_db collector)
+cleanup_fns+=("drop_db collector")
+"$bin/meterctl" migrate --database-url "$url" >/dev/null
+psql "$url" -Atq -c "INSERT INTO accounts (account_id, name) VALUES ('acct_t', 't')" \
+	-c "INSERT INTO api_keys (account_id, key_id, secret_hash, role) VALUES
+	    ('acct_t', 'kt1', decode(repeat('ab', 32), 'hex'), 'full')"
+q() { psql "$url" -Atq -c "$1"; }
+# jstr KEY FILE / jnum KEY FILE: a string or number field of a flat JSON answer.
+jstr() { grep -o "\"$1\":\"[^\"]*\"" "$2" | head -1 | sed 's/^[^:]*:"\(.*\)"$/\1/'; }
+jnum() { grep -o "\"$1\":[0-9]*" "$2" | head -1 | cut -d: -f2; }
+
+# --- sources: a cgroup directory, simulated agents and a dead agent ------------
+mkdir -p "$work/cg/sbx_cg1"
+echo "usage_usec 1000000" >"$work/cg/sbx_cg1/cpu.stat"
+"$bin/meterctl" simulate --listen 127.0.0.1:0 --urls-file "$work/agents.txt" --hosts 3 \
+	--sandboxes-per-host 4 --seed 3 --speed 60 --key-ids kt1 >"$work/sim.log" 2>&1 &
+pids+=($!)
+wait_for 10 test -s "$work/agents.txt" || fail "simulator did not start"
+dead="http://127.0.0.1:$(free_port)/hosts/dead"
+echo "$dead" >>"$work/agents.txt"
+METER_DATABASE_URL=$url start_meterd "$work/meterd.log" --cgroup-root "$work/cg" \
+	--host-id test-host --agents-file "$work/agents.txt" --collector-period-s 1 \
+	--agent-timeout-ms 500
+for i in 1 2 3 4 5; do
+	sleep 1
+	echo "usage_usec $((1000000 + i * 500000))" >"$work/cg/sbx_cg1/cpu.stat"
+done
+wait_for 10 test "$(q "SELECT count(*) > 0 FROM usage_hourly WHERE sandbox_id = 'sbx_cg1'")" = t ||
+	fail "cgroup sandbox not metered"
+expect "cgroup sandbox unattributed" \
+	"$(q "SELECT account_id || ' ' || COALESCE(key_id, '-') || ' ' || vcpus FROM sandboxes
+	      WHERE sandbox_id = 'sbx_cg1'")" "unattributed - $(nproc)"
+expect "cgroup samples' host" "$(q "SELECT DISTINCT host_id FROM samples WHERE sandbox_id = 'sbx_cg1'")" \
+	test-host
+cg_used=$(q "SELECT sum(cpu_used_mcus) FROM usage_hourly WHERE sandbox_id = 'sbx_cg1'")
+[[ $cg_used -gt 0 && $cg_used -le 2500000000 ]] && ok || fail "cgroup CPU used: $cg_used"
+wait_for 10 test "$(q "SELECT count(DISTINCT host_id) FROM samples WHERE host_id LIKE 'h%'")" = 3 ||
+	fail "not every live agent was ingested"
+[[ $(q "SELECT count(*) FROM sandboxes WHERE key_id = 'kt1' AND account_id = 'acct_t'") -gt 0 ]] &&
+	ok || fail "agents' sandboxes not attributed to the document's key"
+[[ $(q "SELECT count(*) FROM usage_hourly WHERE key_id = 'kt1'") -gt 0 ]] && ok ||
+	fail "agents' usage not metered"
+metrics=$(curl -s "$base/metrics")
+echo "$metrics" | grep -q "^meter_agent_scrape_errors_total{host=\"$dead\"} [1-9]" && ok ||
+	fail "dead agent's errors not counted"
+echo "$metrics" | grep "^meter_agent_scrape_errors_total" | grep -v "$dead" | grep -q . &&
+	fail "a live agent has scrape errors" || ok
+echo "$metrics" | grep -qE '^meter_samples_ingested_total [1-9]' && ok || fail "no samples_ingested"
+echo "$metrics" | grep -q '^# TYPE meter_ingest_lag_seconds gauge' && ok || fail "no lag gauge"
+echo "$metrics" | grep -qE '^meter_collector_rounds_total [1-9]' && ok || fail "no rounds"
+expect "ledger = rollups" "$(q "SELECT count(*) FROM key_day_ledger l WHERE spent_micros <>
+  (SELECT COALESCE(sum(total_micros), 0) FROM usage_hourly u
+   WHERE u.account_id = l.account_id AND u.key_id = l.key_id AND u.day = l.day)")" 0
+
+# --- POST /v1/samples ---------------------------------------------------------
+now=$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)
+doc="{\"host_id\":\"push1\",\"sampled_at\":\"$now\",\"sandboxes\":[{\"sandbox_id\":\"sbx_p1\",
+ \"key_id\":\"kt1\",\"state\":\"running\",\"vcpus\":2,\"memory_mib\":1024,\"cpu_usec\":5}]}"
+post() { curl -s -o "$work/body" -w '%{http_code}' -X POST -H "Content-Type: application/json" "$@"; }
+expect "push without a token" "$(post --data "$doc" "$base/v1/samples")" 401
+expect "push" "$(post -H "Authorization: Bearer $cp_token" --data "$doc" "$base/v1/samples")" 200
+expect "push answer" "$(cat "$work/body")" '{"accepted":1,"ignored":0,"anomalies":0}'
+expect "push again (a retry)" "$(post -H "Authorization: Bearer $op_token" --data "$doc" \
+	"$base/v1/samples")" 200
+expect "retry answer" "$(cat "$work/body")" '{"accepted":0,"ignored":1,"anomalies":0}'
+expect "bad vcpus" "$(post -H "Authorization: Bearer $cp_token" --data "${doc/\"vcpus\":2/\"vcpus\":0}" \
+	"$base/v1/samples")" 400
+expect "field named" "$(jstr code "$work/body") $(jstr field "$work/body")" \
+	"invalid_request sandboxes[0].vcpus"
+expect "unknown field" "$(post -H "Authorization: Bearer $cp_token" \
+	--data "${doc/\"state\"/\"colour\":1,\"state\"}" "$base/v1/samples")" 400
+expect "not JSON" "$(post -H "Authorization: Bearer $cp_token" --data "{nope" "$base/v1/samples")" 400
+# A document for 3,000 sandboxes: far above the API's 64 KiB.
+{
+	printf '{"host_id":"push2","sampled_at":"%s","sandboxes":[' "$now"
+	for i in $(seq 3000); do
+		((i > 1)) && printf ','
+		printf '{"sandbox_id":"sbx_big_%d","state":"running","vcpus":1,"memory_mib":512,"cpu_usec":%d}' "$i" "$i"
+	done
+	printf ']}'
+} >"$work/big.json"
+[[ $(stat -c %s "$work/big.json") -gt 65536 ]] && ok || fail "big document too small"
+expect "big push" "$(post -H "Authorization: Bearer $cp_token" --data-binary "@$work/big.json" \
+	"$base/v1/samples")" 200
+expect "big push answer" "$(jnum accepted "$work/body")" 3000
+head -c $((16 * 1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >"$work/huge.json"
+expect "over 16 MiB" "$(post -H "Authorization: Bearer $cp_token" --data-binary "@$work/huge.json" \
+	"$base/v1/samples")" 413
+expect "unattributed push visible" "$(q "SELECT count(*) FROM usage_hourly WHERE sandbox_id
+  LIKE 'sbx_big_%'")" 0 # a baseline only: one sample, no interval yet
+expect "unattributed push rows" "$(q "SELECT count(*) FROM sandboxes WHERE account_id =
+  'unattributed' AND sandbox_id LIKE 'sbx_big_%'")" 3000
+kill -TERM "$meterd_pid"
+wait "$meterd_pid" && ok || fail "meterd did not stop cleanly"
+grep -q "meterd stopped" "$work/meterd.log" && ok || fail "no clean stop"
+
+# --- no database: the push route fails closed with 503 ---------------------------
+METER_DATABASE_URL="postgresql://nobody:x@127.0.0.1:$(free_port)/none" \
+	start_meterd "$work/meterd-nodb.log" --collector off
+expect "push without a database" "$(post -H "Authorization: Bearer $cp_token" --data "$doc" \
+	"$base/v1/samples")" 503
+expect "503 code" "$(jstr code "$work/body")" metering_unavailable
+kill -TERM "$meterd_pid"
+wait "$meterd_pid" || true
+
+# --- api off: operational routes only ----------------------------------------------
+METER_DATABASE_URL=$url start_meterd "$work/meterd-apioff.log" --api off
+expect "api off: healthz" "$(http_status "$base/healthz")" 200
+expect "api off: readyz" "$(http_status "$base/readyz")" 200
+expect "api off: metrics" "$(http_status "$base/metrics")" 200
+expect "api off: keys" "$(http_status -H "Authorization: Bearer $op_token" "$base/v1/keys")" 404
+expect "api off: push" "$(post -H "Authorization: Bearer $cp_token" --data "$doc" \
+	"$base/v1/samples")" 404
+kill -TERM "$meterd_pid"
+wait "$meterd_pid" || true
+expect "both off refused" "$(METER_DATABASE_URL=$url "$bin/meterd" --api off --collector off \
+	>/dev/null 2>&1; echo $?)" 2
+finish

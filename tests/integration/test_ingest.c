@@ -1,0 +1,918 @@
+/* Integration: ingestion of sample batches against a real PostgreSQL.
+ *
+ * Every expected quantity and amount below is computed here from DESIGN.md
+ * §2's formula (micros(Q) = floor(Q × rate / (unit × 3.6e9)), money of a
+ * period = micros(Q_end) − micros(Q_start) per sandbox and price version),
+ * never by calling the pricing code under test. Each case meters sandboxes
+ * of its own so the cases do not disturb one another. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "db.h"
+#include "ingest.h"
+#include "metrics.h"
+#include "migrate.h"
+#include "sample.h"
+#include "testdb.h"
+
+#define SEC	INT64_C(1000000)
+#define HOUR	(3600 * SEC)
+#define DIV_CPU ((__int128)1000 * 3600000000LL)
+#define DIV_MIB ((__int128)1024 * 3600000000LL)
+
+static PGconn *conn;
+static struct ingest *ing;
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* "2026-11-30T01:02:03Z" (optionally with .ffffff) to UTC µs. */
+static int64_t T(const char *s)
+{
+	struct tm tm;
+	const char *rest;
+	int64_t frac = 0;
+
+	memset(&tm, 0, sizeof(tm));
+	rest = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (!rest) {
+		fprintf(stderr, "bad time %s\n", s);
+		exit(1);
+	}
+	if (*rest == '.') {
+		int digits = 0;
+		for (rest++; *rest >= '0' && *rest <= '9'; rest++, digits++)
+			frac = frac * 10 + (*rest - '0');
+		for (; digits < 6; digits++)
+			frac *= 10;
+	}
+	return (int64_t)timegm(&tm) * SEC + frac;
+}
+
+static int64_t micros(__int128 q, int64_t rate, __int128 div)
+{
+	return (int64_t)(q * rate / div);
+}
+
+static void exec(const char *sql)
+{
+	PGresult *r = PQexec(conn, sql);
+
+	if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "SQL failed: %s\n%s", sql, PQerrorMessage(conn));
+		CHECK(0);
+	}
+	PQclear(r);
+}
+
+/* The first column of the first row as int64 (-1 on NULL or error). */
+static int64_t q64(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int64_t q64(const char *fmt, ...)
+{
+	char sql[2048];
+	va_list ap;
+	PGresult *r;
+	int64_t v = -1;
+
+	va_start(ap, fmt);
+	vsnprintf(sql, sizeof(sql), fmt, ap);
+	va_end(ap);
+	r = PQexec(conn, sql);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "SQL failed: %s\n%s", sql, PQerrorMessage(conn));
+	} else if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0)) {
+		v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+	}
+	PQclear(r);
+	return v;
+}
+
+/* The first column of the first row as text into buf ("" on NULL/error). */
+static void qtext(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void qtext(char *buf, size_t len, const char *fmt, ...)
+{
+	char sql[2048];
+	va_list ap;
+	PGresult *r;
+
+	va_start(ap, fmt);
+	vsnprintf(sql, sizeof(sql), fmt, ap);
+	va_end(ap);
+	buf[0] = '\0';
+	r = PQexec(conn, sql);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK)
+		fprintf(stderr, "SQL failed: %s\n%s", sql, PQerrorMessage(conn));
+	else if (PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
+		snprintf(buf, len, "%s", PQgetvalue(r, 0, 0));
+	PQclear(r);
+}
+
+/* Appends a sample to b. state: 'r', 'p' or 's'. */
+static void add(struct sample_batch *b, const char *sandbox, const char *key, int64_t at,
+		char state, int64_t cpu_usec, int64_t memory_mib, int64_t storage_mib, int vcpus)
+{
+	struct meter_sample s;
+
+	memset(&s, 0, sizeof(s));
+	snprintf(s.sandbox_id, sizeof(s.sandbox_id), "%s", sandbox);
+	snprintf(s.key_id, sizeof(s.key_id), "%s", key ? key : "");
+	s.u.at_usec = at;
+	s.u.state = state == 'r'   ? SANDBOX_RUNNING
+		    : state == 'p' ? SANDBOX_PAUSED
+				   : SANDBOX_STOPPED;
+	s.u.cpu_usec = cpu_usec;
+	s.u.memory_mib = memory_mib;
+	s.u.storage_mib = storage_mib;
+	s.u.vcpus = vcpus;
+	if (sample_batch_push(b, &s) != METER_OK) {
+		fprintf(stderr, "sample_batch_push failed\n");
+		exit(1);
+	}
+	if (at > b->sampled_at_usec)
+		b->sampled_at_usec = at;
+}
+
+static void batch(struct sample_batch *b, const char *host)
+{
+	sample_batch_init(b);
+	snprintf(b->host_id, sizeof(b->host_id), "%s", host);
+}
+
+/* Ingests n batches; returns the stats; fails the test on error. */
+static struct ingest_stats run(struct sample_batch *b, size_t n)
+{
+	struct ingest_stats st;
+	char err[512];
+	enum meter_rc rc = ingest_batches(ing, conn, b, n, &st, err, sizeof(err));
+
+	if (rc != METER_OK)
+		fprintf(stderr, "ingest_batches: %s: %s\n", meter_rc_str(rc), err);
+	CHECK_I64(rc, METER_OK);
+	return st;
+}
+
+/* Ingests one batch and releases it. */
+static struct ingest_stats run1(struct sample_batch *b)
+{
+	struct ingest_stats st = run(b, 1);
+
+	sample_batch_release(b);
+	return st;
+}
+
+/* A usage_hourly column summed over a sandbox's rows. */
+static int64_t usum(const char *sandbox, const char *col)
+{
+	return q64("SELECT COALESCE(sum(%s), 0) FROM usage_hourly WHERE sandbox_id = '%s'", col,
+		   sandbox);
+}
+
+/* A usage_hourly column of one row (hour, day; version 1 unless given). */
+static int64_t urow(const char *sandbox, const char *hour, const char *day, const char *col)
+{
+	return q64("SELECT %s FROM usage_hourly WHERE sandbox_id = '%s' AND hour = '%s'"
+		   " AND day = '%s'",
+		   col, sandbox, hour, day);
+}
+
+/* Digest of everything ingestion writes. */
+static void dump(char *buf, size_t len)
+{
+	qtext(buf, len,
+	      "SELECT md5(string_agg(x, E'\\n' ORDER BY x)) FROM ("
+	      " SELECT 'u' || t::text AS x FROM usage_hourly t"
+	      " UNION ALL SELECT 'l' || t::text FROM key_day_ledger t"
+	      " UNION ALL SELECT 'm' || t::text FROM sandbox_meter t"
+	      " UNION ALL SELECT 'h' || t::text FROM holds t"
+	      " UNION ALL SELECT 's' || t::text FROM samples t"
+	      " UNION ALL SELECT 'b' || t::text FROM sandboxes t"
+	      " UNION ALL SELECT 'w' || t::text FROM ingest_watermarks t) d");
+}
+
+/* Checks one sandbox's totals: quantities and money (cpu, memory, storage). */
+static void check_totals(const char *sbx, int64_t running_s, int64_t paused_s, int64_t used,
+			 int64_t billed, int64_t mem, int64_t sto, int64_t cpu_m, int64_t mem_m,
+			 int64_t sto_m)
+{
+	fprintf(stderr, "  sandbox %s\n", sbx);
+	CHECK_I64(usum(sbx, "running_usec"), running_s * SEC);
+	CHECK_I64(usum(sbx, "paused_usec"), paused_s * SEC);
+	CHECK_I64(usum(sbx, "cpu_used_mcus"), used);
+	CHECK_I64(usum(sbx, "cpu_billed_mcus"), billed);
+	CHECK_I64(usum(sbx, "memory_mibus"), mem);
+	CHECK_I64(usum(sbx, "storage_mibus"), sto);
+	CHECK_I64(usum(sbx, "cpu_micros"), cpu_m);
+	CHECK_I64(usum(sbx, "memory_micros"), mem_m);
+	CHECK_I64(usum(sbx, "storage_micros"), sto_m);
+	CHECK_I64(usum(sbx, "total_micros"), cpu_m + mem_m + sto_m);
+	CHECK_I64(q64("SELECT cpu_cum_micros + memory_cum_micros + storage_cum_micros"
+		      " FROM sandbox_meter WHERE sandbox_id = '%s'",
+		      sbx),
+		  cpu_m + mem_m + sto_m);
+}
+
+/* ---- cases ----------------------------------------------------------------- */
+
+/* Running below the floor for 50 s: the floor is billed. */
+static void test_steady_floor(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	int64_t t0 = T("2026-11-30T01:00:00Z");
+	int64_t billed = 50 * 50 * SEC, mem = 4096 * 50 * SEC;
+
+	fprintf(stderr, "steady running with the floor\n");
+	batch(&b, "h1");
+	for (int i = 0; i <= 5; i++)
+		add(&b, "s_steady", "key_a", t0 + i * 10 * SEC, 'r', 1000 + i * 100, 4096, 0, 2);
+	st = run1(&b);
+	CHECK_I64(st.accepted, 6);
+	CHECK_I64(st.ignored, 0);
+	CHECK_I64(st.intervals, 5);
+	CHECK_I64(st.anomalies, 0);
+	CHECK_I64(st.new_sandboxes, 1);
+	check_totals("s_steady", 50, 0, 1000 * 500, billed, mem, 0, micros(billed, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
+	CHECK_I64(st.micros, micros(billed, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB));
+	/* Attributed through the document's key: the key's account. */
+	CHECK_I64(q64("SELECT count(*) FROM sandboxes WHERE sandbox_id = 's_steady'"
+		      " AND account_id = 'acct_1' AND key_id = 'key_a' AND vcpus = 2"
+		      " AND memory_mib = 4096"),
+		  1);
+	CHECK_I64(q64("SELECT count(*) FROM samples WHERE sandbox_id = 's_steady'"), 6);
+	CHECK_I64(q64("SELECT batches FROM ingest_watermarks WHERE host_id = 'h1'"), 1);
+}
+
+/* A whole hour idle (2 vCPU, 4 GiB) is 31,250 µ$; both vCPUs busy, 80,000 µ$
+ * (DESIGN.md §1). Once as one call of 361 batches, once as 361 calls. */
+static void test_worked_figures(void)
+{
+	struct sample_batch bs[361], b;
+	int64_t t0 = T("2026-11-30T02:00:00Z");
+
+	fprintf(stderr, "worked figures\n");
+	for (int i = 0; i <= 360; i++) {
+		char host[16];
+		snprintf(host, sizeof(host), "hw%d", i % 3);
+		batch(&bs[i], host);
+		add(&bs[i], "s_idle_a", "key_w", t0 + i * 10 * SEC, 'r', 0, 4096, 0, 2);
+		add(&bs[i], "s_busy", "key_w", t0 + i * 10 * SEC, 'r', i * 20 * SEC, 4096, 0, 2);
+	}
+	run(bs, 361);
+	for (int i = 0; i <= 360; i++)
+		sample_batch_release(&bs[i]);
+	for (int i = 0; i <= 360; i++) {
+		batch(&b, "hw9");
+		add(&b, "s_idle_b", "key_w", t0 + i * 10 * SEC, 'r', 0, 4096, 0, 2);
+		run1(&b);
+	}
+	CHECK_I64(urow("s_idle_a", "2026-11-30T02:00:00Z", "2026-11-30", "total_micros"), 31250);
+	CHECK_I64(urow("s_idle_a", "2026-11-30T02:00:00Z", "2026-11-30", "cpu_micros"), 1250);
+	CHECK_I64(urow("s_idle_a", "2026-11-30T02:00:00Z", "2026-11-30", "memory_micros"), 30000);
+	CHECK_I64(urow("s_idle_a", "2026-11-30T02:00:00Z", "2026-11-30", "running_usec"), HOUR);
+	CHECK_I64(urow("s_idle_b", "2026-11-30T02:00:00Z", "2026-11-30", "total_micros"), 31250);
+	CHECK_I64(urow("s_idle_b", "2026-11-30T02:00:00Z", "2026-11-30", "cpu_billed_mcus"),
+		  50 * HOUR);
+	CHECK_I64(urow("s_busy", "2026-11-30T02:00:00Z", "2026-11-30", "total_micros"), 80000);
+	CHECK_I64(urow("s_busy", "2026-11-30T02:00:00Z", "2026-11-30", "cpu_used_mcus"),
+		  2000 * HOUR);
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id IN"
+		      " ('s_idle_a', 's_idle_b', 's_busy')"),
+		  3);
+	CHECK_I64(q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_w'"
+		      " AND day = '2026-11-30'"),
+		  31250 * 2 + 80000);
+}
+
+/* The counter goes down: the new value is the usage since the reset. */
+static void test_counter_reset(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	int64_t t0 = T("2026-11-30T01:10:00Z");
+	/* Intervals: 1.0 s, 0.3 s (after the reset), 0.5 s of CPU in 10 s each. */
+	int64_t used = 1000 * (1000000 + 300000 + 500000);
+	int64_t billed = 1000 * INT64_C(1000000) + 50 * 10 * SEC + 50 * 10 * SEC;
+	int64_t mem = 1024 * 30 * SEC;
+
+	fprintf(stderr, "counter reset\n");
+	batch(&b, "h1");
+	add(&b, "s_reset", "key_a", t0, 'r', 5000000, 1024, 0, 1);
+	add(&b, "s_reset", "key_a", t0 + 10 * SEC, 'r', 6000000, 1024, 0, 1);
+	add(&b, "s_reset", "key_a", t0 + 20 * SEC, 'r', 300000, 1024, 0, 1);
+	add(&b, "s_reset", "key_a", t0 + 30 * SEC, 'r', 800000, 1024, 0, 1);
+	st = run1(&b);
+	CHECK_I64(st.resets, 1);
+	CHECK_I64(st.anomalies, 1);
+	check_totals("s_reset", 30, 0, used, billed, mem, 0, micros(billed, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
+}
+
+/* Missed samples: one 60 s interval priced from the cumulative counter. */
+static void test_gap(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2026-11-30T01:20:00Z");
+	int64_t used = 1000 * 30 * SEC, mem = 1024 * 60 * SEC;
+
+	fprintf(stderr, "gap\n");
+	batch(&b, "h1");
+	add(&b, "s_gap", "key_a", t0, 'r', 7 * SEC, 1024, 0, 1);
+	run1(&b);
+	batch(&b, "h1");
+	add(&b, "s_gap", "key_a", t0 + 60 * SEC, 'r', 37 * SEC, 1024, 0, 1);
+	run1(&b);
+	check_totals("s_gap", 60, 0, used, used, mem, 0, micros(used, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
+}
+
+/* Pause and stop events inside intervals: billing changes exactly there. */
+static void test_events(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2026-11-30T01:30:00Z");
+	int64_t used = 1000 * 4 * SEC, mem = 2048 * 4 * SEC, sto = 5120 * 16 * SEC;
+	int64_t s_used = 1000 * 2 * SEC, s_mem = 1024 * 3 * SEC;
+
+	fprintf(stderr, "pause and stop events\n");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state) VALUES ('acct_1', 's_pause', 'key_a', 2, 2048, 5120, 'running'),"
+	     " ('acct_1', 's_stop', 'key_a', 1, 1024, 0, 'running')");
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 's_pause', 'paused', '2026-11-30T01:30:04Z'),"
+	     " ('acct_1', 's_stop', 'stopped', '2026-11-30T01:30:03Z')");
+	batch(&b, "h2");
+	add(&b, "s_pause", NULL, t0, 'r', 0, 2048, 5120, 2);
+	add(&b, "s_stop", NULL, t0, 'r', 0, 1024, 0, 1);
+	run1(&b);
+	batch(&b, "h2");
+	/* The agent still saw CPU time it cannot have used after the events:
+	 * 4 s in the first 4 s (2 vCPUs), 2 s in the first 3 s. */
+	add(&b, "s_pause", NULL, t0 + 10 * SEC, 'p', 4 * SEC, 2048, 5120, 2);
+	add(&b, "s_stop", NULL, t0 + 10 * SEC, 's', 2 * SEC, 1024, 0, 1);
+	run1(&b);
+	batch(&b, "h2");
+	add(&b, "s_pause", NULL, t0 + 20 * SEC, 'p', 4 * SEC, 2048, 5120, 2);
+	add(&b, "s_stop", NULL, t0 + 20 * SEC, 's', 2 * SEC, 1024, 0, 1);
+	run1(&b);
+	check_totals("s_pause", 4, 16, used, used, mem, sto, micros(used, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), micros(sto, 100, DIV_MIB));
+	check_totals("s_stop", 3, 0, s_used, s_used, s_mem, 0, micros(s_used, 25000, DIV_CPU),
+		     micros(s_mem, 7500, DIV_MIB), 0);
+}
+
+/* More CPU than vcpus × Δwall: capped, counted. */
+static void test_cap(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	int64_t t0 = T("2026-11-30T01:40:00Z");
+	int64_t used = 1000 * 10 * SEC, mem = 1024 * 10 * SEC;
+
+	fprintf(stderr, "anomaly cap\n");
+	batch(&b, "h1");
+	add(&b, "s_cap", "key_a", t0, 'r', 0, 1024, 0, 1);
+	add(&b, "s_cap", "key_a", t0 + 10 * SEC, 'r', 25 * SEC, 1024, 0, 1);
+	st = run1(&b);
+	CHECK_I64(st.cpu_capped, 1);
+	CHECK_I64(st.anomalies, 1);
+	check_totals("s_cap", 10, 0, used, used, mem, 0, micros(used, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
+}
+
+/* The same batch twice, and a crash-like replay: nothing changes anywhere. */
+static void test_duplicate_batch(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	char before[64], after[64];
+	int64_t t0 = T("2026-11-30T01:50:00Z");
+
+	fprintf(stderr, "duplicate batch\n");
+	batch(&b, "h3");
+	add(&b, "s_dup", "key_a", t0, 'r', 0, 1024, 0, 1);
+	add(&b, "s_dup", "key_a", t0 + 10 * SEC, 'r', 3 * SEC, 1024, 0, 1);
+	add(&b, "s_dup2", NULL, t0 + 10 * SEC, 'p', 0, 1024, 100, 1);
+	st = run(&b, 1);
+	CHECK_I64(st.accepted, 3);
+	dump(before, sizeof(before));
+	st = run(&b, 1);
+	CHECK_I64(st.accepted, 0);
+	CHECK_I64(st.ignored, 3);
+	CHECK_I64(st.micros, 0);
+	dump(after, sizeof(after));
+	CHECK(before[0] != '\0');
+	CHECK_STR(after, before);
+	sample_batch_release(&b);
+}
+
+/* Samples out of order and duplicated, within a call and across calls,
+ * give exactly what the same samples in order give. */
+static void test_out_of_order(void)
+{
+	struct sample_batch b[3];
+	struct ingest_stats st;
+	int64_t t0 = T("2026-11-30T01:55:00Z");
+	static const char *const cols[] = {"running_usec", "cpu_used_mcus", "cpu_billed_mcus",
+					   "memory_mibus", "cpu_micros",    "memory_micros",
+					   "total_micros"};
+
+	fprintf(stderr, "out of order and duplicated samples\n");
+	/* Reference, in order. */
+	batch(&b[0], "h4");
+	add(&b[0], "s_ord", "key_a", t0, 'r', 0, 512, 0, 1);
+	add(&b[0], "s_ord", "key_a", t0 + 10 * SEC, 'r', 1 * SEC, 512, 0, 1);
+	add(&b[0], "s_ord", "key_a", t0 + 20 * SEC, 'r', 9 * SEC, 512, 0, 1);
+	add(&b[0], "s_ord", "key_a", t0 + 30 * SEC, 'r', 9 * SEC + 1, 512, 0, 1);
+	run1(&b[0]);
+	/* Scrambled over three batches of one call, with duplicates. */
+	batch(&b[0], "h5");
+	batch(&b[1], "h5");
+	batch(&b[2], "h6");
+	add(&b[0], "s_ooo", "key_a", t0 + 20 * SEC, 'r', 9 * SEC, 512, 0, 1);
+	add(&b[0], "s_ooo", "key_a", t0, 'r', 0, 512, 0, 1);
+	add(&b[1], "s_ooo", "key_a", t0 + 10 * SEC, 'r', 1 * SEC, 512, 0, 1);
+	add(&b[1], "s_ooo", "key_a", t0 + 20 * SEC, 'r', 9 * SEC, 512, 0, 1);
+	add(&b[2], "s_ooo", "key_a", t0, 'r', 0, 512, 0, 1);
+	st = run(b, 3);
+	CHECK_I64(st.accepted, 3);
+	CHECK_I64(st.ignored, 2);
+	for (int i = 0; i < 3; i++)
+		sample_batch_release(&b[i]);
+	/* Later calls: one before the watermark (ignored), then the next one. */
+	batch(&b[0], "h5");
+	add(&b[0], "s_ooo", "key_a", t0 + 15 * SEC, 'r', 5 * SEC, 512, 0, 1);
+	st = run1(&b[0]);
+	CHECK_I64(st.ignored, 1);
+	CHECK_I64(st.accepted, 0);
+	batch(&b[0], "h5");
+	add(&b[0], "s_ooo", "key_a", t0 + 30 * SEC, 'r', 9 * SEC + 1, 512, 0, 1);
+	add(&b[0], "s_ooo", "key_a", t0 + 10 * SEC, 'r', 1 * SEC, 512, 0, 1);
+	st = run1(&b[0]);
+	CHECK_I64(st.accepted, 1);
+	CHECK_I64(st.ignored, 1);
+	for (size_t i = 0; i < sizeof(cols) / sizeof(cols[0]); i++) {
+		int64_t want = usum("s_ord", cols[i]);
+		CHECK(want > 0);
+		CHECK_I64(usum("s_ooo", cols[i]), want);
+	}
+	CHECK_I64(q64("SELECT count(*) FROM samples WHERE sandbox_id = 's_ooo'"), 4);
+}
+
+/* Late samples of yesterday land in yesterday's hour, day and partition; an
+ * interval across UTC midnight is split there. */
+static void test_late(void)
+{
+	struct sample_batch b;
+	char part[64];
+	int64_t t = T("2026-11-29T23:59:40Z");
+
+	fprintf(stderr, "late samples\n");
+	batch(&b, "h7");
+	add(&b, "s_late", "key_a", t, 'r', 0, 1024, 0, 1);
+	add(&b, "s_late", "key_a", t + 10 * SEC, 'r', 1 * SEC, 1024, 0, 1);
+	add(&b, "s_late", "key_a", t + 30 * SEC, 'r', 3 * SEC, 1024, 0, 1);
+	run1(&b);
+	/* 10 s + 10 s on the 29th, 10 s on the 30th; the CPU of the split
+	 * interval (2 s over 20 s) in proportion. */
+	CHECK_I64(urow("s_late", "2026-11-29T23:00:00Z", "2026-11-29", "running_usec"), 20 * SEC);
+	CHECK_I64(urow("s_late", "2026-11-29T23:00:00Z", "2026-11-29", "cpu_used_mcus"),
+		  1000 * 2 * SEC);
+	CHECK_I64(urow("s_late", "2026-11-30T00:00:00Z", "2026-11-30", "running_usec"), 10 * SEC);
+	CHECK_I64(urow("s_late", "2026-11-30T00:00:00Z", "2026-11-30", "cpu_used_mcus"),
+		  1000 * 1 * SEC);
+	qtext(part, sizeof(part),
+	      "SELECT string_agg(DISTINCT tableoid::regclass::text, ',') FROM samples"
+	      " WHERE sandbox_id = 's_late' AND sampled_at < '2026-11-30'");
+	CHECK_STR(part, "samples_20261129");
+	qtext(part, sizeof(part),
+	      "SELECT string_agg(DISTINCT tableoid::regclass::text, ',') FROM samples"
+	      " WHERE sandbox_id = 's_late' AND sampled_at >= '2026-11-30'");
+	CHECK_STR(part, "samples_20261130");
+	/* The ledger of each day has that day's part. */
+	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger WHERE key_id = 'key_a'"
+		      " AND day = '2026-11-29'"),
+		  1);
+}
+
+/* One interval across an hour and the key's local midnight. */
+static void test_kolkata(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2026-11-29T18:29:00Z"), t1 = T("2026-11-29T19:00:30Z");
+	int64_t w = t1 - t0;	  /* 1890 s */
+	int64_t cpu = w * 3 / 10; /* 0.3 cores */
+	int64_t parts[3] = {60 * SEC, 1800 * SEC, 30 * SEC};
+	const char *hours[3] = {"2026-11-29T18:00:00Z", "2026-11-29T18:00:00Z",
+				"2026-11-29T19:00:00Z"};
+	const char *days[3] = {"2026-11-29", "2026-11-30", "2026-11-30"};
+	__int128 qc = 0, qm = 0;
+	int64_t day_total[2] = {0, 0};
+
+	fprintf(stderr, "Asia/Kolkata midnight\n");
+	batch(&b, "h8");
+	add(&b, "s_ist", "key_ist", t0, 'r', 0, 4096, 0, 2);
+	add(&b, "s_ist", "key_ist", t1, 'r', cpu, 4096, 0, 2);
+	run1(&b);
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id = 's_ist'"), 3);
+	for (int i = 0; i < 3; i++) {
+		int64_t used = 1000 * (cpu * parts[i] / w);
+		int64_t cm, mm;
+		cm = micros(qc + used, 25000, DIV_CPU) - micros(qc, 25000, DIV_CPU);
+		mm = micros(qm + (__int128)4096 * parts[i], 7500, DIV_MIB) -
+		     micros(qm, 7500, DIV_MIB);
+		qc += used;
+		qm += (__int128)4096 * parts[i];
+		CHECK_I64(urow("s_ist", hours[i], days[i], "running_usec"), parts[i]);
+		CHECK_I64(urow("s_ist", hours[i], days[i], "cpu_used_mcus"), used);
+		CHECK_I64(urow("s_ist", hours[i], days[i], "cpu_billed_mcus"), used);
+		CHECK_I64(urow("s_ist", hours[i], days[i], "memory_mibus"), 4096 * parts[i]);
+		CHECK_I64(urow("s_ist", hours[i], days[i], "cpu_micros"), cm);
+		CHECK_I64(urow("s_ist", hours[i], days[i], "memory_micros"), mm);
+		day_total[i == 0 ? 0 : 1] += cm + mm;
+	}
+	CHECK_I64(usum("s_ist", "running_usec"), w);
+	CHECK_I64(usum("s_ist", "cpu_used_mcus"), 1000 * cpu);
+	CHECK_I64(usum("s_ist", "total_micros"), micros((__int128)1000 * cpu, 25000, DIV_CPU) +
+						     micros((__int128)4096 * w, 7500, DIV_MIB));
+	CHECK_I64(q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_ist'"
+		      " AND day = '2026-11-29'"),
+		  day_total[0]);
+	CHECK_I64(q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_ist'"
+		      " AND day = '2026-11-30'"),
+		  day_total[1]);
+}
+
+/* America/New_York: DST ends on 2026-11-01 (a 25-hour day) and begins on
+ * 2026-03-08 (a 23-hour day). One long interval across each. */
+static void test_new_york(void)
+{
+	struct sample_batch b;
+	int64_t a0 = T("2026-11-01T03:30:00Z"), a1 = T("2026-11-02T05:30:00Z");
+	int64_t s0 = T("2026-03-08T04:30:00Z"), s1 = T("2026-03-09T04:30:00Z");
+
+	fprintf(stderr, "America/New_York across DST\n");
+	batch(&b, "h9");
+	add(&b, "s_ny", "key_ny", a0, 'r', 0, 1024, 0, 1);
+	add(&b, "s_ny", "key_ny", a1, 'r', (a1 - a0) / 2, 1024, 0, 1);
+	add(&b, "s_ny2", "key_ny", s0, 'r', 0, 1024, 0, 1);
+	add(&b, "s_ny2", "key_ny", s1, 'r', (s1 - s0) / 2, 1024, 0, 1);
+	run1(&b);
+	/* Local midnights: Oct 31/Nov 1 at 04:00Z (EDT), Nov 1/2 at 05:00Z (EST). */
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id = 's_ny'"
+		      " AND day = '2026-10-31'"),
+		  30 * 60 * SEC);
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id = 's_ny'"
+		      " AND day = '2026-11-01'"),
+		  25 * HOUR);
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id = 's_ny'"
+		      " AND day = '2026-11-02'"),
+		  30 * 60 * SEC);
+	CHECK_I64(usum("s_ny", "running_usec"), a1 - a0);
+	CHECK_I64(usum("s_ny", "cpu_used_mcus"), 1000 * ((a1 - a0) / 2));
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id = 's_ny'"), 27);
+	CHECK_I64(usum("s_ny", "total_micros"),
+		  micros((__int128)1000 * ((a1 - a0) / 2), 25000, DIV_CPU) +
+		      micros((__int128)1024 * (a1 - a0), 7500, DIV_MIB));
+	/* Spring: Mar 7/8 at 05:00Z (EST), Mar 8/9 at 04:00Z (EDT). */
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id = 's_ny2'"
+		      " AND day = '2026-03-07'"),
+		  30 * 60 * SEC);
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id = 's_ny2'"
+		      " AND day = '2026-03-08'"),
+		  23 * HOUR);
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id = 's_ny2'"
+		      " AND day = '2026-03-09'"),
+		  30 * 60 * SEC);
+	/* Each day's ledger = the sum of that day's usage rows. */
+	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger l WHERE key_id = 'key_ny'"
+		      " AND spent_micros <> (SELECT sum(total_micros) FROM usage_hourly u"
+		      "  WHERE u.key_id = l.key_id AND u.day = l.day)"),
+		  0);
+	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger WHERE key_id = 'key_ny'"), 6);
+}
+
+/* A price-book version taking effect in the middle of an interval. */
+static void test_price_change(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2027-06-01T12:00:00Z");
+	int64_t v2;
+	/* v1 part: 5 s, 0.5 s CPU; v2 part: 5 s, 0.5 s CPU, then 10 s idle. */
+	int64_t c1 = 1000 * 500000, m1 = 1024 * 5 * SEC;
+	int64_t c2 = 1000 * 500000 + 100 * 10 * SEC, m2 = 1024 * 15 * SEC;
+
+	fprintf(stderr, "price change mid-interval\n");
+	exec("INSERT INTO price_book (effective_from, cpu_micros_per_vcpu_hour,"
+	     " memory_micros_per_gib_hour, storage_micros_per_gib_hour, floor_millicores)"
+	     " VALUES ('2027-06-01T12:00:05Z', 50000, 15000, 200, 100)");
+	v2 = q64("SELECT version FROM price_book WHERE effective_from = '2027-06-01T12:00:05Z'");
+	batch(&b, "h10");
+	add(&b, "s_price", "key_a", t0, 'r', 0, 1024, 0, 1);
+	add(&b, "s_price", "key_a", t0 + 10 * SEC, 'r', 1 * SEC, 1024, 0, 1);
+	add(&b, "s_price", "key_a", t0 + 20 * SEC, 'r', 1 * SEC, 1024, 0, 1);
+	run1(&b);
+	CHECK_I64(q64("SELECT cpu_billed_mcus FROM usage_hourly WHERE sandbox_id = 's_price'"
+		      " AND price_version = 1"),
+		  c1);
+	CHECK_I64(q64("SELECT cpu_micros FROM usage_hourly WHERE sandbox_id = 's_price'"
+		      " AND price_version = 1"),
+		  micros(c1, 25000, DIV_CPU));
+	CHECK_I64(q64("SELECT memory_micros FROM usage_hourly WHERE sandbox_id = 's_price'"
+		      " AND price_version = 1"),
+		  micros(m1, 7500, DIV_MIB));
+	CHECK_I64(q64("SELECT cpu_billed_mcus FROM usage_hourly WHERE sandbox_id = 's_price'"
+		      " AND price_version = %" PRId64,
+		      v2),
+		  c2);
+	CHECK_I64(q64("SELECT cpu_micros FROM usage_hourly WHERE sandbox_id = 's_price'"
+		      " AND price_version = %" PRId64,
+		      v2),
+		  micros(c2, 50000, DIV_CPU));
+	CHECK_I64(q64("SELECT memory_micros FROM usage_hourly WHERE sandbox_id = 's_price'"
+		      " AND price_version = %" PRId64,
+		      v2),
+		  micros(m2, 15000, DIV_MIB));
+	CHECK_I64(q64("SELECT price_version FROM sandbox_meter WHERE sandbox_id = 's_price'"), v2);
+}
+
+/* Without a sandbox row or a known key: metered under 'unattributed'. And
+ * sizes a cgroup cannot know come from the sandbox row, or the defaults. */
+static void test_unattributed(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	int64_t t0 = T("2026-11-30T00:10:00Z");
+	int64_t used = 1000 * 2 * SEC;
+
+	fprintf(stderr, "unattributed and unknown sizes\n");
+	exec(
+	    "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	    " storage_mib, state) VALUES ('acct_1', 's_cg_known', 'key_a', 2, 2048, 0, 'running')");
+	batch(&b, "h11");
+	add(&b, "s_orphan", NULL, t0, 'r', 0, 512, 0, 1);
+	add(&b, "s_orphan", NULL, t0 + 10 * SEC, 'r', 2 * SEC, 512, 0, 1);
+	add(&b, "s_badkey", "no_such_key", t0, 'r', 0, 512, 0, 1);
+	add(&b, "s_badkey", "no_such_key", t0 + 10 * SEC, 'r', 2 * SEC, 512, 0, 1);
+	add(&b, "s_cg_known", NULL, t0, 'r', 0, SAMPLE_UNKNOWN, SAMPLE_UNKNOWN, 0);
+	add(&b, "s_cg_known", NULL, t0 + 10 * SEC, 'r', 2 * SEC, SAMPLE_UNKNOWN, SAMPLE_UNKNOWN, 0);
+	add(&b, "s_cg_new", NULL, t0, 'r', 0, SAMPLE_UNKNOWN, SAMPLE_UNKNOWN, 0);
+	add(&b, "s_cg_new", NULL, t0 + 10 * SEC, 'r', 25 * SEC, SAMPLE_UNKNOWN, SAMPLE_UNKNOWN, 0);
+	st = run1(&b);
+	CHECK_I64(st.unattributed, 6);
+	CHECK_I64(st.new_sandboxes, 3);
+	CHECK_I64(q64("SELECT count(*) FROM sandboxes WHERE account_id = 'unattributed'"
+		      " AND key_id IS NULL AND sandbox_id IN ('s_orphan', 's_badkey', 's_cg_new')"),
+		  3);
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE account_id = 'unattributed'"
+		      " AND key_id IS NULL AND sandbox_id = 's_orphan'"),
+		  1);
+	check_totals("s_orphan", 10, 0, used, used, 512 * 10 * SEC, 0, micros(used, 25000, DIV_CPU),
+		     micros(512 * 10 * SEC, 7500, DIV_MIB), 0);
+	CHECK_I64(usum("s_badkey", "total_micros"), usum("s_orphan", "total_micros"));
+	/* Known row: 2 vCPUs, 2048 MiB. */
+	CHECK_I64(usum("s_cg_known", "memory_mibus"), 2048 * 10 * SEC);
+	CHECK_I64(q64("SELECT vcpus FROM samples WHERE sandbox_id = 's_cg_known' LIMIT 1"), 2);
+	CHECK_I64(q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_a'"
+		      " AND day = '2026-11-30'") > 0,
+		  1);
+	/* New row: vcpus = the default (3 here), memory 0; 25 s of CPU in 10 s
+	 * is within 3 vCPUs × 10 s, so not capped. */
+	CHECK_I64(q64("SELECT vcpus FROM sandboxes WHERE sandbox_id = 's_cg_new'"), 3);
+	CHECK_I64(usum("s_cg_new", "memory_mibus"), 0);
+	CHECK_I64(usum("s_cg_new", "cpu_used_mcus"), 1000 * 25 * SEC);
+	CHECK_I64(st.cpu_capped, 0);
+	/* No ledger rows without a key. */
+	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger WHERE account_id = 'unattributed'"), 0);
+}
+
+/* Metering consumes the sandbox's open holds; committed = spent + holds. */
+static void test_holds(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2026-11-30T00:20:00Z");
+	int64_t billed = 2000 * 60 * SEC, mem = 4096 * 60 * SEC; /* both vCPUs busy 60 s */
+	int64_t cost = micros(billed, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB);
+	int64_t spent, held;
+
+	fprintf(stderr, "holds consumed\n");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state) VALUES ('acct_1', 's_hold', 'key_hold', 2, 4096, 0, 'running')");
+	exec("INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
+	     " lease_starts_at, lease_ends_at) VALUES ('acct_1', 'key_hold', 's_hold',"
+	     " '2026-11-30', 2000, 'open', '2026-11-30T00:20:00Z', '2026-11-30T00:35:00Z')");
+	exec("INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
+	     " VALUES ('acct_1', 'key_hold', '2026-11-30', 0, 2000)");
+	batch(&b, "h12");
+	add(&b, "s_hold", NULL, t0, 'r', 0, 4096, 0, 2);
+	add(&b, "s_hold", NULL, t0 + 60 * SEC, 'r', 120 * SEC, 4096, 0, 2);
+	run1(&b);
+	CHECK(cost < 2000);
+	spent = q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_hold'");
+	held = q64("SELECT held_micros FROM key_day_ledger WHERE key_id = 'key_hold'");
+	CHECK_I64(spent, cost);
+	CHECK_I64(q64("SELECT consumed_micros FROM holds WHERE key_id = 'key_hold'"), cost);
+	CHECK_I64(held, 2000 - cost);
+	CHECK_I64(spent + held, 2000);
+	/* Another minute: past the hold, consumed grows beyond the amount,
+	 * held stays at 0, committed = spent. */
+	batch(&b, "h12");
+	add(&b, "s_hold", NULL, t0 + 120 * SEC, 'r', 240 * SEC, 4096, 0, 2);
+	run1(&b);
+	CHECK(2 * cost > 2000);
+	spent = q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_hold'");
+	held = q64("SELECT held_micros FROM key_day_ledger WHERE key_id = 'key_hold'");
+	CHECK_I64(spent, micros(2 * billed, 25000, DIV_CPU) + micros(2 * mem, 7500, DIV_MIB));
+	CHECK_I64(held, 0);
+	CHECK_I64(q64("SELECT consumed_micros FROM holds WHERE key_id = 'key_hold'"), spent);
+	CHECK_I64(held, q64("SELECT COALESCE(sum(GREATEST(amount_micros - consumed_micros, 0)), 0)"
+			    " FROM holds WHERE key_id = 'key_hold' AND status = 'open'"));
+}
+
+/* Bad samples are refused before anything is written. */
+static void test_bad_input(void)
+{
+	struct sample_batch b;
+	char err[256];
+	struct ingest_stats st;
+	char before[64], after[64];
+
+	fprintf(stderr, "bad input\n");
+	dump(before, sizeof(before));
+	batch(&b, "h13");
+	add(&b, "s_bad", NULL, T("2026-11-30T00:30:00Z"), 'r', -5, 512, 0, 1);
+	CHECK_I64(ingest_batches(ing, conn, &b, 1, &st, err, sizeof(err)), METER_EINVAL);
+	CHECK(strstr(err, "cpu_usec") != NULL);
+	sample_batch_release(&b);
+	batch(&b, "bad host!");
+	add(&b, "s_bad", NULL, T("2026-11-30T00:30:00Z"), 'r', 5, 512, 0, 1);
+	CHECK_I64(ingest_batches(ing, conn, &b, 1, &st, err, sizeof(err)), METER_EINVAL);
+	sample_batch_release(&b);
+	dump(after, sizeof(after));
+	CHECK_STR(after, before);
+	/* Empty input is fine and writes nothing. */
+	CHECK_I64(ingest_batches(ing, conn, NULL, 0, &st, err, sizeof(err)), METER_OK);
+	CHECK_I64(metrics_value("meter_ingest_errors_total", NULL), 2);
+}
+
+struct racer {
+	const char *url;
+	struct sample_batch *b;
+	struct ingest_stats st;
+	enum meter_rc rc;
+	pthread_barrier_t *go;
+};
+
+static void *race(void *arg)
+{
+	struct racer *r = arg;
+	PGconn *c = NULL;
+	char err[512];
+
+	r->rc = db_connect(r->url, &c, err, sizeof(err));
+	pthread_barrier_wait(r->go);
+	if (r->rc == METER_OK)
+		r->rc = ingest_batches(ing, c, r->b, 1, &r->st, err, sizeof(err));
+	if (r->rc != METER_OK)
+		fprintf(stderr, "racer: %s: %s\n", meter_rc_str(r->rc), err);
+	PQfinish(c);
+	return NULL;
+}
+
+/* Two connections ingest the same first samples of new sandboxes at once:
+ * one wins, the other retries and ignores them; nothing is counted twice. */
+static void test_concurrent(const char *url)
+{
+	struct sample_batch b;
+	struct racer r[2];
+	pthread_t t[2];
+	pthread_barrier_t go;
+	int64_t t0 = T("2026-11-30T00:40:00Z");
+	int64_t used = 1000 * 3 * SEC, mem = 256 * 20 * SEC;
+
+	fprintf(stderr, "concurrent ingestion of new sandboxes\n");
+	batch(&b, "h14");
+	for (int i = 0; i < 20; i++) {
+		char id[32];
+		snprintf(id, sizeof(id), "s_race_%d", i);
+		add(&b, id, "key_a", t0, 'r', 0, 256, 0, 1);
+		add(&b, id, "key_a", t0 + 10 * SEC, 'r', 1 * SEC, 256, 0, 1);
+		add(&b, id, "key_a", t0 + 20 * SEC, 'r', 3 * SEC, 256, 0, 1);
+	}
+	pthread_barrier_init(&go, NULL, 2);
+	for (int i = 0; i < 2; i++) {
+		memset(&r[i], 0, sizeof(r[i]));
+		r[i].url = url;
+		r[i].b = &b;
+		r[i].go = &go;
+		CHECK_I64(pthread_create(&t[i], NULL, race, &r[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	pthread_barrier_destroy(&go);
+	CHECK_I64(r[0].rc, METER_OK);
+	CHECK_I64(r[1].rc, METER_OK);
+	CHECK_I64(r[0].st.accepted + r[1].st.accepted, 60);
+	CHECK_I64(r[0].st.ignored + r[1].st.ignored, 60);
+	CHECK_I64(q64("SELECT count(*) FROM samples WHERE sandbox_id LIKE 's_race_%%'"), 60);
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id LIKE"
+		      " 's_race_%%'"),
+		  20 * 20 * SEC);
+	CHECK_I64(q64("SELECT sum(total_micros) FROM usage_hourly WHERE sandbox_id LIKE"
+		      " 's_race_%%'"),
+		  20 * (micros(used, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB)));
+	sample_batch_release(&b);
+}
+
+/* Invariants over everything ingested above. */
+static void test_invariants(void)
+{
+	fprintf(stderr, "invariants\n");
+	/* Every key-day's spend = the sum of that day's usage rows. */
+	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger l WHERE spent_micros <>"
+		      " (SELECT COALESCE(sum(total_micros), 0) FROM usage_hourly u"
+		      "  WHERE u.account_id = l.account_id AND u.key_id = l.key_id"
+		      "  AND u.day = l.day)"),
+		  0);
+	/* Every sandbox's cumulative money = the sum of its rows. */
+	CHECK_I64(q64("SELECT count(*) FROM sandbox_meter m WHERE"
+		      " cpu_cum_micros + memory_cum_micros + storage_cum_micros <>"
+		      " (SELECT COALESCE(sum(total_micros), 0) FROM usage_hourly u"
+		      "  WHERE u.account_id = m.account_id AND u.sandbox_id = m.sandbox_id)"),
+		  0);
+	/* The newest row's cumulative money equals the meter's. */
+	CHECK_I64(q64("SELECT count(*) FROM sandbox_meter m JOIN LATERAL ("
+		      " SELECT * FROM usage_hourly u WHERE u.account_id = m.account_id"
+		      " AND u.sandbox_id = m.sandbox_id ORDER BY hour DESC, day DESC,"
+		      " price_version DESC LIMIT 1) u ON true"
+		      " WHERE u.cpu_cum_micros <> m.cpu_cum_micros"
+		      " OR u.memory_cum_micros <> m.memory_cum_micros"
+		      " OR u.storage_cum_micros <> m.storage_cum_micros"),
+		  0);
+	/* The watermark is the newest sample stored. */
+	CHECK_I64(q64("SELECT count(*) FROM sandbox_meter m WHERE last_sampled_at <>"
+		      " (SELECT max(sampled_at) FROM samples s WHERE s.account_id = m.account_id"
+		      "  AND s.sandbox_id = m.sandbox_id)"),
+		  0);
+	CHECK(metrics_value("meter_samples_ingested_total", NULL) > 0);
+	CHECK(metrics_value("meter_ingest_anomalies_total", "kind=\"counter_reset\"") >= 1);
+}
+
+int main(void)
+{
+	struct testdb db;
+	struct ingest_opts o;
+	char err[512];
+	int applied;
+
+	if (testdb_create(&db, "ingest") != 0)
+		return 1;
+	conn = db.conn;
+	if (migrate_apply(conn, &applied, err, sizeof(err)) != METER_OK) {
+		fprintf(stderr, "migrate: %s\n", err);
+		testdb_drop(&db);
+		return 1;
+	}
+	exec("SET client_min_messages = warning");
+	exec("INSERT INTO accounts (account_id, name) VALUES ('acct_1', 'Account one')");
+	exec("INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone) VALUES"
+	     " ('acct_1', 'key_a', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 'key_w', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 'key_hold', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 'key_ist', decode(repeat('ab', 32), 'hex'), 'full', 'Asia/Kolkata'),"
+	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'read_only',"
+	     "  'America/New_York')");
+	ingest_opts_init(&o);
+	o.default_vcpus = 3;
+	ing = ingest_new(&o);
+	CHECK(ing != NULL);
+
+	test_steady_floor();
+	test_worked_figures();
+	test_counter_reset();
+	test_gap();
+	test_events();
+	test_cap();
+	test_duplicate_batch();
+	test_out_of_order();
+	test_late();
+	test_kolkata();
+	test_new_york();
+	test_price_change();
+	test_unattributed();
+	test_holds();
+	test_bad_input();
+	test_concurrent(db.url);
+	test_invariants();
+
+	ingest_free(ing);
+	metrics_reset();
+	testdb_drop(&db);
+	return check_done();
+}

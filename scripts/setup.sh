@@ -8,13 +8,13 @@ packages=(
 	build-essential cmake pkg-config git ca-certificates
 	postgresql-15 postgresql-client-15 postgresql-contrib libpq-dev
 	libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libssl-dev
-	curl procps util-linux
+	curl procps util-linux jq
 )
 # Extra groups: "bench" for the benchmark commands, "browser" for page tests.
 for extra in "$@"; do
 	case "$extra" in
-	bench) packages+=(wrk) ;;
-	browser) packages+=(chromium fonts-dejavu-core) ;;
+	bench) packages+=(wrk time) ;;
+	browser) packages+=(chromium chromium-driver fonts-dejavu-core) ;;
 	*) echo "setup.sh: unknown extra '$extra' (bench, browser)" >&2; exit 2 ;;
 	esac
 done

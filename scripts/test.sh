@@ -7,7 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$root/build-test
 
-bash "$root/scripts/setup.sh"
+bash "$root/scripts/setup.sh" browser
 echo "building into $build (sanitizers on) ..."
 bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Debug -DMETER_SANITIZE=ON
 cd "$build"

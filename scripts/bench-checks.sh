@@ -40,7 +40,7 @@ trap cleanup EXIT
 
 bash "$root/scripts/setup.sh" bench
 echo "building Release into $build ..."
-bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMETER_WERROR=OFF
+bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF -DMETER_WERROR=ON
 pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 
 url=$(bash "$root/scripts/pg.sh" start)

@@ -39,10 +39,10 @@ cleanup() {
 trap cleanup EXIT
 
 echo "bench-ingest: building (Release) into $build ..."
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >"$work/configure.log" 2>&1 ||
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON -DMETER_WERROR=ON >"$work/configure.log" 2>&1 ||
 	{ cat "$work/configure.log" >&2; exit 1; }
 cmake --build "$build" -j"$(nproc)" --target meterd meterctl bench_ingest >"$work/build.log" 2>&1 ||
-	{ grep -E "error" "$work/build.log" | head -20 >&2; exit 1; }
+	{ tail -20 "$work/build.log" >&2; exit 1; }
 
 unset METER_DATABASE_URL
 url=$(METER_PG_DIR=$work/pg METER_PG_PORT=$(free_port) bash "$root/scripts/pg.sh" start)

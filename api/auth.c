@@ -183,8 +183,19 @@ static enum meter_rc auth_session(struct http_req *req, struct auth *a)
 
 	if (!cookie || session_verify(cookie, time(NULL), a) != METER_OK)
 		return METER_ENOTFOUND;
-	if (a->kind != AUTH_KEY)
+	if (a->kind == AUTH_OPERATOR) {
+		/* Only while the token it was issued under is still the one. */
+		char fp[17];
+		const char *token = req->app->cfg->operator_token;
+
+		session_operator_fingerprint(token, fp, sizeof(fp));
+		if (!token[0] || strlen(a->key_id) != 16 || CRYPTO_memcmp(fp, a->key_id, 16) != 0)
+			return METER_ENOTFOUND;
+		a->key_id[0] = '\0';
 		return METER_OK;
+	}
+	if (a->kind != AUTH_KEY)
+		return METER_ENOTFOUND;
 	if (db_pool_acquire(req->app->pool, AUTH_DB_WAIT_MS, &conn) != METER_OK)
 		return METER_EDB;
 	rc = db_key_auth_get(conn, a->key_id, &row);

@@ -68,7 +68,7 @@ static void send_page(struct http_req *req, unsigned status, struct html *page)
 	if (req->resp &&
 	    (MHD_add_response_header(req->resp, "Content-Security-Policy", csp) != MHD_YES ||
 	     MHD_add_response_header(req->resp, "X-Content-Type-Options", "nosniff") != MHD_YES ||
-	     MHD_add_response_header(req->resp, "Referrer-Policy", "no-referrer") != MHD_YES ||
+	     MHD_add_response_header(req->resp, "Referrer-Policy", "same-origin") != MHD_YES ||
 	     MHD_add_response_header(req->resp, "X-Frame-Options", "DENY") != MHD_YES))
 		log_warn("could not add dashboard headers");
 }
@@ -257,6 +257,23 @@ static char *form_field(char *body, const char *name)
 	return NULL;
 }
 
+/* False for a form posted from another site (login and logout CSRF): the
+ * browser says so in Sec-Fetch-Site, or in an Origin that is not ours. */
+static bool same_site_form(struct http_req *req)
+{
+	const char *site = http_header(req, "Sec-Fetch-Site");
+	const char *origin = http_header(req, "Origin");
+	const char *host = http_header(req, MHD_HTTP_HEADER_HOST);
+	const char *o;
+
+	if (site)
+		return strcmp(site, "same-origin") == 0 || strcmp(site, "none") == 0;
+	if (!origin)
+		return true; /* not a browser's form: nothing to forge */
+	o = strstr(origin, "://");
+	return host && o && strcmp(o + 3, host) == 0;
+}
+
 void h_dash_sign_in(struct http_req *req)
 {
 	char body[4096], copy[4096], cookie[600], header[800];
@@ -264,6 +281,10 @@ void h_dash_sign_in(struct http_req *req)
 	struct auth a;
 	enum meter_rc rc;
 
+	if (!same_site_form(req)) {
+		sign_in_page(req, 403, "Sign in from this site's own page.");
+		return;
+	}
 	if (!req->body || req->body_len >= sizeof(body)) {
 		sign_in_page(req, 400, "Enter a key.");
 		return;
@@ -291,6 +312,8 @@ void h_dash_sign_in(struct http_req *req)
 			return;
 		}
 		snprintf(a.account_id, sizeof(a.account_id), "%s", account);
+		session_operator_fingerprint(req->app->cfg->operator_token, a.key_id,
+					     sizeof(a.key_id));
 	}
 	if (session_issue(&a, now_usec() / 1000000, cookie, sizeof(cookie)) != METER_OK) {
 		sign_in_page(req, 503, "Could not start a session.");
@@ -307,6 +330,10 @@ void h_dash_sign_in(struct http_req *req)
 
 void h_dash_sign_out(struct http_req *req)
 {
+	if (!same_site_form(req)) {
+		http_reply_error(req, 403, "forbidden", "sign out from this site's own page", NULL);
+		return;
+	}
 	redirect(req, "/dashboard/sign-in");
 	if (req->resp &&
 	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_SET_COOKIE,

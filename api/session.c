@@ -29,6 +29,21 @@ enum meter_rc session_init(const char *configured)
 	return METER_OK;
 }
 
+void session_operator_fingerprint(const char *operator_token, char *out, size_t len)
+{
+	unsigned char md[32];
+	unsigned int n = 0;
+
+	if (len < 17 ||
+	    !EVP_Digest(operator_token, strlen(operator_token), md, &n, EVP_sha256(), NULL)) {
+		if (len)
+			out[0] = '\0';
+		return;
+	}
+	for (int i = 0; i < 8; i++)
+		snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
 /* base64url without padding of n bytes into out (4 * ceil(n / 3) + 1). */
 static void b64url(const unsigned char *in, size_t n, char *out)
 {
@@ -159,8 +174,12 @@ enum meter_rc session_verify(const char *cookie, int64_t now_s, struct auth *a)
 		snprintf(a->key_id, sizeof(a->key_id), "%s", f[3]);
 		return METER_OK;
 	case 'o':
+		/* The key field holds the operator token's fingerprint. */
+		if (!parse_is_id(f[3]))
+			return METER_EINVAL;
 		a->kind = AUTH_OPERATOR;
 		a->role = ROLE_OPERATOR;
+		snprintf(a->key_id, sizeof(a->key_id), "%s", f[3]);
 		return METER_OK;
 	}
 	return METER_EINVAL;

@@ -27,6 +27,11 @@
  * the process, and are not shared between processes). */
 METER_MUSTCHECK enum meter_rc session_init(const char *configured);
 
+/* A short fingerprint (16 hex digits of SHA-256) of the operator token, kept
+ * in an operator's session in place of a key id: rotating or removing the
+ * token ends every operator session issued under it. */
+void session_operator_fingerprint(const char *operator_token, char *out, size_t len);
+
 /* Formats the cookie value for a (a key or the operator, with the account
  * it views) valid until now_s + SESSION_TTL_S, into buf. */
 METER_MUSTCHECK enum meter_rc session_issue(const struct auth *a, int64_t now_s, char *buf,

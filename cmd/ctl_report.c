@@ -196,6 +196,8 @@ out:
 	export_close(cur);
 	if (out && close_output(cmd, out, out_path))
 		status = 1;
+	if (status != 0 && out && out_path && unlink(out_path) != 0)
+		ctl_fail(cmd, "could not remove the incomplete %s", out_path);
 	if (conn)
 		PQfinish(conn);
 	return status;

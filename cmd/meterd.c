@@ -62,6 +62,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "meterd: api and collector are both off: nothing to run\n");
 		return 2;
 	}
+	if (cfg.session_secret[0] && strlen(cfg.session_secret) < 32) {
+		fprintf(stderr, "meterd: session_secret must be at least 32 characters\n");
+		return 2;
+	}
 	if (session_init(cfg.session_secret) != METER_OK) {
 		fprintf(stderr, "meterd: cannot set up dashboard sessions\n");
 		return 1;

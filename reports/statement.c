@@ -88,9 +88,16 @@ static enum meter_rc apply_credit(PGconn *conn, struct statement *s, const char 
 			       " running_usec, cpu_micros + memory_micros FROM usage_hourly"
 			       " WHERE account_id = $1 AND running_usec > 0 AND hour < $3"
 			       " ORDER BY hour, sandbox_id, price_version, day",
-			       3, NULL, params, NULL, NULL, 0) ||
-	    !PQsetSingleRowMode(conn)) {
+			       3, NULL, params, NULL, NULL, 0)) {
 		snprintf(err, errlen, "statement query failed: %s", PQerrorMessage(conn));
+		return METER_EDB;
+	}
+	if (!PQsetSingleRowMode(conn)) {
+		/* The query is in flight: read it to the end so the connection
+		 * goes back to the pool idle. */
+		while ((res = PQgetResult(conn)) != NULL)
+			PQclear(res);
+		snprintf(err, errlen, "statement query failed: cannot stream its rows");
 		return METER_EDB;
 	}
 	while ((res = PQgetResult(conn)) != NULL) {
@@ -210,6 +217,9 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 			goto db_error;
 	}
 	PQclear(res);
+	/* The database sorts by its collation; the credit's bsearch needs
+	 * byte order (strcmp), so sort here rather than trust the server. */
+	qsort(s.lines, s.n, sizeof(*s.lines), line_cmp);
 
 	/* Totals from the exact sums (not from the rounded lines). */
 	res = PQexecParams(conn,

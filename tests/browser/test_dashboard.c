@@ -72,7 +72,8 @@ static int usage(PGconn *c, const char *acc, const char *key, const char *sbx, i
 
 int main(void)
 {
-	static const char *const env[] = {"METER_SESSION_SECRET=browser-test-secret", NULL};
+	static const char *const env[] = {
+	    "METER_SESSION_SECRET=browser-test-secret-at-least-32-characters", NULL};
 	struct apitest t;
 	struct webdriver wd;
 	bool missing;

@@ -38,10 +38,18 @@ int main(void)
 	/* Operator sessions carry the account they view and no key. */
 	a.kind = AUTH_OPERATOR;
 	a.role = ROLE_OPERATOR;
-	a.key_id[0] = '\0';
+	session_operator_fingerprint("operator-token", a.key_id, sizeof(a.key_id));
+	CHECK_I64(strlen(a.key_id), 16);
 	CHECK(session_issue(&a, 1000, cookie, sizeof(cookie)) == METER_OK);
 	CHECK(session_verify(cookie, 1001, &b) == METER_OK);
 	CHECK(b.kind == AUTH_OPERATOR && b.role == ROLE_OPERATOR);
+	CHECK_STR(b.key_id, a.key_id);
+	/* Another token, another fingerprint: auth refuses the old session. */
+	{
+		char other[17];
+		session_operator_fingerprint("rotated-token", other, sizeof(other));
+		CHECK(strcmp(other, a.key_id) != 0);
+	}
 
 	/* Another secret (another deployment) does not accept it. */
 	CHECK(session_init("another secret") == METER_OK);

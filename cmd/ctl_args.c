@@ -19,6 +19,19 @@ void ctl_fail(const char *cmd, const char *fmt, ...)
 	(void)fprintf(stderr, "meterctl %s: %s\n", cmd, msg);
 }
 
+int ctl_args_exit(enum ctl_args_result r)
+{
+	switch (r) {
+	case CTL_ARGS_OK:
+		return -1;
+	case CTL_ARGS_HELP:
+		return 0;
+	case CTL_ARGS_BAD:
+		break;
+	}
+	return 2;
+}
+
 struct ctl_arg *ctl_arg_get(struct ctl_arg *args, size_t nargs, const char *name)
 {
 	for (size_t i = 0; i < nargs; i++)

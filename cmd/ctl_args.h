@@ -38,6 +38,10 @@ enum ctl_args_result {
 enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct ctl_arg *args,
 				    size_t nargs, int argc, char **argv);
 
+/* What a sub-command's main does with a parse result: -1 to go on, else
+ * the exit status to return (0 after --help, 2 after a bad argument). */
+int ctl_args_exit(enum ctl_args_result r);
+
 /* The option called name (it must be in args). */
 struct ctl_arg *ctl_arg_get(struct ctl_arg *args, size_t nargs, const char *name);
 

@@ -85,14 +85,10 @@ static int ctl_account_create(int argc, char **argv)
 	int status = 1;
 	enum meter_rc rc;
 
-	switch (ctl_args_parse(cmd, account_usage, args, 2, argc, argv)) {
-	case CTL_ARGS_OK:
-		break;
-	case CTL_ARGS_HELP:
-		return 0;
-	default:
-		return 2;
-	}
+	const int parsed = ctl_args_exit(ctl_args_parse(cmd, account_usage, args, 2, argc, argv));
+
+	if (parsed >= 0)
+		return parsed;
 	len = strlen(args[0].s);
 	if (len > DB_ACCOUNT_NAME_MAX) {
 		ctl_fail(cmd, "--name must be at most %d bytes", DB_ACCOUNT_NAME_MAX);
@@ -147,14 +143,10 @@ static int ctl_key_create(int argc, char **argv)
 	int status = 1;
 	enum meter_rc rc;
 
-	switch (ctl_args_parse(cmd, key_usage, args, 5, argc, argv)) {
-	case CTL_ARGS_OK:
-		break;
-	case CTL_ARGS_HELP:
-		return 0;
-	default:
-		return 2;
-	}
+	const int parsed = ctl_args_exit(ctl_args_parse(cmd, key_usage, args, 5, argc, argv));
+
+	if (parsed >= 0)
+		return parsed;
 	if (!parse_is_id(args[0].s)) {
 		ctl_fail(cmd, "--account must be 1 to 64 characters of A-Z a-z 0-9 _ . -");
 		return 2;

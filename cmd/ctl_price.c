@@ -103,14 +103,11 @@ int ctl_price_main(int argc, char **argv)
 	int n;
 	enum meter_rc rc;
 
-	switch (ctl_args_parse(cmd, ctl_price_usage, opts, P_NOPTS, argc, argv)) {
-	case CTL_ARGS_OK:
-		break;
-	case CTL_ARGS_HELP:
-		return 0;
-	case CTL_ARGS_BAD:
-		return 2;
-	}
+	const int parsed =
+	    ctl_args_exit(ctl_args_parse(cmd, ctl_price_usage, opts, P_NOPTS, argc, argv));
+
+	if (parsed >= 0)
+		return parsed;
 	vcpus = opts[P_VCPUS].i;
 	mc = opts[P_CPU_MC].i;
 	if (mc > vcpus * MONEY_MILLICORES_PER_VCPU) {
@@ -191,14 +188,11 @@ int ctl_lease_cost_main(int argc, char **argv)
 	int n;
 	enum meter_rc rc;
 
-	switch (ctl_args_parse(cmd, ctl_lease_usage, opts, L_NOPTS, argc, argv)) {
-	case CTL_ARGS_OK:
-		break;
-	case CTL_ARGS_HELP:
-		return 0;
-	case CTL_ARGS_BAD:
-		return 2;
-	}
+	const int parsed =
+	    ctl_args_exit(ctl_args_parse(cmd, ctl_lease_usage, opts, L_NOPTS, argc, argv));
+
+	if (parsed >= 0)
+		return parsed;
 	rc = usage_lease_max_cost(&price_rates_default, opts[L_VCPUS].i, opts[L_MEMORY].i,
 				  opts[L_SECONDS].i, &micros);
 	if (rc == METER_ERANGE) {

@@ -108,14 +108,10 @@ static int report_usage(int argc, char **argv)
 	int status = 1;
 	size_t len;
 
-	switch (ctl_args_parse(cmd, usage_text, args, n, argc, argv)) {
-	case CTL_ARGS_OK:
-		break;
-	case CTL_ARGS_HELP:
-		return 0;
-	case CTL_ARGS_BAD:
-		return 2;
-	}
+	const int parsed = ctl_args_exit(ctl_args_parse(cmd, usage_text, args, n, argc, argv));
+
+	if (parsed >= 0)
+		return parsed;
 	memset(&p, 0, sizeof(p));
 	if (strlen(args[0].s) > PARSE_ID_MAX || strlen(args[5].s) > PARSE_ID_MAX ||
 	    strlen(args[6].s) > PARSE_ID_MAX) {
@@ -222,14 +218,11 @@ static int report_statement(int argc, char **argv)
 	FILE *out = NULL;
 	enum meter_rc rc;
 
-	switch (ctl_args_parse(cmd, usage_text, args, sizeof(args) / sizeof(args[0]), argc, argv)) {
-	case CTL_ARGS_OK:
-		break;
-	case CTL_ARGS_HELP:
-		return 0;
-	case CTL_ARGS_BAD:
-		return 2;
-	}
+	const int parsed = ctl_args_exit(
+	    ctl_args_parse(cmd, usage_text, args, sizeof(args) / sizeof(args[0]), argc, argv));
+
+	if (parsed >= 0)
+		return parsed;
 	if (!parse_is_id(args[0].s)) {
 		ctl_fail(cmd, "--account: 1 to 64 characters of A-Z a-z 0-9 _ . -");
 		return 2;

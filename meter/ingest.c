@@ -599,13 +599,12 @@ static void ing_fail(struct ing_call *c, const char *what, const PGresult *res)
 		c->retry = true;
 }
 
-/* Runs sql with text parameters; *out (may be NULL) gets the result when its
- * status is want. */
-static enum meter_rc ing_q(struct ing_call *c, const char *what, const char *sql, int nparams,
-			   const char *const *params, ExecStatusType want, PGresult **out)
+/* Takes a statement's result: METER_OK and *out (may be NULL: freed) when
+ * its status is want, else METER_EDB after recording why. Frees or hands
+ * over res either way. */
+static enum meter_rc ing_result(struct ing_call *c, const char *what, PGresult *res,
+				ExecStatusType want, PGresult **out)
 {
-	PGresult *res = PQexecParams(c->conn, sql, nparams, NULL, params, NULL, NULL, 0);
-
 	if (out)
 		*out = NULL;
 	if (PQresultStatus(res) != want) {
@@ -618,6 +617,15 @@ static enum meter_rc ing_q(struct ing_call *c, const char *what, const char *sql
 	else
 		PQclear(res);
 	return METER_OK;
+}
+
+/* Runs sql with text parameters; *out (may be NULL) gets the result when its
+ * status is want. */
+static enum meter_rc ing_q(struct ing_call *c, const char *what, const char *sql, int nparams,
+			   const char *const *params, ExecStatusType want, PGresult **out)
+{
+	return ing_result(c, what, PQexecParams(c->conn, sql, nparams, NULL, params, NULL, NULL, 0),
+			  want, out);
 }
 
 /* Starts the binary array parameters arr[0..n) with these array types. */
@@ -681,16 +689,7 @@ static enum meter_rc ing_qa(struct ing_call *c, const char *what, const char *sq
 		formats[n + i] = 0;
 	}
 	res = PQexecParams(c->conn, sql, n + ntext, types, values, lengths, formats, 0);
-	if (PQresultStatus(res) != want) {
-		ing_fail(c, what, res);
-		PQclear(res);
-		return METER_EDB;
-	}
-	if (out)
-		*out = res;
-	else
-		PQclear(res);
-	return METER_OK;
+	return ing_result(c, what, res, want, out);
 }
 
 /* Sends buf through COPY ... FROM STDIN (sql). */

@@ -129,6 +129,7 @@ int main(void)
 	/* A wrong key is refused, with the form shown again. */
 	CHECK(wd_type(&wd, "#key", "key_nope.not-a-secret") == 0);
 	CHECK(wd_click(&wd, "button[type=submit]") == 0);
+	wd_wait_source(&wd, "class=\"error\"", 10000);
 	text = wd_text(&wd, ".error");
 	CHECK(text && strstr(text, "not accepted") != NULL);
 	free(text);
@@ -145,6 +146,7 @@ int main(void)
 	/* The read-only key signs in. */
 	CHECK(wd_type(&wd, "#key", ro_token) == 0);
 	CHECK(wd_click(&wd, "button[type=submit]") == 0);
+	wd_wait_url(&wd, "/dashboard/", "sign-in", 10000);
 	text = wd_url(&wd);
 	CHECK(text && strstr(text, "/dashboard/") != NULL && !strstr(text, "sign-in"));
 	free(text);
@@ -205,6 +207,7 @@ int main(void)
 	/* The printable statement, through the same session: the account's
 	 * name, an XSS payload, is text. */
 	CHECK(wd_click(&wd, "a[href^=\"/v1/reports/statement.html\"]") == 0);
+	wd_wait_url(&wd, "statement.html", NULL, 10000);
 	src = wd_source(&wd);
 	CHECK(src && strstr(src, "&lt;script&gt;alert(1)&lt;/script&gt; &amp; Co") != NULL);
 	free(src);
@@ -265,6 +268,7 @@ int main(void)
 	snprintf(url, sizeof(url), "%s/dashboard/keys", t.servers[0].base);
 	CHECK(wd_get(&wd, url) == 0);
 	CHECK(wd_click(&wd, "header form button") == 0);
+	wd_wait_url(&wd, "/dashboard/sign-in", NULL, 10000);
 	CHECK(wd_get(&wd, url) == 0);
 	text = wd_url(&wd);
 	CHECK(text && strstr(text, "/dashboard/sign-in") != NULL);

@@ -193,6 +193,36 @@ char *wd_url(struct webdriver *wd)
 	return string_of(wd_call(wd, "GET", "/url", NULL, true));
 }
 
+int wd_wait_url(struct webdriver *wd, const char *want, const char *unwanted, int timeout_ms)
+{
+	for (int waited = 0;; waited += 50) {
+		char *url = wd_url(wd);
+		bool ok = url && strstr(url, want) && !(unwanted && strstr(url, unwanted));
+
+		free(url);
+		if (ok)
+			return 0;
+		if (waited >= timeout_ms)
+			return -1;
+		usleep(50000);
+	}
+}
+
+int wd_wait_source(struct webdriver *wd, const char *needle, int timeout_ms)
+{
+	for (int waited = 0;; waited += 50) {
+		char *src = wd_source(wd);
+		bool ok = src && strstr(src, needle);
+
+		free(src);
+		if (ok)
+			return 0;
+		if (waited >= timeout_ms)
+			return -1;
+		usleep(50000);
+	}
+}
+
 char *wd_source(struct webdriver *wd)
 {
 	return string_of(wd_call(wd, "GET", "/source", NULL, true));

@@ -26,6 +26,12 @@ void wd_stop(struct webdriver *wd);
 int wd_get(struct webdriver *wd, const char *url);
 /* The current URL (malloc'd) or NULL. */
 char *wd_url(struct webdriver *wd);
+/* Waits up to timeout_ms for the current URL to contain want and not
+ * contain unwanted (may be NULL): a click that submits a form returns
+ * before the browser has navigated. 0 when it did. */
+int wd_wait_url(struct webdriver *wd, const char *want, const char *unwanted, int timeout_ms);
+/* Waits up to timeout_ms for the page's HTML to contain needle. 0 when it did. */
+int wd_wait_source(struct webdriver *wd, const char *needle, int timeout_ms);
 /* The page's HTML (malloc'd) or NULL. */
 char *wd_source(struct webdriver *wd);
 /* The visible text of the first element matching css (malloc'd), or NULL. */

@@ -23,7 +23,7 @@ meterd_pid=
 free_port() {
 	local p
 	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((10000 + RANDOM % 22000)) # below the ephemeral range (32768 up)
 		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
 	done
 	echo "bench-ingest: no free port" >&2

@@ -12,10 +12,12 @@ export METER_PG_DIR=$dir
 
 free_port() {
 	local p
-	for p in $(seq 55432 55532); do
+	# Below the kernel's ephemeral range (32768 up): no client socket can
+	# hold the port when the server binds it.
+	for p in $(seq 25432 25532); do
 		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
 	done
-	echo "pg_fixture.sh: no free port in 55432-55532" >&2
+	echo "pg_fixture.sh: no free port in 25432-25532" >&2
 	exit 1
 }
 

@@ -29,11 +29,14 @@ make_db() {
 }
 drop_db() { psql "$admin_url" -Atq -c "DROP DATABASE IF EXISTS t_${1}_$$ WITH (FORCE)" >/dev/null; }
 
-# A free TCP port on 127.0.0.1.
+# A free TCP port on 127.0.0.1, below the kernel's ephemeral range: there no
+# outgoing connection can take it between this probe and the server's bind.
 free_port() {
-	local p
+	local low p
+	low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	((low > 12000)) || low=32768
 	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((10000 + RANDOM % (low - 10000)))
 		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
 	done
 	return 1

@@ -82,7 +82,10 @@ static json_t *wd_call(struct webdriver *wd, const char *method, const char *pat
 static int free_port(void)
 {
 	for (int i = 0; i < 200; i++) {
-		int p = 30000 + (int)((unsigned)rand() % 20000);
+		/* Below the kernel's ephemeral range (32768 up), where no
+		 * outgoing connection can take the port before chromedriver
+		 * binds it. */
+		int p = 10000 + (int)((unsigned)rand() % 22000);
 		char cmd[96];
 		snprintf(cmd, sizeof(cmd), "(exec 3<>/dev/tcp/127.0.0.1/%d) 2>/dev/null", p);
 		if (system(cmd) != 0)

@@ -79,6 +79,9 @@ wait_for 10 test "$(q "SELECT count(DISTINCT host_id) FROM samples WHERE host_id
 	ok || fail "agents' sandboxes not attributed to the document's key"
 [[ $(q "SELECT count(*) FROM usage_hourly WHERE key_id = 'kt1'") -gt 0 ]] && ok ||
 	fail "agents' usage not metered"
+# The gauges are set after each commit: give a loaded machine time to get there.
+lag_gauge() { curl -s "$base/metrics" | grep -q '^# TYPE meter_ingest_lag_seconds gauge'; }
+wait_for 10 lag_gauge || true
 metrics=$(curl -s "$base/metrics")
 echo "$metrics" | grep -q "^meter_agent_scrape_errors_total{host=\"$dead\"} [1-9]" && ok ||
 	fail "dead agent's errors not counted"

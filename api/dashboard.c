@@ -403,9 +403,7 @@ void h_dash_overview(struct http_req *req)
 	if (rc == METER_OK)
 		rc = db_dash_hourly_spend(conn, account, from, HOURS_OVERVIEW, spend);
 	if (rc == METER_OK)
-		rc = db_dash_top_sandboxes(conn, account, now - now % (24 * MONEY_USEC_PER_HOUR),
-					   hour_start(now) + MONEY_USEC_PER_HOUR, top,
-					   TOP_SANDBOXES, &ntop);
+		rc = db_dash_top_sandboxes(conn, account, top, TOP_SANDBOXES, &ntop);
 	page_db_done(req, conn, rc);
 	if (rc != METER_OK) {
 		html_release(&h);
@@ -419,7 +417,7 @@ void h_dash_overview(struct http_req *req)
 	html_bar_chart(&h, "spend per hour over the last 7 days", &s, 1008, 160, true);
 	html_raw(&h, "<p>Total over the 7 days: <strong id=\"week-total\">");
 	html_dollars(&h, total);
-	html_raw(&h, "</strong></p><h2>Most expensive sandboxes today (UTC)</h2><table><thead>"
+	html_raw(&h, "</strong></p><h2>Most expensive sandboxes today</h2><table><thead>"
 		     "<tr><th>Sandbox</th><th>Key</th><th>State</th><th class=\"n\">Cost today</th>"
 		     "</tr></thead><tbody>");
 	for (size_t i = 0; i < ntop; i++) {
@@ -471,8 +469,8 @@ void h_dash_sandboxes(struct http_req *req)
 	state = state ? state : "";
 	key = key ? key : "";
 	sort_s = sort_s && *sort_s ? sort_s : "cost_today";
-	if (*state && strcmp(state, "running") && strcmp(state, "paused") &&
-	    strcmp(state, "stopped")) {
+	if (*state && strcmp(state, "running") != 0 && strcmp(state, "paused") != 0 &&
+	    strcmp(state, "stopped") != 0) {
 		http_reply_error(req, 400, "invalid_request", "state: running, paused or stopped",
 				 json_pack("{s:s}", "field", "state"));
 		return;
@@ -501,7 +499,7 @@ void h_dash_sandboxes(struct http_req *req)
 		return;
 	month_bounds(now_usec(), &mstart, &mend);
 	rc = db_dash_sandboxes(conn, page_account(req), state, key, "", sort, page * DB_DASH_PAGE,
-			       mstart, mend, rows, &n, &total);
+			       mstart, rows, &n, &total);
 	page_db_done(req, conn, rc);
 	if (rc != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
@@ -601,7 +599,7 @@ void h_dash_sandbox(struct http_req *req)
 	/* The sandbox row itself (and whether it is this account's). */
 	if (rc == METER_OK)
 		rc = db_dash_sandboxes(conn, account, "", "", sandbox, DB_DASH_SORT_ID, 0, mstart,
-				       mend, rows, &n, &total);
+				       rows, &n, &total);
 	page_db_done(req, conn, rc);
 	if (rc != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",

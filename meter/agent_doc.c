@@ -53,7 +53,7 @@ static void doc_safe_name(const char *s, char *out, size_t outlen)
 	for (i = 0; s[i] && n + 4 < outlen && i < 40; i++) {
 		unsigned char c = (unsigned char)s[i];
 
-		out[n++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+		out[n++] = (char)((c >= 0x20 && c < 0x7f) ? c : '?');
 	}
 	if (s[i] && n + 4 <= outlen) {
 		memcpy(out + n, "...", 3);
@@ -423,36 +423,6 @@ enum meter_rc agent_doc_parse(const char *text, size_t len, int64_t now_usec,
 	return rc;
 }
 
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
- * days_from_civil), integers only. */
-static int64_t doc_days_from_civil(int64_t y, int64_t m, int64_t d)
-{
-	int64_t era, yoe, doy, doe;
-
-	y -= m <= 2;
-	era = (y >= 0 ? y : y - 399) / 400;
-	yoe = y - era * 400;
-	doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + doe - 719468;
-}
-
-/* The inverse of doc_days_from_civil. */
-static void doc_civil_from_days(int64_t z, int64_t *y, int64_t *m, int64_t *d)
-{
-	int64_t era, doe, yoe, doy, mp;
-
-	z += 719468;
-	era = (z >= 0 ? z : z - 146096) / 146097;
-	doe = z - era * 146097;
-	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-	doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-	mp = (5 * doy + 2) / 153;
-	*d = doy - (153 * mp + 2) / 5 + 1;
-	*m = mp < 10 ? mp + 3 : mp - 9;
-	*y = yoe + era * 400 + (*m <= 2);
-}
-
 static bool doc_leap(int64_t y)
 {
 	return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
@@ -520,7 +490,7 @@ enum meter_rc agent_doc_parse_time(const char *s, int64_t *at_usec)
 	} else {
 		return METER_EINVAL;
 	}
-	days = doc_days_from_civil(y, mo, d);
+	days = parse_days_from_civil(y, mo, d);
 	/* |days| < 3e6 for years 0-9999: every product below fits easily. */
 	t = ((days * 24 + h) * 60 + mi) * 60 + sec;
 	t -= sign * (oh * 3600 + om * 60); /* local = UTC + offset */
@@ -540,7 +510,7 @@ void agent_doc_format_time(int64_t at_usec, char *buf, size_t buflen)
 		rem += DOC_USEC_PER_DAY;
 		days--;
 	}
-	doc_civil_from_days(days, &y, &m, &d);
+	parse_civil_from_days(days, &y, &m, &d);
 	(void)snprintf(buf, buflen,
 		       "%04" PRId64 "-%02" PRId64 "-%02" PRId64 "T%02" PRId64 ":%02" PRId64
 		       ":%02" PRId64 ".%06" PRId64 "Z",

@@ -23,9 +23,8 @@ enum meter_rc db_dash_hourly_spend(PGconn *conn, const char *account_id, int64_t
 	    conn, "dashboard hourly spend",
 	    "SELECT (" DB_USEC("hour") " - " DB_USEC(
 		"$2::timestamptz") ")"
-				   " / 3600000000, sum(total_micros)::bigint FROM usage_hourly"
-				   " WHERE account_id = $1 AND hour >= $2 AND hour < $3 GROUP BY "
-				   "hour",
+				   " / 3600000000, total_micros FROM usage_account_hourly"
+				   " WHERE account_id = $1 AND hour >= $2 AND hour < $3",
 	    3, params, &res, NULL);
 	if (rc != METER_OK)
 		return rc;
@@ -42,26 +41,32 @@ enum meter_rc db_dash_hourly_spend(PGconn *conn, const char *account_id, int64_t
 	return rc;
 }
 
-enum meter_rc db_dash_top_sandboxes(PGconn *conn, const char *account_id, int64_t from_usec,
-				    int64_t to_usec, struct db_dash_top *out, size_t max, size_t *n)
+/* Today for each key of account $1, worked out once per key rather than once
+ * per sandbox: a sandbox's rollup (sql/0006_dashboard.sql) counts for today
+ * when its day is its key's today (UTC without a key). */
+#define DASH_KEY_DAYS                                                                              \
+	"WITH kd AS MATERIALIZED (SELECT k.key_id, meter_key_day(COALESCE(k.time_zone, 'UTC'),"    \
+	" now()) AS today FROM api_keys k WHERE k.account_id = $1) "
+#define DASH_TODAY "m.day = COALESCE(kd.today, meter_key_day('UTC', now()))"
+
+enum meter_rc db_dash_top_sandboxes(PGconn *conn, const char *account_id, struct db_dash_top *out,
+				    size_t max, size_t *n)
 {
-	char from[40], to[40], lim[24];
-	const char *params[4] = {account_id, from, to, lim};
+	char lim[24];
+	const char *params[2] = {account_id, lim};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 
 	*n = 0;
-	db_util_time_param(from_usec, from, sizeof(from));
-	db_util_time_param(to_usec, to, sizeof(to));
 	db_util_i64_param((int64_t)max, lim, sizeof(lim));
 	rc = db_util_exec(conn, "dashboard top sandboxes",
-			  "SELECT u.sandbox_id, COALESCE(s.key_id, ''), s.state, u.total"
-			  " FROM (SELECT sandbox_id, sum(total_micros)::bigint AS total"
-			  " FROM usage_hourly WHERE account_id = $1 AND hour >= $2 AND hour < $3"
-			  " GROUP BY sandbox_id) u JOIN sandboxes s ON s.account_id = $1"
-			  " AND s.sandbox_id = u.sandbox_id"
-			  " ORDER BY u.total DESC, u.sandbox_id LIMIT $4",
-			  4, params, &res, NULL);
+			  DASH_KEY_DAYS
+			  "SELECT s.sandbox_id, COALESCE(s.key_id, ''), s.state, m.day_total_micros"
+			  " FROM sandbox_meter m JOIN sandboxes s ON s.account_id = m.account_id"
+			  " AND s.sandbox_id = m.sandbox_id LEFT JOIN kd ON kd.key_id = s.key_id"
+			  " WHERE m.account_id = $1 AND m.day_total_micros > 0 AND " DASH_TODAY
+			  " ORDER BY m.day_total_micros DESC, s.sandbox_id LIMIT $2",
+			  2, params, &res, NULL);
 	if (rc != METER_OK)
 		return rc;
 	for (int r = 0; r < PQntuples(res) && (size_t)r < max; r++) {
@@ -196,7 +201,7 @@ enum meter_rc db_dash_events(PGconn *conn, const char *account_id, const char *s
 
 enum meter_rc db_dash_sandboxes(PGconn *conn, const char *account_id, const char *state,
 				const char *key_id, const char *sandbox_id, enum db_dash_sort sort,
-				int64_t offset, int64_t month_start_usec, int64_t month_end_usec,
+				int64_t offset, int64_t month_start_usec,
 				struct db_dash_sandbox *out, size_t *n, int64_t *total)
 {
 	static const char *const order[] = {
@@ -204,37 +209,33 @@ enum meter_rc db_dash_sandboxes(PGconn *conn, const char *account_id, const char
 	    [DB_DASH_SORT_COST_MONTH] = " ORDER BY cost_month DESC, s.sandbox_id",
 	    [DB_DASH_SORT_ID] = " ORDER BY s.sandbox_id",
 	};
-	char from[40], to[40], off[24], sql[2048];
-	const char *params[7] = {account_id, state, key_id, from, to, off, sandbox_id};
+	char from[40], off[24], sql[2048];
+	const char *params[6] = {account_id, state, key_id, from, off, sandbox_id};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 
 	*n = 0;
 	*total = 0;
 	db_util_time_param(month_start_usec, from, sizeof(from));
-	db_util_time_param(month_end_usec, to, sizeof(to));
 	db_util_i64_param(offset, off, sizeof(off));
 	snprintf(sql, sizeof(sql),
+		 DASH_KEY_DAYS
 		 "SELECT s.sandbox_id, COALESCE(s.key_id, ''), s.state, s.vcpus, s.memory_mib,"
-		 " COALESCE(div(t.used, NULLIF(t.run, 0)), 0)::bigint,"
-		 " COALESCE(div(t.billed, NULLIF(t.run, 0)), 0)::bigint,"
-		 " COALESCE(t.total, 0)::bigint AS cost_today,"
-		 " COALESCE(m.total, 0)::bigint AS cost_month, count(*) OVER ()"
-		 " FROM sandboxes s LEFT JOIN api_keys k ON k.account_id = s.account_id"
-		 " AND k.key_id = s.key_id"
-		 " LEFT JOIN LATERAL (SELECT sum(u.cpu_used_mcus) AS used,"
-		 " sum(u.cpu_billed_mcus) AS billed, sum(u.running_usec) AS run,"
-		 " sum(u.total_micros) AS total FROM usage_hourly u"
-		 " WHERE u.account_id = s.account_id AND u.sandbox_id = s.sandbox_id"
-		 " AND u.day = meter_key_day(COALESCE(k.time_zone, 'UTC'), now())) t ON true"
-		 " LEFT JOIN LATERAL (SELECT sum(u.total_micros) AS total FROM usage_hourly u"
-		 " WHERE u.account_id = s.account_id AND u.sandbox_id = s.sandbox_id"
-		 " AND u.hour >= $4 AND u.hour < $5) m ON true"
+		 " CASE WHEN t.today THEN COALESCE(div(m.day_cpu_used_mcus,"
+		 " NULLIF(m.day_running_usec, 0)), 0) ELSE 0 END::bigint,"
+		 " CASE WHEN t.today THEN COALESCE(div(m.day_cpu_billed_mcus,"
+		 " NULLIF(m.day_running_usec, 0)), 0) ELSE 0 END::bigint,"
+		 " CASE WHEN t.today THEN m.day_total_micros ELSE 0 END AS cost_today,"
+		 " CASE WHEN m.month = ($4::timestamptz AT TIME ZONE 'UTC')::date"
+		 " THEN m.month_total_micros ELSE 0 END AS cost_month, count(*) OVER ()"
+		 " FROM sandboxes s LEFT JOIN kd ON kd.key_id = s.key_id LEFT JOIN sandbox_meter m"
+		 " ON m.account_id = s.account_id AND m.sandbox_id = s.sandbox_id"
+		 " CROSS JOIN LATERAL (SELECT COALESCE(" DASH_TODAY ", false) AS today) t"
 		 " WHERE s.account_id = $1 AND ($2 = '' OR s.state = $2)"
-		 " AND ($3 = '' OR s.key_id = $3) AND ($7 = '' OR s.sandbox_id = $7)%s"
-		 " LIMIT %d OFFSET $6",
+		 " AND ($3 = '' OR s.key_id = $3) AND ($6 = '' OR s.sandbox_id = $6)%s"
+		 " LIMIT %d OFFSET $5",
 		 order[sort], DB_DASH_PAGE);
-	rc = db_util_exec(conn, "dashboard sandboxes", sql, 7, params, &res, NULL);
+	rc = db_util_exec(conn, "dashboard sandboxes", sql, 6, params, &res, NULL);
 	if (rc != METER_OK)
 		return rc;
 	for (int r = 0; r < PQntuples(res) && r < DB_DASH_PAGE; r++) {

@@ -1,6 +1,8 @@
 /* meter: the dashboard's queries (DESIGN.md §6). All figures are sums of
  * usage_hourly, the same rows the API, the exports and the ledger come from,
- * so the pages reconcile with them to the microdollar. */
+ * or of the rollups ingestion keeps beside them in the same transaction
+ * (sql/0006_dashboard.sql), so the pages reconcile with them to the
+ * microdollar. */
 #ifndef METER_DB_DASHBOARD_H
 #define METER_DB_DASHBOARD_H
 
@@ -26,10 +28,10 @@ struct db_dash_top {
 	int64_t total_micros;
 };
 
-/* The max sandboxes of the account that cost the most in [from, to),
- * dearest first (then by id). *n gets how many were found. */
+/* The max sandboxes of the account that cost the most today (each on its
+ * key's day, as the ledger counts it), dearest first (then by id). *n gets
+ * how many were found. */
 METER_MUSTCHECK enum meter_rc db_dash_top_sandboxes(PGconn *conn, const char *account_id,
-						    int64_t from_usec, int64_t to_usec,
 						    struct db_dash_top *out, size_t max, size_t *n);
 
 /* One hour of a sandbox: average millicores used and billed over the hour's
@@ -95,12 +97,10 @@ enum db_dash_sort { DB_DASH_SORT_COST_TODAY, DB_DASH_SORT_COST_MONTH, DB_DASH_SO
 
 /* A page (DB_DASH_PAGE rows from offset) of the account's sandboxes, with
  * state, key_id and sandbox_id filters ("" = any). *total gets the number of matching
- * sandboxes. month_start_usec/month_end_usec: the UTC month. */
-METER_MUSTCHECK enum meter_rc db_dash_sandboxes(PGconn *conn, const char *account_id,
-						const char *state, const char *key_id,
-						const char *sandbox_id, enum db_dash_sort sort,
-						int64_t offset, int64_t month_start_usec,
-						int64_t month_end_usec, struct db_dash_sandbox *out,
-						size_t *n, int64_t *total);
+ * sandboxes. month_start_usec: the start of the current UTC month. */
+METER_MUSTCHECK enum meter_rc
+db_dash_sandboxes(PGconn *conn, const char *account_id, const char *state, const char *key_id,
+		  const char *sandbox_id, enum db_dash_sort sort, int64_t offset,
+		  int64_t month_start_usec, struct db_dash_sandbox *out, size_t *n, int64_t *total);
 
 #endif

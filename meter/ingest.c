@@ -20,6 +20,7 @@
  * days are days since 1970-01-01 in C, date in SQL. */
 #include "ingest.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -45,6 +46,8 @@
 #define ING_TRIES	  4    /* one try and three retries */
 #define ING_COPY_CHUNK	  (1024 * 1024)
 #define ING_VERSION_NONE  (-1)
+#define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
+#define ING_DAY_NONE_SQL  "-2147483648"
 
 /* Cached day starts of one zone: start[i] is when day d0 + i begins. */
 struct ing_zone {
@@ -297,7 +300,7 @@ static void arr_close(struct ing_buf *b)
 #define OID_INT8_ARR	1016
 #define OID_DATE_ARR	1182
 #define OID_TSTZ_ARR	1185
-#define ING_NARR	20
+#define ING_NARR	23
 
 struct ing_barr {
 	struct ing_buf b;
@@ -469,6 +472,18 @@ struct ing_item {
 	uint32_t seq;
 };
 
+/* The dashboard's rollup on the meter row (sql/0006_dashboard.sql): sums
+ * of the sandbox's latest key day and latest UTC month; days since
+ * 1970-01-01, ING_DAY_NONE when nothing was metered yet. */
+struct ing_roll {
+	int32_t day;
+	int64_t running_usec, cpu_used_mcus, cpu_billed_mcus, total_micros;
+	int32_t month; /* its first day */
+	int64_t month_micros;
+};
+
+#define ING_ROLL_NONE ((struct ing_roll){.day = ING_DAY_NONE, .month = ING_DAY_NONE})
+
 struct ing_sbx {
 	const char *id;	     /* borrowed from a sample */
 	const char *doc_key; /* first key_id the samples gave, "" when none */
@@ -495,6 +510,7 @@ struct ing_sbx {
 	int32_t version; /* ING_VERSION_NONE before the first priced piece */
 	struct usage_carry carry;
 	int64_t cum[3];
+	struct ing_roll roll;
 	size_t ev_off, ev_n, ev_pos;
 };
 
@@ -859,6 +875,7 @@ static enum meter_rc ing_prepare(struct ing_call *c)
 				sb->hint_storage_mib = s->u.storage_mib >= 0 ? s->u.storage_mib : 0;
 				sb->hint_state = s->u.state;
 			}
+			assert(x >= 0 && (size_t)x < c->nsbx);
 			sb = &c->sbx[x];
 			if (!sb->doc_key[0] && s->key_id[0])
 				sb->doc_key = s->key_id;
@@ -959,7 +976,10 @@ static const char SQL_LOCK[] =
     " (extract(epoch FROM m.last_sampled_at) * 1000000)::bigint,"
     " m.last_state, m.last_cpu_usec, m.last_memory_mib, m.last_storage_mib, m.last_vcpus,"
     " m.price_version, m.cpu_rem, m.memory_rem, m.storage_rem, m.cpu_cum_micros,"
-    " m.memory_cum_micros, m.storage_cum_micros, m.ctid"
+    " m.memory_cum_micros, m.storage_cum_micros, m.ctid,"
+    " COALESCE(m.day - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.day_running_usec,"
+    " m.day_cpu_used_mcus, m.day_cpu_billed_mcus, m.day_total_micros,"
+    " COALESCE(m.month - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.month_total_micros"
     " FROM unnest($1::text[]) AS q(s)"
     " JOIN sandboxes sb ON sb.sandbox_id = q.s"
     " JOIN sandbox_meter m ON m.account_id = sb.account_id AND m.sandbox_id = sb.sandbox_id"
@@ -989,23 +1009,31 @@ static const char SQL_DAYS[] =
 	" unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[],"             \
 	" $6::bigint[], $7::bigint[], $8::integer[], $9::integer[], $10::bigint[],"                \
 	" $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[],"              \
-	" $16::tid[])"                                                                             \
-	" AS s(a, sb, at, state, cpu, mem, sto, vcpus, ver, cr, mr, sr, cc, mc, sc, tid)"
+	" $16::tid[], $17::date[], $18::bigint[], $19::bigint[], $20::bigint[], $21::bigint[],"    \
+	" $22::date[], $23::bigint[])"                                                             \
+	" AS s(a, sb, at, state, cpu, mem, sto, vcpus, ver, cr, mr, sr, cc, mc, sc, tid, d, dru,"  \
+	" dcu, dcb, dtm, mo, mtm)"
+#define ING_METER_NARR 23
 
 static const char SQL_METER_UPDATE[] =
     "UPDATE sandbox_meter AS m SET last_sampled_at = s.at, last_state = s.state,"
     " last_cpu_usec = s.cpu, last_memory_mib = s.mem, last_storage_mib = s.sto,"
     " last_vcpus = s.vcpus, price_version = s.ver, cpu_rem = s.cr, memory_rem = s.mr,"
     " storage_rem = s.sr, cpu_cum_micros = s.cc, memory_cum_micros = s.mc,"
-    " storage_cum_micros = s.sc, updated_at = now()"
+    " storage_cum_micros = s.sc, day = s.d, day_running_usec = s.dru,"
+    " day_cpu_used_mcus = s.dcu, day_cpu_billed_mcus = s.dcb, day_total_micros = s.dtm,"
+    " month = s.mo, month_total_micros = s.mtm, updated_at = now()"
     " FROM" ING_METER_UNNEST " WHERE m.ctid = s.tid AND m.account_id = s.a AND m.sandbox_id = s.sb";
 
 static const char SQL_METER_INSERT[] =
     "INSERT INTO sandbox_meter (account_id, sandbox_id, last_sampled_at, last_state,"
     " last_cpu_usec, last_memory_mib, last_storage_mib, last_vcpus, price_version, cpu_rem,"
-    " memory_rem, storage_rem, cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
+    " memory_rem, storage_rem, cpu_cum_micros, memory_cum_micros, storage_cum_micros, day,"
+    " day_running_usec, day_cpu_used_mcus, day_cpu_billed_mcus, day_total_micros, month,"
+    " month_total_micros)"
     " SELECT s.a, s.sb, s.at, s.state, s.cpu, s.mem, s.sto, s.vcpus, s.ver, s.cr, s.mr, s.sr,"
-    " s.cc, s.mc, s.sc FROM" ING_METER_UNNEST " ORDER BY s.a, s.sb ON CONFLICT DO NOTHING";
+    " s.cc, s.mc, s.sc, s.d, s.dru, s.dcu, s.dcb, s.dtm, s.mo, s.mtm FROM" ING_METER_UNNEST
+    " ORDER BY s.a, s.sb ON CONFLICT DO NOTHING";
 
 static const char SQL_SAMPLES_COPY[] =
     "COPY samples (account_id, sandbox_id, sampled_at, state, cpu_usec, memory_mib,"
@@ -1044,6 +1072,16 @@ static const char SQL_USAGE_INSERT[] =
     " WHERE NOT EXISTS (SELECT 1 FROM usage_hourly u WHERE u.account_id = s.a"
     "  AND u.sandbox_id = s.sb AND u.hour = s.hour AND u.price_version = s.ver"
     "  AND u.day = s.day)";
+
+/* The call's money per account and UTC hour added to the overview's rollup,
+ * from the usage rows' parameters ($1 account, $3 hour, $16 total); rows in
+ * key order, so concurrent ingestion locks them in one order. */
+static const char SQL_ACCOUNT_HOURLY[] =
+    "INSERT INTO usage_account_hourly AS h (account_id, hour, total_micros)"
+    " SELECT s.a, s.hour, sum(s.tm) FROM unnest($1::text[], $3::timestamptz[], $16::bigint[])"
+    " AS s(a, hour, tm) GROUP BY s.a, s.hour ORDER BY s.a, s.hour"
+    " ON CONFLICT (account_id, hour) DO UPDATE SET"
+    " total_micros = h.total_micros + EXCLUDED.total_micros";
 
 static const char SQL_LEDGER[] =
     "SELECT COALESCE(sum(outrun_micros), 0)::bigint"
@@ -1255,7 +1293,7 @@ static enum meter_rc ing_load_days(struct ing_call *c)
 	for (int r = 0; r < n;) {
 		const char *name = PQgetvalue(res, r, 0);
 		struct ing_zone *z = NULL;
-		int end = r;
+		int end = r + 1; /* row r starts the group */
 		int64_t d, start;
 
 		while (end < n && strcmp(PQgetvalue(res, end, 0), name) == 0)
@@ -1477,6 +1515,8 @@ static enum meter_rc ing_lock_meters(struct ing_call *c)
 		{
 			unsigned long blk, off;
 			char tail;
+			/* PostgreSQL's own tid text, "(block,offset)".
+			 * NOLINTNEXTLINE(cert-err34-c) */
 			if (sscanf(PQgetvalue(res, r, 20), "(%lu,%lu%c", &blk, &off, &tail) != 3 ||
 			    tail != ')' || blk > UINT32_MAX || off > UINT16_MAX) {
 				snprintf(c->err, c->errlen, "sandbox_meter: bad ctid");
@@ -1486,6 +1526,22 @@ static enum meter_rc ing_lock_meters(struct ing_call *c)
 			sb->tid_block = (uint32_t)blk;
 			sb->tid_offset = (uint16_t)off;
 		}
+		for (int k = 0; k < 7; k++)
+			if (ing_i64(res, r, 21 + k, &v[k]) != METER_OK)
+				bad = true;
+		if (bad || v[0] < INT32_MIN || v[0] > INT32_MAX || v[5] < INT32_MIN ||
+		    v[5] > INT32_MAX) {
+			snprintf(c->err, c->errlen, "sandbox_meter: bad rollup");
+			rc = METER_EINVAL;
+			goto out;
+		}
+		sb->roll = (struct ing_roll){.day = (int32_t)v[0],
+					     .running_usec = v[1],
+					     .cpu_used_mcus = v[2],
+					     .cpu_billed_mcus = v[3],
+					     .total_micros = v[4],
+					     .month = (int32_t)v[5],
+					     .month_micros = v[6]};
 		sb->had_meter = true;
 		sb->has_prev = true;
 	}
@@ -1786,6 +1842,45 @@ static enum meter_rc ing_add_spend(struct ing_call *c, uint32_t x, int32_t day, 
 	return METER_OK;
 }
 
+/* First day of the UTC month of the instant usec, in days since 1970-01-01. */
+static int32_t ing_month_of(int64_t usec)
+{
+	int64_t y, m, d;
+
+	parse_civil_from_days(ing_floordiv(usec, 24 * MONEY_USEC_PER_HOUR), &y, &m, &d);
+	return (int32_t)parse_days_from_civil(y, m, 1);
+}
+
+/* Adds a priced piece to the rollup: to the day's sums when it is on the
+ * rollup's day, starting a new day when it is on a later one (an earlier
+ * day's piece, after a key changed its time zone, is not today's); the same
+ * for its UTC month. */
+static enum meter_rc ing_roll_add(struct ing_roll *r, const struct ing_sub *s,
+				  const struct usage_cost *cost)
+{
+	int32_t month = ing_month_of(s->hour);
+	bool bad = false;
+
+	if (s->day > r->day)
+		*r = (struct ing_roll){
+		    .day = s->day, .month = r->month, .month_micros = r->month_micros};
+	if (s->day == r->day) {
+		bad |= __builtin_add_overflow(r->running_usec, s->q.running_usec, &r->running_usec);
+		bad |=
+		    __builtin_add_overflow(r->cpu_used_mcus, s->q.cpu_used_mcus, &r->cpu_used_mcus);
+		bad |= __builtin_add_overflow(r->cpu_billed_mcus, s->q.cpu_billed_mcus,
+					      &r->cpu_billed_mcus);
+		bad |= money_add(r->total_micros, cost->total_micros, &r->total_micros) != METER_OK;
+	}
+	if (month > r->month) {
+		r->month = month;
+		r->month_micros = 0;
+	}
+	if (month == r->month)
+		bad |= money_add(r->month_micros, cost->total_micros, &r->month_micros) != METER_OK;
+	return bad ? METER_ERANGE : METER_OK;
+}
+
 /* Prices c->subs in time order on copies of sb's version, carries and
  * cumulative money; commits them to sb and to the call's rows only when
  * every step worked. */
@@ -1794,6 +1889,7 @@ static enum meter_rc ing_price_subs(struct ing_call *c, uint32_t x, int64_t *tot
 	struct ing_sbx *sb = &c->sbx[x];
 	int32_t version = sb->version;
 	struct usage_carry carry = sb->carry;
+	struct ing_roll roll = sb->roll;
 	int64_t cum[3] = {sb->cum[0], sb->cum[1], sb->cum[2]};
 	size_t rows0 = c->nrows, spend0 = c->nspend;
 	struct ing_usage_row last_row;
@@ -1827,6 +1923,8 @@ static enum meter_rc ing_price_subs(struct ing_call *c, uint32_t x, int64_t *tot
 		if (rc == METER_OK)
 			rc = money_add(*total, cost.total_micros, total);
 		if (rc == METER_OK)
+			rc = ing_roll_add(&roll, s, &cost);
+		if (rc == METER_OK)
 			rc = ing_add_row(c, x, s, &cost, cum);
 		if (rc == METER_OK && sb->key[0])
 			rc = ing_add_spend(c, x, s->day, cost.total_micros);
@@ -1842,6 +1940,7 @@ static enum meter_rc ing_price_subs(struct ing_call *c, uint32_t x, int64_t *tot
 	}
 	sb->version = version;
 	sb->carry = carry;
+	sb->roll = roll;
 	memcpy(sb->cum, cum, sizeof(cum));
 	return METER_OK;
 }
@@ -1925,7 +2024,7 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 	return METER_OK;
 }
 
-/* The meter row of sb as the 16 array parameters of SQL_METER_*. */
+/* The meter row of sb as the ING_METER_NARR array parameters of SQL_METER_*. */
 static void ing_meter_params(struct ing_call *c, const struct ing_sbx *sb)
 {
 	struct ing_barr *a = c->arr;
@@ -1948,12 +2047,26 @@ static void ing_meter_params(struct ing_call *c, const struct ing_sbx *sb)
 	barr_i64(&a[13], sb->cum[1]);
 	barr_i64(&a[14], sb->cum[2]);
 	barr_tid(&a[15], sb->tid_block, sb->tid_offset);
+	if (sb->roll.day != ING_DAY_NONE)
+		barr_date(&a[16], sb->roll.day);
+	else
+		barr_null(&a[16]);
+	barr_i64(&a[17], sb->roll.running_usec);
+	barr_i64(&a[18], sb->roll.cpu_used_mcus);
+	barr_i64(&a[19], sb->roll.cpu_billed_mcus);
+	barr_i64(&a[20], sb->roll.total_micros);
+	if (sb->roll.month != ING_DAY_NONE)
+		barr_date(&a[21], sb->roll.month);
+	else
+		barr_null(&a[21]);
+	barr_i64(&a[22], sb->roll.month_micros);
 }
 
-static const Oid ING_METER_TYPES[16] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TSTZ_ARR, OID_TEXT_ARR,
-					OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT4_ARR,
-					OID_INT4_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
-					OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_TID_ARR};
+static const Oid ING_METER_TYPES[ING_METER_NARR] = {
+    OID_TEXT_ARR, OID_TEXT_ARR, OID_TSTZ_ARR, OID_TEXT_ARR, OID_INT8_ARR, OID_INT8_ARR,
+    OID_INT8_ARR, OID_INT4_ARR, OID_INT4_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
+    OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_TID_ARR,  OID_DATE_ARR, OID_INT8_ARR,
+    OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_DATE_ARR, OID_INT8_ARR};
 
 /* Writes the changed sandbox_meter rows: updates of the rows locked, inserts
  * of new ones; METER_ECONFLICT (retry) when a concurrent transaction created
@@ -1968,7 +2081,7 @@ static enum meter_rc ing_write_meters(struct ing_call *c)
 		bool inserting = pass == 1;
 
 		want = 0;
-		ing_arrays(c, 16, ING_METER_TYPES);
+		ing_arrays(c, ING_METER_NARR, ING_METER_TYPES);
 		for (size_t i = 0; i < c->nsbx; i++) {
 			const struct ing_sbx *sb = &c->sbx[i];
 			if (!sb->changed || sb->had_meter == inserting)
@@ -1979,8 +2092,8 @@ static enum meter_rc ing_write_meters(struct ing_call *c)
 		if (want == 0)
 			continue;
 		rc = ing_qa(c, inserting ? "insert sandbox_meter" : "update sandbox_meter",
-			    inserting ? SQL_METER_INSERT : SQL_METER_UPDATE, 16, 0, NULL,
-			    PGRES_COMMAND_OK, &res);
+			    inserting ? SQL_METER_INSERT : SQL_METER_UPDATE, ING_METER_NARR, 0,
+			    NULL, PGRES_COMMAND_OK, &res);
 		if (rc != METER_OK)
 			return rc;
 		if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &got) != METER_OK)
@@ -2052,10 +2165,13 @@ static enum meter_rc ing_write_usage(struct ing_call *c)
 	if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &updated) != METER_OK)
 		updated = 0;
 	PQclear(res);
-	if ((size_t)updated == c->nrows)
-		return METER_OK;
-	return ing_qa(c, "insert usage_hourly", SQL_USAGE_INSERT, 19, 0, NULL, PGRES_COMMAND_OK,
-		      NULL);
+	if ((size_t)updated != c->nrows)
+		rc = ing_qa(c, "insert usage_hourly", SQL_USAGE_INSERT, 19, 0, NULL,
+			    PGRES_COMMAND_OK, NULL);
+	if (rc == METER_OK)
+		rc = ing_qa(c, "usage_account_hourly", SQL_ACCOUNT_HOURLY, 19, 0, NULL,
+			    PGRES_COMMAND_OK, NULL);
+	return rc;
 }
 
 static enum meter_rc ing_write_ledger(struct ing_call *c)
@@ -2149,6 +2265,7 @@ static void ing_reset_try(struct ing_call *c)
 		sb->found = false;
 		sb->had_meter = sb->has_prev = sb->changed = false;
 		sb->version = ING_VERSION_NONE;
+		sb->roll = ING_ROLL_NONE;
 		memset(&sb->carry, 0, sizeof(sb->carry));
 		memset(sb->cum, 0, sizeof(sb->cum));
 		memset(&sb->last, 0, sizeof(sb->last));
@@ -2383,8 +2500,10 @@ enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct samp
 		snprintf(err, errlen, "out of memory");
 	if (rc != METER_OK || c.nitems == 0)
 		goto out;
-	for (size_t i = 0; i < c.nsbx; i++)
+	for (size_t i = 0; i < c.nsbx; i++) {
 		c.sbx[i].version = ING_VERSION_NONE;
+		c.sbx[i].roll = ING_ROLL_NONE;
+	}
 	rc = ing_partitions(&c);
 	if (rc != METER_OK)
 		goto out;

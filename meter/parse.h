@@ -25,4 +25,9 @@ int parse_json_depth(const char *text, size_t len);
 
 #define PARSE_ID_MAX 64
 
+/* Days since 1970-01-01 of the proleptic Gregorian date y-m-d (m 1-12,
+ * d 1-31), and back. Integers only. */
+int64_t parse_days_from_civil(int64_t y, int64_t m, int64_t d);
+void parse_civil_from_days(int64_t days, int64_t *y, int64_t *m, int64_t *d);
+
 #endif

@@ -247,6 +247,29 @@ int main(void)
 	tally_same("statement by sandbox", &rollup_sbx, &stmt_sbx);
 	CHECK_I64(stmt_total, rollup_key.total);
 
+	/* The dashboard's rollups, kept by ingestion, equal the same rollups
+	 * recomputed from usage_hourly by the migration's definition. */
+	{
+		static const char rollups[] =
+		    "SELECT m.sandbox_id || ' ' || x.c, x.v FROM sandbox_meter m CROSS JOIN LATERAL"
+		    " (VALUES ('day', m.day - DATE '1970-01-01'), ('run', m.day_running_usec),"
+		    " ('used', m.day_cpu_used_mcus), ('billed', m.day_cpu_billed_mcus),"
+		    " ('total', m.day_total_micros), ('month', m.month - DATE '1970-01-01'),"
+		    " ('mtotal', m.month_total_micros)) x(c, v) WHERE m.account_id = '%s'"
+		    " UNION ALL SELECT hour::text, total_micros FROM usage_account_hourly"
+		    " WHERE account_id = '%s'";
+		static struct tally kept, rebuilt;
+		char q[sizeof(rollups) + 160];
+
+		snprintf(q, sizeof(q), rollups, acc, acc);
+		sql_tally(t.db.conn, q, &kept);
+		CHECK(kept.n > 7 * rollup_sbx.n);
+		CHECK_STR(testdb_exec_state(t.db.conn, "SELECT meter_dashboard_rebuild()"),
+			  "00000");
+		sql_tally(t.db.conn, q, &rebuilt);
+		tally_same("dashboard rollups", &rebuilt, &kept);
+	}
+
 	/* The dashboard, signed in as a person would: the week's spend. */
 	{
 		char body[256], cookie[700], hdr[720], *p, *q;

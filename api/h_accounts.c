@@ -10,9 +10,17 @@
 #include "h_util.h"
 #include "keys.h"
 
-void h_account_create(struct http_req *req)
+bool h_account_create_parse(struct http_req *req, json_t *body, const char **name)
 {
 	static const char *const fields[] = {"name", NULL};
+
+	*name = NULL;
+	return hutil_body_allowed(req, body, fields) &&
+	       hutil_body_str(req, body, "name", DB_ACCOUNT_NAME_MAX, true, name);
+}
+
+void h_account_create(struct http_req *req)
+{
 	json_t *body = http_json_body(req);
 	const char *name = NULL;
 	struct db_account acc;
@@ -21,8 +29,7 @@ void h_account_create(struct http_req *req)
 
 	if (!body)
 		return;
-	if (!hutil_body_allowed(req, body, fields) ||
-	    !hutil_body_str(req, body, "name", DB_ACCOUNT_NAME_MAX, true, &name))
+	if (!h_account_create_parse(req, body, &name))
 		goto out;
 	if (!hutil_db_acquire(req, &conn))
 		goto out;
@@ -45,14 +52,10 @@ out:
 
 void h_account_key_create(struct http_req *req)
 {
-	static const char *const fields[] = {"role", "daily_limit_micros", "time_zone", NULL};
-	static const char *const roles[] = {"full", "read_only", NULL};
 	json_t *body = http_json_body(req);
-	const char *role = NULL, *tz = NULL;
+	struct h_key_fields f;
 	char secret[KEYS_SECRET_LEN + 1] = "", token[KEYS_TOKEN_MAX + 1] = "";
 	unsigned char hash[KEYS_HASH_LEN];
-	int64_t limit = 0;
-	bool limit_null = true, limit_present = false;
 	struct db_key key;
 	PGconn *conn = NULL;
 	json_t *out = NULL;
@@ -60,20 +63,8 @@ void h_account_key_create(struct http_req *req)
 
 	if (!body)
 		return;
-	if (!hutil_body_allowed(req, body, fields) ||
-	    !hutil_body_str(req, body, "role", 16, true, &role) ||
-	    !hutil_body_int(req, body, "daily_limit_micros", 0, H_KEYS_LIMIT_MAX, false, true,
-			    &limit, &limit_null, &limit_present) ||
-	    !hutil_body_str(req, body, "time_zone", DB_KEY_TZ_MAX, false, &tz))
+	if (!h_key_create_parse(req, body, &f))
 		goto out;
-	if (strcmp(role, roles[0]) != 0 && strcmp(role, roles[1]) != 0) {
-		hutil_bad(req, "role", "role must be full or read_only");
-		goto out;
-	}
-	if (tz && !keys_tz_shape_ok(tz)) {
-		hutil_bad(req, "time_zone", "time_zone must be an IANA name such as Europe/Paris");
-		goto out;
-	}
 	if (keys_new_secret(secret, sizeof(secret)) != METER_OK ||
 	    keys_hash_secret(secret, strlen(secret), hash) != METER_OK) {
 		hutil_reply_rc(req, NULL, METER_EIO, "secret");
@@ -81,8 +72,8 @@ void h_account_key_create(struct http_req *req)
 	}
 	if (!hutil_db_acquire(req, &conn))
 		goto out;
-	rc = db_key_create(conn, req->params[0], hash, role, limit_present && !limit_null, limit,
-			   tz, &key);
+	rc = db_key_create(conn, req->params[0], hash, f.role, f.has_limit, f.daily_limit_micros,
+			   f.time_zone, &key);
 	if (rc == METER_EINVAL) {
 		hutil_bad(req, "time_zone", "time_zone is not a known IANA time zone");
 		goto out;

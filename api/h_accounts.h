@@ -2,6 +2,9 @@
 #ifndef METER_H_ACCOUNTS_H
 #define METER_H_ACCOUNTS_H
 
+#include <jansson.h>
+#include <stdbool.h>
+
 #include "http.h"
 
 /* POST /v1/accounts {name} -> 201 {account_id, name, created_at} */
@@ -11,5 +14,11 @@ void h_account_create(struct http_req *req);
  * -> 201 {key_id, secret, role, daily_limit_micros, time_zone, ...}; secret
  * is the whole bearer token, shown this once. */
 void h_account_key_create(struct http_req *req);
+
+/* The body parser of POST /v1/accounts (no I/O; the fuzzers call it too):
+ * *name borrowed from body. true when valid; false after setting a 400
+ * invalid_request reply on req. Key creation's is h_key_create_parse
+ * (h_keys.h). */
+bool h_account_create_parse(struct http_req *req, json_t *body, const char **name);
 
 #endif

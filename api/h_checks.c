@@ -68,20 +68,14 @@ static void check_park(struct http_req *req, struct checks_request *rq)
 	req->suspended = true;
 }
 
-void h_checks_create(struct http_req *req)
+bool h_checks_create_parse(struct http_req *req, json_t *body, struct checks_request *rq)
 {
 	static const char *const allowed[] = {
 	    "key_id",	     "sandbox_id",	"vcpus",	   "memory_mib",
 	    "lease_seconds", "max_cost_micros", "idempotency_key", NULL};
-	json_t *body = http_json_body(req);
-	struct checks_request *rq = calloc(1, sizeof(*rq));
 	bool is_null = false, present = false;
 
-	if (!body || !rq) {
-		if (!rq && body)
-			http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
-		goto out;
-	}
+	memset(rq, 0, sizeof(*rq));
 	rq->op = CHECKS_CREATE;
 	if (!hutil_body_allowed(req, body, allowed) ||
 	    !body_id(req, body, "key_id", true, rq->key_id) ||
@@ -95,19 +89,13 @@ void h_checks_create(struct http_req *req)
 	    !hutil_body_int(req, body, "max_cost_micros", 0, INT64_MAX, false, true,
 			    &rq->max_cost_micros, &is_null, &present) ||
 	    !body_id(req, body, "idempotency_key", false, rq->idempotency_key))
-		goto out;
+		return false;
 	rq->has_max_cost = present && !is_null;
-	check_park(req, rq);
-	rq = NULL;
-out:
-	free(rq);
-	json_decref(body);
+	return true;
 }
 
-void h_checks_wake(struct http_req *req)
+void h_checks_create(struct http_req *req)
 {
-	static const char *const allowed[] = {"sandbox_id", "lease_seconds", "idempotency_key",
-					      NULL};
 	json_t *body = http_json_body(req);
 	struct checks_request *rq = calloc(1, sizeof(*rq));
 
@@ -116,12 +104,7 @@ void h_checks_wake(struct http_req *req)
 			http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 		goto out;
 	}
-	rq->op = CHECKS_WAKE;
-	if (!hutil_body_allowed(req, body, allowed) ||
-	    !body_id(req, body, "sandbox_id", true, rq->sandbox_id) ||
-	    !hutil_body_int(req, body, "lease_seconds", 1, CHECKS_LEASE_SECONDS_MAX, true, false,
-			    &rq->lease_seconds, NULL, NULL) ||
-	    !body_id(req, body, "idempotency_key", false, rq->idempotency_key))
+	if (!h_checks_create_parse(req, body, rq))
 		goto out;
 	check_park(req, rq);
 	rq = NULL;
@@ -130,39 +113,82 @@ out:
 	json_decref(body);
 }
 
-void h_sandbox_event(struct http_req *req)
+bool h_checks_wake_parse(struct http_req *req, json_t *body, struct checks_request *rq)
+{
+	static const char *const allowed[] = {"sandbox_id", "lease_seconds", "idempotency_key",
+					      NULL};
+
+	memset(rq, 0, sizeof(*rq));
+	rq->op = CHECKS_WAKE;
+	return hutil_body_allowed(req, body, allowed) &&
+	       body_id(req, body, "sandbox_id", true, rq->sandbox_id) &&
+	       hutil_body_int(req, body, "lease_seconds", 1, CHECKS_LEASE_SECONDS_MAX, true, false,
+			      &rq->lease_seconds, NULL, NULL) &&
+	       body_id(req, body, "idempotency_key", false, rq->idempotency_key);
+}
+
+void h_checks_wake(struct http_req *req)
+{
+	json_t *body = http_json_body(req);
+	struct checks_request *rq = calloc(1, sizeof(*rq));
+
+	if (!body || !rq) {
+		if (!rq && body)
+			http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		goto out;
+	}
+	if (!h_checks_wake_parse(req, body, rq))
+		goto out;
+	check_park(req, rq);
+	rq = NULL;
+out:
+	free(rq);
+	json_decref(body);
+}
+
+bool h_sandbox_event_parse(struct http_req *req, json_t *body, const char **type, int64_t *at_usec)
 {
 	static const char *const allowed[] = {"type", "at", NULL};
 	static const char *const types[] = {"running", "paused", "stopped", NULL};
+	const char *type_s = NULL, *at_s = NULL;
+	size_t t;
+
+	if (!hutil_body_allowed(req, body, allowed) ||
+	    !hutil_body_str(req, body, "type", 16, true, &type_s) ||
+	    !hutil_body_str(req, body, "at", 64, true, &at_s))
+		return false;
+	for (t = 0; types[t]; t++)
+		if (strcmp(types[t], type_s) == 0)
+			break;
+	if (!types[t]) {
+		hutil_bad(req, "type", "type must be running, paused or stopped");
+		return false;
+	}
+	if (hutil_time_parse(at_s, at_usec) != METER_OK) {
+		hutil_bad(req, "at", "at must be an RFC 3339 time, e.g. 2026-11-30T01:02:03Z");
+		return false;
+	}
+	*type = types[t];
+	return true;
+}
+
+void h_sandbox_event(struct http_req *req)
+{
 	json_t *body = http_json_body(req);
-	const char *type = NULL, *at_s = NULL;
+	const char *type = NULL;
 	struct db_event_result ev;
 	PGconn *conn = NULL;
 	int64_t at = 0;
 	enum meter_rc rc;
 	char at_out[HUTIL_TIME_MAX], since_out[HUTIL_TIME_MAX];
-	size_t t;
 
 	if (!body)
 		return;
-	if (!hutil_body_allowed(req, body, allowed) ||
-	    !hutil_body_str(req, body, "type", 16, true, &type) ||
-	    !hutil_body_str(req, body, "at", 64, true, &at_s))
+	if (!h_sandbox_event_parse(req, body, &type, &at))
 		goto out;
-	for (t = 0; types[t]; t++)
-		if (strcmp(types[t], type) == 0)
-			break;
-	if (!types[t]) {
-		hutil_bad(req, "type", "type must be running, paused or stopped");
-		goto out;
-	}
-	if (hutil_time_parse(at_s, &at) != METER_OK) {
-		hutil_bad(req, "at", "at must be an RFC 3339 time, e.g. 2026-11-30T01:02:03Z");
-		goto out;
-	}
 	if (!hutil_db_acquire(req, &conn))
 		goto out;
-	rc = db_checks_event(conn, req->params[0], types[t], at, &ev);
+	rc = db_checks_event(conn, req->params[0], type, at, &ev);
 	if (rc == METER_ENOTFOUND) {
 		http_reply_error(req, 404, "sandbox_not_found", "no such sandbox",
 				 json_pack("{s:s}", "sandbox_id", req->params[0]));
@@ -176,7 +202,7 @@ void h_sandbox_event(struct http_req *req)
 	hutil_time_format(ev.state_since_usec, since_out, sizeof(since_out));
 	http_reply_json(req, 200,
 			json_pack("{s:s,s:s,s:s,s:b,s:s,s:s,s:I,s:I}", "sandbox_id", req->params[0],
-				  "type", types[t], "at", at_out, "recorded", ev.recorded, "state",
+				  "type", type, "at", at_out, "recorded", ev.recorded, "state",
 				  ev.state, "state_since", since_out, "holds_settled",
 				  (json_int_t)ev.holds_settled, "released_micros",
 				  (json_int_t)ev.released_micros));

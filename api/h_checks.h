@@ -14,10 +14,25 @@
 #ifndef METER_H_CHECKS_H
 #define METER_H_CHECKS_H
 
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "checks.h"
 #include "http.h"
 
 void h_checks_create(struct http_req *req);
 void h_checks_wake(struct http_req *req);
 void h_sandbox_event(struct http_req *req);
+
+/* The body parsers of the routes above (no I/O; the fuzzers call them too).
+ * body: the request's JSON object, borrowed. true when valid, with every
+ * field in range; false after setting a 400 invalid_request reply on req.
+ * The create and wake parsers fill *rq whole (op included). The event
+ * parser gives *type as a static string (running, paused, stopped) and
+ * *at_usec in UTC µs. */
+bool h_checks_create_parse(struct http_req *req, json_t *body, struct checks_request *rq);
+bool h_checks_wake_parse(struct http_req *req, json_t *body, struct checks_request *rq);
+bool h_sandbox_event_parse(struct http_req *req, json_t *body, const char **type, int64_t *at_usec);
 
 #endif

@@ -86,14 +86,65 @@ void h_key_get(struct http_req *req)
 	hutil_db_release(req, conn);
 }
 
-void h_key_limits(struct http_req *req)
+/* The members both key bodies may hold (the time zone's shape is checked
+ * by the callers, each in its own order of checks). */
+static bool key_limit_fields(struct http_req *req, json_t *body, struct h_key_fields *out)
+{
+	bool limit_null = false;
+
+	if (!hutil_body_int(req, body, "daily_limit_micros", 0, H_KEYS_LIMIT_MAX, false, true,
+			    &out->daily_limit_micros, &limit_null, &out->limit_given) ||
+	    !hutil_body_str(req, body, "time_zone", DB_KEY_TZ_MAX, false, &out->time_zone))
+		return false;
+	out->has_limit = out->limit_given && !limit_null;
+	return true;
+}
+
+static bool key_tz_shape(struct http_req *req, const char *tz)
+{
+	if (tz && !keys_tz_shape_ok(tz)) {
+		hutil_bad(req, "time_zone", "time_zone must be an IANA name such as Europe/Paris");
+		return false;
+	}
+	return true;
+}
+
+bool h_key_limits_parse(struct http_req *req, json_t *body, struct h_key_fields *out)
 {
 	static const char *const fields[] = {"daily_limit_micros", "time_zone", NULL};
+
+	memset(out, 0, sizeof(*out));
+	if (!hutil_body_allowed(req, body, fields) || !key_limit_fields(req, body, out))
+		return false;
+	if (!out->limit_given && !out->time_zone) {
+		hutil_bad(req, "daily_limit_micros",
+			  "give daily_limit_micros (an integer or null), time_zone, or both");
+		return false;
+	}
+	return key_tz_shape(req, out->time_zone);
+}
+
+bool h_key_create_parse(struct http_req *req, json_t *body, struct h_key_fields *out)
+{
+	static const char *const fields[] = {"role", "daily_limit_micros", "time_zone", NULL};
+
+	memset(out, 0, sizeof(*out));
+	if (!hutil_body_allowed(req, body, fields) ||
+	    !hutil_body_str(req, body, "role", 16, true, &out->role) ||
+	    !key_limit_fields(req, body, out))
+		return false;
+	if (strcmp(out->role, "full") != 0 && strcmp(out->role, "read_only") != 0) {
+		hutil_bad(req, "role", "role must be full or read_only");
+		return false;
+	}
+	return key_tz_shape(req, out->time_zone);
+}
+
+void h_key_limits(struct http_req *req)
+{
 	static const char *const query[] = {NULL};
 	json_t *body = NULL;
-	const char *tz = NULL;
-	int64_t limit = 0;
-	bool limit_null = false, limit_present = false;
+	struct h_key_fields f;
 	struct db_key key;
 	PGconn *conn = NULL;
 	enum meter_rc rc;
@@ -103,24 +154,10 @@ void h_key_limits(struct http_req *req)
 	body = http_json_body(req);
 	if (!body)
 		return;
-	if (!hutil_body_allowed(req, body, fields) ||
-	    !hutil_body_int(req, body, "daily_limit_micros", 0, H_KEYS_LIMIT_MAX, false, true,
-			    &limit, &limit_null, &limit_present) ||
-	    !hutil_body_str(req, body, "time_zone", DB_KEY_TZ_MAX, false, &tz))
+	if (!h_key_limits_parse(req, body, &f) || !hutil_db_acquire(req, &conn))
 		goto out;
-	if (!limit_present && !tz) {
-		hutil_bad(req, "daily_limit_micros",
-			  "give daily_limit_micros (an integer or null), time_zone, or both");
-		goto out;
-	}
-	if (tz && !keys_tz_shape_ok(tz)) {
-		hutil_bad(req, "time_zone", "time_zone must be an IANA name such as Europe/Paris");
-		goto out;
-	}
-	if (!hutil_db_acquire(req, &conn))
-		goto out;
-	rc = db_key_set_limits(conn, key_scope(req), req->params[0], limit_present, !limit_null,
-			       limit, tz, &key);
+	rc = db_key_set_limits(conn, key_scope(req), req->params[0], f.limit_given, f.has_limit,
+			       f.daily_limit_micros, f.time_zone, &key);
 	if (rc == METER_EINVAL)
 		hutil_bad(req, "time_zone", "time_zone is not a known IANA time zone");
 	else if (rc != METER_OK)

@@ -2,6 +2,7 @@
 #include "h_prices.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "db_prices.h"
 #include "h_util.h"
@@ -54,7 +55,7 @@ out:
 	hutil_db_release(req, conn);
 }
 
-void h_prices_put(struct http_req *req)
+bool h_prices_parse(struct http_req *req, json_t *body, struct h_price_put *out)
 {
 	static const char *const fields[] = {"effective_from",
 					     "cpu_micros_per_vcpu_hour",
@@ -64,12 +65,42 @@ void h_prices_put(struct http_req *req)
 					     "free_sandbox_hours",
 					     "storage_price_assumed",
 					     NULL};
+	const char *from_s = NULL;
+	bool assumed_present;
+
+	memset(out, 0, sizeof(*out));
+	if (!hutil_body_allowed(req, body, fields) ||
+	    !hutil_body_str(req, body, "effective_from", 64, true, &from_s) ||
+	    !hutil_body_int(req, body, "cpu_micros_per_vcpu_hour", 0, PRICE_RATE_MAX, true, false,
+			    &out->rates.cpu_micros_per_vcpu_hour, NULL, NULL) ||
+	    !hutil_body_int(req, body, "memory_micros_per_gib_hour", 0, PRICE_RATE_MAX, true, false,
+			    &out->rates.memory_micros_per_gib_hour, NULL, NULL) ||
+	    !hutil_body_int(req, body, "storage_micros_per_gib_hour", 0, PRICE_RATE_MAX, true,
+			    false, &out->rates.storage_micros_per_gib_hour, NULL, NULL) ||
+	    !hutil_body_int(req, body, "floor_millicores", 0, PRICE_FLOOR_MAX, true, false,
+			    &out->rates.floor_millicores, NULL, NULL) ||
+	    !hutil_body_int(req, body, "free_sandbox_hours", 0, DB_PRICE_FREE_HOURS_MAX, true,
+			    false, &out->free_sandbox_hours, NULL, NULL) ||
+	    !hutil_body_bool(req, body, "storage_price_assumed", false, &out->storage_price_assumed,
+			     &assumed_present))
+		return false;
+	if (hutil_time_parse(from_s, &out->effective_from_usec) != METER_OK) {
+		hutil_bad(req, "effective_from",
+			  "effective_from must be an RFC 3339 time such as 2026-12-01T00:00:00Z");
+		return false;
+	}
+	if (price_rates_validate(&out->rates) != METER_OK) {
+		hutil_bad(req, "cpu_micros_per_vcpu_hour", "rates out of range");
+		return false;
+	}
+	return true;
+}
+
+void h_prices_put(struct http_req *req)
+{
 	static const char *const query[] = {NULL};
 	json_t *body = NULL;
-	const char *from_s = NULL;
-	int64_t from = 0, free_hours = 0;
-	struct price_rates rates;
-	bool assumed = false, assumed_present;
+	struct h_price_put p;
 	struct db_price out;
 	PGconn *conn = NULL;
 	enum meter_rc rc;
@@ -79,32 +110,12 @@ void h_prices_put(struct http_req *req)
 	body = http_json_body(req);
 	if (!body)
 		return;
-	if (!hutil_body_allowed(req, body, fields) ||
-	    !hutil_body_str(req, body, "effective_from", 64, true, &from_s) ||
-	    !hutil_body_int(req, body, "cpu_micros_per_vcpu_hour", 0, PRICE_RATE_MAX, true, false,
-			    &rates.cpu_micros_per_vcpu_hour, NULL, NULL) ||
-	    !hutil_body_int(req, body, "memory_micros_per_gib_hour", 0, PRICE_RATE_MAX, true, false,
-			    &rates.memory_micros_per_gib_hour, NULL, NULL) ||
-	    !hutil_body_int(req, body, "storage_micros_per_gib_hour", 0, PRICE_RATE_MAX, true,
-			    false, &rates.storage_micros_per_gib_hour, NULL, NULL) ||
-	    !hutil_body_int(req, body, "floor_millicores", 0, PRICE_FLOOR_MAX, true, false,
-			    &rates.floor_millicores, NULL, NULL) ||
-	    !hutil_body_int(req, body, "free_sandbox_hours", 0, DB_PRICE_FREE_HOURS_MAX, true,
-			    false, &free_hours, NULL, NULL) ||
-	    !hutil_body_bool(req, body, "storage_price_assumed", false, &assumed, &assumed_present))
+	if (!h_prices_parse(req, body, &p))
 		goto out;
-	if (hutil_time_parse(from_s, &from) != METER_OK) {
-		hutil_bad(req, "effective_from",
-			  "effective_from must be an RFC 3339 time such as 2026-12-01T00:00:00Z");
-		goto out;
-	}
-	if (price_rates_validate(&rates) != METER_OK) {
-		hutil_bad(req, "cpu_micros_per_vcpu_hour", "rates out of range");
-		goto out;
-	}
 	if (!hutil_db_acquire(req, &conn))
 		goto out;
-	rc = db_prices_add(conn, from, &rates, free_hours, assumed, &out);
+	rc = db_prices_add(conn, p.effective_from_usec, &p.rates, p.free_sandbox_hours,
+			   p.storage_price_assumed, &out);
 	if (rc == METER_EINVAL) {
 		hutil_bad(req, "effective_from",
 			  "effective_from is in the past: the past is never rewritten");

@@ -73,7 +73,7 @@ static enum MHD_Result query_iter(void *cls, enum MHD_ValueKind kind, const char
 	(void)kind;
 	if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
 		s->why = "a NUL byte in the query string";
-		snprintf(s->badname, sizeof(s->badname), "%.64s", key);
+		http_safe_name(key, s->badname);
 		return MHD_NO;
 	}
 	for (i = 0; s->allowed[i]; i++)
@@ -81,12 +81,12 @@ static enum MHD_Result query_iter(void *cls, enum MHD_ValueKind kind, const char
 			break;
 	if (!s->allowed[i]) {
 		s->why = "unknown query parameter";
-		snprintf(s->badname, sizeof(s->badname), "%.64s", key);
+		http_safe_name(key, s->badname);
 		return MHD_NO;
 	}
 	if (i < 32 && (s->seen & (1u << i))) {
 		s->why = "query parameter given twice";
-		snprintf(s->badname, sizeof(s->badname), "%.64s", key);
+		http_safe_name(key, s->badname);
 		return MHD_NO;
 	}
 	if (i < 32)
@@ -215,7 +215,7 @@ bool hutil_body_allowed(struct http_req *req, json_t *body, const char *const *a
 
 			/* Name the field without echoing control bytes. */
 			for (const char *p = key; *p && n < PARSE_ID_MAX; p++)
-				name[n++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+				name[n++] = (char)((*p >= 0x20 && *p < 0x7f) ? *p : '?');
 			name[n] = '\0';
 			snprintf(msg, sizeof(msg), "unknown field: %s", name);
 			hutil_bad(req, name, msg);
@@ -243,7 +243,8 @@ bool hutil_body_int(struct http_req *req, json_t *body, const char *name, int64_
 		return false;
 	}
 	if (json_is_null(v) && nullable) {
-		*is_null = true;
+		if (is_null)
+			*is_null = true;
 		return true;
 	}
 	if (!json_is_integer(v)) {

@@ -28,37 +28,58 @@ void http_reply_response(struct http_req *req, unsigned status, struct MHD_Respo
 	set_response(req, status, resp);
 }
 
+void http_safe_name(const char *s, char *out)
+{
+	size_t n = 0;
+
+	for (; n < PARSE_ID_MAX && s[n]; n++) {
+		if ((unsigned char)s[n] >= 0x20 && (unsigned char)s[n] < 0x7f)
+			out[n] = s[n];
+		else
+			out[n] = '?';
+	}
+	out[n] = '\0';
+}
+
 struct query_check {
 	const char *const *allowed;
-	const char *unknown; /* the first unknown name, borrowed */
+	const char *unknown; /* the first name refused, borrowed */
+	bool nul;	     /* refused for a NUL byte in it or its value */
 };
 
-/* libmicrohttpd iterator over query arguments: stops at an unknown name. */
+/* libmicrohttpd iterator over query arguments: stops at an unknown name,
+ * or at a NUL byte (a C string would silently cut the value there). */
 static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const char *key,
-				       const char *value)
+				       size_t key_size, const char *value, size_t value_size)
 {
 	struct query_check *qc = cls;
 
 	(void)kind;
-	(void)value;
-	for (const char *const *a = qc->allowed; *a; a++)
-		if (strcmp(*a, key) == 0)
-			return MHD_YES;
 	qc->unknown = key;
+	if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
+		qc->nul = true;
+		return MHD_NO;
+	}
+	for (const char *const *a = qc->allowed; *a; a++)
+		if (strcmp(*a, key) == 0) {
+			qc->unknown = NULL;
+			return MHD_YES;
+		}
 	return MHD_NO;
 }
 
 bool http_query_allowed(struct http_req *req, const char *const *allowed)
 {
 	struct query_check qc = {.allowed = allowed};
-	char msg[128];
+	char msg[128], name[PARSE_ID_MAX + 1];
 
-	MHD_get_connection_values(req->conn, MHD_GET_ARGUMENT_KIND, query_check_one, &qc);
+	MHD_get_connection_values_n(req->conn, MHD_GET_ARGUMENT_KIND, query_check_one, &qc);
 	if (!qc.unknown)
 		return true;
-	snprintf(msg, sizeof(msg), "unknown query parameter \"%.64s\"", qc.unknown);
-	http_reply_error(req, 400, "invalid_request", msg,
-			 json_pack("{s:s#}", "field", qc.unknown, (int)strnlen(qc.unknown, 64)));
+	http_safe_name(qc.unknown, name);
+	snprintf(msg, sizeof(msg), "%s \"%s\"",
+		 qc.nul ? "a NUL byte in query parameter" : "unknown query parameter", name);
+	http_reply_error(req, 400, "invalid_request", msg, json_pack("{s:s}", "field", name));
 	return false;
 }
 

@@ -77,14 +77,21 @@ void http_reply_text(struct http_req *req, unsigned status, const char *content_
 void http_reply_response(struct http_req *req, unsigned status, struct MHD_Response *resp);
 
 /* Checks that every query-string argument is named in allowed (a NULL-
- * terminated list). On an unknown one sets a 400 invalid_request reply
- * naming it and returns false. */
+ * terminated list) and holds no NUL byte in its name or value. On an
+ * unknown one or a NUL sets a 400 invalid_request reply naming it and
+ * returns false. */
 bool http_query_allowed(struct http_req *req, const char *const *allowed);
 
 /* Parses the request body as one JSON object, rejecting nesting deeper than
  * HTTP_JSON_DEPTH_MAX, NUL bytes and invalid UTF-8. On success returns a new
  * reference; on failure sets a 400 invalid_request reply and returns NULL. */
 json_t *http_json_body(struct http_req *req);
+
+/* Copies at most PARSE_ID_MAX bytes of s (a name the client sent) into out
+ * (PARSE_ID_MAX + 1 bytes) for an error reply, anything but printable ASCII
+ * replaced by '?': a JSON string needs valid UTF-8, and a log line no
+ * control bytes. */
+void http_safe_name(const char *s, char *out);
 
 /* The query-string argument name, borrowed from libmicrohttpd, or NULL. */
 const char *http_query(struct http_req *req, const char *name);

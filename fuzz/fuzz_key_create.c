@@ -1,0 +1,49 @@
+/* Fuzzer: the body of POST /v1/accounts/{id}/keys (h_key_create_parse,
+ * after http_json_body as the handler calls it).
+ *
+ * Invariants: accepted exactly when no reply was set, refused with a 400;
+ * an accepted body has only known members, a role of full or read_only,
+ * a limit in range (or null) and a time zone of a valid shape, all the
+ * body's own; written back as JSON it parses to the same fields. */
+#include <string.h>
+
+#include "fuzz.h"
+#include "fuzz_keys.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const char *const known[] = {"role", "daily_limit_micros", "time_zone", NULL};
+	struct http_req req, req2;
+	struct h_key_fields f, f2;
+	json_t *body = fuzz_req_body(&req, data, size), *again, *v;
+	const char *key;
+	bool ok;
+
+	if (!body)
+		goto out;
+	ok = h_key_create_parse(&req, body, &f);
+	fuzz_req_verdict(&req, ok);
+	if (!ok)
+		goto out;
+	json_object_foreach(body, key, v)
+	{
+		bool found = false;
+
+		for (size_t i = 0; known[i]; i++)
+			found = found || strcmp(known[i], key) == 0;
+		FUZZ_CHECK(found);
+	}
+	FUZZ_CHECK(f.role && (strcmp(f.role, "full") == 0 || strcmp(f.role, "read_only") == 0));
+	FUZZ_CHECK(strcmp(f.role, json_string_value(json_object_get(body, "role"))) == 0);
+	fuzz_key_fields_check(body, &f);
+	again = fuzz_req_reparse(&req2, fuzz_key_fields_json(&f));
+	FUZZ_CHECK(again != NULL);
+	FUZZ_CHECK(h_key_create_parse(&req2, again, &f2));
+	fuzz_key_fields_same(&f, &f2);
+	json_decref(again);
+	fuzz_req_release(&req2);
+out:
+	json_decref(body);
+	fuzz_req_release(&req);
+	return 0;
+}

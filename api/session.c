@@ -121,7 +121,7 @@ enum meter_rc session_issue(const struct auth *a, int64_t now_s, char *buf, size
 		return METER_EINVAL;
 	w = snprintf(payload, sizeof(payload), "v1|%c|%s|%s|%lld",
 		     a->kind == AUTH_KEY ? (a->role == ROLE_FULL ? 'f' : 'r') : 'o', a->account_id,
-		     a->key_id, (long long)(now_s + SESSION_TTL_S));
+		     a->key_id, (long long)now_s + SESSION_TTL_S);
 	if (w < 0 || (size_t)w >= sizeof(payload))
 		return METER_ERANGE;
 	b64url((const unsigned char *)payload, (size_t)w, enc);

@@ -311,11 +311,13 @@ static void sim_sample_at(struct sim *s, int64_t host, int64_t j, int64_t t, str
 
 /* ---- rendering ---------------------------------------------------------- */
 
+/* Appends text at p without its NUL (a document is used by its length) and
+ * returns the new end. */
 static char *sim_put(char *p, const char *text)
 {
 	size_t n = strlen(text);
 
-	memcpy(p, text, n);
+	memcpy(p, text, n); /* NOLINT(bugprone-not-null-terminated-result) */
 	return p + n;
 }
 

@@ -62,8 +62,11 @@ static void doc_safe_name(const char *s, char *out, size_t outlen)
 	out[n] = '\0';
 }
 
+/* v's JSON type for an error message; NULL (nothing there) is safe too. */
 static const char *doc_type_name(const json_t *v)
 {
+	if (!v)
+		return "nothing";
 	switch (json_typeof(v)) {
 	case JSON_OBJECT:
 		return "object";

@@ -1,6 +1,7 @@
 /* meter: the check engine (see checks.h). */
 #include "checks.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <jansson.h>
 #include <openssl/evp.h>
@@ -526,6 +527,9 @@ static void batch_decide(struct batch *b)
 					  json_pack("{s:s}", "idempotency_key", it->idem));
 			} else {
 				it->status = same->status;
+				/* An allowed item has its answer: one that could
+				 * not be built was undone (allowed = false) below. */
+				assert(same->body);
 				it->body = strdup(same->body);
 				it->replayed = true;
 				if (!it->body)
@@ -641,7 +645,10 @@ static bool conn_ensure(struct checks_engine *e)
 	return true;
 }
 
-/* Runs one batch to its answers (every item gets a status). */
+/* Runs one batch of n >= 1 items to its answers (every item gets a status).
+ * A poisoned batch reruns each item as a batch of one, which is never
+ * poisoned: the recursion is one level deep. */
+/* NOLINTNEXTLINE(misc-no-recursion) */
 static void batch_run(struct checks_engine *e, struct item **items, size_t n)
 {
 	struct batch b = {.items = items, .n = n};
@@ -650,6 +657,7 @@ static void batch_run(struct checks_engine *e, struct item **items, size_t n)
 	int64_t max_lease = 0;
 	bool poison = false;
 
+	assert(n > 0);
 	b.in = calloc(n, sizeof(*b.in));
 	b.rd = calloc(n, sizeof(*b.rd));
 	b.rows = calloc(n * LEDGER_PARTS_MAX, sizeof(*b.rows));
@@ -734,7 +742,7 @@ out:
 static void *batcher_main(void *arg)
 {
 	struct checks_engine *e = arg;
-	struct item **items = calloc((size_t)e->opt.batch_max, sizeof(*items));
+	struct item **items = calloc((size_t)e->opt.batch_max, sizeof(struct item *));
 
 	for (;;) {
 		size_t n = 0;

@@ -70,7 +70,7 @@ void collector_host_id(const char *text, char *out, size_t outlen)
 		char ch = *p;
 		bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
 			  (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
-		out[n++] = ok ? ch : '-';
+		out[n++] = (char)(ok ? ch : '-');
 	}
 	out[n] = '\0';
 	if (n == 0)

@@ -37,8 +37,9 @@ static void db_mask(char *s, const char *secret)
 	if (slen < 4)
 		return;
 	while ((hit = strstr(s, secret)) != NULL) {
-		/* "***" is never longer than the secret: shift the tail left. */
-		memcpy(hit, "***", 3);
+		/* "***" is never longer than the secret: shift the tail left.
+		 * The tail (with its NUL) follows the 3 bytes copied. */
+		memcpy(hit, "***", 3); /* NOLINT(bugprone-not-null-terminated-result) */
 		memmove(hit + 3, hit + slen, strlen(hit + slen) + 1);
 	}
 }

@@ -84,7 +84,7 @@ static void metrics_place(struct metrics_series **table, size_t cap, struct metr
 static bool metrics_grow(void)
 {
 	size_t cap = metrics_cap ? metrics_cap * 2 : 256;
-	struct metrics_series **t = calloc(cap, sizeof(*t));
+	struct metrics_series **t = calloc(cap, sizeof(struct metrics_series *));
 
 	if (!t)
 		return false;
@@ -369,7 +369,7 @@ enum meter_rc metrics_render(char **out, size_t *len)
 		return METER_ENOMEM;
 	b.p[0] = '\0';
 	pthread_mutex_lock(&metrics_mu);
-	all = malloc((metrics_count ? metrics_count : 1) * sizeof(*all));
+	all = malloc((metrics_count ? metrics_count : 1) * sizeof(struct metrics_series *));
 	if (!all) {
 		pthread_mutex_unlock(&metrics_mu);
 		goto out;
@@ -377,7 +377,7 @@ enum meter_rc metrics_render(char **out, size_t *len)
 	for (size_t i = 0; i < metrics_cap; i++)
 		if (metrics_table[i])
 			all[n++] = metrics_table[i];
-	qsort(all, n, sizeof(*all), metrics_cmp);
+	qsort(all, n, sizeof(struct metrics_series *), metrics_cmp);
 	for (size_t i = 0; i < n; i++) {
 		const struct metrics_series *s = all[i];
 		if (i == 0 || strcmp(all[i - 1]->name, s->name) != 0) {

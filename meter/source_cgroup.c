@@ -81,7 +81,8 @@ static void cg_safe(const char *s, char *out, size_t outlen)
 	size_t n = 0;
 
 	for (; *s && n + 1 < outlen; s++)
-		out[n++] = ((unsigned char)*s >= 0x20 && (unsigned char)*s < 0x7f) ? *s : '?';
+		out[n++] =
+		    (char)(((unsigned char)*s >= 0x20 && (unsigned char)*s < 0x7f) ? *s : '?');
 	out[n] = '\0';
 }
 

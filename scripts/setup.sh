@@ -10,12 +10,16 @@ packages=(
 	libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libssl-dev
 	curl procps util-linux jq
 )
-# Extra groups: "bench" for the benchmark commands, "browser" for page tests.
+# Extra groups: "bench" for the benchmark commands, "browser" for page tests,
+# "fuzz" for scripts/fuzz.sh (clang with libFuzzer, llvm-symbolizer),
+# "lint" for scripts/lint.sh (and clang-format for scripts/checksrc.sh).
 for extra in "$@"; do
 	case "$extra" in
 	bench) packages+=(wrk time) ;;
 	browser) packages+=(chromium chromium-driver fonts-dejavu-core) ;;
-	*) echo "setup.sh: unknown extra '$extra' (bench, browser)" >&2; exit 2 ;;
+	fuzz) packages+=(clang llvm libclang-rt-dev) ;;
+	lint) packages+=(clang clang-tidy clang-format cppcheck) ;;
+	*) echo "setup.sh: unknown extra '$extra' (bench, browser, fuzz, lint)" >&2; exit 2 ;;
 	esac
 done
 

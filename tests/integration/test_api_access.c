@@ -251,6 +251,8 @@ static void test_unauthenticated(void)
 	    "Authorization: Basic dXNlcjpwYXNz",
 	    "Authorization: Bearer garbage",
 	    "Authorization: Bearer a.b.c.d",
+	    /* One header split over two lines, not a missing comma.
+	     * NOLINTNEXTLINE(bugprone-suspicious-missing-comma) */
 	    "Authorization: Bearer "
 	    "key_0000000000000000.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
 	    wrong,

@@ -454,8 +454,11 @@ int main(void)
 	struct apitest_resp r;
 	char sql[512];
 
-	if (!big || !longauth)
+	if (!big || !longauth) {
+		free(big);
+		free(longauth);
 		return 1;
+	}
 	/* A syntactically fine body just over the cap. */
 	memset(big, 'a', BIG);
 	memcpy(big, "{\"name\":\"", 9);
@@ -467,8 +470,11 @@ int main(void)
 	longauth[8123] = 'A';
 	longauth[8124] = '\0';
 
-	if (apitest_start(&t, "api_badinput", 1, NULL, NULL) < 0)
+	if (apitest_start(&t, "api_badinput", 1, NULL, NULL) < 0) {
+		free(big);
+		free(longauth);
 		return 1;
+	}
 	CHECK(apitest_create_account(&t, "bad input", acc) == 0);
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, tok_full) == 0);
 	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, ro_key, tok_ro) == 0);

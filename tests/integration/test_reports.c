@@ -35,7 +35,7 @@ static void usage_row(PGconn *c, const char *acc, const char *sbx, const char *k
 		 (long long)running_s * 1000000, (long long)paused_s * 1000000,
 		 (long long)running_s * 20 * 1000000, (long long)running_s * 50 * 1000000 + 999999,
 		 (long long)running_s * 4096 * 1000000, (long long)paused_s * 100 * 1000000,
-		 (long long)cpu, (long long)mem, (long long)sto, (long long)(cpu + mem + sto));
+		 (long long)cpu, (long long)mem, (long long)sto, (long long)cpu + mem + sto);
 	CHECK_STR(testdb_exec_state(c, sql), "00000");
 }
 
@@ -98,7 +98,7 @@ static int64_t at(const char *rfc3339)
 static void test_exports(PGconn *c)
 {
 	struct export_params p;
-	struct export_totals t, t2;
+	struct export_totals t = {0}, t2 = {0}; /* read even when an export failed */
 	char *csv, *nd, *line, *save = NULL;
 	int64_t want_total, lines = 0, nd_total = 0;
 

@@ -26,7 +26,7 @@ static char *render(void)
 
 	CHECK_I64(metrics_render(&text, &len), METER_OK);
 	CHECK(text != NULL);
-	CHECK_I64(strlen(text), len);
+	CHECK_I64(text ? strlen(text) : 0, len);
 	return text;
 }
 

@@ -4,13 +4,22 @@
  * Exports stream from the database through a connection of their own (so a
  * long export never holds a request connection of the pool) with constant
  * memory; at most REPORTS_CONCURRENT run at once per process (429 beyond).
- * A key sees its own account; the operator names one with account_id. */
+ * A key sees its own account; the operator names one with account_id.
+ *
+ * An export's waiting is never done on a libmicrohttpd thread (those serve
+ * every other connection): a producer thread of its own connects, runs the
+ * query and formats rows into a bounded buffer, while the request's
+ * connection is parked. The content reader only copies what is ready; when
+ * nothing is, it parks the connection (libmicrohttpd's documented pattern
+ * for a reader that returns 0 in internal polling mode) and the producer
+ * resumes it once it has more. */
 #include "h_reports.h"
 
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "agent_doc.h"
 #include "app.h"
@@ -22,16 +31,37 @@
 
 #define REPORTS_CONCURRENT 4
 #define STREAM_BUF	   (64 * 1024)
+#define STOP_WAIT_MS	   3000 /* for producers to finish at shut-down */
 
-static atomic_int exports_running;
-
+/* One export in flight, shared by its producer thread and libmicrohttpd
+ * (the response's content reader). req to disp are set before the producer
+ * starts; from cancel to suspended, fields are under lock; refs is under
+ * streams_lock. Freed by whichever of the two lets go last. */
 struct stream {
-	PGconn *conn;
-	struct export_cursor *cur;
-	char buf[STREAM_BUF];
+	struct stream *prev, *next; /* all streams, under streams_lock */
+	pthread_mutex_t lock;
+	pthread_cond_t room;	     /* signalled when buf has been taken */
+	struct http_req *req;	     /* until the reply is set, then NULL */
+	struct MHD_Connection *conn; /* the request's connection */
+	struct export_params p;
+	const char *db_url; /* borrowed from the configuration */
+	char disp[160];	    /* Content-Disposition */
+	PGcancel *cancel;
+	char buf[STREAM_BUF]; /* ready for the content reader */
 	size_t len, off;
-	bool done;
+	bool done;	/* the producer wrote everything (or failed) */
+	bool failed;	/* the output is incomplete */
+	bool abort;	/* the transfer is over: client gone or shut-down */
+	bool suspended; /* the connection is parked waiting for buf */
+	int refs;
+	char next_buf[STREAM_BUF]; /* the producer's own */
 };
+
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t streams_gone = PTHREAD_COND_INITIALIZER;
+static struct stream *streams_head;
+static int exports_running;   /* producers alive, under streams_lock */
+static bool reports_stopping; /* under streams_lock */
 
 /* Which account the caller may report on; false after setting a reply. */
 static bool report_account(struct http_req *req, char *account, size_t len)
@@ -96,40 +126,205 @@ static bool time_param(struct http_req *req, const char *name, int64_t *out)
 	return false;
 }
 
+/* Drops a reference; the last one frees st. */
+static void stream_unref(struct stream *st)
+{
+	bool last;
+
+	pthread_mutex_lock(&streams_lock);
+	last = --st->refs == 0;
+	if (last) {
+		if (st->prev)
+			st->prev->next = st->next;
+		else
+			streams_head = st->next;
+		if (st->next)
+			st->next->prev = st->prev;
+	}
+	pthread_mutex_unlock(&streams_lock);
+	if (!last)
+		return;
+	pthread_cond_destroy(&st->room);
+	pthread_mutex_destroy(&st->lock);
+	free(st);
+}
+
+/* Wakes the parked connection, if it is. Under st->lock. */
+static void stream_wake(struct stream *st)
+{
+	if (st->suspended && !st->abort) {
+		st->suspended = false;
+		MHD_resume_connection(st->conn);
+	}
+}
+
+/* The content reader (a libmicrohttpd thread): copies what the producer
+ * made ready; parks the connection when nothing is, never waits. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct stream *st = cls;
-	size_t n;
+	ssize_t ret;
 
 	(void)pos;
-	if (st->off == st->len) {
-		if (st->done)
-			return MHD_CONTENT_READER_END_OF_STREAM;
-		st->off = 0;
-		if (export_next(st->cur, st->buf, sizeof(st->buf), &st->len) != METER_OK) {
-			log_warn("export failed mid-stream; the transfer is aborted");
-			return MHD_CONTENT_READER_END_WITH_ERROR;
-		}
-		if (st->len == 0) {
-			st->done = true;
-			return MHD_CONTENT_READER_END_OF_STREAM;
-		}
+	pthread_mutex_lock(&st->lock);
+	if (st->off < st->len) {
+		size_t n = st->len - st->off < max ? st->len - st->off : max;
+
+		memcpy(buf, st->buf + st->off, n);
+		st->off += n;
+		if (st->off == st->len)
+			pthread_cond_signal(&st->room);
+		ret = (ssize_t)n;
+	} else if (st->abort || (st->done && st->failed)) {
+		ret = MHD_CONTENT_READER_END_WITH_ERROR;
+	} else if (st->done) {
+		ret = MHD_CONTENT_READER_END_OF_STREAM;
+	} else {
+		st->suspended = true;
+		MHD_suspend_connection(st->conn);
+		ret = 0;
 	}
-	n = st->len - st->off < max ? st->len - st->off : max;
-	memcpy(buf, st->buf + st->off, n);
-	st->off += n;
-	return (ssize_t)n;
+	pthread_mutex_unlock(&st->lock);
+	return ret;
 }
 
+/* The response is gone (sent, or the connection closed): the producer
+ * stops at its next step. */
 static void stream_free(void *cls)
 {
 	struct stream *st = cls;
 
-	export_close(st->cur);
-	if (st->conn)
-		PQfinish(st->conn);
-	free(st);
-	atomic_fetch_sub(&exports_running, 1);
+	pthread_mutex_lock(&st->lock);
+	st->abort = true;
+	st->suspended = false;
+	pthread_cond_signal(&st->room);
+	pthread_mutex_unlock(&st->lock);
+	stream_unref(st);
+}
+
+/* Sets the reply of the parked request and wakes it, unless shut-down
+ * already answered it. Takes resp (may be NULL: then an error reply). */
+static void stream_reply(struct stream *st, struct MHD_Response *resp)
+{
+	pthread_mutex_lock(&st->lock);
+	if (st->req) {
+		if (resp)
+			http_reply_response(st->req, 200, resp);
+		else
+			http_reply_error(st->req, 503, "metering_unavailable",
+					 "the database is unreachable", NULL);
+		resp = NULL;
+		st->req = NULL;
+		MHD_resume_connection(st->conn);
+	}
+	pthread_mutex_unlock(&st->lock);
+	if (resp)
+		MHD_destroy_response(resp); /* drops the response's reference */
+}
+
+/* The producer: connects, starts the export, answers the parked request,
+ * then fills the buffer whenever the content reader has emptied it. */
+static void *stream_produce(void *arg)
+{
+	struct stream *st = arg;
+	struct export_cursor *cur = NULL;
+	struct MHD_Response *resp;
+	PGconn *conn = NULL;
+	char err[512];
+
+	if (db_connect(st->db_url, &conn, err, sizeof(err)) != METER_OK ||
+	    export_open(conn, &st->p, &cur, err, sizeof(err)) != METER_OK) {
+		log_warn("export could not start: %s", err);
+		stream_reply(st, NULL);
+		goto out;
+	}
+	pthread_mutex_lock(&st->lock);
+	st->cancel = PQgetCancel(conn);
+	pthread_mutex_unlock(&st->lock);
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read, st,
+						 stream_free);
+	if (!resp) {
+		stream_reply(st, NULL);
+		goto out;
+	}
+	pthread_mutex_lock(&streams_lock);
+	st->refs++; /* the response's */
+	pthread_mutex_unlock(&streams_lock);
+	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+				    st->p.format == EXPORT_CSV
+					? "text/csv; charset=utf-8"
+					: "application/x-ndjson") != MHD_YES ||
+	    MHD_add_response_header(resp, "Content-Disposition", st->disp) != MHD_YES)
+		log_warn("could not add export headers");
+	stream_reply(st, resp);
+	for (;;) {
+		size_t n = 0;
+		enum meter_rc rc = export_next(cur, st->next_buf, sizeof(st->next_buf), &n);
+		bool finished;
+
+		pthread_mutex_lock(&st->lock);
+		while (!st->abort && st->off < st->len)
+			pthread_cond_wait(&st->room, &st->lock);
+		if (rc != METER_OK) {
+			if (!st->abort)
+				log_warn("export failed mid-stream; the transfer is aborted");
+			st->failed = true;
+			st->done = true;
+		} else if (n == 0) {
+			st->done = true;
+		} else if (!st->abort) {
+			memcpy(st->buf, st->next_buf, n);
+			st->len = n;
+			st->off = 0;
+		}
+		stream_wake(st);
+		finished = st->done || st->abort;
+		pthread_mutex_unlock(&st->lock);
+		if (finished)
+			break;
+	}
+out:
+	pthread_mutex_lock(&st->lock);
+	if (st->cancel)
+		PQfreeCancel(st->cancel);
+	st->cancel = NULL;
+	pthread_mutex_unlock(&st->lock);
+	export_close(cur);
+	if (conn)
+		PQfinish(conn);
+	pthread_mutex_lock(&streams_lock);
+	exports_running--;
+	pthread_cond_broadcast(&streams_gone);
+	pthread_mutex_unlock(&streams_lock);
+	stream_unref(st);
+	return NULL;
+}
+
+/* Called by the server once the connection is parked: start the producer
+ * (only now, so its resume cannot come before the suspend). */
+static void stream_start(struct http_req *req)
+{
+	struct stream *st = req->handler_ctx;
+	pthread_attr_t attr;
+	pthread_t th;
+	int r;
+
+	req->handler_ctx = NULL;
+	r = pthread_attr_init(&attr);
+	if (r == 0) {
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		r = pthread_create(&th, &attr, stream_produce, st);
+		pthread_attr_destroy(&attr);
+	}
+	if (r == 0)
+		return;
+	log_warn("export could not start: no thread");
+	stream_reply(st, NULL);
+	pthread_mutex_lock(&streams_lock);
+	exports_running--;
+	pthread_cond_broadcast(&streams_gone);
+	pthread_mutex_unlock(&streams_lock);
+	stream_unref(st);
 }
 
 /* Starts a streamed usage export in format; every failure before the first
@@ -140,12 +335,13 @@ static void usage_export(struct http_req *req, enum export_format format)
 					      "sandbox_id", "account_id", NULL};
 	struct export_params p;
 	struct stream *st = NULL;
-	struct MHD_Response *resp;
 	const char *g = http_query(req, "granularity");
-	char err[512], disp[160], from[32], to[32];
+	char err[512], from[32], to[32];
+	bool busy;
 
 	memset(&p, 0, sizeof(p));
 	p.format = format;
+	p.lock_timeout_ms = req->app->cfg->db_statement_timeout_ms;
 	if (!http_query_allowed(req, allowed) ||
 	    !report_account(req, p.account_id, sizeof(p.account_id)) ||
 	    !id_param(req, "key_id", p.key_id, sizeof(p.key_id)) ||
@@ -169,43 +365,86 @@ static void usage_export(struct http_req *req, enum export_format format)
 				 json_pack("{s:s}", "field", field));
 		return;
 	}
-	if (atomic_fetch_add(&exports_running, 1) >= REPORTS_CONCURRENT) {
-		atomic_fetch_sub(&exports_running, 1);
-		http_reply_error(req, 429, "too_many_exports",
-				 "too many exports are running; retry shortly", NULL);
-		return;
-	}
 	st = calloc(1, sizeof(*st));
-	if (!st ||
-	    db_connect(req->app->cfg->database_url, &st->conn, err, sizeof(err)) != METER_OK ||
-	    export_open(st->conn, &p, &st->cur, err, sizeof(err)) != METER_OK) {
-		if (st)
-			log_warn("export could not start: %s", err);
-		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
-				 NULL);
-		if (st && st->conn)
-			PQfinish(st->conn);
+	if (!st || pthread_mutex_init(&st->lock, NULL) != 0) {
 		free(st);
-		atomic_fetch_sub(&exports_running, 1);
-		return;
-	}
-	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read, st,
-						 stream_free);
-	if (!resp) {
-		stream_free(st);
 		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 		return;
 	}
+	if (pthread_cond_init(&st->room, NULL) != 0) {
+		pthread_mutex_destroy(&st->lock);
+		free(st);
+		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		return;
+	}
+	pthread_mutex_lock(&streams_lock);
+	busy = reports_stopping || exports_running >= REPORTS_CONCURRENT;
+	if (!busy) {
+		exports_running++;
+		st->refs = 1; /* the producer's */
+		st->next = streams_head;
+		if (st->next)
+			st->next->prev = st;
+		streams_head = st;
+	}
+	pthread_mutex_unlock(&streams_lock);
+	if (busy) {
+		pthread_cond_destroy(&st->room);
+		pthread_mutex_destroy(&st->lock);
+		free(st);
+		if (reports_stopping)
+			http_reply_error(req, 503, "metering_unavailable",
+					 "the service is stopping", NULL);
+		else
+			http_reply_error(req, 429, "too_many_exports",
+					 "too many exports are running; retry shortly", NULL);
+		return;
+	}
+	st->req = req;
+	st->conn = req->conn;
+	st->p = p;
+	st->db_url = req->app->cfg->database_url;
 	agent_doc_format_time(p.from_usec, from, sizeof(from));
 	agent_doc_format_time(p.to_usec, to, sizeof(to));
-	snprintf(disp, sizeof(disp), "attachment; filename=\"usage-%s-%.10s-%.10s.%s\"",
+	snprintf(st->disp, sizeof(st->disp), "attachment; filename=\"usage-%s-%.10s-%.10s.%s\"",
 		 p.account_id, from, to, format == EXPORT_CSV ? "csv" : "ndjson");
-	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-				    format == EXPORT_CSV ? "text/csv; charset=utf-8"
-							 : "application/x-ndjson") != MHD_YES ||
-	    MHD_add_response_header(resp, "Content-Disposition", disp) != MHD_YES)
-		log_warn("could not add export headers");
-	http_reply_response(req, 200, resp);
+	req->handler_ctx = st;
+	req->on_suspended = stream_start;
+	req->suspended = true;
+}
+
+void h_reports_stop(void)
+{
+	struct timespec until;
+
+	pthread_mutex_lock(&streams_lock);
+	reports_stopping = true;
+	for (struct stream *st = streams_head; st; st = st->next) {
+		pthread_mutex_lock(&st->lock);
+		if (st->req) {
+			http_reply_error(st->req, 503, "metering_unavailable",
+					 "the service is stopping", NULL);
+			st->req = NULL;
+			MHD_resume_connection(st->conn);
+		}
+		stream_wake(st);
+		st->abort = true;
+		pthread_cond_signal(&st->room);
+		if (st->cancel) {
+			char errbuf[256];
+			if (!PQcancel(st->cancel, errbuf, sizeof(errbuf)))
+				errbuf[0] = '\0';
+		}
+		pthread_mutex_unlock(&st->lock);
+	}
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += STOP_WAIT_MS / 1000;
+	while (exports_running > 0)
+		if (pthread_cond_timedwait(&streams_gone, &streams_lock, &until) != 0)
+			break;
+	if (exports_running > 0)
+		log_warn("%d exports still stopping", exports_running);
+	pthread_mutex_unlock(&streams_lock);
 }
 
 void h_report_usage_csv(struct http_req *req)
@@ -229,6 +468,7 @@ static void statement_reply(struct http_req *req, bool html)
 	char *text = NULL;
 	size_t len = 0;
 	FILE *mem;
+	bool ok;
 	int year, month;
 	enum meter_rc rc;
 
@@ -257,17 +497,17 @@ static void statement_reply(struct http_req *req, bool html)
 		return;
 	}
 	mem = open_memstream(&text, &len);
-	if (!mem ||
-	    (html ? statement_write_html(&s, mem) : statement_write_csv(&s, mem)) != METER_OK) {
-		if (mem)
-			fclose(mem);
+	ok = mem &&
+	     (html ? statement_write_html(&s, mem) : statement_write_csv(&s, mem)) == METER_OK;
+	/* The final flush happens here: a statement cut short is never sent. */
+	if (mem && fclose(mem) != 0)
+		ok = false;
+	statement_release(&s);
+	if (!ok) {
 		free(text);
-		statement_release(&s);
 		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 		return;
 	}
-	fclose(mem);
-	statement_release(&s);
 	http_reply_text(req, 200, html ? "text/html; charset=utf-8" : "text/csv; charset=utf-8",
 			text, len);
 	free(text);

@@ -9,4 +9,9 @@ void h_report_usage_ndjson(struct http_req *req);
 void h_report_statement_csv(struct http_req *req);
 void h_report_statement_html(struct http_req *req);
 
+/* Before the server stops: answers exports still starting with 503, ends
+ * those streaming (their connections are resumed, none stays parked) and
+ * waits a little for their producer threads. New exports get 503. */
+void h_reports_stop(void);
+
 #endif

@@ -3,19 +3,36 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "auth.h"
+#include "h_reports.h"
 #include "http.h"
 #include "log.h"
+#include "metrics.h"
 #include "routes.h"
 
 #define CONNECTION_MEMORY_LIMIT (64 * 1024) /* headers and MHD's buffers */
+#define SWEEP_INTERVAL_MS	250
+
+/* One open connection, as the slow-client sweeper sees it. libmicrohttpd's
+ * idle timeout alone lets a client that trickles a byte now and then hold a
+ * connection for ever (slowloris): the sweeper gives each request
+ * request_timeout_s to arrive whole. Lives from libmicrohttpd's "started"
+ * to its "closed" notification (the connection's socket_context). */
+struct conn_watch {
+	struct conn_watch *prev, *next;
+	int fd;
+	int64_t since_usec; /* monotonic: the request has been awaited since */
+	bool receiving;	    /* awaiting or reading a request, not handled yet */
+};
 
 struct http_server {
 	struct MHD_Daemon *daemon;
@@ -23,10 +40,141 @@ struct http_server {
 	int port;
 	uint64_t rid_prefix;
 	atomic_uint_fast64_t rid_next;
+	int64_t request_timeout_usec; /* 0: no sweeper */
+	pthread_mutex_t watch_lock;   /* the list, every entry's fields, stopping */
+	pthread_cond_t watch_cond;    /* signalled to stop the sweeper */
+	struct conn_watch *watch_head;
+	bool stopping;
+	bool sweeper_started;
+	pthread_t sweeper;
 };
 
-/* libmicrohttpd's own diagnostics go to our log. */
-static void mhd_logger(void *cls, const char *fmt, va_list ap)
+/* Marks conn's request as awaited from now (receiving) or as received. */
+static void conn_watch_mark(struct http_server *srv, struct MHD_Connection *conn, bool receiving)
+{
+	const union MHD_ConnectionInfo *ci =
+	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct conn_watch *w = ci ? ci->socket_context : NULL;
+
+	if (!w)
+		return;
+	pthread_mutex_lock(&srv->watch_lock);
+	w->receiving = receiving;
+	if (receiving)
+		w->since_usec = http_now_usec();
+	pthread_mutex_unlock(&srv->watch_lock);
+}
+
+/* libmicrohttpd's connection notifications: watch every connection from
+ * its start to its close. A connection that cannot be watched (out of
+ * memory) is still served, under the idle timeout only. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct http_server *srv = cls;
+	struct conn_watch *w;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+		    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+		*socket_context = NULL;
+		w = ci ? calloc(1, sizeof(*w)) : NULL;
+		if (!w)
+			return;
+		w->fd = ci->connect_fd;
+		w->since_usec = http_now_usec();
+		w->receiving = true;
+		pthread_mutex_lock(&srv->watch_lock);
+		w->next = srv->watch_head;
+		if (w->next)
+			w->next->prev = w;
+		srv->watch_head = w;
+		pthread_mutex_unlock(&srv->watch_lock);
+		*socket_context = w;
+		return;
+	}
+	w = *socket_context;
+	if (!w)
+		return;
+	/* libmicrohttpd closes the socket only after this returns: while the
+	 * sweeper holds the lock, every listed descriptor is still ours. */
+	pthread_mutex_lock(&srv->watch_lock);
+	if (w->prev)
+		w->prev->next = w->next;
+	else
+		srv->watch_head = w->next;
+	if (w->next)
+		w->next->prev = w->prev;
+	pthread_mutex_unlock(&srv->watch_lock);
+	free(w);
+	*socket_context = NULL;
+}
+
+/* The sweeper: every SWEEP_INTERVAL_MS, connections whose request has not
+ * arrived whole within request_timeout_usec are shut down (shutdown(2):
+ * libmicrohttpd then reads the end of the stream and closes and frees the
+ * connection in its own thread, as if the client had gone). */
+static void *sweeper_main(void *arg)
+{
+	struct http_server *srv = arg;
+
+	pthread_mutex_lock(&srv->watch_lock);
+	while (!srv->stopping) {
+		int64_t now = http_now_usec();
+		struct timespec until;
+		unsigned cut = 0;
+
+		for (struct conn_watch *w = srv->watch_head; w; w = w->next) {
+			if (!w->receiving || now - w->since_usec <= srv->request_timeout_usec)
+				continue;
+			w->receiving = false;
+			if (shutdown(w->fd, SHUT_RDWR) == 0)
+				cut++;
+		}
+		if (cut) {
+			metrics_counter_add("meter_http_slow_requests_cut_total", NULL, cut);
+			log_info("http: %u connections cut off: no whole request within %lld s "
+				 "(request_timeout_s)",
+				 cut, (long long)(srv->request_timeout_usec / 1000000));
+		}
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_nsec += SWEEP_INTERVAL_MS * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		(void)pthread_cond_timedwait(&srv->watch_cond, &srv->watch_lock, &until);
+	}
+	pthread_mutex_unlock(&srv->watch_lock);
+	return NULL;
+}
+
+/* Sets up the sweeper's lock and condition (on the monotonic clock). */
+static enum meter_rc watch_init(struct http_server *srv)
+{
+	pthread_condattr_t ca;
+	int r;
+
+	if (pthread_mutex_init(&srv->watch_lock, NULL) != 0)
+		return METER_ENOMEM;
+	if (pthread_condattr_init(&ca) != 0) {
+		pthread_mutex_destroy(&srv->watch_lock);
+		return METER_ENOMEM;
+	}
+	r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (r == 0)
+		r = pthread_cond_init(&srv->watch_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (r != 0) {
+		pthread_mutex_destroy(&srv->watch_lock);
+		return METER_ENOMEM;
+	}
+	return METER_OK;
+}
+
+/* libmicrohttpd's own diagnostics go to our log; fmt is its printf format. */
+__attribute__((format(printf, 2, 0))) static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
 	char line[512];
 
@@ -114,6 +262,15 @@ static bool route_request(struct http_req *req)
 	}
 	req->route = route;
 	req->body_max = route->max_body;
+	if (strcmp(route->method, "GET") != 0 && strcmp(route->method, "HEAD") != 0) {
+		/* No route that changes anything takes query parameters: one
+		 * that is there was meant for something else, so the change
+		 * is refused rather than made without it. */
+		static const char *const none[] = {NULL};
+
+		if (!http_query_allowed(req, none))
+			return false;
+	}
 	clen = http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (clen) {
 		int64_t n;
@@ -157,10 +314,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **req_cls)
 {
+	struct http_server *srv = cls;
 	struct http_req *req = *req_cls;
 	char msg[96];
 
-	(void)cls;
 	(void)version;
 	if (!req)
 		return MHD_NO; /* out of memory in on_uri */
@@ -168,14 +325,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		req->started = true;
 		req->method = method;
 		req->path = url;
-		if (!route_request(req) || !auth_authorize(req))
+		if (!route_request(req) || !auth_authorize(req)) {
+			conn_watch_mark(srv, conn, false);
 			return queue(req);
+		}
 		if (req->body_too_large) {
 			snprintf(msg, sizeof(msg), "request body larger than %zu bytes",
 				 req->body_max);
 			http_reply_error(
 			    req, 413, "payload_too_large", msg,
 			    json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
+			conn_watch_mark(srv, conn, false);
 			return queue(req);
 		}
 		return MHD_YES;
@@ -187,6 +347,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	}
 	if (!req->handled) {
 		req->handled = true;
+		conn_watch_mark(srv, conn, false); /* the whole request is in */
 		if (req->body_too_large) {
 			snprintf(msg, sizeof(msg), "request body larger than %zu bytes",
 				 req->body_max);
@@ -210,11 +371,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
+	struct http_server *srv = cls;
 	struct http_req *req = *req_cls;
 	const union MHD_ConnectionInfo *ci;
 	char addr[INET6_ADDRSTRLEN] = "-";
 
-	(void)cls;
+	/* A kept-alive connection awaits its next request from now. */
+	conn_watch_mark(srv, conn, true);
 	if (!req)
 		return;
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -272,6 +435,12 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 		return METER_ENOMEM;
 	}
 	srv->app = app;
+	srv->request_timeout_usec = cfg->request_timeout_s * 1000000;
+	if (watch_init(srv) != METER_OK) {
+		freeaddrinfo(ai);
+		free(srv);
+		return METER_ENOMEM;
+	}
 	if (getrandom(&srv->rid_prefix, sizeof(srv->rid_prefix), 0) != sizeof(srv->rid_prefix))
 		srv->rid_prefix = (uint64_t)http_now_usec();
 	flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
@@ -287,14 +456,24 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 	    (unsigned)cfg->connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
 	    (size_t)CONNECTION_MEMORY_LIMIT, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
 	    MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-	    srv, MHD_OPTION_END);
+	    srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_END);
 	/* clang-format on */
 	freeaddrinfo(ai);
 	if (!srv->daemon) {
 		snprintf(err, errlen, "cannot listen on %s (address in use or not permitted?)",
 			 cfg->listen);
+		pthread_cond_destroy(&srv->watch_cond);
+		pthread_mutex_destroy(&srv->watch_lock);
 		free(srv);
 		return METER_EIO;
+	}
+	if (srv->request_timeout_usec > 0) {
+		if (pthread_create(&srv->sweeper, NULL, sweeper_main, srv) != 0) {
+			snprintf(err, errlen, "cannot start the slow-client sweeper");
+			http_server_stop(srv);
+			return METER_ENOMEM;
+		}
+		srv->sweeper_started = true;
 	}
 	info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
 	srv->port = info ? info->port : port;
@@ -311,6 +490,18 @@ void http_server_stop(struct http_server *srv)
 {
 	if (!srv)
 		return;
+	if (srv->sweeper_started) {
+		pthread_mutex_lock(&srv->watch_lock);
+		srv->stopping = true;
+		pthread_cond_signal(&srv->watch_cond);
+		pthread_mutex_unlock(&srv->watch_lock);
+		pthread_join(srv->sweeper, NULL);
+	}
+	/* No export may stay parked: libmicrohttpd refuses to stop then. */
+	h_reports_stop();
+	/* Every connection is closed here, and its watch entry freed. */
 	MHD_stop_daemon(srv->daemon);
+	pthread_cond_destroy(&srv->watch_cond);
+	pthread_mutex_destroy(&srv->watch_lock);
 	free(srv);
 }

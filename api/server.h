@@ -1,7 +1,9 @@
 /* meter API: the libmicrohttpd server.
  *
  * epoll with a small pool of internal threads, an explicit connection limit,
- * a per-address limit, an idle timeout and a per-connection memory limit.
+ * a per-address limit, an idle timeout, a per-connection memory limit, and a
+ * deadline for each request to arrive whole (request_timeout_s, so clients
+ * trickling a header or a body a byte at a time are cut off).
  * Request bodies are read by our code, capped per route (413
  * payload_too_large); routing by the table in routes.c with 404/405
  * fallbacks; every response carries X-Request-Id; one access-log line per

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +30,25 @@
 extern char **environ;
 
 #define WATCH_INTERVAL_S 1
+#define FD_HEADROOM	 256 /* descriptors beside the HTTP connections */
+
+/* Every HTTP connection is a descriptor, and the soft open-file limit is
+ * often 1024: raise it (up to the hard limit) so max_connections fit. */
+static void raise_nofile(const struct meter_config *cfg)
+{
+	rlim_t want = (rlim_t)cfg->max_connections + FD_HEADROOM + (rlim_t)cfg->db_pool_size;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	if (rl.rlim_cur < want)
+		log_warn("meterd: open-file limit %llu is below max_connections + %d: connections "
+			 "past it wait to be accepted",
+			 (unsigned long long)rl.rlim_cur, FD_HEADROOM);
+}
 
 int main(int argc, char **argv)
 {
@@ -58,6 +78,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_set_level((enum log_level)log_level_parse(cfg.log_level));
+	raise_nofile(&cfg);
 	if (!cfg.api && !cfg.collector) {
 		fprintf(stderr, "meterd: api and collector are both off: nothing to run\n");
 		return 2;

@@ -20,6 +20,9 @@ struct opt {
 	const char *help;
 };
 
+/* Rows of opts[]. field is a member name, which cannot be parenthesised;
+ * every other argument is a whole initialiser.
+ * NOLINTBEGIN(bugprone-macro-parentheses) */
 #define STR_OPT(n, field, sec, h)                                                                  \
 	{                                                                                          \
 		.name = n, .kind = OPT_STR, .offset = offsetof(struct meter_config, field),        \
@@ -35,6 +38,7 @@ struct opt {
 		.name = n, .kind = OPT_INT, .offset = offsetof(struct meter_config, field),        \
 		.min = lo, .max = hi, .help = h                                                    \
 	}
+/* NOLINTEND(bugprone-macro-parentheses) */
 
 static const struct opt opts[] = {
     STR_OPT("database_url", database_url, true, "PostgreSQL URL (libpq syntax)"),
@@ -54,6 +58,9 @@ static const struct opt opts[] = {
 	    "HTTP connections from one address (0 = no limit)"),
     INT_OPT("connection_timeout_s", connection_timeout_s, 1, 3600,
 	    "idle HTTP connection timeout, seconds"),
+    INT_OPT("request_timeout_s", request_timeout_s, 0, 3600,
+	    "seconds a client has to send a whole request (headers and body) from connecting or "
+	    "from its previous response; slower clients are cut off (0 = no limit)"),
     INT_OPT("db_pool_size", db_pool_size, 1, 256, "PostgreSQL connections for requests"),
     STR_OPT("operator_token", operator_token, true, "bearer token of the operator (secret)"),
     STR_OPT("control_plane_token", control_plane_token, true,
@@ -97,6 +104,7 @@ void config_init(struct meter_config *cfg)
 	cfg->max_connections = 1024;
 	cfg->per_ip_connections = 0;
 	cfg->connection_timeout_s = 30;
+	cfg->request_timeout_s = 60;
 	cfg->db_pool_size = 8;
 	cfg->db_statement_timeout_ms = 10000;
 	cfg->check_batch_max = 256;
@@ -118,7 +126,7 @@ static const struct opt *opt_find(const char *name, size_t len)
 		if (strlen(o) != len)
 			continue;
 		for (j = 0; j < len; j++) {
-			char c = name[j] == '-' ? '_' : name[j];
+			char c = (char)(name[j] == '-' ? '_' : name[j]);
 			if (c != o[j])
 				break;
 		}
@@ -307,7 +315,7 @@ enum meter_rc config_load_env(struct meter_config *cfg, char *const *envp, char 
 			continue;
 		for (size_t i = 0; i < len; i++) {
 			char c = e[6 + i];
-			name[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+			name[i] = (char)((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);
 		}
 		name[len] = '\0';
 		o = opt_find(name, len);

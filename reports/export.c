@@ -184,6 +184,21 @@ enum meter_rc export_open(PGconn *conn, const struct export_params *p, struct ex
 		snprintf(err, errlen, "cannot build the export query");
 		return rc;
 	}
+	if (p->lock_timeout_ms > 0) {
+		/* Not statement_timeout: the COPY may rightly stream for long;
+		 * but it must not wait for ever behind a lock (DDL, a LOCK). */
+		char set[64];
+		snprintf(set, sizeof(set), "SET lock_timeout = %lld",
+			 (long long)p->lock_timeout_ms);
+		res = PQexec(conn, set);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+			snprintf(err, errlen, "export set-up failed: %s",
+				 PQresultErrorMessage(res));
+			PQclear(res);
+			return METER_EDB;
+		}
+		PQclear(res);
+	}
 	res = PQexec(conn, sql);
 	if (PQresultStatus(res) != PGRES_COPY_OUT) {
 		snprintf(err, errlen, "export query failed: %s", PQresultErrorMessage(res));

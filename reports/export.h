@@ -43,6 +43,7 @@ struct export_params {
 	int64_t to_usec;		   /* UTC µs, a whole hour, > from */
 	enum export_granularity granularity;
 	enum export_format format;
+	int64_t lock_timeout_ms; /* > 0: a lock wait longer than this fails export_open */
 };
 
 /* Totals of what an export wrote, in exact units: for reconciliation. */

@@ -15,6 +15,7 @@
  * resumes it once it has more. */
 #include "h_reports.h"
 
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -292,11 +293,15 @@ out:
 	export_close(cur);
 	if (conn)
 		PQfinish(conn);
+	stream_unref(st);
+	/* This thread's OpenSSL state (libpq's authentication uses it) is freed
+	 * now, not by the thread's exit: shut-down waits for exports_running
+	 * only, and the process may end while a detached thread is exiting. */
+	OPENSSL_thread_stop();
 	pthread_mutex_lock(&streams_lock);
 	exports_running--;
 	pthread_cond_broadcast(&streams_gone);
 	pthread_mutex_unlock(&streams_lock);
-	stream_unref(st);
 	return NULL;
 }
 

@@ -94,7 +94,9 @@ bool h_checks_create_parse(struct http_req *req, json_t *body, struct checks_req
 	return true;
 }
 
-void h_checks_create(struct http_req *req)
+/* Reads a check's body with parse and hands it to the engine. */
+static void check_read(struct http_req *req,
+		       bool (*parse)(struct http_req *, json_t *, struct checks_request *))
 {
 	json_t *body = http_json_body(req);
 	struct checks_request *rq = calloc(1, sizeof(*rq));
@@ -104,13 +106,18 @@ void h_checks_create(struct http_req *req)
 			http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 		goto out;
 	}
-	if (!h_checks_create_parse(req, body, rq))
+	if (!parse(req, body, rq))
 		goto out;
 	check_park(req, rq);
 	rq = NULL;
 out:
 	free(rq);
 	json_decref(body);
+}
+
+void h_checks_create(struct http_req *req)
+{
+	check_read(req, h_checks_create_parse);
 }
 
 bool h_checks_wake_parse(struct http_req *req, json_t *body, struct checks_request *rq)
@@ -129,21 +136,7 @@ bool h_checks_wake_parse(struct http_req *req, json_t *body, struct checks_reque
 
 void h_checks_wake(struct http_req *req)
 {
-	json_t *body = http_json_body(req);
-	struct checks_request *rq = calloc(1, sizeof(*rq));
-
-	if (!body || !rq) {
-		if (!rq && body)
-			http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
-		goto out;
-	}
-	if (!h_checks_wake_parse(req, body, rq))
-		goto out;
-	check_park(req, rq);
-	rq = NULL;
-out:
-	free(rq);
-	json_decref(body);
+	check_read(req, h_checks_wake_parse);
 }
 
 bool h_sandbox_event_parse(struct http_req *req, json_t *body, const char **type, int64_t *at_usec)

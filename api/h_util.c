@@ -211,12 +211,8 @@ bool hutil_body_allowed(struct http_req *req, json_t *body, const char *const *a
 				break;
 		if (!allowed[i]) {
 			char name[PARSE_ID_MAX + 1];
-			size_t n = 0;
 
-			/* Name the field without echoing control bytes. */
-			for (const char *p = key; *p && n < PARSE_ID_MAX; p++)
-				name[n++] = (char)((*p >= 0x20 && *p < 0x7f) ? *p : '?');
-			name[n] = '\0';
+			http_safe_name(key, name);
 			snprintf(msg, sizeof(msg), "unknown field: %s", name);
 			hutil_bad(req, name, msg);
 			return false;

@@ -100,7 +100,7 @@ void config_init(struct meter_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	snprintf(cfg->listen, sizeof(cfg->listen), "127.0.0.1:8080");
 	snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
-	cfg->http_threads = 2;
+	cfg->http_threads = 8;
 	cfg->max_connections = 1024;
 	cfg->per_ip_connections = 0;
 	cfg->connection_timeout_s = 30;

@@ -41,14 +41,9 @@ enum meter_rc db_dash_hourly_spend(PGconn *conn, const char *account_id, int64_t
 	return rc;
 }
 
-/* Today for each key of account $1, worked out once per key rather than once
- * per sandbox: a sandbox's rollup (sql/0006_dashboard.sql) counts for today
- * when its day is its key's today (UTC without a key). */
-#define DASH_KEY_DAYS                                                                              \
-	"WITH kd AS MATERIALIZED (SELECT k.key_id, meter_key_day(COALESCE(k.time_zone, 'UTC'),"    \
-	" now()) AS today FROM api_keys k WHERE k.account_id = $1) "
-#define DASH_TODAY "m.day = COALESCE(kd.today, meter_key_day('UTC', now()))"
-
+/* A sandbox's rollup (sql/0006_dashboard.sql) is today's while its day
+ * has not ended (day_ends_at, sql/0007_dashboard_day_end.sql): no page needs
+ * the sandbox's key to tell. */
 enum meter_rc db_dash_top_sandboxes(PGconn *conn, const char *account_id, struct db_dash_top *out,
 				    size_t max, size_t *n)
 {
@@ -60,12 +55,12 @@ enum meter_rc db_dash_top_sandboxes(PGconn *conn, const char *account_id, struct
 	*n = 0;
 	db_util_i64_param((int64_t)max, lim, sizeof(lim));
 	rc = db_util_exec(conn, "dashboard top sandboxes",
-			  DASH_KEY_DAYS
-			  "SELECT s.sandbox_id, COALESCE(s.key_id, ''), s.state, m.day_total_micros"
-			  " FROM sandbox_meter m JOIN sandboxes s ON s.account_id = m.account_id"
-			  " AND s.sandbox_id = m.sandbox_id LEFT JOIN kd ON kd.key_id = s.key_id"
-			  " WHERE m.account_id = $1 AND m.day_total_micros > 0 AND " DASH_TODAY
-			  " ORDER BY m.day_total_micros DESC, s.sandbox_id LIMIT $2",
+			  "SELECT s.sandbox_id, COALESCE(s.key_id, ''), s.state, t.total FROM"
+			  " (SELECT m.sandbox_id, m.day_total_micros AS total FROM sandbox_meter m"
+			  " WHERE m.account_id = $1 AND m.day_total_micros > 0"
+			  " AND now() < m.day_ends_at ORDER BY total DESC, m.sandbox_id LIMIT $2) t"
+			  " JOIN sandboxes s ON s.account_id = $1 AND s.sandbox_id = t.sandbox_id"
+			  " ORDER BY t.total DESC, s.sandbox_id",
 			  2, params, &res, NULL);
 	if (rc != METER_OK)
 		return rc;
@@ -199,17 +194,52 @@ enum meter_rc db_dash_events(PGconn *conn, const char *account_id, const char *s
 	return rc;
 }
 
+/* The sandboxes list. The page is picked first from the narrowest rows that
+ * can order it (the sort key and id; for the id order no meter row at all,
+ * so an index serves it), and only its rows are joined for their figures;
+ * the total is counted apart, over the sandboxes alone. Unfiltered, a cost
+ * order ranks the account's meter rows alone (their day_ends_at tells
+ * today without the sandbox's key), adding the sandboxes never metered only
+ * when there are any (counted, not joined; the count of all is the total). */
+#define DASH_COST_TODAY "CASE WHEN now() < m.day_ends_at THEN m.day_total_micros ELSE 0 END"
+#define DASH_COST_MONTH                                                                            \
+	"CASE WHEN m.month = ($4::timestamptz AT TIME ZONE 'UTC')::date"                           \
+	" THEN m.month_total_micros ELSE 0 END"
+#define DASH_FILTER                                                                                \
+	" WHERE s.account_id = $1 AND ($2 = '' OR s.state = $2)"                                   \
+	" AND ($3 = '' OR s.key_id = $3) AND ($6 = '' OR s.sandbox_id = $6)"
+#define DASH_RANK_FILTERED(cost)                                                                   \
+	"SELECT s.sandbox_id, " cost " AS sk FROM sandboxes s LEFT JOIN sandbox_meter m"           \
+	" ON m.account_id = $1 AND m.sandbox_id = s.sandbox_id" DASH_FILTER                        \
+	" ORDER BY sk DESC, s.sandbox_id"
+#define DASH_RANK_ALL(cost)                                                                        \
+	"SELECT u.sandbox_id, u.sk FROM (SELECT m.sandbox_id, " cost " AS sk"                      \
+	" FROM sandbox_meter m WHERE m.account_id = $1"                                            \
+	" UNION ALL SELECT s.sandbox_id, 0 FROM sandboxes s WHERE s.account_id = $1"               \
+	" AND (SELECT c.total FROM c)"                                                             \
+	" <> (SELECT count(*) FROM sandbox_meter x WHERE x.account_id = $1)"                       \
+	" AND NOT EXISTS (SELECT 1 FROM sandbox_meter m WHERE m.account_id = $1"                   \
+	" AND m.sandbox_id = s.sandbox_id)) u ORDER BY u.sk DESC, u.sandbox_id"
+
 enum meter_rc db_dash_sandboxes(PGconn *conn, const char *account_id, const char *state,
 				const char *key_id, const char *sandbox_id, enum db_dash_sort sort,
 				int64_t offset, int64_t month_start_usec,
 				struct db_dash_sandbox *out, size_t *n, int64_t *total)
 {
-	static const char *const order[] = {
-	    [DB_DASH_SORT_COST_TODAY] = " ORDER BY cost_today DESC, s.sandbox_id",
-	    [DB_DASH_SORT_COST_MONTH] = " ORDER BY cost_month DESC, s.sandbox_id",
-	    [DB_DASH_SORT_ID] = " ORDER BY s.sandbox_id",
+	static const char *const rank_filtered[] = {
+	    [DB_DASH_SORT_COST_TODAY] = DASH_RANK_FILTERED(DASH_COST_TODAY),
+	    [DB_DASH_SORT_COST_MONTH] = DASH_RANK_FILTERED(DASH_COST_MONTH),
+	    [DB_DASH_SORT_ID] = "SELECT s.sandbox_id, 0::bigint AS sk FROM sandboxes s" DASH_FILTER
+				" ORDER BY s.sandbox_id",
 	};
-	char from[40], off[24], sql[2048];
+	static const char *const rank_all[] = {
+	    [DB_DASH_SORT_COST_TODAY] = DASH_RANK_ALL(DASH_COST_TODAY),
+	    [DB_DASH_SORT_COST_MONTH] = DASH_RANK_ALL(DASH_COST_MONTH),
+	    [DB_DASH_SORT_ID] = "SELECT s.sandbox_id, 0::bigint AS sk FROM sandboxes s" DASH_FILTER
+				" ORDER BY s.sandbox_id",
+	};
+	bool all = !*state && !*key_id && !*sandbox_id;
+	char from[40], off[24], sql[4096];
 	const char *params[6] = {account_id, state, key_id, from, off, sandbox_id};
 	PGresult *res = NULL;
 	enum meter_rc rc;
@@ -218,38 +248,47 @@ enum meter_rc db_dash_sandboxes(PGconn *conn, const char *account_id, const char
 	*total = 0;
 	db_util_time_param(month_start_usec, from, sizeof(from));
 	db_util_i64_param(offset, off, sizeof(off));
+	/* One row with the total and no sandbox when the page is past the end. */
 	snprintf(sql, sizeof(sql),
-		 DASH_KEY_DAYS
-		 "SELECT s.sandbox_id, COALESCE(s.key_id, ''), s.state, s.vcpus, s.memory_mib,"
+		 "WITH c AS MATERIALIZED (SELECT count(*) AS total FROM sandboxes s" DASH_FILTER "),"
+		 " pg AS MATERIALIZED (%s LIMIT %d OFFSET $5)"
+		 " SELECT c.total, x.sandbox_id, x.key_id, x.state, x.vcpus, x.memory_mib, x.used,"
+		 " x.billed, x.cost_today, x.cost_month"
+		 " FROM c"
+		 " LEFT JOIN LATERAL (SELECT s.sandbox_id, COALESCE(s.key_id, '') AS key_id,"
+		 " s.state::text AS state, s.vcpus, s.memory_mib,"
 		 " CASE WHEN t.today THEN COALESCE(div(m.day_cpu_used_mcus,"
-		 " NULLIF(m.day_running_usec, 0)), 0) ELSE 0 END::bigint,"
+		 " NULLIF(m.day_running_usec, 0)), 0) ELSE 0 END::bigint AS used,"
 		 " CASE WHEN t.today THEN COALESCE(div(m.day_cpu_billed_mcus,"
-		 " NULLIF(m.day_running_usec, 0)), 0) ELSE 0 END::bigint,"
-		 " CASE WHEN t.today THEN m.day_total_micros ELSE 0 END AS cost_today,"
-		 " CASE WHEN m.month = ($4::timestamptz AT TIME ZONE 'UTC')::date"
-		 " THEN m.month_total_micros ELSE 0 END AS cost_month, count(*) OVER ()"
-		 " FROM sandboxes s LEFT JOIN kd ON kd.key_id = s.key_id LEFT JOIN sandbox_meter m"
-		 " ON m.account_id = s.account_id AND m.sandbox_id = s.sandbox_id"
-		 " CROSS JOIN LATERAL (SELECT COALESCE(" DASH_TODAY ", false) AS today) t"
-		 " WHERE s.account_id = $1 AND ($2 = '' OR s.state = $2)"
-		 " AND ($3 = '' OR s.key_id = $3) AND ($6 = '' OR s.sandbox_id = $6)%s"
-		 " LIMIT %d OFFSET $5",
-		 order[sort], DB_DASH_PAGE);
+		 " NULLIF(m.day_running_usec, 0)), 0) ELSE 0 END::bigint AS billed,"
+		 " (" DASH_COST_TODAY ")::bigint AS cost_today,"
+		 " (" DASH_COST_MONTH ")::bigint AS cost_month, pg.sk"
+		 " FROM pg JOIN sandboxes s ON s.account_id = $1 AND s.sandbox_id = pg.sandbox_id"
+		 " LEFT JOIN sandbox_meter m ON m.account_id = s.account_id"
+		 " AND m.sandbox_id = s.sandbox_id"
+		 " CROSS JOIN LATERAL (SELECT COALESCE(now() < m.day_ends_at, false) AS today) t) x"
+		 " ON true ORDER BY x.sk DESC, x.sandbox_id",
+		 (all ? rank_all : rank_filtered)[sort], DB_DASH_PAGE);
 	rc = db_util_exec(conn, "dashboard sandboxes", sql, 6, params, &res, NULL);
 	if (rc != METER_OK)
 		return rc;
+	if (PQntuples(res) < 1 || db_util_i64(res, 0, 0, total, NULL) != METER_OK) {
+		PQclear(res);
+		return METER_EDB;
+	}
 	for (int r = 0; r < PQntuples(res) && r < DB_DASH_PAGE; r++) {
-		struct db_dash_sandbox *d = &out[r];
-		db_util_str(res, r, 0, d->sandbox_id, sizeof(d->sandbox_id));
-		db_util_str(res, r, 1, d->key_id, sizeof(d->key_id));
-		db_util_str(res, r, 2, d->state, sizeof(d->state));
-		if (db_util_i64(res, r, 3, &d->vcpus, NULL) != METER_OK ||
-		    db_util_i64(res, r, 4, &d->memory_mib, NULL) != METER_OK ||
-		    db_util_i64(res, r, 5, &d->used_millicores_today, NULL) != METER_OK ||
-		    db_util_i64(res, r, 6, &d->billed_millicores_today, NULL) != METER_OK ||
-		    db_util_i64(res, r, 7, &d->cost_today_micros, NULL) != METER_OK ||
-		    db_util_i64(res, r, 8, &d->cost_month_micros, NULL) != METER_OK ||
-		    db_util_i64(res, r, 9, total, NULL) != METER_OK) {
+		struct db_dash_sandbox *d = &out[*n];
+		if (PQgetisnull(res, r, 1))
+			continue;
+		db_util_str(res, r, 1, d->sandbox_id, sizeof(d->sandbox_id));
+		db_util_str(res, r, 2, d->key_id, sizeof(d->key_id));
+		db_util_str(res, r, 3, d->state, sizeof(d->state));
+		if (db_util_i64(res, r, 4, &d->vcpus, NULL) != METER_OK ||
+		    db_util_i64(res, r, 5, &d->memory_mib, NULL) != METER_OK ||
+		    db_util_i64(res, r, 6, &d->used_millicores_today, NULL) != METER_OK ||
+		    db_util_i64(res, r, 7, &d->billed_millicores_today, NULL) != METER_OK ||
+		    db_util_i64(res, r, 8, &d->cost_today_micros, NULL) != METER_OK ||
+		    db_util_i64(res, r, 9, &d->cost_month_micros, NULL) != METER_OK) {
 			rc = METER_EDB;
 			break;
 		}

@@ -48,6 +48,8 @@
 #define ING_VERSION_NONE  (-1)
 #define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
 #define ING_DAY_NONE_SQL  "-2147483648"
+#define ING_TIME_NONE	  INT64_MIN /* no instant */
+#define ING_TIME_NONE_SQL "-9223372036854775808"
 
 /* Cached day starts of one zone: start[i] is when day d0 + i begins. */
 struct ing_zone {
@@ -300,7 +302,7 @@ static void arr_close(struct ing_buf *b)
 #define OID_INT8_ARR	1016
 #define OID_DATE_ARR	1182
 #define OID_TSTZ_ARR	1185
-#define ING_NARR	23
+#define ING_NARR	24 /* the most array parameters of one statement (the meter rows) */
 
 struct ing_barr {
 	struct ing_buf b;
@@ -477,12 +479,14 @@ struct ing_item {
  * 1970-01-01, ING_DAY_NONE when nothing was metered yet. */
 struct ing_roll {
 	int32_t day;
+	int64_t day_end; /* when day ends in the zone it was metered in; ING_TIME_NONE */
 	int64_t running_usec, cpu_used_mcus, cpu_billed_mcus, total_micros;
 	int32_t month; /* its first day */
 	int64_t month_micros;
 };
 
-#define ING_ROLL_NONE ((struct ing_roll){.day = ING_DAY_NONE, .month = ING_DAY_NONE})
+#define ING_ROLL_NONE                                                                              \
+	((struct ing_roll){.day = ING_DAY_NONE, .day_end = ING_TIME_NONE, .month = ING_DAY_NONE})
 
 struct ing_sbx {
 	const char *id;	     /* borrowed from a sample */
@@ -524,6 +528,7 @@ struct ing_piece {
 struct ing_sub {
 	int64_t hour;
 	int32_t day;
+	int64_t day_end;
 	size_t vi;
 	struct usage_qty q;
 };
@@ -979,7 +984,8 @@ static const char SQL_LOCK[] =
     " m.memory_cum_micros, m.storage_cum_micros, m.ctid,"
     " COALESCE(m.day - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.day_running_usec,"
     " m.day_cpu_used_mcus, m.day_cpu_billed_mcus, m.day_total_micros,"
-    " COALESCE(m.month - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.month_total_micros"
+    " COALESCE(m.month - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.month_total_micros,"
+    " COALESCE((extract(epoch FROM m.day_ends_at) * 1000000)::bigint, " ING_TIME_NONE_SQL ")"
     " FROM unnest($1::text[]) AS q(s)"
     " JOIN sandboxes sb ON sb.sandbox_id = q.s"
     " JOIN sandbox_meter m ON m.account_id = sb.account_id AND m.sandbox_id = sb.sandbox_id"
@@ -1010,10 +1016,11 @@ static const char SQL_DAYS[] =
 	" $6::bigint[], $7::bigint[], $8::integer[], $9::integer[], $10::bigint[],"                \
 	" $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[],"              \
 	" $16::tid[], $17::date[], $18::bigint[], $19::bigint[], $20::bigint[], $21::bigint[],"    \
-	" $22::date[], $23::bigint[])"                                                             \
+	" $22::date[], $23::bigint[], $24::timestamptz[])"                                         \
 	" AS s(a, sb, at, state, cpu, mem, sto, vcpus, ver, cr, mr, sr, cc, mc, sc, tid, d, dru,"  \
-	" dcu, dcb, dtm, mo, mtm)"
-#define ING_METER_NARR 23
+	" dcu, dcb, dtm, mo, mtm, de)"
+#define ING_METER_NARR 24
+_Static_assert(ING_METER_NARR <= ING_NARR, "ING_NARR: room for the meter rows' arrays");
 
 static const char SQL_METER_UPDATE[] =
     "UPDATE sandbox_meter AS m SET last_sampled_at = s.at, last_state = s.state,"
@@ -1022,7 +1029,7 @@ static const char SQL_METER_UPDATE[] =
     " storage_rem = s.sr, cpu_cum_micros = s.cc, memory_cum_micros = s.mc,"
     " storage_cum_micros = s.sc, day = s.d, day_running_usec = s.dru,"
     " day_cpu_used_mcus = s.dcu, day_cpu_billed_mcus = s.dcb, day_total_micros = s.dtm,"
-    " month = s.mo, month_total_micros = s.mtm, updated_at = now()"
+    " month = s.mo, month_total_micros = s.mtm, day_ends_at = s.de, updated_at = now()"
     " FROM" ING_METER_UNNEST " WHERE m.ctid = s.tid AND m.account_id = s.a AND m.sandbox_id = s.sb";
 
 static const char SQL_METER_INSERT[] =
@@ -1030,9 +1037,9 @@ static const char SQL_METER_INSERT[] =
     " last_cpu_usec, last_memory_mib, last_storage_mib, last_vcpus, price_version, cpu_rem,"
     " memory_rem, storage_rem, cpu_cum_micros, memory_cum_micros, storage_cum_micros, day,"
     " day_running_usec, day_cpu_used_mcus, day_cpu_billed_mcus, day_total_micros, month,"
-    " month_total_micros)"
+    " month_total_micros, day_ends_at)"
     " SELECT s.a, s.sb, s.at, s.state, s.cpu, s.mem, s.sto, s.vcpus, s.ver, s.cr, s.mr, s.sr,"
-    " s.cc, s.mc, s.sc, s.d, s.dru, s.dcu, s.dcb, s.dtm, s.mo, s.mtm FROM" ING_METER_UNNEST
+    " s.cc, s.mc, s.sc, s.d, s.dru, s.dcu, s.dcb, s.dtm, s.mo, s.mtm, s.de FROM" ING_METER_UNNEST
     " ORDER BY s.a, s.sb ON CONFLICT DO NOTHING";
 
 static const char SQL_SAMPLES_COPY[] =
@@ -1482,7 +1489,7 @@ static enum meter_rc ing_lock_meters(struct ing_call *c)
 	for (int r = 0; r < n; r++) {
 		long x = ing_find(c, PQgetvalue(res, r, 0));
 		struct ing_sbx *sb;
-		int64_t v[20];
+		int64_t v[20], day_end;
 		bool bad = false;
 
 		if (x < 0)
@@ -1529,6 +1536,8 @@ static enum meter_rc ing_lock_meters(struct ing_call *c)
 		for (int k = 0; k < 7; k++)
 			if (ing_i64(res, r, 21 + k, &v[k]) != METER_OK)
 				bad = true;
+		if (ing_i64(res, r, 28, &day_end) != METER_OK)
+			bad = true;
 		if (bad || v[0] < INT32_MIN || v[0] > INT32_MAX || v[5] < INT32_MIN ||
 		    v[5] > INT32_MAX) {
 			snprintf(c->err, c->errlen, "sandbox_meter: bad rollup");
@@ -1536,6 +1545,7 @@ static enum meter_rc ing_lock_meters(struct ing_call *c)
 			goto out;
 		}
 		sb->roll = (struct ing_roll){.day = (int32_t)v[0],
+					     .day_end = day_end,
 					     .running_usec = v[1],
 					     .cpu_used_mcus = v[2],
 					     .cpu_billed_mcus = v[3],
@@ -1781,6 +1791,7 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 				return rc;
 			s->hour = hour;
 			s->day = day;
+			s->day_end = dend;
 			s->vi = pc->vi;
 			t = e;
 		}
@@ -1865,6 +1876,7 @@ static enum meter_rc ing_roll_add(struct ing_roll *r, const struct ing_sub *s,
 		*r = (struct ing_roll){
 		    .day = s->day, .month = r->month, .month_micros = r->month_micros};
 	if (s->day == r->day) {
+		r->day_end = s->day_end;
 		bad |= __builtin_add_overflow(r->running_usec, s->q.running_usec, &r->running_usec);
 		bad |=
 		    __builtin_add_overflow(r->cpu_used_mcus, s->q.cpu_used_mcus, &r->cpu_used_mcus);
@@ -2060,13 +2072,17 @@ static void ing_meter_params(struct ing_call *c, const struct ing_sbx *sb)
 	else
 		barr_null(&a[21]);
 	barr_i64(&a[22], sb->roll.month_micros);
+	if (sb->roll.day != ING_DAY_NONE && sb->roll.day_end != ING_TIME_NONE)
+		barr_ts(&a[23], sb->roll.day_end);
+	else
+		barr_null(&a[23]);
 }
 
 static const Oid ING_METER_TYPES[ING_METER_NARR] = {
     OID_TEXT_ARR, OID_TEXT_ARR, OID_TSTZ_ARR, OID_TEXT_ARR, OID_INT8_ARR, OID_INT8_ARR,
     OID_INT8_ARR, OID_INT4_ARR, OID_INT4_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
     OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_TID_ARR,  OID_DATE_ARR, OID_INT8_ARR,
-    OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_DATE_ARR, OID_INT8_ARR};
+    OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_DATE_ARR, OID_INT8_ARR, OID_TSTZ_ARR};
 
 /* Writes the changed sandbox_meter rows: updates of the rows locked, inserts
  * of new ones; METER_ECONFLICT (retry) when a concurrent transaction created

@@ -194,6 +194,55 @@ int main(void)
 	free(text);
 	page_done(&wd, "sandboxes-paused");
 
+	/* Never metered (no meter row), and metered on an earlier day only:
+	 * both on the unfiltered list, which ranks the meter rows alone, after
+	 * the sandboxes with money today, by id. A page past the end still
+	 * counts them all. */
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state)"
+		 " VALUES ('%s', 'sbx_new', '%s', 1, 1024, 'running'),"
+		 " ('%s', 'sbx_old', '%s', 1, 1024, 'stopped')",
+		 acc, full_key, acc, full_key);
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	usage(t.db.conn, acc, full_key, "sbx_old", 30, 7000000, 0, 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandbox_meter (account_id, sandbox_id, last_sampled_at, last_state,"
+		 " last_cpu_usec, last_memory_mib, last_storage_mib, last_vcpus, price_version)"
+		 " VALUES ('%s', 'sbx_old', now(), 'stopped', 0, 1024, 0, 1, 1)",
+		 acc);
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	CHECK_STR(testdb_exec_state(t.db.conn, "SELECT meter_dashboard_rebuild()"), "00000");
+	{
+		static const char *const order[] = {"sbx_busy", "sbx_idle", "sbx_new", "sbx_old"};
+		const char *at = NULL;
+
+		snprintf(url, sizeof(url), "%s/dashboard/sandboxes", t.servers[0].base);
+		CHECK(wd_get(&wd, url) == 0);
+		text = wd_text(&wd, "#sandbox-count");
+		CHECK_STR(text, "4");
+		free(text);
+		src = wd_source(&wd);
+		at = src;
+		for (size_t i = 0; at && i < sizeof(order) / sizeof(order[0]); i++) {
+			char href[64];
+			snprintf(href, sizeof(href), "href=\"/dashboard/sandboxes/%s\"", order[i]);
+			at = strstr(at, href);
+			if (!at)
+				fprintf(stderr, "sandboxes list: %s missing or out of order\n",
+					order[i]);
+		}
+		CHECK(at != NULL);
+		free(src);
+		snprintf(url, sizeof(url), "%s/dashboard/sandboxes?page=1", t.servers[0].base);
+		CHECK(wd_get(&wd, url) == 0);
+		text = wd_text(&wd, "#sandbox-count");
+		CHECK_STR(text, "4");
+		free(text);
+		src = wd_source(&wd);
+		CHECK(src && strstr(src, "href=\"/dashboard/sandboxes/sbx_") == NULL);
+		free(src);
+	}
+
 	/* A sandbox: the month's breakdown adds up to its total. */
 	snprintf(url, sizeof(url), "%s/dashboard/sandboxes/sbx_busy", t.servers[0].base);
 	CHECK(wd_get(&wd, url) == 0);

@@ -64,11 +64,12 @@ digest() {
 	    storage_cum_micros) AS x FROM usage_hourly
 	  UNION ALL SELECT format('l %s %s %s %s %s %s', account_id, key_id, day, spent_micros,
 	    held_micros, limit_micros) FROM key_day_ledger
-	  UNION ALL SELECT format('m %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s',
+	  UNION ALL SELECT format('m %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s',
 	    account_id, sandbox_id, last_sampled_at, last_state, last_cpu_usec, last_memory_mib,
 	    last_storage_mib, last_vcpus, price_version, cpu_rem, memory_rem, storage_rem,
 	    cpu_cum_micros, memory_cum_micros, storage_cum_micros, day, day_running_usec,
-	    day_cpu_used_mcus, day_cpu_billed_mcus, day_total_micros, month, month_total_micros)
+	    day_cpu_used_mcus, day_cpu_billed_mcus, day_total_micros, month, month_total_micros,
+	    day_ends_at)
 	    FROM sandbox_meter
 	  UNION ALL SELECT format('a %s %s %s', account_id, hour, total_micros)
 	    FROM usage_account_hourly

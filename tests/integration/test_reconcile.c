@@ -255,7 +255,9 @@ int main(void)
 		    " (VALUES ('day', m.day - DATE '1970-01-01'), ('run', m.day_running_usec),"
 		    " ('used', m.day_cpu_used_mcus), ('billed', m.day_cpu_billed_mcus),"
 		    " ('total', m.day_total_micros), ('month', m.month - DATE '1970-01-01'),"
-		    " ('mtotal', m.month_total_micros)) x(c, v) WHERE m.account_id = '%s'"
+		    " ('mtotal', m.month_total_micros),"
+		    " ('dend', (extract(epoch FROM m.day_ends_at) * 1000000)::bigint))"
+		    " x(c, v) WHERE m.account_id = '%s'"
 		    " UNION ALL SELECT hour::text, total_micros FROM usage_account_hourly"
 		    " WHERE account_id = '%s'";
 		static struct tally kept, rebuilt;

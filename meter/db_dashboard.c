@@ -263,7 +263,10 @@ enum meter_rc db_dash_sandboxes(PGconn *conn, const char *account_id, const char
 		 " NULLIF(m.day_running_usec, 0)), 0) ELSE 0 END::bigint AS billed,"
 		 " (" DASH_COST_TODAY ")::bigint AS cost_today,"
 		 " (" DASH_COST_MONTH ")::bigint AS cost_month, pg.sk"
-		 " FROM pg JOIN sandboxes s ON s.account_id = $1 AND s.sandbox_id = pg.sandbox_id"
+		 /* A look-up per row of the page (OFFSET 0 keeps the planner
+		  * from hashing all of the account's sandboxes instead). */
+		 " FROM pg CROSS JOIN LATERAL (SELECT * FROM sandboxes s1 WHERE s1.account_id = $1"
+		 " AND s1.sandbox_id = pg.sandbox_id OFFSET 0) s"
 		 " LEFT JOIN sandbox_meter m ON m.account_id = s.account_id"
 		 " AND m.sandbox_id = s.sandbox_id"
 		 " CROSS JOIN LATERAL (SELECT COALESCE(now() < m.day_ends_at, false) AS today) t) x"

@@ -50,7 +50,8 @@ struct http_req {
 	/* Called (when set) right after the connection is parked: the place
 	 * to hand work to another thread, which may then resume it at once. */
 	void (*on_suspended)(struct http_req *req);
-	void *handler_ctx; /* the parked handler's own state, its to free */
+	void *handler_ctx;	    /* the parked handler's own state, its to free */
+	struct http_req *work_next; /* the request workers' queue (api/server.c) */
 	char params[HTTP_PARAMS_MAX][PARSE_ID_MAX + 1]; /* {…} path segments */
 	struct auth *auth; /* owned: who is calling, set before the handler */
 	int nparams;

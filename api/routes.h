@@ -21,6 +21,9 @@ struct route {
 	size_t max_body;    /* body cap in bytes; 0 = no body accepted */
 	route_handler handler;
 	bool session; /* a dashboard session cookie may stand for the bearer token */
+	/* The handler waits on PostgreSQL and answers (it never parks the
+	 * request itself): it runs on the server's request workers. */
+	bool pooled;
 };
 
 extern const struct route routes[];

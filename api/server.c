@@ -47,6 +47,17 @@ struct http_server {
 	bool stopping;
 	bool sweeper_started;
 	pthread_t sweeper;
+	/* Request workers: the handlers of pooled routes, which wait on
+	 * PostgreSQL, run here in arrival order instead of on libmicrohttpd's
+	 * threads, so a slow page never holds up the other connections of the
+	 * thread that took it, and one thread's clients never wait behind each
+	 * other while another thread idles. */
+	pthread_mutex_t work_lock; /* the queue, work_stopping */
+	pthread_cond_t work_cond;
+	struct http_req *work_head, *work_tail;
+	bool work_stopping;
+	pthread_t *workers;
+	int nworkers; /* started */
 };
 
 /* Marks conn's request as awaited from now (receiving) or as received. */
@@ -310,6 +321,104 @@ static void take_body(struct http_req *req, const char *data, size_t len)
 	req->body[req->body_len] = '\0';
 }
 
+/* Runs on the request workers: each pooled request's handler, then wakes
+ * its connection, which libmicrohttpd then answers with the reply set. */
+static void *work_main(void *arg)
+{
+	struct http_server *srv = arg;
+
+	for (;;) {
+		struct http_req *req;
+		bool stopping;
+
+		pthread_mutex_lock(&srv->work_lock);
+		while (!srv->work_head && !srv->work_stopping)
+			pthread_cond_wait(&srv->work_cond, &srv->work_lock);
+		req = srv->work_head;
+		if (req) {
+			srv->work_head = req->work_next;
+			if (!srv->work_head)
+				srv->work_tail = NULL;
+		}
+		stopping = srv->work_stopping;
+		pthread_mutex_unlock(&srv->work_lock);
+		if (!req)
+			break;
+		if (stopping)
+			http_reply_error(req, 503, "shutting_down", "the service is shutting down",
+					 NULL);
+		else
+			req->route->handler(req);
+		/* A pooled handler answers: it never parks the request itself. */
+		req->suspended = false;
+		MHD_resume_connection(req->conn);
+	}
+	return NULL;
+}
+
+/* Called once a pooled request's connection is parked: queues it for the
+ * workers (answered at once while shutting down). */
+static void work_submit(struct http_req *req)
+{
+	struct http_server *srv = req->handler_ctx;
+	bool stopping;
+
+	req->handler_ctx = NULL;
+	req->work_next = NULL;
+	pthread_mutex_lock(&srv->work_lock);
+	stopping = srv->work_stopping || srv->nworkers == 0;
+	if (!stopping) {
+		if (srv->work_tail)
+			srv->work_tail->work_next = req;
+		else
+			srv->work_head = req;
+		srv->work_tail = req;
+		pthread_cond_signal(&srv->work_cond);
+	}
+	pthread_mutex_unlock(&srv->work_lock);
+	if (stopping) {
+		http_reply_error(req, 503, "shutting_down", "the service is shutting down", NULL);
+		req->suspended = false;
+		MHD_resume_connection(req->conn);
+	}
+}
+
+/* Starts the request workers (their lock and condition first). */
+static enum meter_rc work_start(struct http_server *srv, int n)
+{
+	if (pthread_mutex_init(&srv->work_lock, NULL) != 0)
+		return METER_ENOMEM;
+	if (pthread_cond_init(&srv->work_cond, NULL) != 0) {
+		pthread_mutex_destroy(&srv->work_lock);
+		return METER_ENOMEM;
+	}
+	srv->workers = calloc((size_t)n, sizeof(*srv->workers));
+	for (int i = 0; srv->workers && i < n; i++) {
+		if (pthread_create(&srv->workers[i], NULL, work_main, srv) != 0)
+			break;
+		srv->nworkers++;
+	}
+	if (srv->nworkers == 0)
+		log_warn("http: no request worker started; pooled routes answer 503");
+	return METER_OK;
+}
+
+/* Stops the workers: what is queued is answered 503, what runs finishes. */
+static void work_stop(struct http_server *srv)
+{
+	pthread_mutex_lock(&srv->work_lock);
+	srv->work_stopping = true;
+	pthread_cond_broadcast(&srv->work_cond);
+	pthread_mutex_unlock(&srv->work_lock);
+	for (int i = 0; i < srv->nworkers; i++)
+		pthread_join(srv->workers[i], NULL);
+	pthread_mutex_lock(&srv->work_lock);
+	srv->nworkers = 0;
+	pthread_mutex_unlock(&srv->work_lock);
+	free(srv->workers);
+	srv->workers = NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **req_cls)
@@ -354,6 +463,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			http_reply_error(
 			    req, 413, "payload_too_large", msg,
 			    json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
+		} else if (req->route->pooled) {
+			req->handler_ctx = srv;
+			req->on_suspended = work_submit;
+			req->suspended = true;
 		} else {
 			req->route->handler(req);
 		}
@@ -441,6 +554,13 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 		free(srv);
 		return METER_ENOMEM;
 	}
+	if (work_start(srv, (int)cfg->db_pool_size) != METER_OK) {
+		pthread_cond_destroy(&srv->watch_cond);
+		pthread_mutex_destroy(&srv->watch_lock);
+		freeaddrinfo(ai);
+		free(srv);
+		return METER_ENOMEM;
+	}
 	if (getrandom(&srv->rid_prefix, sizeof(srv->rid_prefix), 0) != sizeof(srv->rid_prefix))
 		srv->rid_prefix = (uint64_t)http_now_usec();
 	flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
@@ -462,6 +582,9 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 	if (!srv->daemon) {
 		snprintf(err, errlen, "cannot listen on %s (address in use or not permitted?)",
 			 cfg->listen);
+		work_stop(srv);
+		pthread_cond_destroy(&srv->work_cond);
+		pthread_mutex_destroy(&srv->work_lock);
 		pthread_cond_destroy(&srv->watch_cond);
 		pthread_mutex_destroy(&srv->watch_lock);
 		free(srv);
@@ -497,10 +620,15 @@ void http_server_stop(struct http_server *srv)
 		pthread_mutex_unlock(&srv->watch_lock);
 		pthread_join(srv->sweeper, NULL);
 	}
-	/* No export may stay parked: libmicrohttpd refuses to stop then. */
+	/* No export and no pooled request may stay parked: libmicrohttpd
+	 * refuses to stop then. A pooled request arriving from here on is
+	 * answered 503 at once. */
 	h_reports_stop();
+	work_stop(srv);
 	/* Every connection is closed here, and its watch entry freed. */
 	MHD_stop_daemon(srv->daemon);
+	pthread_cond_destroy(&srv->work_cond);
+	pthread_mutex_destroy(&srv->work_lock);
 	pthread_cond_destroy(&srv->watch_cond);
 	pthread_mutex_destroy(&srv->watch_lock);
 	free(srv);

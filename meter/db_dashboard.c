@@ -250,7 +250,8 @@ enum meter_rc db_dash_sandboxes(PGconn *conn, const char *account_id, const char
 	db_util_i64_param(offset, off, sizeof(off));
 	/* One row with the total and no sandbox when the page is past the end. */
 	snprintf(sql, sizeof(sql),
-		 "WITH c AS MATERIALIZED (SELECT count(*) AS total FROM sandboxes s" DASH_FILTER "),"
+		 "WITH c AS MATERIALIZED (SELECT count(*) AS total FROM sandboxes s" DASH_FILTER
+		 "),"
 		 " pg AS MATERIALIZED (%s LIMIT %d OFFSET $5)"
 		 " SELECT c.total, x.sandbox_id, x.key_id, x.state, x.vcpus, x.memory_mib, x.used,"
 		 " x.billed, x.cost_today, x.cost_month"

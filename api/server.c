@@ -345,8 +345,8 @@ static void *work_main(void *arg)
 		if (!req)
 			break;
 		if (stopping)
-			http_reply_error(req, 503, "shutting_down", "the service is shutting down",
-					 NULL);
+			http_reply_error(req, 503, "metering_unavailable",
+					 "the service is shutting down", NULL);
 		else
 			req->route->handler(req);
 		/* A pooled handler answers: it never parks the request itself. */
@@ -377,7 +377,8 @@ static void work_submit(struct http_req *req)
 	}
 	pthread_mutex_unlock(&srv->work_lock);
 	if (stopping) {
-		http_reply_error(req, 503, "shutting_down", "the service is shutting down", NULL);
+		http_reply_error(req, 503, "metering_unavailable", "the service is shutting down",
+				 NULL);
 		req->suspended = false;
 		MHD_resume_connection(req->conn);
 	}

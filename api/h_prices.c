@@ -96,17 +96,15 @@ bool h_prices_parse(struct http_req *req, json_t *body, struct h_price_put *out)
 	return true;
 }
 
+/* Query parameters are refused for every write route by the server. */
 void h_prices_put(struct http_req *req)
 {
-	static const char *const query[] = {NULL};
 	json_t *body = NULL;
 	struct h_price_put p;
 	struct db_price out;
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 
-	if (!hutil_query_allowed(req, query))
-		return;
 	body = http_json_body(req);
 	if (!body)
 		return;

@@ -47,4 +47,7 @@ void fuzz_req_release(struct http_req *req);
  * reference or NULL (then a reply was set on req). Steals body. */
 json_t *fuzz_req_reparse(struct http_req *req, json_t *body);
 
+/* Checks that every member of the object body is named in known
+ * (NULL-terminated): an accepted body has no member the parser ignored. */
+void fuzz_only_members(json_t *body, const char *const *known);
 #endif

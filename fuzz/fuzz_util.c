@@ -82,3 +82,18 @@ json_t *fuzz_req_reparse(struct http_req *req, json_t *body)
 	free(text);
 	return again;
 }
+
+void fuzz_only_members(json_t *body, const char *const *known)
+{
+	const char *key;
+	json_t *v;
+
+	json_object_foreach(body, key, v)
+	{
+		bool found = false;
+
+		for (size_t i = 0; known[i]; i++)
+			found = found || strcmp(known[i], key) == 0;
+		FUZZ_CHECK(found);
+	}
+}

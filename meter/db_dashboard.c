@@ -232,13 +232,13 @@ enum meter_rc db_dash_sandboxes(PGconn *conn, const char *account_id, const char
 	    [DB_DASH_SORT_ID] = "SELECT s.sandbox_id, 0::bigint AS sk FROM sandboxes s" DASH_FILTER
 				" ORDER BY s.sandbox_id",
 	};
+	/* Unfiltered cost orders: the meter rows alone (the id order is the
+	 * same either way). */
 	static const char *const rank_all[] = {
 	    [DB_DASH_SORT_COST_TODAY] = DASH_RANK_ALL(DASH_COST_TODAY),
 	    [DB_DASH_SORT_COST_MONTH] = DASH_RANK_ALL(DASH_COST_MONTH),
-	    [DB_DASH_SORT_ID] = "SELECT s.sandbox_id, 0::bigint AS sk FROM sandboxes s" DASH_FILTER
-				" ORDER BY s.sandbox_id",
 	};
-	bool all = !*state && !*key_id && !*sandbox_id;
+	bool all = !*state && !*key_id && !*sandbox_id && sort != DB_DASH_SORT_ID;
 	char from[40], off[24], sql[4096];
 	const char *params[6] = {account_id, state, key_id, from, off, sandbox_id};
 	PGresult *res = NULL;

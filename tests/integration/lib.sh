@@ -29,6 +29,14 @@ make_db() {
 }
 drop_db() { psql "$admin_url" -Atq -c "DROP DATABASE IF EXISTS t_${1}_$$ WITH (FORCE)" >/dev/null; }
 
+# usage_hourly as digest lines, every column but the write time: the crash,
+# chaos and outage suites put it first in the digests they compare.
+usage_digest_rows="SELECT format('u %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s',
+	    account_id, sandbox_id, hour, price_version, key_id, day, running_usec, paused_usec,
+	    cpu_used_mcus, cpu_billed_mcus, memory_mibus, storage_mibus, cpu_micros,
+	    memory_micros, storage_micros, total_micros, cpu_cum_micros, memory_cum_micros,
+	    storage_cum_micros) AS x FROM usage_hourly"
+
 # A free TCP port on 127.0.0.1, below the kernel's ephemeral range: there no
 # outgoing connection can take it between this probe and the server's bind.
 free_port() {

@@ -253,11 +253,7 @@ wait_load() {
 # ids or lease instants.
 digest() {
 	psql "$1" -Atq -c "SELECT md5(string_agg(x, E'\n' ORDER BY x)) FROM (
-	  SELECT format('u %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s',
-	    account_id, sandbox_id, hour, price_version, key_id, day, running_usec, paused_usec,
-	    cpu_used_mcus, cpu_billed_mcus, memory_mibus, storage_mibus, cpu_micros,
-	    memory_micros, storage_micros, total_micros, cpu_cum_micros, memory_cum_micros,
-	    storage_cum_micros) AS x FROM usage_hourly
+	  $usage_digest_rows
 	  UNION ALL SELECT format('m %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s', account_id,
 	    sandbox_id, last_sampled_at, last_state, last_cpu_usec, last_memory_mib,
 	    last_storage_mib, last_vcpus, price_version, cpu_rem, memory_rem, storage_rem,

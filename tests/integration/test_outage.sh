@@ -140,11 +140,7 @@ retry() {
 # Ingestion's rows (of the fleet's account and hosts), in a stable order.
 ingest_digest() {
 	psql "$1" -Atq -c "SELECT md5(string_agg(x, E'\n' ORDER BY x)) FROM (
-	  SELECT format('u %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s',
-	    account_id, sandbox_id, hour, price_version, key_id, day, running_usec, paused_usec,
-	    cpu_used_mcus, cpu_billed_mcus, memory_mibus, storage_mibus, cpu_micros,
-	    memory_micros, storage_micros, total_micros, cpu_cum_micros, memory_cum_micros,
-	    storage_cum_micros) AS x FROM usage_hourly
+	  $usage_digest_rows
 	  UNION ALL SELECT format('l %s %s %s %s %s', account_id, key_id, day, spent_micros,
 	    held_micros) FROM key_day_ledger WHERE account_id = 'acct_c'
 	  UNION ALL SELECT format('m %s %s %s %s %s %s %s %s %s %s %s %s %s %s %s', account_id,

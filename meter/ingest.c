@@ -296,13 +296,15 @@ static void arr_close(struct ing_buf *b)
 #define OID_TIMESTAMPTZ 1184
 #define OID_TID		27
 #define OID_TID_ARR	1010
+#define OID_XID		28
+#define OID_XID_ARR	1011
 #define OID_BOOL_ARR	1000
 #define OID_INT4_ARR	1007
 #define OID_TEXT_ARR	1009
 #define OID_INT8_ARR	1016
 #define OID_DATE_ARR	1182
 #define OID_TSTZ_ARR	1185
-#define ING_NARR	24 /* the most array parameters of one statement (the meter rows) */
+#define ING_NARR	25 /* the most array parameters of one statement (the meter rows) */
 
 struct ing_barr {
 	struct ing_buf b;
@@ -506,8 +508,9 @@ struct ing_sbx {
 	int64_t row_memory_mib, row_storage_mib;
 	/* sandbox_meter: state before the call, then as updated. */
 	bool had_meter;
-	uint32_t tid_block; /* ctid of the locked meter row */
+	uint32_t tid_block; /* ctid and xmin of the meter row's version read */
 	uint16_t tid_offset;
+	uint32_t xmin;
 	bool has_prev;
 	bool changed;
 	struct usage_sample last;
@@ -563,7 +566,8 @@ struct ing_call {
 	char *err;
 	size_t errlen;
 	char sqlstate[6];
-	bool retry; /* the failure is worth another try */
+	bool retry;   /* the failure is worth another try */
+	bool locking; /* read the meter rows FOR UPDATE (after a conflict) */
 
 	struct ing_item *items;
 	size_t nitems;
@@ -672,6 +676,9 @@ static void ing_arrays(struct ing_call *c, int n, const Oid *types)
 			break;
 		case OID_TID_ARR:
 			elem = OID_TID;
+			break;
+		case OID_XID_ARR:
+			elem = OID_XID;
 			break;
 		default:
 			break;
@@ -972,26 +979,34 @@ static const char SQL_SANDBOXES_CREATE[] =
     " ON CONFLICT DO NOTHING";
 
 /* Attribution, sizes, zone and the collector state of the sandboxes that
- * have a meter row, whose rows are locked here, in (account, sandbox) order
- * (bytewise: only ingestion locks these rows, always in this order). The
- * locked version's ctid cannot change before we update it ourselves. */
-static const char SQL_LOCK[] =
-    "SELECT sb.sandbox_id, sb.account_id, COALESCE(sb.key_id, ''), sb.vcpus, sb.memory_mib,"
-    " sb.storage_mib, COALESCE(k.time_zone, 'UTC'),"
-    " (extract(epoch FROM m.last_sampled_at) * 1000000)::bigint,"
-    " m.last_state, m.last_cpu_usec, m.last_memory_mib, m.last_storage_mib, m.last_vcpus,"
-    " m.price_version, m.cpu_rem, m.memory_rem, m.storage_rem, m.cpu_cum_micros,"
-    " m.memory_cum_micros, m.storage_cum_micros, m.ctid,"
-    " COALESCE(m.day - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.day_running_usec,"
-    " m.day_cpu_used_mcus, m.day_cpu_billed_mcus, m.day_total_micros,"
-    " COALESCE(m.month - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.month_total_micros,"
-    " COALESCE((extract(epoch FROM m.day_ends_at) * 1000000)::bigint, " ING_TIME_NONE_SQL ")"
-    " FROM unnest($1::text[]) AS q(s)"
-    " JOIN sandboxes sb ON sb.sandbox_id = q.s"
-    " JOIN sandbox_meter m ON m.account_id = sb.account_id AND m.sandbox_id = sb.sandbox_id"
-    " LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id"
-    " ORDER BY m.account_id COLLATE \"C\", m.sandbox_id COLLATE \"C\""
-    " FOR UPDATE OF m";
+ * have a meter row, with the identity (ctid, xmin) of the row version read.
+ * Read without a lock: the meter rows' update is guarded by that identity,
+ * so a row another transaction changed meanwhile is not updated, the count
+ * comes up short, and the call is retried with SQL_METER_LOCK. Concurrent
+ * ingestion of one sandbox is rare (the collector and a push, or two meterd
+ * processes), and a row lock costs a write per row on every call. */
+#define SQL_METER_READ                                                                             \
+	"SELECT sb.sandbox_id, sb.account_id, COALESCE(sb.key_id, ''), sb.vcpus, sb.memory_mib,"   \
+	" sb.storage_mib, COALESCE(k.time_zone, 'UTC'),"                                           \
+	" (extract(epoch FROM m.last_sampled_at) * 1000000)::bigint,"                              \
+	" m.last_state, m.last_cpu_usec, m.last_memory_mib, m.last_storage_mib, m.last_vcpus,"     \
+	" m.price_version, m.cpu_rem, m.memory_rem, m.storage_rem, m.cpu_cum_micros,"              \
+	" m.memory_cum_micros, m.storage_cum_micros, m.ctid,"                                      \
+	" COALESCE(m.day - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.day_running_usec,"          \
+	" m.day_cpu_used_mcus, m.day_cpu_billed_mcus, m.day_total_micros,"                         \
+	" COALESCE(m.month - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.month_total_micros,"      \
+	" COALESCE((extract(epoch FROM m.day_ends_at) * 1000000)::bigint, " ING_TIME_NONE_SQL ")," \
+	" m.xmin"                                                                                  \
+	" FROM unnest($1::text[]) AS q(s)"                                                         \
+	" JOIN sandboxes sb ON sb.sandbox_id = q.s"                                                \
+	" JOIN sandbox_meter m ON m.account_id = sb.account_id AND m.sandbox_id = sb.sandbox_id"   \
+	" LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id"
+
+/* The same, locking the rows in (account, sandbox) order (bytewise: only
+ * ingestion locks these rows, always in this order): after a conflict. */
+static const char SQL_METER_LOCK[] = SQL_METER_READ
+    " ORDER BY m.account_id COLLATE \"C\", m.sandbox_id COLLATE \"C\" FOR UPDATE OF m";
+static const char SQL_METER_UNLOCKED[] = SQL_METER_READ;
 
 /* Events of the call's sandboxes in one window covering every sandbox's
  * range; each sandbox skips those at or before its own watermark. */
@@ -1011,15 +1026,17 @@ static const char SQL_DAYS[] =
     " CROSS JOIN LATERAL (SELECT r.d0 + i AS day FROM generate_series(-1, r.d1 - r.d0 + 1) i) d"
     " ORDER BY 1, 2";
 
-#define ING_METER_UNNEST                                                                           \
+/* The meter rows' arrays: the update takes a 25th, the xmin read. */
+#define ING_METER_ARRAYS                                                                           \
 	" unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[],"             \
 	" $6::bigint[], $7::bigint[], $8::integer[], $9::integer[], $10::bigint[],"                \
 	" $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[],"              \
 	" $16::tid[], $17::date[], $18::bigint[], $19::bigint[], $20::bigint[], $21::bigint[],"    \
-	" $22::date[], $23::bigint[], $24::timestamptz[])"                                         \
+	" $22::date[], $23::bigint[], $24::timestamptz[]"
+#define ING_METER_COLS                                                                             \
 	" AS s(a, sb, at, state, cpu, mem, sto, vcpus, ver, cr, mr, sr, cc, mc, sc, tid, d, dru,"  \
-	" dcu, dcb, dtm, mo, mtm, de)"
-#define ING_METER_NARR 24
+	" dcu, dcb, dtm, mo, mtm, de"
+#define ING_METER_NARR 25
 _Static_assert(ING_METER_NARR <= ING_NARR, "ING_NARR: room for the meter rows' arrays");
 
 static const char SQL_METER_UPDATE[] =
@@ -1030,7 +1047,8 @@ static const char SQL_METER_UPDATE[] =
     " storage_cum_micros = s.sc, day = s.d, day_running_usec = s.dru,"
     " day_cpu_used_mcus = s.dcu, day_cpu_billed_mcus = s.dcb, day_total_micros = s.dtm,"
     " month = s.mo, month_total_micros = s.mtm, day_ends_at = s.de, updated_at = now()"
-    " FROM" ING_METER_UNNEST " WHERE m.ctid = s.tid AND m.account_id = s.a AND m.sandbox_id = s.sb";
+    " FROM" ING_METER_ARRAYS ", $25::xid[])" ING_METER_COLS ", xm)"
+    " WHERE m.ctid = s.tid AND m.xmin = s.xm AND m.account_id = s.a AND m.sandbox_id = s.sb";
 
 static const char SQL_METER_INSERT[] =
     "INSERT INTO sandbox_meter (account_id, sandbox_id, last_sampled_at, last_state,"
@@ -1039,7 +1057,8 @@ static const char SQL_METER_INSERT[] =
     " day_running_usec, day_cpu_used_mcus, day_cpu_billed_mcus, day_total_micros, month,"
     " month_total_micros, day_ends_at)"
     " SELECT s.a, s.sb, s.at, s.state, s.cpu, s.mem, s.sto, s.vcpus, s.ver, s.cr, s.mr, s.sr,"
-    " s.cc, s.mc, s.sc, s.d, s.dru, s.dcu, s.dcb, s.dtm, s.mo, s.mtm, s.de FROM" ING_METER_UNNEST
+    " s.cc, s.mc, s.sc, s.d, s.dru, s.dcu, s.dcb, s.dtm, s.mo, s.mtm, s.de"
+    " FROM" ING_METER_ARRAYS ")" ING_METER_COLS ")"
     " ORDER BY s.a, s.sb ON CONFLICT DO NOTHING";
 
 static const char SQL_SAMPLES_COPY[] =
@@ -1468,10 +1487,11 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 	return METER_OK;
 }
 
-/* Locks the sandbox_meter rows of the call's sandboxes (in order) and reads
- * their attribution and each one's last sample, version, carries and
- * cumulative money. Sandboxes without a meter row stay !found. */
-static enum meter_rc ing_lock_meters(struct ing_call *c)
+/* Reads the sandbox_meter rows of the call's sandboxes (locking them, in
+ * order, when c->locking): their attribution and each one's last sample,
+ * version, carries and cumulative money. Sandboxes without a meter row stay
+ * !found. */
+static enum meter_rc ing_read_meters(struct ing_call *c)
 {
 	PGresult *res = NULL;
 	enum meter_rc rc;
@@ -1482,7 +1502,9 @@ static enum meter_rc ing_lock_meters(struct ing_call *c)
 	ing_arrays(c, 1, types);
 	for (size_t i = 0; i < c->nsbx; i++)
 		barr_text(&c->arr[0], c->sbx[i].id);
-	rc = ing_qa(c, "lock sandbox_meter", SQL_LOCK, 1, 0, NULL, PGRES_TUPLES_OK, &res);
+	rc = ing_qa(c, c->locking ? "lock sandbox_meter" : "read sandbox_meter",
+		    c->locking ? SQL_METER_LOCK : SQL_METER_UNLOCKED, 1, 0, NULL, PGRES_TUPLES_OK,
+		    &res);
 	if (rc != METER_OK)
 		return rc;
 	n = PQntuples(res);
@@ -1536,8 +1558,10 @@ static enum meter_rc ing_lock_meters(struct ing_call *c)
 		for (int k = 0; k < 7; k++)
 			if (ing_i64(res, r, 21 + k, &v[k]) != METER_OK)
 				bad = true;
-		if (ing_i64(res, r, 28, &day_end) != METER_OK)
+		if (ing_i64(res, r, 28, &day_end) != METER_OK ||
+		    parse_int64(PQgetvalue(res, r, 29), 0, UINT32_MAX, &v[7]) != METER_OK)
 			bad = true;
+		sb->xmin = (uint32_t)v[7];
 		if (bad || v[0] < INT32_MIN || v[0] > INT32_MAX || v[5] < INT32_MIN ||
 		    v[5] > INT32_MAX) {
 			snprintf(c->err, c->errlen, "sandbox_meter: bad rollup");
@@ -2076,13 +2100,15 @@ static void ing_meter_params(struct ing_call *c, const struct ing_sbx *sb)
 		barr_ts(&a[23], sb->roll.day_end);
 	else
 		barr_null(&a[23]);
+	barr_i32(&a[24], (int32_t)sb->xmin); /* xid_recv: 4 bytes, unsigned */
 }
 
 static const Oid ING_METER_TYPES[ING_METER_NARR] = {
-    OID_TEXT_ARR, OID_TEXT_ARR, OID_TSTZ_ARR, OID_TEXT_ARR, OID_INT8_ARR, OID_INT8_ARR,
-    OID_INT8_ARR, OID_INT4_ARR, OID_INT4_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
-    OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_TID_ARR,  OID_DATE_ARR, OID_INT8_ARR,
-    OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_DATE_ARR, OID_INT8_ARR, OID_TSTZ_ARR};
+    OID_TEXT_ARR, OID_TEXT_ARR, OID_TSTZ_ARR, OID_TEXT_ARR, OID_INT8_ARR,
+    OID_INT8_ARR, OID_INT8_ARR, OID_INT4_ARR, OID_INT4_ARR, OID_INT8_ARR,
+    OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
+    OID_TID_ARR,  OID_DATE_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
+    OID_INT8_ARR, OID_DATE_ARR, OID_INT8_ARR, OID_TSTZ_ARR, OID_XID_ARR};
 
 /* Writes the changed sandbox_meter rows: updates of the rows locked, inserts
  * of new ones; METER_ECONFLICT (retry) when a concurrent transaction created
@@ -2108,8 +2134,9 @@ static enum meter_rc ing_write_meters(struct ing_call *c)
 		if (want == 0)
 			continue;
 		rc = ing_qa(c, inserting ? "insert sandbox_meter" : "update sandbox_meter",
-			    inserting ? SQL_METER_INSERT : SQL_METER_UPDATE, ING_METER_NARR, 0,
-			    NULL, PGRES_COMMAND_OK, &res);
+			    inserting ? SQL_METER_INSERT : SQL_METER_UPDATE,
+			    inserting ? ING_METER_NARR - 1 : ING_METER_NARR, 0, NULL,
+			    PGRES_COMMAND_OK, &res);
 		if (rc != METER_OK)
 			return rc;
 		if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &got) != METER_OK)
@@ -2117,9 +2144,17 @@ static enum meter_rc ing_write_meters(struct ing_call *c)
 		PQclear(res);
 		if (got == want)
 			continue;
-		if (!inserting) {
+		if (!inserting && c->locking) {
 			snprintf(c->err, c->errlen, "sandbox_meter: rows changed under the lock");
 			return METER_EINVAL;
+		}
+		if (!inserting) {
+			/* Another transaction metered one of the sandboxes
+			 * since they were read: again, locking them. */
+			snprintf(c->err, c->errlen,
+				 "sandbox_meter: a sandbox was metered concurrently");
+			c->retry = true;
+			return METER_ECONFLICT;
 		}
 		snprintf(c->err, c->errlen,
 			 "sandbox_meter: a new sandbox was metered concurrently");
@@ -2335,7 +2370,7 @@ static enum meter_rc ing_try(struct ing_call *c)
 	PQclear(res);
 	rc = ing_load_prices(c);
 	if (rc == METER_OK)
-		rc = ing_lock_meters(c);
+		rc = ing_read_meters(c);
 	if (rc == METER_OK)
 		rc = ing_load_sandboxes(c, true);
 	if (rc == METER_OK)
@@ -2525,6 +2560,8 @@ enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct samp
 		goto out;
 	for (int attempt = 0; attempt < ING_TRIES; attempt++) {
 		if (attempt > 0) {
+			/* A conflict again is unlikely with the rows locked. */
+			c.locking = true;
 			ing_reset_try(&c);
 			c.st.retries++;
 			log_info("ingest: retrying (%s)", err);

@@ -39,11 +39,17 @@
  *   the sandbox row; a row created by ingestion gets vcpus =
  *   opts.default_vcpus (the host's CPU count) when unknown, memory and
  *   storage 0.
- * - Lock order: sandbox_meter rows (account, sandbox order, FOR UPDATE),
- *   then meter_ledger_spend (ledger rows, then holds). api_keys and
- *   sandboxes rows are never locked FOR UPDATE.
- * - A deadlock or a concurrent first sample of the same new sandbox rolls
- *   the transaction back and retries it (up to 3 times).
+ * - Lock order: sandbox_meter rows, then meter_ledger_spend (ledger rows,
+ *   then holds). api_keys and sandboxes rows are never locked FOR UPDATE.
+ *   The meter rows are read without a lock and updated only where the
+ *   version read (ctid and xmin) is still current; a row another
+ *   transaction metered meanwhile makes the count short, and the call is
+ *   rolled back and retried reading them FOR UPDATE, in (account, sandbox)
+ *   order. Their update locks them before the usage rows, the ledger and
+ *   the holds are written.
+ * - A deadlock, a meter row changed since it was read, or a concurrent first
+ *   sample of the same new sandbox rolls the transaction back and retries
+ *   it (up to 3 times; the retries lock the meter rows).
  *
  * Known limit: a lifecycle event recorded after the samples past its time
  * were ingested does not re-rate them (usage already billed stays billed).

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "db.h"
@@ -59,15 +60,20 @@ static int64_t micros(__int128 q, int64_t rate, __int128 div)
 	return (int64_t)(q * rate / div);
 }
 
-static void exec(const char *sql)
+static void exec_on(PGconn *c, const char *sql)
 {
-	PGresult *r = PQexec(conn, sql);
+	PGresult *r = PQexec(c, sql);
 
 	if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
-		fprintf(stderr, "SQL failed: %s\n%s", sql, PQerrorMessage(conn));
+		fprintf(stderr, "SQL failed: %s\n%s", sql, PQerrorMessage(c));
 		CHECK(0);
 	}
 	PQclear(r);
+}
+
+static void exec(const char *sql)
+{
+	exec_on(conn, sql);
 }
 
 /* The first column of the first row as int64 (-1 on NULL or error). */
@@ -830,6 +836,63 @@ static void test_concurrent(const char *url)
 	sample_batch_release(&b);
 }
 
+/* A meter row changed by another transaction between the call's read (no
+ * lock) and its update: the update skips the row, the call rolls back and
+ * is retried with the rows locked; nothing lost, nothing counted twice. The
+ * other transaction holds the changed row until ingestion waits on it. */
+static void test_meter_changed(const char *url)
+{
+	struct sample_batch b;
+	struct racer r;
+	pthread_t t;
+	pthread_barrier_t go;
+	PGconn *other = NULL;
+	char err[512];
+	int64_t t0 = T("2026-11-30T00:40:00Z");
+	int64_t used = 1000 * 4 * SEC, mem = 256 * 30 * SEC;
+	bool waited = false;
+
+	fprintf(stderr, "meter row changed between read and update\n");
+	CHECK_I64(db_connect(url, &other, err, sizeof(err)), METER_OK);
+	exec_on(other, "BEGIN");
+	exec_on(other, "UPDATE sandbox_meter SET updated_at = now() WHERE sandbox_id = 's_race_7'");
+	batch(&b, "h14");
+	for (int i = 0; i < 20; i++) {
+		char id[32];
+		snprintf(id, sizeof(id), "s_race_%d", i);
+		add(&b, id, "key_a", t0 + 30 * SEC, 'r', 4 * SEC, 256, 0, 1);
+	}
+	pthread_barrier_init(&go, NULL, 2);
+	memset(&r, 0, sizeof(r));
+	r.url = url;
+	r.b = &b;
+	r.go = &go;
+	CHECK_I64(pthread_create(&t, NULL, race, &r), 0);
+	pthread_barrier_wait(&go);
+	for (int i = 0; i < 1000 && !waited; i++) {
+		waited = q64("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+			     " AND query LIKE 'UPDATE sandbox_meter %%'") > 0;
+		if (!waited)
+			usleep(10000);
+	}
+	CHECK(waited);
+	exec_on(other, "COMMIT");
+	pthread_join(t, NULL);
+	pthread_barrier_destroy(&go);
+	PQfinish(other);
+	CHECK_I64(r.rc, METER_OK);
+	CHECK_I64(r.st.accepted, 20);
+	CHECK_I64(r.st.retries, 1);
+	CHECK_I64(q64("SELECT count(*) FROM samples WHERE sandbox_id LIKE 's_race_%%'"), 80);
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id LIKE"
+		      " 's_race_%%'"),
+		  20 * 30 * SEC);
+	CHECK_I64(q64("SELECT sum(total_micros) FROM usage_hourly WHERE sandbox_id LIKE"
+		      " 's_race_%%'"),
+		  20 * (micros(used, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB)));
+	sample_batch_release(&b);
+}
+
 /* Invariants over everything ingested above. */
 static void test_invariants(void)
 {
@@ -909,6 +972,7 @@ int main(void)
 	test_holds();
 	test_bad_input();
 	test_concurrent(db.url);
+	test_meter_changed(db.url);
 	test_invariants();
 
 	ingest_free(ing);

@@ -124,7 +124,8 @@ int main(int argc, char **argv)
 					    .agents = cfg.agents,
 					    .agents_file = cfg.agents_file,
 					    .agent_timeout_ms = cfg.agent_timeout_ms,
-					    .backlog_max = cfg.collector_backlog_max};
+					    .backlog_max = cfg.collector_backlog_max,
+					    .connections = cfg.collector_connections};
 		char host[256] = "", host_id[sizeof(cfg.host_id)];
 
 		if (cfg.host_id[0])

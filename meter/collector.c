@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 /* Samples in one ingestion transaction at most: a catch-up after an outage
  * goes in several transactions, each well within the statement timeout. */
 #define COLLECTOR_TX_SAMPLES 250000
+#define COLLECTOR_MAX_CONNS  16 /* collector_connections' upper bound */
 
 /* Batches in order of reading; samples counts their samples. */
 struct batch_list {
@@ -33,6 +35,7 @@ struct batch_list {
 
 struct collector {
 	struct collector_opts o;
+	size_t conns;	    /* ingestion connections, 1 to COLLECTOR_MAX_CONNS */
 	char *database_url; /* owned copies of the options' strings */
 	char *cgroup_root;
 	char host_id[PARSE_ID_MAX + 1];
@@ -43,7 +46,7 @@ struct collector {
 	uint64_t *host_errors; /* per agent: errors already counted */
 	size_t nagents;
 	bool cgroup_failing;
-	bool db_down_logged;
+	atomic_bool db_down_logged; /* ingestion runs on several threads */
 
 	/* Two threads: the poller reads the sources every period into
 	 * pending; the ingester takes everything pending (several rounds at
@@ -305,6 +308,78 @@ static bool collector_ingest(struct collector *c, struct batch_list *l)
 	return ok;
 }
 
+struct ingest_part {
+	struct collector *c;
+	struct batch_list l;
+	bool ok;
+};
+
+static void *ingest_part_main(void *arg)
+{
+	struct ingest_part *p = arg;
+
+	p->ok = collector_ingest(p->c, &p->l);
+	return NULL;
+}
+
+static uint64_t host_hash(const char *s)
+{
+	uint64_t h = 14695981039346656037ULL; /* FNV-1a */
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return h;
+}
+
+/* Ingests l over the collector's connections at once: the batches split by
+ * host (a host's batches in one part, in their order), one part per
+ * connection, each ingested by collector_ingest on its own thread. What a
+ * part could not ingest (the database failed) goes back into l. */
+static bool collector_ingest_split(struct collector *c, struct batch_list *l)
+{
+	struct ingest_part parts[COLLECTOR_MAX_CONNS];
+	pthread_t threads[COLLECTOR_MAX_CONNS];
+	bool started[COLLECTOR_MAX_CONNS] = {false};
+	size_t n = c->conns, lost = 0;
+	bool ok = true;
+
+	if (n <= 1 || l->n < 2)
+		return collector_ingest(c, l);
+	memset(parts, 0, sizeof(parts));
+	for (size_t p = 0; p < n; p++) {
+		parts[p].c = c;
+		parts[p].l.v = malloc(l->n * sizeof(*parts[p].l.v));
+		parts[p].l.cap = l->n;
+		if (!parts[p].l.v) {
+			for (size_t q = 0; q < p; q++)
+				free(parts[q].l.v);
+			return collector_ingest(c, l); /* out of memory: one stream */
+		}
+	}
+	for (size_t i = 0; i < l->n; i++) /* room made above: cannot fail */
+		(void)list_push(&parts[host_hash(l->v[i].host_id) % n].l, &l->v[i]);
+	l->n = 0;
+	l->samples = 0;
+	for (size_t p = 1; p < n; p++)
+		if (parts[p].l.n > 0)
+			started[p] =
+			    pthread_create(&threads[p], NULL, ingest_part_main, &parts[p]) == 0;
+	ingest_part_main(&parts[0]);
+	for (size_t p = 1; p < n; p++) {
+		if (started[p])
+			pthread_join(threads[p], NULL);
+		else if (parts[p].l.n > 0)
+			ingest_part_main(&parts[p]); /* no thread: here, after the others */
+	}
+	for (size_t p = 0; p < n; p++) {
+		ok = ok && (parts[p].ok || parts[p].l.n == 0);
+		lost += list_move(l, &parts[p].l);
+		free(parts[p].l.v);
+	}
+	collector_dropped(c, lost, "out of memory");
+	return ok;
+}
+
 /* ts += ms on the monotonic clock. */
 static void collector_add_ms(struct timespec *ts, int64_t ms)
 {
@@ -389,7 +464,7 @@ static void *collector_ingest_main(void *arg)
 		c->work_samples = c->work.samples;
 		pthread_mutex_unlock(&c->mu);
 		collector_dropped(c, lost, "out of memory");
-		ok = collector_ingest(c, &c->work);
+		ok = collector_ingest_split(c, &c->work);
 		pthread_mutex_lock(&c->mu);
 		dropped = 0;
 		if (!ok)
@@ -548,6 +623,9 @@ enum meter_rc collector_start(const struct collector_opts *o, struct collector *
 	}
 	pthread_mutex_init(&c->mu, NULL);
 	c->o = *o;
+	c->conns = o->connections < 1			  ? 1
+		   : o->connections > COLLECTOR_MAX_CONNS ? COLLECTOR_MAX_CONNS
+							  : (size_t)o->connections;
 	c->database_url = strdup(o->database_url);
 	if (!c->database_url) {
 		rc = METER_ENOMEM;
@@ -579,7 +657,7 @@ enum meter_rc collector_start(const struct collector_opts *o, struct collector *
 	if (rc != METER_OK)
 		goto fail;
 	/* A long statement timeout: a catch-up round after an outage is big. */
-	c->pool = db_pool_new(c->database_url, 1,
+	c->pool = db_pool_new(c->database_url, (int)c->conns,
 			      o->statement_timeout_ms > 60000 ? o->statement_timeout_ms : 60000);
 	ingest_opts_init(&io);
 	c->ing = ingest_new(&io);

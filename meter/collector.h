@@ -10,9 +10,15 @@
  *   agents_file: one per line), polled in parallel (meter/source_agents.h).
  *
  * Two threads: one reads the sources every period (a round), the other
- * ingests everything read so far in one transaction: one round normally,
- * several at once when ingestion fell behind (which also amortises the
- * per-sandbox accounting). When the database is down or fails, the batches
+ * ingests everything read so far: one round normally, several at once when
+ * ingestion fell behind (which also amortises the per-sandbox accounting).
+ * The batches are split by host over `connections` transactions that run
+ * at once (a host's batches always in the same one, in order), so
+ * ingestion is not bound to one PostgreSQL backend. A sandbox seen by two
+ * hosts in one round (it moved) may be in two of them: ingestion retries
+ * the one that meets the other's change, and whichever sample comes second
+ * in time order is then ignored as out of order; the cumulative counters
+ * keep the money exact. When the database is down or fails, the batches
  * are kept and retried a second later together with whatever came since, up
  * to backlog_max samples; past that the oldest
  * rounds are dropped and their usage is caught up from the cumulative CPU
@@ -40,6 +46,7 @@ struct collector_opts {
 	const char *agents_file;      /* "" or NULL: none */
 	int64_t agent_timeout_ms;
 	int64_t backlog_max; /* samples kept across a database outage */
+	int64_t connections; /* 1-16 (< 1 is 1): ingestion transactions at once */
 };
 
 struct collector;

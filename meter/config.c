@@ -91,6 +91,8 @@ static const struct opt opts[] = {
 	    "timeout of one host agent request, milliseconds"),
     INT_OPT("collector_backlog_max", collector_backlog_max, 0, 100000000,
 	    "samples kept while the database is down (older rounds are dropped)"),
+    INT_OPT("collector_connections", collector_connections, 1, 16,
+	    "PostgreSQL connections the collector ingests over at once (hosts split among them)"),
 };
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -113,6 +115,7 @@ void config_init(struct meter_config *cfg)
 	cfg->collector_period_s = 10;
 	cfg->agent_timeout_ms = 2000;
 	cfg->collector_backlog_max = 1000000;
+	cfg->collector_connections = 2;
 	cfg->clock_offset_s = 0;
 }
 

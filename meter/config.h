@@ -46,6 +46,7 @@ struct meter_config {
 	char host_id[128];		  /* host id of cgroup samples; empty = hostname */
 	int64_t agent_timeout_ms;	  /* per agent request */
 	int64_t collector_backlog_max;	  /* samples kept while the database is down */
+	int64_t collector_connections;	  /* ingestion connections, hosts split among them */
 };
 
 /* Fills cfg with the defaults. */

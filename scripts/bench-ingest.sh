@@ -6,7 +6,8 @@
 #      (--intervals 100 for the 1,010,000-sample run, about 2 minutes more);
 #   2. the collector's CPU: meterd polling `meterctl simulate --hosts 1000
 #      --sandboxes-per-host 100` every 10 s for 60 s, as % of one core
-#      (utime + stime from /proc/<pid>/stat).
+#      (utime + stime from /proc/<pid>/stat), and every 10 s its backlog and
+#      ingest lag (whether ingestion keeps up).
 # Everything runs on loopback against a throwaway PostgreSQL cluster of its
 # own (scripts/pg.sh with its own METER_PG_DIR and port), built in Release
 # into $METER_BENCH_BUILD (default build-bench). Bounded: under 5 minutes on
@@ -76,11 +77,19 @@ hz=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$meterd_pid/stat"; }
 c0=$(cpu)
 t0=$(date +%s%N)
-sleep 60
+m() { echo "$metrics" | awk -v k="$1" '$1 == k {print $2}'; }
+# Every 10 s: whether ingestion keeps up (the backlog and the lag must not
+# grow from round to round; one round in flight is a backlog of 100000).
+echo "collector: every 10 s:  rounds  ingested  backlog  lag s"
+for i in 1 2 3 4 5 6; do
+	sleep 10
+	metrics=$(curl -s "http://127.0.0.1:$port/metrics")
+	printf '  %3d s               %6s  %8s  %7s  %s\n' $((i * 10)) "$(m meter_collector_rounds_total)" \
+		"$(m meter_samples_ingested_total)" "$(m meter_collector_backlog_samples)" \
+		"$(m meter_ingest_lag_seconds)"
+done
 c1=$(cpu)
 t1=$(date +%s%N)
-metrics=$(curl -s "http://127.0.0.1:$port/metrics")
-m() { echo "$metrics" | awk -v k="$1" '$1 == k {print $2}'; }
 pct=$(awk -v d=$((c1 - c0)) -v hz="$hz" -v ns=$((t1 - t0)) 'BEGIN {printf "%.1f", 100 * d / hz / (ns / 1e9)}')
 echo "collector: 1000 hosts x 100 sandboxes, period 10 s, $(((t1 - t0) / 1000000000)) s measured"
 echo "  rounds:               $(m meter_collector_rounds_total) (last took $(m meter_collector_round_seconds) s to read)"

@@ -333,33 +333,38 @@ static uint64_t host_hash(const char *s)
 
 /* Ingests l over the collector's connections at once: the batches split by
  * host (a host's batches in one part, in their order), one part per
- * connection, each ingested by collector_ingest on its own thread. What a
- * part could not ingest (the database failed) goes back into l. */
+ * connection, each ingested by collector_ingest on its own thread. The
+ * parts are ranges of l->v (a stable partition); what a part could not
+ * ingest (the database failed) stays in l, in order. */
 static bool collector_ingest_split(struct collector *c, struct batch_list *l)
 {
 	struct ingest_part parts[COLLECTOR_MAX_CONNS];
 	pthread_t threads[COLLECTOR_MAX_CONNS];
 	bool started[COLLECTOR_MAX_CONNS] = {false};
-	size_t n = c->conns, lost = 0;
+	size_t n = c->conns < COLLECTOR_MAX_CONNS ? c->conns : COLLECTOR_MAX_CONNS, at = 0;
+	struct sample_batch *tmp;
 	bool ok = true;
 
 	if (n <= 1 || l->n < 2)
 		return collector_ingest(c, l);
+	tmp = malloc(l->n * sizeof(*tmp));
+	if (!tmp)
+		return collector_ingest(c, l); /* out of memory: one stream */
 	memset(parts, 0, sizeof(parts));
 	for (size_t p = 0; p < n; p++) {
 		parts[p].c = c;
-		parts[p].l.v = malloc(l->n * sizeof(*parts[p].l.v));
-		parts[p].l.cap = l->n;
-		if (!parts[p].l.v) {
-			for (size_t q = 0; q < p; q++)
-				free(parts[q].l.v);
-			return collector_ingest(c, l); /* out of memory: one stream */
+		parts[p].l.v = l->v + at;
+		for (size_t i = 0; i < l->n; i++) {
+			if (host_hash(l->v[i].host_id) % n != p)
+				continue;
+			tmp[at++] = l->v[i];
+			parts[p].l.n++;
+			parts[p].l.samples += l->v[i].n;
 		}
+		parts[p].l.cap = parts[p].l.n;
 	}
-	for (size_t i = 0; i < l->n; i++) /* room made above: cannot fail */
-		(void)list_push(&parts[host_hash(l->v[i].host_id) % n].l, &l->v[i]);
-	l->n = 0;
-	l->samples = 0;
+	memcpy(l->v, tmp, l->n * sizeof(*tmp));
+	free(tmp);
 	for (size_t p = 1; p < n; p++)
 		if (parts[p].l.n > 0)
 			started[p] =
@@ -371,12 +376,15 @@ static bool collector_ingest_split(struct collector *c, struct batch_list *l)
 		else if (parts[p].l.n > 0)
 			ingest_part_main(&parts[p]); /* no thread: here, after the others */
 	}
+	/* Each part's leftovers are at the start of its range: close the gaps. */
+	l->n = 0;
+	l->samples = 0;
 	for (size_t p = 0; p < n; p++) {
 		ok = ok && (parts[p].ok || parts[p].l.n == 0);
-		lost += list_move(l, &parts[p].l);
-		free(parts[p].l.v);
+		memmove(l->v + l->n, parts[p].l.v, parts[p].l.n * sizeof(*l->v));
+		l->n += parts[p].l.n;
+		l->samples += parts[p].l.samples;
 	}
-	collector_dropped(c, lost, "out of memory");
 	return ok;
 }
 

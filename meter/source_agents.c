@@ -96,6 +96,35 @@ static int64_t agent_clamp(int64_t v, int64_t lo, int64_t hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* A copy of url[0..len) without userinfo ("http://user:secret@host/x" is
+ * shown "http://host/x"): what labels and log lines name, so that
+ * credentials in an agent's URL reach neither /metrics nor the log. */
+static char *agent_url_shown(const char *url, size_t len)
+{
+	const char *scheme = strstr(url, "://");
+	size_t start, end, at = 0;
+	char *out;
+
+	if (!scheme || (size_t)(scheme - url) >= len)
+		return strndup(url, len);
+	start = (size_t)(scheme - url) + 3;
+	end = start;
+	while (end < len && url[end] != '/' && url[end] != '?' && url[end] != '#') {
+		if (url[end] == '@')
+			at = end + 1;
+		end++;
+	}
+	if (at == 0)
+		return strndup(url, len);
+	out = malloc(len - (at - start) + 1);
+	if (!out)
+		return NULL;
+	memcpy(out, url, start);
+	memcpy(out + start, url + at, len - at);
+	out[len - (at - start)] = '\0';
+	return out;
+}
+
 /* Options out of range are clamped: timeout 1 ms to 10 min, backoff 0 to
  * 1 day (max at least base), 1 to 10,000 transfers. Trailing slashes of the
  * URLs are dropped. */
@@ -131,7 +160,7 @@ struct agent_poller *agent_poller_new(const char *const *urls, size_t n,
 		while (len > 0 && urls[i][len - 1] == '/')
 			len--; /* "…/h1/" and "…/h1" are the same agent */
 		p->n = i + 1;
-		h->url = strndup(urls[i], len);
+		h->url = agent_url_shown(urls[i], len);
 		h->usage_url = malloc(len + sizeof(AGENT_PATH));
 		if (!h->url || !h->usage_url)
 			goto fail;
@@ -519,7 +548,10 @@ static enum meter_rc agent_url_finish(struct agent_url_list *l, const char *what
 	qsort(sorted, l->n, sizeof(*sorted), agent_cmp_str);
 	for (size_t i = 1; i < l->n; i++) {
 		if (strcmp(sorted[i - 1], sorted[i]) == 0) {
-			(void)snprintf(err, errlen, "%s: %.200s is listed twice", what, sorted[i]);
+			char *shown = agent_url_shown(sorted[i], strlen(sorted[i]));
+			(void)snprintf(err, errlen, "%s: %.200s is listed twice", what,
+				       shown ? shown : "a URL");
+			free(shown);
 			free(sorted);
 			return METER_EINVAL;
 		}

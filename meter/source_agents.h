@@ -62,7 +62,8 @@ METER_MUSTCHECK enum meter_rc agent_poller_round(struct agent_poller *p,
 						 struct agent_round_stats *stats);
 
 /* Per-host counters for /metrics: number of hosts, and for host i its URL
- * (borrowed) and cumulative error count. */
+ * (borrowed; without userinfo: "http://user:secret@h/x" is "http://h/x")
+ * and cumulative error count. */
 size_t agent_poller_hosts(const struct agent_poller *p);
 const char *agent_poller_host_url(const struct agent_poller *p, size_t i);
 uint64_t agent_poller_host_errors(const struct agent_poller *p, size_t i);

@@ -416,6 +416,20 @@ static void test_url_lists(void)
 		CHECK(urls[2] == NULL);
 	}
 	agent_urls_free(urls);
+	{
+		/* Credentials in a URL never reach labels or log lines. */
+		static const char *const cred[] = {"http://user:s3cret@127.0.0.1:9/h1/",
+						   "https://tok@x.example:8443?q=a@b",
+						   "http://h/p@q"};
+		struct agent_poller *p = agent_poller_new(cred, 3, NULL);
+		CHECK(p != NULL);
+		if (p) {
+			CHECK_STR(agent_poller_host_url(p, 0), "http://127.0.0.1:9/h1");
+			CHECK_STR(agent_poller_host_url(p, 1), "https://x.example:8443?q=a@b");
+			CHECK_STR(agent_poller_host_url(p, 2), "http://h/p@q");
+		}
+		agent_poller_free(p);
+	}
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		urls = NULL;
 		err[0] = '\0';

@@ -256,7 +256,6 @@ static bool collector_ingest(struct collector *c, struct batch_list *l)
 			log_warn("collector: database unreachable; keeping %zu samples",
 				 l->samples);
 		c->db_down_logged = true;
-		metrics_counter_add("meter_collector_db_errors_total", NULL, 1);
 		return false;
 	}
 	/* Whole batches, oldest first, up to COLLECTOR_TX_SAMPLES (at least
@@ -301,7 +300,6 @@ static bool collector_ingest(struct collector *c, struct batch_list *l)
 			log_warn("collector: ingestion failed (%s); keeping %zu samples", err,
 				 l->samples);
 		c->db_down_logged = true;
-		metrics_counter_add("meter_collector_db_errors_total", NULL, 1);
 		ok = false;
 	}
 	db_pool_release(c->pool, conn, db_conn_failed(conn));
@@ -322,7 +320,7 @@ static void *ingest_part_main(void *arg)
 	return NULL;
 }
 
-static uint64_t host_hash(const char *s)
+static uint64_t str_hash(const char *s)
 {
 	uint64_t h = 14695981039346656037ULL; /* FNV-1a */
 
@@ -331,32 +329,90 @@ static uint64_t host_hash(const char *s)
 	return h;
 }
 
+/* Part of each batch of l (by host, mod n) into part[], and whether some
+ * sandbox has samples in two parts: a sandbox that moved hosts within the
+ * batches. Those must be ingested in one call, which orders a sandbox's
+ * samples by time across hosts; in two concurrent calls the later one in
+ * time could commit first and the other's samples be ignored as out of
+ * order (with the new host's counter starting over, their CPU would be lost).
+ * False when memory runs out (the caller then uses one call). */
+static bool split_parts(const struct batch_list *l, size_t n, unsigned char *part, bool *crossed)
+{
+	size_t total = 0, cap = 16;
+	const char **ids;
+	unsigned char *owner;
+
+	*crossed = false;
+	for (size_t i = 0; i < l->n; i++) {
+		part[i] = (unsigned char)(str_hash(l->v[i].host_id) % n);
+		total += l->v[i].n;
+	}
+	while (cap < 2 * total)
+		cap *= 2;
+	ids = calloc(cap, sizeof(*ids));
+	owner = malloc(cap);
+	if (!ids || !owner) {
+		free(ids);
+		free(owner);
+		return false;
+	}
+	for (size_t i = 0; i < l->n && !*crossed; i++) {
+		for (size_t k = 0; k < l->v[i].n && !*crossed; k++) {
+			const char *id = l->v[i].items[k].sandbox_id;
+			size_t at = (size_t)str_hash(id) & (cap - 1);
+			while (ids[at] && strcmp(ids[at], id) != 0)
+				at = (at + 1) & (cap - 1);
+			if (!ids[at]) {
+				ids[at] = id;
+				owner[at] = part[i];
+			} else if (owner[at] != part[i]) {
+				*crossed = true;
+			}
+		}
+	}
+	free(ids);
+	free(owner);
+	return true;
+}
+
 /* Ingests l over the collector's connections at once: the batches split by
  * host (a host's batches in one part, in their order), one part per
- * connection, each ingested by collector_ingest on its own thread. The
- * parts are ranges of l->v (a stable partition); what a part could not
- * ingest (the database failed) stays in l, in order. */
+ * connection, each ingested by collector_ingest on its own thread; in one
+ * call when a sandbox's samples would be in two parts (split_parts). The
+ * parts are ranges of l->v (a stable partition); what they could not ingest
+ * (the database failed) stays in l in its first order. */
 static bool collector_ingest_split(struct collector *c, struct batch_list *l)
 {
 	struct ingest_part parts[COLLECTOR_MAX_CONNS];
 	pthread_t threads[COLLECTOR_MAX_CONNS];
 	bool started[COLLECTOR_MAX_CONNS] = {false};
+	size_t from[COLLECTOR_MAX_CONNS];
 	size_t n = c->conns < COLLECTOR_MAX_CONNS ? c->conns : COLLECTOR_MAX_CONNS, at = 0;
-	struct sample_batch *tmp;
-	bool ok = true;
+	struct sample_batch *tmp = NULL;
+	unsigned char *part = NULL;
+	size_t *orig = NULL;
+	bool ok = true, crossed = false;
 
 	if (n <= 1 || l->n < 2)
 		return collector_ingest(c, l);
 	tmp = malloc(l->n * sizeof(*tmp));
-	if (!tmp)
-		return collector_ingest(c, l); /* out of memory: one stream */
+	part = malloc(l->n);
+	orig = malloc(l->n * sizeof(*orig));
+	if (!tmp || !part || !orig || !split_parts(l, n, part, &crossed) || crossed) {
+		free(tmp);
+		free(part);
+		free(orig);
+		return collector_ingest(c, l); /* one call */
+	}
 	memset(parts, 0, sizeof(parts));
 	for (size_t p = 0; p < n; p++) {
 		parts[p].c = c;
 		parts[p].l.v = l->v + at;
+		from[p] = at;
 		for (size_t i = 0; i < l->n; i++) {
-			if (host_hash(l->v[i].host_id) % n != p)
+			if (part[i] != p)
 				continue;
+			orig[at] = i;
 			tmp[at++] = l->v[i];
 			parts[p].l.n++;
 			parts[p].l.samples += l->v[i].n;
@@ -364,7 +420,6 @@ static bool collector_ingest_split(struct collector *c, struct batch_list *l)
 		parts[p].l.cap = parts[p].l.n;
 	}
 	memcpy(l->v, tmp, l->n * sizeof(*tmp));
-	free(tmp);
 	for (size_t p = 1; p < n; p++)
 		if (parts[p].l.n > 0)
 			started[p] =
@@ -376,15 +431,31 @@ static bool collector_ingest_split(struct collector *c, struct batch_list *l)
 		else if (parts[p].l.n > 0)
 			ingest_part_main(&parts[p]); /* no thread: here, after the others */
 	}
-	/* Each part's leftovers are at the start of its range: close the gaps. */
-	l->n = 0;
-	l->samples = 0;
+	/* A part's leftovers are the tail of its range, moved to its start
+	 * (list_forget): back into l in their first order. */
+	for (size_t i = 0; i < l->n; i++)
+		part[i] = 0; /* 1: left over */
 	for (size_t p = 0; p < n; p++) {
+		size_t range = (p + 1 < n ? from[p + 1] : l->n) - from[p];
+		size_t gone = range - parts[p].l.n;
 		ok = ok && (parts[p].ok || parts[p].l.n == 0);
-		memmove(l->v + l->n, parts[p].l.v, parts[p].l.n * sizeof(*l->v));
-		l->n += parts[p].l.n;
-		l->samples += parts[p].l.samples;
+		for (size_t j = 0; j < parts[p].l.n; j++) {
+			tmp[orig[from[p] + gone + j]] = parts[p].l.v[j];
+			part[orig[from[p] + gone + j]] = 1;
+		}
 	}
+	at = 0;
+	l->samples = 0;
+	for (size_t i = 0; i < l->n; i++) {
+		if (!part[i])
+			continue;
+		l->v[at++] = tmp[i];
+		l->samples += tmp[i].n;
+	}
+	l->n = at;
+	free(tmp);
+	free(part);
+	free(orig);
 	return ok;
 }
 
@@ -473,6 +544,8 @@ static void *collector_ingest_main(void *arg)
 		pthread_mutex_unlock(&c->mu);
 		collector_dropped(c, lost, "out of memory");
 		ok = collector_ingest_split(c, &c->work);
+		if (!ok)
+			metrics_counter_add("meter_collector_db_errors_total", NULL, 1);
 		pthread_mutex_lock(&c->mu);
 		dropped = 0;
 		if (!ok)

@@ -14,11 +14,12 @@
  * ingestion fell behind (which also amortises the per-sandbox accounting).
  * The batches are split by host over `connections` transactions that run
  * at once (a host's batches always in the same one, in order), so
- * ingestion is not bound to one PostgreSQL backend. A sandbox seen by two
- * hosts in one round (it moved) may be in two of them: ingestion retries
- * the one that meets the other's change, and whichever sample comes second
- * in time order is then ignored as out of order; the cumulative counters
- * keep the money exact. When the database is down or fails, the batches
+ * ingestion is not bound to one PostgreSQL backend. When a sandbox has
+ * samples from two hosts that would fall in different transactions (it
+ * moved), everything pending is ingested in one call instead, which orders
+ * its samples by time across hosts: in two concurrent calls the later
+ * sample could commit first and the earlier be ignored as out of order
+ * (with the new host's counter started over, that CPU would be lost). When the database is down or fails, the batches
  * are kept and retried a second later together with whatever came since, up
  * to backlog_max samples; past that the oldest
  * rounds are dropped and their usage is caught up from the cumulative CPU

@@ -1002,8 +1002,10 @@ static const char SQL_SANDBOXES_CREATE[] =
 	" JOIN sandbox_meter m ON m.account_id = sb.account_id AND m.sandbox_id = sb.sandbox_id"   \
 	" LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id"
 
-/* The same, locking the rows in (account, sandbox) order (bytewise: only
- * ingestion locks these rows, always in this order): after a conflict. */
+/* The same, locking the rows in (account, sandbox) order: after a conflict.
+ * The unlocked path's update locks its rows in the order of its plan, so two
+ * such calls (or one and meter_dashboard_rebuild) can deadlock; PostgreSQL
+ * detects it, and the call that is chosen is retried with this one. */
 static const char SQL_METER_LOCK[] = SQL_METER_READ
     " ORDER BY m.account_id COLLATE \"C\", m.sandbox_id COLLATE \"C\" FOR UPDATE OF m";
 static const char SQL_METER_UNLOCKED[] = SQL_METER_READ;

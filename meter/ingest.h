@@ -46,7 +46,10 @@
  *   transaction metered meanwhile makes the count short, and the call is
  *   rolled back and retried reading them FOR UPDATE, in (account, sandbox)
  *   order. Their update locks them before the usage rows, the ledger and
- *   the holds are written.
+ *   the holds are written (the samples' COPY comes before it and is rolled
+ *   back with the rest). The update locks rows in its plan's order, so two
+ *   unlocked calls over the same sandboxes can deadlock: PostgreSQL detects
+ *   it and the call it chooses is retried, locking.
  * - A deadlock, a meter row changed since it was read, or a concurrent first
  *   sample of the same new sandbox rolls the transaction back and retries
  *   it (up to 3 times; the retries lock the meter rows).

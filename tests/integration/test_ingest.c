@@ -772,6 +772,7 @@ struct racer {
 	struct sample_batch *b;
 	struct ingest_stats st;
 	enum meter_rc rc;
+	int pid; /* its backend's, set before the barrier */
 	pthread_barrier_t *go;
 };
 
@@ -782,6 +783,8 @@ static void *race(void *arg)
 	char err[512];
 
 	r->rc = db_connect(r->url, &c, err, sizeof(err));
+	if (r->rc == METER_OK)
+		r->pid = PQbackendPID(c);
 	pthread_barrier_wait(r->go);
 	if (r->rc == METER_OK)
 		r->rc = ingest_batches(ing, c, r->b, 1, &r->st, err, sizeof(err));
@@ -870,8 +873,10 @@ static void test_meter_changed(const char *url)
 	CHECK_I64(pthread_create(&t, NULL, race, &r), 0);
 	pthread_barrier_wait(&go);
 	for (int i = 0; i < 1000 && !waited; i++) {
-		waited = q64("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-			     " AND query LIKE 'UPDATE sandbox_meter %%'") > 0;
+		waited =
+		    q64("SELECT count(*) FROM pg_stat_activity WHERE pid = %d"
+			" AND wait_event_type = 'Lock' AND query LIKE 'UPDATE sandbox_meter %%'",
+			r.pid) > 0;
 		if (!waited)
 			usleep(10000);
 	}

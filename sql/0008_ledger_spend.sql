@@ -1,9 +1,6 @@
--- meter: cheaper writes for ingestion, which rewrites each metered
--- sandbox's meter row, its current hourly usage row and its open hold on
--- every call.
---
--- 1. meter_ledger_spend (sql/0002_ledger.sql) without its temporary table, in
--- two statements. The first version's scratch table, three sorts for its
+-- meter: meter_ledger_spend (sql/0002_ledger.sql) without its temporary
+-- table, in two statements; ingestion calls it on every call for every
+-- metered sandbox. The first version's scratch table, three sorts for its
 -- window functions and numeric arithmetic cost more than the hold updates
 -- themselves. The rules are unchanged:
 --   1. the key-day ledger rows first, in (account, key, day) order: spent
@@ -89,12 +86,3 @@ BEGIN
 END
 $$;
 
--- 2. Room for a whole call's updates in each page. One call rewrites every
--- row it meters once, inside one transaction, and the versions it replaces
--- cannot be pruned before it commits: with pages filled to 70% (0003), a
--- page's rows outgrow it part-way and the rest of their updates leave the
--- page (not HOT: a new entry in every index). Half-full pages keep them all
--- HOT, as sandbox_meter's already are. Only pages written from now on change
--- (the current hour's usage rows, new holds); older rows are not updated.
-ALTER TABLE usage_hourly SET (fillfactor = 50);
-ALTER TABLE holds SET (fillfactor = 50);

@@ -96,33 +96,48 @@ static int64_t agent_clamp(int64_t v, int64_t lo, int64_t hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
+#define AGENT_URL_HIDDEN "(a URL that cannot be parsed)"
+
 /* A copy of url[0..len) without userinfo ("http://user:secret@host/x" is
  * shown "http://host/x"): what labels and log lines name, so that
- * credentials in an agent's URL reach neither /metrics nor the log. */
+ * credentials in an agent's URL reach neither /metrics nor the log. The URL
+ * is read as libcurl reads it for the requests; one without userinfo is kept
+ * as written, one libcurl cannot read is not shown at all. */
 static char *agent_url_shown(const char *url, size_t len)
 {
-	const char *scheme = strstr(url, "://");
-	size_t start, end, at = 0;
-	char *out;
+	char *copy = strndup(url, len), *user = NULL, *pass = NULL, *opts = NULL, *out = NULL;
+	char *shown = NULL;
+	CURLU *u = curl_url();
 
-	if (!scheme || (size_t)(scheme - url) >= len)
-		return strndup(url, len);
-	start = (size_t)(scheme - url) + 3;
-	end = start;
-	while (end < len && url[end] != '/' && url[end] != '?' && url[end] != '#') {
-		if (url[end] == '@')
-			at = end + 1;
-		end++;
+	if (!copy || !u)
+		goto out;
+	if (curl_url_set(u, CURLUPART_URL, copy, CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK) {
+		shown = strdup(AGENT_URL_HIDDEN);
+		goto out;
 	}
-	if (at == 0)
-		return strndup(url, len);
-	out = malloc(len - (at - start) + 1);
-	if (!out)
-		return NULL;
-	memcpy(out, url, start);
-	memcpy(out + start, url + at, len - at);
-	out[len - (at - start)] = '\0';
-	return out;
+	(void)curl_url_get(u, CURLUPART_USER, &user, 0);
+	(void)curl_url_get(u, CURLUPART_PASSWORD, &pass, 0);
+	(void)curl_url_get(u, CURLUPART_OPTIONS, &opts, 0);
+	if (!user && !pass && !opts) {
+		shown = copy;
+		copy = NULL;
+		goto out;
+	}
+	if (curl_url_set(u, CURLUPART_USER, NULL, 0) == CURLUE_OK &&
+	    curl_url_set(u, CURLUPART_PASSWORD, NULL, 0) == CURLUE_OK &&
+	    curl_url_set(u, CURLUPART_OPTIONS, NULL, 0) == CURLUE_OK &&
+	    curl_url_get(u, CURLUPART_URL, &out, 0) == CURLUE_OK)
+		shown = strdup(out);
+	else
+		shown = strdup(AGENT_URL_HIDDEN);
+out:
+	curl_free(user);
+	curl_free(pass);
+	curl_free(opts);
+	curl_free(out);
+	curl_url_cleanup(u);
+	free(copy);
+	return shown;
 }
 
 /* Options out of range are clamped: timeout 1 ms to 10 min, backoff 0 to

@@ -240,6 +240,15 @@ static void collector_read(struct collector *c, struct batch_list *l)
 /* Ingests l in one transaction; on a refusal as data, batch by batch,
  * dropping the refused ones. What was ingested (or dropped) leaves l; on a
  * database failure the rest stays. Returns false on a database failure. */
+/* Batches by reading time; a host's own batches are in time order. */
+static int batch_time_cmp(const void *x, const void *y)
+{
+	const struct sample_batch *a = x, *b = y;
+
+	return (a->sampled_at_usec > b->sampled_at_usec) -
+	       (a->sampled_at_usec < b->sampled_at_usec);
+}
+
 static bool collector_ingest(struct collector *c, struct batch_list *l)
 {
 	struct ingest_stats st;
@@ -259,7 +268,10 @@ static bool collector_ingest(struct collector *c, struct batch_list *l)
 		return false;
 	}
 	/* Whole batches, oldest first, up to COLLECTOR_TX_SAMPLES (at least
-	 * one batch): a sandbox's samples stay in time order across chunks. */
+	 * one batch). Sorted by time first (a round's batches come in the order
+	 * their hosts answered), so that a sandbox's samples stay in time order
+	 * across chunks even when it moved hosts. */
+	qsort(l->v, l->n, sizeof(*l->v), batch_time_cmp);
 	for (;;) {
 		size_t k = 0, samples = 0;
 

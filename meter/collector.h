@@ -19,16 +19,17 @@
  * moved), everything pending is ingested in one call instead, which orders
  * its samples by time across hosts: in two concurrent calls the later
  * sample could commit first and the earlier be ignored as out of order
- * (with the new host's counter started over, that CPU would be lost). When the database is down or fails, the batches
- * are kept and retried a second later together with whatever came since, up
- * to backlog_max samples; past that the oldest
- * rounds are dropped and their usage is caught up from the cumulative CPU
- * counters by the next sample of each sandbox (both ways are exact; a
- * dropped round only loses the per-interval floor granularity of the gap,
- * which is then billed as one longer interval). A batch the database refuses
- * as data is isolated (the round is retried batch by batch) and dropped with
- * a logged reason; the others are ingested. Never fatal: errors are logged
- * and counted in /metrics. */
+ * (with the new host's counter started over, that CPU would be lost).
+ *
+ * When the database is down or fails, the batches are kept and retried a
+ * second later together with whatever came since, up to backlog_max
+ * samples; past that the oldest rounds are dropped and their usage is caught
+ * up from the cumulative CPU counters by the next sample of each sandbox
+ * (both ways are exact; a dropped round only loses the per-interval floor
+ * granularity of the gap, which is then billed as one longer interval). A
+ * batch the database refuses as data is isolated (the round is retried batch
+ * by batch) and dropped with a logged reason; the others are ingested. Never
+ * fatal: errors are logged and counted in /metrics. */
 #ifndef METER_COLLECTOR_H
 #define METER_COLLECTOR_H
 

@@ -96,23 +96,23 @@ static int64_t agent_clamp(int64_t v, int64_t lo, int64_t hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
-#define AGENT_URL_HIDDEN "(a URL that cannot be parsed)"
-
 /* A copy of url[0..len) without userinfo ("http://user:secret@host/x" is
  * shown "http://host/x"): what labels and log lines name, so that
  * credentials in an agent's URL reach neither /metrics nor the log. The URL
  * is read as libcurl reads it for the requests; one without userinfo is kept
  * as written, one libcurl cannot read is not shown at all. */
-static char *agent_url_shown(const char *url, size_t len)
+static char *agent_url_shown(const char *url, size_t len, size_t index)
 {
+	char hidden[64];
 	char *copy = strndup(url, len), *user = NULL, *pass = NULL, *opts = NULL, *out = NULL;
 	char *shown = NULL;
 	CURLU *u = curl_url();
 
 	if (!copy || !u)
 		goto out;
+	(void)snprintf(hidden, sizeof(hidden), "(agent %zu: a URL that cannot be parsed)", index);
 	if (curl_url_set(u, CURLUPART_URL, copy, CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK) {
-		shown = strdup(AGENT_URL_HIDDEN);
+		shown = strdup(hidden);
 		goto out;
 	}
 	(void)curl_url_get(u, CURLUPART_USER, &user, 0);
@@ -129,7 +129,7 @@ static char *agent_url_shown(const char *url, size_t len)
 	    curl_url_get(u, CURLUPART_URL, &out, 0) == CURLUE_OK)
 		shown = strdup(out);
 	else
-		shown = strdup(AGENT_URL_HIDDEN);
+		shown = strdup(hidden);
 out:
 	curl_free(user);
 	curl_free(pass);
@@ -175,7 +175,7 @@ struct agent_poller *agent_poller_new(const char *const *urls, size_t n,
 		while (len > 0 && urls[i][len - 1] == '/')
 			len--; /* "…/h1/" and "…/h1" are the same agent */
 		p->n = i + 1;
-		h->url = agent_url_shown(urls[i], len);
+		h->url = agent_url_shown(urls[i], len, i);
 		h->usage_url = malloc(len + sizeof(AGENT_PATH));
 		if (!h->url || !h->usage_url)
 			goto fail;
@@ -563,7 +563,7 @@ static enum meter_rc agent_url_finish(struct agent_url_list *l, const char *what
 	qsort(sorted, l->n, sizeof(*sorted), agent_cmp_str);
 	for (size_t i = 1; i < l->n; i++) {
 		if (strcmp(sorted[i - 1], sorted[i]) == 0) {
-			char *shown = agent_url_shown(sorted[i], strlen(sorted[i]));
+			char *shown = agent_url_shown(sorted[i], strlen(sorted[i]), i);
 			(void)snprintf(err, errlen, "%s: %.200s is listed twice", what,
 				       shown ? shown : "a URL");
 			free(shown);

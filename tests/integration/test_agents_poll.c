@@ -429,7 +429,8 @@ static void test_url_lists(void)
 			CHECK_STR(agent_poller_host_url(p, 2), "http://h/p@q");
 			CHECK_STR(agent_poller_host_url(p, 3), "http://[::1]:8080/x");
 			/* Host "u", port "p": not a URL libcurl reads; not shown. */
-			CHECK_STR(agent_poller_host_url(p, 4), "(a URL that cannot be parsed)");
+			CHECK_STR(agent_poller_host_url(p, 4),
+				  "(agent 4: a URL that cannot be parsed)");
 		}
 		agent_poller_free(p);
 	}

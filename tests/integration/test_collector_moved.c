@@ -8,6 +8,7 @@
  * commit first, A's later samples be ignored as out of order, and A's CPU
  * never be billed. Real PostgreSQL, real HTTP on 127.0.0.1. */
 #include <curl/curl.h>
+#include <limits.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,9 +25,9 @@
 #define SEC INT64_C(1000000)
 
 static PGconn *conn;
-static atomic_int phase;     /* 0: A alone; 1: the round of the move */
-static atomic_int served[2]; /* requests answered by A and B */
-static int64_t t0;	     /* the first sample's time */
+static atomic_int served[2];	     /* requests taken by A and B */
+static atomic_int move_at = INT_MAX; /* a host's request of this number on: the move */
+static int64_t t0;		     /* the first sample's time */
 
 static int64_t real_usec(void)
 {
@@ -61,10 +62,9 @@ static int64_t q64(const char *sql)
  * beside FILLERS others. Host B: nothing, then the sandbox at t0 + 20 s with
  * its counter at 1 s. In two concurrent calls B's, much the smaller, would
  * update the sandbox first. */
-static char *doc(char host)
+static char *doc(char host, int ph)
 {
 	char at[40];
-	int ph = atomic_load(&phase);
 	int64_t when = host == 'A' ? (ph ? t0 + 10 * SEC : t0) : t0 + 20 * SEC;
 	int64_t cpu = host == 'A' ? (ph ? 8 * SEC : 0) : 1 * SEC;
 	size_t cap = 256 + (size_t)FILLERS * 160, n = 0;
@@ -110,8 +110,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		*state = c; /* headers seen; answer on the next call */
 		return MHD_YES;
 	}
-	text = doc(*host);
-	atomic_fetch_add(&served[*host == 'A' ? 0 : 1], 1);
+	/* The n-th request of each host is of the n-th round (no request
+	 * fails here), so both hosts switch in the same round. */
+	text = doc(*host,
+		   atomic_fetch_add(&served[*host == 'A' ? 0 : 1], 1) + 1 >= atomic_load(&move_at));
 	if (!text)
 		return MHD_NO;
 	r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
@@ -184,11 +186,9 @@ int main(void)
 	}
 	/* The first sample, from A alone, then the round of the move. */
 	CHECK(wait_for("SELECT count(*) FROM sandbox_meter WHERE sandbox_id = 'sbx_moving'", 1));
-	/* Switch between two rounds (both hosts answered as often; the next
-	 * round is a period away), so that one round serves both new documents. */
-	for (int i = 0; i < 20000 && atomic_load(&served[0]) != atomic_load(&served[1]); i++)
-		sleep_ms(1);
-	atomic_store(&phase, 1);
+	/* The move two rounds on: each host's request of that number, so that
+	 * one round serves both new documents whatever the threads' timing. */
+	atomic_store(&move_at, atomic_load(&served[0]) + 2);
 	snprintf(sql, sizeof(sql),
 		 "SELECT extract(epoch FROM last_sampled_at)::bigint FROM sandbox_meter"
 		 " WHERE sandbox_id = 'sbx_moving'");

@@ -237,9 +237,6 @@ static void collector_read(struct collector *c, struct batch_list *l)
 	}
 }
 
-/* Ingests l in one transaction; on a refusal as data, batch by batch,
- * dropping the refused ones. What was ingested (or dropped) leaves l; on a
- * database failure the rest stays. Returns false on a database failure. */
 /* Batches by reading time; a host's own batches are in time order. */
 static int batch_time_cmp(const void *x, const void *y)
 {
@@ -249,6 +246,9 @@ static int batch_time_cmp(const void *x, const void *y)
 	       (a->sampled_at_usec < b->sampled_at_usec);
 }
 
+/* Ingests l in one transaction; on a refusal as data, batch by batch,
+ * dropping the refused ones. What was ingested (or dropped) leaves l; on a
+ * database failure the rest stays. Returns false on a database failure. */
 static bool collector_ingest(struct collector *c, struct batch_list *l)
 {
 	struct ingest_stats st;
@@ -388,43 +388,37 @@ static bool split_parts(const struct batch_list *l, size_t n, unsigned char *par
 }
 
 /* Ingests l over the collector's connections at once: the batches split by
- * host (a host's batches in one part, in their order), one part per
- * connection, each ingested by collector_ingest on its own thread; in one
- * call when a sandbox's samples would be in two parts (split_parts). The
- * parts are ranges of l->v (a stable partition); what they could not ingest
- * (the database failed) stays in l in its first order. */
+ * host (a host's batches in one part), one part per connection, each
+ * ingested by collector_ingest on its own thread; in one call when a
+ * sandbox's samples would be in two parts (split_parts). The parts are
+ * ranges of l->v; what they could not ingest (the database failed) stays in
+ * l, oldest first. */
 static bool collector_ingest_split(struct collector *c, struct batch_list *l)
 {
 	struct ingest_part parts[COLLECTOR_MAX_CONNS];
 	pthread_t threads[COLLECTOR_MAX_CONNS];
 	bool started[COLLECTOR_MAX_CONNS] = {false};
-	size_t from[COLLECTOR_MAX_CONNS];
 	size_t n = c->conns < COLLECTOR_MAX_CONNS ? c->conns : COLLECTOR_MAX_CONNS, at = 0;
 	struct sample_batch *tmp = NULL;
 	unsigned char *part = NULL;
-	size_t *orig = NULL;
 	bool ok = true, crossed = false;
 
 	if (n <= 1 || l->n < 2)
 		return collector_ingest(c, l);
 	tmp = malloc(l->n * sizeof(*tmp));
 	part = malloc(l->n);
-	orig = malloc(l->n * sizeof(*orig));
-	if (!tmp || !part || !orig || !split_parts(l, n, part, &crossed) || crossed) {
+	if (!tmp || !part || !split_parts(l, n, part, &crossed) || crossed) {
 		free(tmp);
 		free(part);
-		free(orig);
 		return collector_ingest(c, l); /* one call */
 	}
 	memset(parts, 0, sizeof(parts));
 	for (size_t p = 0; p < n; p++) {
 		parts[p].c = c;
 		parts[p].l.v = l->v + at;
-		from[p] = at;
 		for (size_t i = 0; i < l->n; i++) {
 			if (part[i] != p)
 				continue;
-			orig[at] = i;
 			tmp[at++] = l->v[i];
 			parts[p].l.n++;
 			parts[p].l.samples += l->v[i].n;
@@ -432,6 +426,8 @@ static bool collector_ingest_split(struct collector *c, struct batch_list *l)
 		parts[p].l.cap = parts[p].l.n;
 	}
 	memcpy(l->v, tmp, l->n * sizeof(*tmp));
+	free(tmp);
+	free(part);
 	for (size_t p = 1; p < n; p++)
 		if (parts[p].l.n > 0)
 			started[p] =
@@ -443,31 +439,17 @@ static bool collector_ingest_split(struct collector *c, struct batch_list *l)
 		else if (parts[p].l.n > 0)
 			ingest_part_main(&parts[p]); /* no thread: here, after the others */
 	}
-	/* A part's leftovers are the tail of its range, moved to its start
-	 * (list_forget): back into l in their first order. */
-	for (size_t i = 0; i < l->n; i++)
-		part[i] = 0; /* 1: left over */
-	for (size_t p = 0; p < n; p++) {
-		size_t range = (p + 1 < n ? from[p + 1] : l->n) - from[p];
-		size_t gone = range - parts[p].l.n;
-		ok = ok && (parts[p].ok || parts[p].l.n == 0);
-		for (size_t j = 0; j < parts[p].l.n; j++) {
-			tmp[orig[from[p] + gone + j]] = parts[p].l.v[j];
-			part[orig[from[p] + gone + j]] = 1;
-		}
-	}
-	at = 0;
+	/* Each part's leftovers are at the start of its range (list_forget):
+	 * close the gaps, then oldest first again. */
+	l->n = 0;
 	l->samples = 0;
-	for (size_t i = 0; i < l->n; i++) {
-		if (!part[i])
-			continue;
-		l->v[at++] = tmp[i];
-		l->samples += tmp[i].n;
+	for (size_t p = 0; p < n; p++) {
+		ok = ok && (parts[p].ok || parts[p].l.n == 0);
+		memmove(l->v + l->n, parts[p].l.v, parts[p].l.n * sizeof(*l->v));
+		l->n += parts[p].l.n;
+		l->samples += parts[p].l.samples;
 	}
-	l->n = at;
-	free(tmp);
-	free(part);
-	free(orig);
+	qsort(l->v, l->n, sizeof(*l->v), batch_time_cmp);
 	return ok;
 }
 

@@ -2115,9 +2115,10 @@ static const Oid ING_METER_TYPES[ING_METER_NARR] = {
     OID_TID_ARR,  OID_DATE_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
     OID_INT8_ARR, OID_DATE_ARR, OID_INT8_ARR, OID_TSTZ_ARR, OID_XID_ARR};
 
-/* Writes the changed sandbox_meter rows: updates of the rows locked, inserts
- * of new ones; METER_ECONFLICT (retry) when a concurrent transaction created
- * one of the new ones first. */
+/* Writes the changed sandbox_meter rows: updates of the row versions read,
+ * inserts of new ones; METER_ECONFLICT (retry, locking) when a concurrent
+ * transaction changed one of the rows read or created one of the new ones
+ * first. */
 static enum meter_rc ing_write_meters(struct ing_call *c)
 {
 	PGresult *res = NULL;

@@ -3,19 +3,23 @@
  * One call, one transaction:
  *   0. (before it, autocommit, cached) the daily sample partitions;
  *   1. BEGIN; the price book;
- *   2. sandbox_meter rows locked FOR UPDATE in (account, sandbox) order, read
- *      with their sandboxes rows (attribution, sizes) and the key's zone;
- *      the sandboxes rows of new sandboxes, creating the missing ones;
+ *   2. sandbox_meter rows with their sandboxes rows (attribution, sizes) and
+ *      the key's zone, read without a lock (after a conflict: locked FOR
+ *      UPDATE in (account, sandbox) order); the sandboxes rows of new
+ *      sandboxes, creating the missing ones;
  *   3. lifecycle events in (watermark, newest sample];
  *   4. day starts of the zones involved (cache, else PostgreSQL);
  *   5. the arithmetic, in C, per sandbox in time order;
- *   6. writes: raw samples (binary COPY), sandbox_meter (UPDATE by the
- *      locked rows' ctid, INSERT of new ones, counts checked), usage_hourly
- *      (UPDATE of the rows that exist, INSERT of the others), then
- *      meter_ledger_spend and ingest_watermarks; COMMIT.
+ *   6. writes: raw samples (binary COPY), sandbox_meter (UPDATE of the row
+ *      versions read, INSERT of new ones, counts checked), usage_hourly
+ *      (UPDATE of the rows that exist, INSERT of the others), then the
+ *      key-day ledger and the open holds (meter_ledger_spend's rules, see
+ *      SQL_LEDGER_SPENT) and ingest_watermarks; COMMIT.
  * Rows other than samples travel as binary array parameters expanded by
- * unnest(): no text to parse on the server, no temp tables, one statement
- * per table. A call costs about a dozen round trips, whatever its size.
+ * unnest(): the meter and usage rows as one array of a row type each
+ * (sql/0009_ingest_rows.sql), smaller sets one array per column. No text to
+ * parse on the server, no temp tables, one statement per table. A call
+ * costs about fifteen round trips, whatever its size.
  * Times are UTC µs since the Unix epoch (int64) in C, timestamptz in SQL;
  * days are days since 1970-01-01 in C, date in SQL. */
 #include "ingest.h"
@@ -288,23 +292,17 @@ static void arr_close(struct ing_buf *b)
 /* Binary array parameters (array_recv's format): the server reads them
  * without parsing text. Header: ndim, has-null flag, element type, then
  * length and lower bound of the one dimension; elements as in binary COPY. */
-#define OID_BOOL	16
 #define OID_INT8	20
 #define OID_INT4	23
 #define OID_TEXT	25
 #define OID_DATE	1082
 #define OID_TIMESTAMPTZ 1184
 #define OID_TID		27
-#define OID_TID_ARR	1010
 #define OID_XID		28
-#define OID_XID_ARR	1011
-#define OID_BOOL_ARR	1000
-#define OID_INT4_ARR	1007
 #define OID_TEXT_ARR	1009
 #define OID_INT8_ARR	1016
 #define OID_DATE_ARR	1182
-#define OID_TSTZ_ARR	1185
-#define ING_NARR	25 /* the most array parameters of one statement (the meter rows) */
+#define ING_NARR	5 /* the most array parameters of one statement (the ledger) */
 
 struct ing_barr {
 	struct ing_buf b;
@@ -343,39 +341,9 @@ static void barr_text(struct ing_barr *a, const char *s)
 	a->n++;
 }
 
-static void barr_null(struct ing_barr *a)
-{
-	copy_null(&a->b);
-	a->nulls = true;
-	a->n++;
-}
-
 static void barr_i64(struct ing_barr *a, int64_t v)
 {
 	copy_i64(&a->b, v);
-	a->n++;
-}
-
-static void barr_i32(struct ing_barr *a, int32_t v)
-{
-	copy_i32(&a->b, v);
-	a->n++;
-}
-
-static void barr_ts(struct ing_barr *a, int64_t usec)
-{
-	copy_ts(&a->b, usec);
-	a->n++;
-}
-
-static void barr_tid(struct ing_barr *a, uint32_t block, uint16_t offset)
-{
-	unsigned char x[6] = {(unsigned char)(block >> 24), (unsigned char)(block >> 16),
-			      (unsigned char)(block >> 8),  (unsigned char)block,
-			      (unsigned char)(offset >> 8), (unsigned char)offset};
-
-	buf_be32(&a->b, 6);
-	buf_put(&a->b, x, 6);
 	a->n++;
 }
 
@@ -383,6 +351,104 @@ static void barr_date(struct ing_barr *a, int32_t day)
 {
 	copy_date(&a->b, day);
 	a->n++;
+}
+
+/* One array parameter of rows of a composite type (sql/0009_ingest_rows.sql):
+ * array_recv's header with the type's oid, then per element its length and
+ * record_recv's format: the number of columns, then per column its type's
+ * oid and the value as in binary COPY. PostgreSQL expands such an array in
+ * one pass, where one array per column costs a pass per column. */
+struct ing_rows {
+	struct ing_barr a;
+	size_t row_at; /* where the open row's length goes */
+	int32_t ncols, want;
+};
+
+static void rows_start(struct ing_rows *r, Oid row_type)
+{
+	barr_start(&r->a, 0, row_type);
+}
+
+/* Opens a row of ncols columns. */
+static void row_open(struct ing_rows *r, int32_t ncols)
+{
+	r->row_at = r->a.b.n;
+	buf_be32(&r->a.b, 0); /* length: patched by row_close */
+	buf_be32(&r->a.b, ncols);
+	r->ncols = 0;
+	r->want = ncols;
+}
+
+static void row_close(struct ing_rows *r)
+{
+	size_t len = r->a.b.n - r->row_at - 4;
+
+	assert(r->ncols == r->want);
+	if (r->a.b.oom)
+		return;
+	for (int i = 0; i < 4; i++)
+		r->a.b.p[r->row_at + (size_t)i] = (char)((uint32_t)len >> (24 - 8 * i));
+	r->a.n++;
+}
+
+static void row_col(struct ing_rows *r, Oid type)
+{
+	buf_be32(&r->a.b, (int32_t)type);
+	r->ncols++;
+}
+
+static void row_text(struct ing_rows *r, const char *s)
+{
+	row_col(r, OID_TEXT);
+	copy_text(&r->a.b, s);
+}
+
+/* A NULL of column type type. */
+static void row_null(struct ing_rows *r, Oid type)
+{
+	row_col(r, type);
+	copy_null(&r->a.b);
+}
+
+static void row_i64(struct ing_rows *r, int64_t v)
+{
+	row_col(r, OID_INT8);
+	copy_i64(&r->a.b, v);
+}
+
+static void row_i32(struct ing_rows *r, int32_t v)
+{
+	row_col(r, OID_INT4);
+	copy_i32(&r->a.b, v);
+}
+
+static void row_ts(struct ing_rows *r, int64_t usec)
+{
+	row_col(r, OID_TIMESTAMPTZ);
+	copy_ts(&r->a.b, usec);
+}
+
+static void row_date(struct ing_rows *r, int32_t day)
+{
+	row_col(r, OID_DATE);
+	copy_date(&r->a.b, day);
+}
+
+static void row_tid(struct ing_rows *r, uint32_t block, uint16_t offset)
+{
+	unsigned char x[6] = {(unsigned char)(block >> 24), (unsigned char)(block >> 16),
+			      (unsigned char)(block >> 8),  (unsigned char)block,
+			      (unsigned char)(offset >> 8), (unsigned char)offset};
+
+	row_col(r, OID_TID);
+	buf_be32(&r->a.b, 6);
+	buf_put(&r->a.b, x, 6);
+}
+
+static void row_xid(struct ing_rows *r, uint32_t xid)
+{
+	row_col(r, OID_XID);
+	copy_i32(&r->a.b, (int32_t)xid); /* xid_recv: 4 bytes, unsigned */
 }
 
 /* ---- the object and its caches --------------------------------------------- */
@@ -550,6 +616,21 @@ struct ing_spend {
 	uint32_t sbx;
 	int32_t day;
 	int64_t micros;
+	uint32_t kd; /* its key-day: index into kdays */
+	int64_t covered;
+};
+
+/* A key-day the call spends on: its ledger row. */
+struct ing_kday {
+	uint32_t spend; /* one of its spends: account, key, day */
+	int64_t spent, covered;
+};
+
+/* An open hold of a spend's sandbox-day, as read under the ledger lock. */
+struct ing_hold {
+	uint32_t spend;
+	int64_t hold_id, amount, consumed;
+	int64_t add;
 };
 
 struct ing_host {
@@ -591,9 +672,15 @@ struct ing_call {
 	size_t nrows, rows_cap;
 	struct ing_spend *spend;
 	size_t nspend, spend_cap;
+	struct ing_kday *kdays;
+	size_t nkdays, kdays_cap;
+	struct ing_hold *holds;
+	size_t nholds, holds_cap;
 	bool *batch_accepted;
 
 	struct ing_barr arr[ING_NARR];	       /* binary array parameters */
+	struct ing_rows rec;		       /* a binary array parameter of rows */
+	Oid meter_type, usage_type;	       /* the row types of sql/0009_ingest_rows.sql */
 	struct ing_buf samples;		       /* binary COPY of samples */
 	struct ing_buf a1, a2, a3, a4, a5, a6; /* array literals */
 
@@ -662,23 +749,8 @@ static void ing_arrays(struct ing_call *c, int n, const Oid *types)
 		case OID_INT8_ARR:
 			elem = OID_INT8;
 			break;
-		case OID_INT4_ARR:
-			elem = OID_INT4;
-			break;
-		case OID_TSTZ_ARR:
-			elem = OID_TIMESTAMPTZ;
-			break;
 		case OID_DATE_ARR:
 			elem = OID_DATE;
-			break;
-		case OID_BOOL_ARR:
-			elem = OID_BOOL;
-			break;
-		case OID_TID_ARR:
-			elem = OID_TID;
-			break;
-		case OID_XID_ARR:
-			elem = OID_XID;
 			break;
 		default:
 			break;
@@ -718,6 +790,26 @@ static enum meter_rc ing_qa(struct ing_call *c, const char *what, const char *sq
 	}
 	res = PQexecParams(c->conn, sql, n + ntext, types, values, lengths, formats, 0);
 	return ing_result(c, what, res, want, out);
+}
+
+/* Runs sql with the array of rows c->rec as its one (binary) parameter. */
+static enum meter_rc ing_qrows(struct ing_call *c, const char *what, const char *sql,
+			       ExecStatusType want, PGresult **out)
+{
+	const char *value;
+	int length, format = 1;
+
+	if (out)
+		*out = NULL;
+	barr_finish(&c->rec.a);
+	if (c->rec.a.b.oom) {
+		snprintf(c->err, c->errlen, "%s: out of memory", what);
+		return METER_ENOMEM;
+	}
+	value = c->rec.a.b.p;
+	length = (int)c->rec.a.b.n;
+	return ing_result(c, what, PQexecParams(c->conn, sql, 1, NULL, &value, &length, &format, 0),
+			  want, out);
 }
 
 /* Sends buf through COPY ... FROM STDIN (sql). */
@@ -1028,19 +1120,12 @@ static const char SQL_DAYS[] =
     " CROSS JOIN LATERAL (SELECT r.d0 + i AS day FROM generate_series(-1, r.d1 - r.d0 + 1) i) d"
     " ORDER BY 1, 2";
 
-/* The meter rows' arrays: the update takes a 25th, the xmin read. */
-#define ING_METER_ARRAYS                                                                           \
-	" unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::bigint[],"             \
-	" $6::bigint[], $7::bigint[], $8::integer[], $9::integer[], $10::bigint[],"                \
-	" $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[],"              \
-	" $16::tid[], $17::date[], $18::bigint[], $19::bigint[], $20::bigint[], $21::bigint[],"    \
-	" $22::date[], $23::bigint[], $24::timestamptz[]"
-#define ING_METER_COLS                                                                             \
-	" AS s(a, sb, at, state, cpu, mem, sto, vcpus, ver, cr, mr, sr, cc, mc, sc, tid, d, dru,"  \
-	" dcu, dcb, dtm, mo, mtm, de"
-#define ING_METER_NARR 25
-_Static_assert(ING_METER_NARR <= ING_NARR, "ING_NARR: room for the meter rows' arrays");
+/* The row types' oids, which the binary array parameters carry. */
+static const char SQL_ROW_TYPES[] =
+    "SELECT 'meter_ingest_meter'::regtype::oid, 'meter_ingest_usage'::regtype::oid";
 
+/* The meter rows: $1 is an array of meter_ingest_meter. The update only
+ * changes the row versions read (ctid and xmin). */
 static const char SQL_METER_UPDATE[] =
     "UPDATE sandbox_meter AS m SET last_sampled_at = s.at, last_state = s.state,"
     " last_cpu_usec = s.cpu, last_memory_mib = s.mem, last_storage_mib = s.sto,"
@@ -1049,7 +1134,7 @@ static const char SQL_METER_UPDATE[] =
     " storage_cum_micros = s.sc, day = s.d, day_running_usec = s.dru,"
     " day_cpu_used_mcus = s.dcu, day_cpu_billed_mcus = s.dcb, day_total_micros = s.dtm,"
     " month = s.mo, month_total_micros = s.mtm, day_ends_at = s.de, updated_at = now()"
-    " FROM" ING_METER_ARRAYS ", $25::xid[])" ING_METER_COLS ", xm)"
+    " FROM unnest($1::meter_ingest_meter[]) AS s"
     " WHERE m.ctid = s.tid AND m.xmin = s.xm AND m.account_id = s.a AND m.sandbox_id = s.sb";
 
 static const char SQL_METER_INSERT[] =
@@ -1060,7 +1145,7 @@ static const char SQL_METER_INSERT[] =
     " month_total_micros, day_ends_at)"
     " SELECT s.a, s.sb, s.at, s.state, s.cpu, s.mem, s.sto, s.vcpus, s.ver, s.cr, s.mr, s.sr,"
     " s.cc, s.mc, s.sc, s.d, s.dru, s.dcu, s.dcb, s.dtm, s.mo, s.mtm, s.de"
-    " FROM" ING_METER_ARRAYS ")" ING_METER_COLS ")"
+    " FROM unnest($1::meter_ingest_meter[]) AS s"
     " ORDER BY s.a, s.sb ON CONFLICT DO NOTHING";
 
 static const char SQL_SAMPLES_COPY[] =
@@ -1076,12 +1161,7 @@ static const char SQL_SAMPLES_COPY[] =
  * statement timeout).
  * The sandboxes' meter rows are locked, so no other writer touches these
  * rows meanwhile. */
-#define ING_USAGE_UNNEST                                                                           \
-	" unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::text[],"            \
-	" $6::date[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],"     \
-	" $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[],"              \
-	" $17::bigint[], $18::bigint[], $19::bigint[])"                                            \
-	" AS s(a, sb, hour, ver, k, day, ru, pu, cu, cb, mm, sm, cm, mmi, smi, tm, cc, mc, sc)"
+#define ING_USAGE_UNNEST " unnest($1::meter_ingest_usage[]) AS s"
 
 static const char SQL_USAGE_UPDATE[] =
     "UPDATE usage_hourly AS u SET"
@@ -1105,18 +1185,55 @@ static const char SQL_USAGE_INSERT[] =
     " ON CONFLICT ON CONSTRAINT usage_hourly_pkey DO NOTHING";
 
 /* The call's money per account and UTC hour added to the overview's rollup,
- * from the usage rows' parameters ($1 account, $3 hour, $16 total); rows in
- * key order, so concurrent ingestion locks them in one order. */
+ * from the usage rows' parameter; rows in key order, so concurrent
+ * ingestion locks them in one order. */
 static const char SQL_ACCOUNT_HOURLY[] =
     "INSERT INTO usage_account_hourly AS h (account_id, hour, total_micros)"
-    " SELECT s.a, s.hour, sum(s.tm) FROM unnest($1::text[], $3::timestamptz[], $16::bigint[])"
-    " AS s(a, hour, tm) GROUP BY s.a, s.hour ORDER BY s.a, s.hour"
+    " SELECT s.a, s.hour, sum(s.tm) FROM" ING_USAGE_UNNEST
+    " GROUP BY s.a, s.hour ORDER BY s.a, s.hour"
     " ON CONFLICT (account_id, hour) DO UPDATE SET"
     " total_micros = h.total_micros + EXCLUDED.total_micros";
 
+/* The ledger: meter_ledger_spend's rules (sql/0008_ledger_spend.sql) in
+ * four statements, the arithmetic in C (ing_consume):
+ *   1. the key-day rows, created or locked in (account, key, day) order: the
+ *      lock order of every writer of holds, each of which takes the rows of
+ *      its holds' key-days first; spent grows;
+ *   2. the open holds of the spends' sandbox-days, read under those locks;
+ *   3. their consumption, oldest hold first, money beyond them added to the
+ *      newest, each update guarded by the consumption read;
+ *   4. held shrinks by what the holds covered.
+ * The function itself is the path after a conflict (c->locking). */
 static const char SQL_LEDGER[] =
     "SELECT COALESCE(sum(outrun_micros), 0)::bigint"
     " FROM meter_ledger_spend($1::text[], $2::text[], $3::text[], $4::date[], $5::bigint[])";
+
+static const char SQL_LEDGER_SPENT[] =
+    "INSERT INTO key_day_ledger AS l (account_id, key_id, day, spent_micros, limit_micros)"
+    " SELECT t.a, t.k, t.d, t.m, (SELECT kk.daily_limit_micros FROM api_keys kk"
+    "                             WHERE kk.account_id = t.a AND kk.key_id = t.k)"
+    " FROM unnest($1::text[], $2::text[], $3::date[], $4::bigint[]) AS t(a, k, d, m)"
+    " ORDER BY t.a, t.k, t.d"
+    " ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO UPDATE"
+    " SET spent_micros = l.spent_micros + EXCLUDED.spent_micros, updated_at = now()";
+
+static const char SQL_HOLDS_OPEN[] =
+    "SELECT q.i - 1, ho.hold_id, ho.amount_micros, ho.consumed_micros"
+    " FROM unnest($1::text[], $2::text[], $3::date[]) WITH ORDINALITY AS q(a, s, d, i)"
+    " JOIN holds ho ON ho.account_id = q.a AND ho.sandbox_id = q.s AND ho.day = q.d"
+    " WHERE ho.status = 'open'"
+    " ORDER BY q.i, ho.hold_id";
+
+static const char SQL_HOLDS_CONSUME[] =
+    "UPDATE holds ho SET consumed_micros = ho.consumed_micros + s.add"
+    " FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS s(a, id, was, add)"
+    " WHERE ho.account_id = s.a AND ho.hold_id = s.id AND ho.status = 'open'"
+    " AND ho.consumed_micros = s.was";
+
+static const char SQL_LEDGER_HELD[] =
+    "UPDATE key_day_ledger l SET held_micros = l.held_micros - s.c, updated_at = now()"
+    " FROM unnest($1::text[], $2::text[], $3::date[], $4::bigint[]) AS s(a, k, d, c)"
+    " WHERE l.account_id = s.a AND l.key_id = s.k AND l.day = s.d";
 
 static const char SQL_WATERMARKS[] =
     "INSERT INTO ingest_watermarks AS w (host_id, last_sampled_at, batches)"
@@ -1126,11 +1243,12 @@ static const char SQL_WATERMARKS[] =
     " last_sampled_at = GREATEST(w.last_sampled_at, EXCLUDED.last_sampled_at),"
     " batches = w.batches + EXCLUDED.batches, updated_at = now()";
 
-/* Reads the price book, oldest version first. */
+/* Reads the price book, oldest version first, and the row types' oids. */
 static enum meter_rc ing_load_prices(struct ing_call *c)
 {
 	PGresult *res;
 	enum meter_rc rc;
+	int64_t t[2];
 	int n;
 
 	rc = ing_q(c, "price book", SQL_PRICES, 0, NULL, PGRES_TUPLES_OK, &res);
@@ -1162,6 +1280,18 @@ static enum meter_rc ing_load_prices(struct ing_call *c)
 		}
 		p->version = (int32_t)v;
 	}
+	PQclear(res);
+	rc = ing_q(c, "row types", SQL_ROW_TYPES, 0, NULL, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	if (PQntuples(res) != 1 || ing_i64(res, 0, 0, &t[0]) != METER_OK ||
+	    ing_i64(res, 0, 1, &t[1]) != METER_OK) {
+		snprintf(c->err, c->errlen, "row types: bad answer");
+		rc = METER_EINVAL;
+		goto out;
+	}
+	c->meter_type = (Oid)t[0];
+	c->usage_type = (Oid)t[1];
 out:
 	PQclear(res);
 	return rc;
@@ -2065,55 +2195,50 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 	return METER_OK;
 }
 
-/* The meter row of sb as the ING_METER_NARR array parameters of SQL_METER_*. */
-static void ing_meter_params(struct ing_call *c, const struct ing_sbx *sb)
+/* The meter row of sb as a meter_ingest_meter row of SQL_METER_*. */
+static void ing_meter_row(struct ing_call *c, const struct ing_sbx *sb)
 {
-	struct ing_barr *a = c->arr;
+	struct ing_rows *r = &c->rec;
 
-	barr_text(&a[0], sb->account);
-	barr_text(&a[1], sb->id);
-	barr_ts(&a[2], sb->last.at_usec);
-	barr_text(&a[3], sandbox_state_name(sb->last.state));
-	barr_i64(&a[4], sb->last.cpu_usec);
-	barr_i64(&a[5], sb->last.memory_mib);
-	barr_i64(&a[6], sb->last.storage_mib);
-	barr_i32(&a[7], sb->last.vcpus);
-	barr_i32(&a[8], sb->version != ING_VERSION_NONE
-			    ? sb->version
-			    : c->prices[ing_version_at(c, sb->last.at_usec)].version);
-	barr_i64(&a[9], sb->carry.cpu.rem);
-	barr_i64(&a[10], sb->carry.memory.rem);
-	barr_i64(&a[11], sb->carry.storage.rem);
-	barr_i64(&a[12], sb->cum[0]);
-	barr_i64(&a[13], sb->cum[1]);
-	barr_i64(&a[14], sb->cum[2]);
-	barr_tid(&a[15], sb->tid_block, sb->tid_offset);
+	row_open(r, 25);
+	row_text(r, sb->account);
+	row_text(r, sb->id);
+	row_ts(r, sb->last.at_usec);
+	row_text(r, sandbox_state_name(sb->last.state));
+	row_i64(r, sb->last.cpu_usec);
+	row_i64(r, sb->last.memory_mib);
+	row_i64(r, sb->last.storage_mib);
+	row_i32(r, sb->last.vcpus);
+	row_i32(r, sb->version != ING_VERSION_NONE
+		       ? sb->version
+		       : c->prices[ing_version_at(c, sb->last.at_usec)].version);
+	row_i64(r, sb->carry.cpu.rem);
+	row_i64(r, sb->carry.memory.rem);
+	row_i64(r, sb->carry.storage.rem);
+	row_i64(r, sb->cum[0]);
+	row_i64(r, sb->cum[1]);
+	row_i64(r, sb->cum[2]);
+	row_tid(r, sb->tid_block, sb->tid_offset);
 	if (sb->roll.day != ING_DAY_NONE)
-		barr_date(&a[16], sb->roll.day);
+		row_date(r, sb->roll.day);
 	else
-		barr_null(&a[16]);
-	barr_i64(&a[17], sb->roll.running_usec);
-	barr_i64(&a[18], sb->roll.cpu_used_mcus);
-	barr_i64(&a[19], sb->roll.cpu_billed_mcus);
-	barr_i64(&a[20], sb->roll.total_micros);
+		row_null(r, OID_DATE);
+	row_i64(r, sb->roll.running_usec);
+	row_i64(r, sb->roll.cpu_used_mcus);
+	row_i64(r, sb->roll.cpu_billed_mcus);
+	row_i64(r, sb->roll.total_micros);
 	if (sb->roll.month != ING_DAY_NONE)
-		barr_date(&a[21], sb->roll.month);
+		row_date(r, sb->roll.month);
 	else
-		barr_null(&a[21]);
-	barr_i64(&a[22], sb->roll.month_micros);
+		row_null(r, OID_DATE);
+	row_i64(r, sb->roll.month_micros);
 	if (sb->roll.day != ING_DAY_NONE && sb->roll.day_end != ING_TIME_NONE)
-		barr_ts(&a[23], sb->roll.day_end);
+		row_ts(r, sb->roll.day_end);
 	else
-		barr_null(&a[23]);
-	barr_i32(&a[24], (int32_t)sb->xmin); /* xid_recv: 4 bytes, unsigned */
+		row_null(r, OID_TIMESTAMPTZ);
+	row_xid(r, sb->xmin);
+	row_close(r);
 }
-
-static const Oid ING_METER_TYPES[ING_METER_NARR] = {
-    OID_TEXT_ARR, OID_TEXT_ARR, OID_TSTZ_ARR, OID_TEXT_ARR, OID_INT8_ARR,
-    OID_INT8_ARR, OID_INT8_ARR, OID_INT4_ARR, OID_INT4_ARR, OID_INT8_ARR,
-    OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
-    OID_TID_ARR,  OID_DATE_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
-    OID_INT8_ARR, OID_DATE_ARR, OID_INT8_ARR, OID_TSTZ_ARR, OID_XID_ARR};
 
 /* Writes the changed sandbox_meter rows: updates of the row versions read,
  * inserts of new ones; METER_ECONFLICT (retry, locking) when a concurrent
@@ -2129,20 +2254,19 @@ static enum meter_rc ing_write_meters(struct ing_call *c)
 		bool inserting = pass == 1;
 
 		want = 0;
-		ing_arrays(c, ING_METER_NARR, ING_METER_TYPES);
+		rows_start(&c->rec, c->meter_type);
 		for (size_t i = 0; i < c->nsbx; i++) {
 			const struct ing_sbx *sb = &c->sbx[i];
 			if (!sb->changed || sb->had_meter == inserting)
 				continue;
-			ing_meter_params(c, sb);
+			ing_meter_row(c, sb);
 			want++;
 		}
 		if (want == 0)
 			continue;
-		rc = ing_qa(c, inserting ? "insert sandbox_meter" : "update sandbox_meter",
-			    inserting ? SQL_METER_INSERT : SQL_METER_UPDATE,
-			    inserting ? ING_METER_NARR - 1 : ING_METER_NARR, 0, NULL,
-			    PGRES_COMMAND_OK, &res);
+		rc = ing_qrows(c, inserting ? "insert sandbox_meter" : "update sandbox_meter",
+			       inserting ? SQL_METER_INSERT : SQL_METER_UPDATE, PGRES_COMMAND_OK,
+			       &res);
 		if (rc != METER_OK)
 			return rc;
 		if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &got) != METER_OK)
@@ -2170,68 +2294,63 @@ static enum meter_rc ing_write_meters(struct ing_call *c)
 	return METER_OK;
 }
 
-static const Oid ING_USAGE_TYPES[19] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TSTZ_ARR, OID_INT4_ARR,
-					OID_TEXT_ARR, OID_DATE_ARR, OID_INT8_ARR, OID_INT8_ARR,
-					OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
-					OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR,
-					OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR};
-
 /* Adds the call's usage rows to usage_hourly: an UPDATE of the rows that
  * exist, then an INSERT of the others when some did not. */
 static enum meter_rc ing_write_usage(struct ing_call *c)
 {
-	struct ing_barr *a = c->arr;
+	struct ing_rows *rec = &c->rec;
 	PGresult *res = NULL;
 	int64_t updated;
 	enum meter_rc rc;
 
 	if (c->nrows == 0)
 		return METER_OK;
-	ing_arrays(c, 19, ING_USAGE_TYPES);
+	rows_start(rec, c->usage_type);
 	for (size_t i = 0; i < c->nrows; i++) {
 		const struct ing_usage_row *r = &c->rows[i];
 		const struct ing_sbx *sb = &c->sbx[r->sbx];
-		barr_text(&a[0], sb->account);
-		barr_text(&a[1], sb->id);
-		barr_ts(&a[2], r->hour);
-		barr_i32(&a[3], r->version);
+		row_open(rec, 19);
+		row_text(rec, sb->account);
+		row_text(rec, sb->id);
+		row_ts(rec, r->hour);
+		row_i32(rec, r->version);
 		if (sb->key[0])
-			barr_text(&a[4], sb->key);
+			row_text(rec, sb->key);
 		else
-			barr_null(&a[4]);
-		barr_date(&a[5], r->day);
-		barr_i64(&a[6], r->q.running_usec);
-		barr_i64(&a[7], r->q.paused_usec);
-		barr_i64(&a[8], r->q.cpu_used_mcus);
-		barr_i64(&a[9], r->q.cpu_billed_mcus);
-		barr_i64(&a[10], r->q.memory_mibus);
-		barr_i64(&a[11], r->q.storage_mibus);
-		barr_i64(&a[12], r->c.cpu_micros);
-		barr_i64(&a[13], r->c.memory_micros);
-		barr_i64(&a[14], r->c.storage_micros);
-		barr_i64(&a[15], r->c.total_micros);
-		barr_i64(&a[16], r->cum[0]);
-		barr_i64(&a[17], r->cum[1]);
-		barr_i64(&a[18], r->cum[2]);
+			row_null(rec, OID_TEXT);
+		row_date(rec, r->day);
+		row_i64(rec, r->q.running_usec);
+		row_i64(rec, r->q.paused_usec);
+		row_i64(rec, r->q.cpu_used_mcus);
+		row_i64(rec, r->q.cpu_billed_mcus);
+		row_i64(rec, r->q.memory_mibus);
+		row_i64(rec, r->q.storage_mibus);
+		row_i64(rec, r->c.cpu_micros);
+		row_i64(rec, r->c.memory_micros);
+		row_i64(rec, r->c.storage_micros);
+		row_i64(rec, r->c.total_micros);
+		row_i64(rec, r->cum[0]);
+		row_i64(rec, r->cum[1]);
+		row_i64(rec, r->cum[2]);
+		row_close(rec);
 	}
 	c->st.usage_rows = c->nrows;
-	rc =
-	    ing_qa(c, "update usage_hourly", SQL_USAGE_UPDATE, 19, 0, NULL, PGRES_COMMAND_OK, &res);
+	rc = ing_qrows(c, "update usage_hourly", SQL_USAGE_UPDATE, PGRES_COMMAND_OK, &res);
 	if (rc != METER_OK)
 		return rc;
 	if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &updated) != METER_OK)
 		updated = 0;
 	PQclear(res);
 	if ((size_t)updated != c->nrows)
-		rc = ing_qa(c, "insert usage_hourly", SQL_USAGE_INSERT, 19, 0, NULL,
-			    PGRES_COMMAND_OK, NULL);
+		rc = ing_qrows(c, "insert usage_hourly", SQL_USAGE_INSERT, PGRES_COMMAND_OK, NULL);
 	if (rc == METER_OK)
-		rc = ing_qa(c, "usage_account_hourly", SQL_ACCOUNT_HOURLY, 19, 0, NULL,
-			    PGRES_COMMAND_OK, NULL);
+		rc = ing_qrows(c, "usage_account_hourly", SQL_ACCOUNT_HOURLY, PGRES_COMMAND_OK,
+			       NULL);
 	return rc;
 }
 
-static enum meter_rc ing_write_ledger(struct ing_call *c)
+/* The ledger through meter_ledger_spend (after a conflict). */
+static enum meter_rc ing_ledger_function(struct ing_call *c)
 {
 	static const Oid types[5] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR,
 				     OID_INT8_ARR};
@@ -2239,8 +2358,6 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 	enum meter_rc rc;
 	int64_t outrun;
 
-	if (c->nspend == 0)
-		return METER_OK;
 	ing_arrays(c, 5, types);
 	for (size_t i = 0; i < c->nspend; i++) {
 		const struct ing_sbx *sb = &c->sbx[c->spend[i].sbx];
@@ -2257,6 +2374,227 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 		c->st.outrun_micros = outrun;
 	PQclear(res);
 	return METER_OK;
+}
+
+/* A spend's key-day, for sorting. */
+struct ing_kref {
+	const char *account, *key;
+	int32_t day;
+	uint32_t spend;
+};
+
+static int ing_kref_cmp(const void *x, const void *y)
+{
+	const struct ing_kref *a = x, *b = y;
+	int r = strcmp(a->account, b->account);
+
+	if (r == 0)
+		r = strcmp(a->key, b->key);
+	if (r == 0)
+		r = (a->day > b->day) - (a->day < b->day);
+	return r;
+}
+
+/* Groups the spends by key-day: kdays with their spent, each spend's kd. */
+static enum meter_rc ing_group_kdays(struct ing_call *c)
+{
+	struct ing_kref *refs = calloc(c->nspend, sizeof(*refs));
+
+	if (!refs || !ing_grow(&c->kdays, &c->kdays_cap, c->nspend, sizeof(*c->kdays))) {
+		free(refs);
+		return METER_ENOMEM;
+	}
+	for (size_t i = 0; i < c->nspend; i++) {
+		const struct ing_sbx *sb = &c->sbx[c->spend[i].sbx];
+		refs[i] = (struct ing_kref){sb->account, sb->key, c->spend[i].day, (uint32_t)i};
+	}
+	qsort(refs, c->nspend, sizeof(*refs), ing_kref_cmp);
+	c->nkdays = 0;
+	for (size_t i = 0; i < c->nspend; i++) {
+		struct ing_spend *sp = &c->spend[refs[i].spend];
+		struct ing_kday *k = &c->kdays[c->nkdays];
+		if (i == 0 || ing_kref_cmp(&refs[i - 1], &refs[i]) != 0) {
+			k->spend = refs[i].spend;
+			k->spent = k->covered = 0;
+			c->nkdays++;
+		}
+		k = &c->kdays[c->nkdays - 1];
+		sp->kd = (uint32_t)(c->nkdays - 1);
+		sp->covered = 0;
+		if (money_add(k->spent, sp->micros, &k->spent) != METER_OK) {
+			free(refs);
+			snprintf(c->err, c->errlen, "ledger: a key-day's spend overflows");
+			return METER_ERANGE;
+		}
+	}
+	free(refs);
+	return METER_OK;
+}
+
+/* Reads the open holds of the spends' sandbox-days (ordered by spend, then
+ * hold id: oldest first). */
+static enum meter_rc ing_read_holds(struct ing_call *c)
+{
+	static const Oid types[3] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	int n;
+
+	ing_arrays(c, 3, types);
+	for (size_t i = 0; i < c->nspend; i++) {
+		const struct ing_sbx *sb = &c->sbx[c->spend[i].sbx];
+		barr_text(&c->arr[0], sb->account);
+		barr_text(&c->arr[1], sb->id);
+		barr_date(&c->arr[2], c->spend[i].day);
+	}
+	rc = ing_qa(c, "open holds", SQL_HOLDS_OPEN, 3, 0, NULL, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	n = PQntuples(res);
+	c->nholds = 0;
+	if (!ing_grow(&c->holds, &c->holds_cap, (size_t)n + 1, sizeof(*c->holds))) {
+		rc = METER_ENOMEM;
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		struct ing_hold *h = &c->holds[c->nholds++];
+		int64_t x;
+		if (ing_i64(res, i, 0, &x) != METER_OK || x < 0 || (size_t)x >= c->nspend ||
+		    ing_i64(res, i, 1, &h->hold_id) != METER_OK ||
+		    ing_i64(res, i, 2, &h->amount) != METER_OK ||
+		    ing_i64(res, i, 3, &h->consumed) != METER_OK || h->amount < 0 ||
+		    h->consumed < 0) {
+			snprintf(c->err, c->errlen, "open holds: bad row");
+			rc = METER_EINVAL;
+			goto out;
+		}
+		h->spend = (uint32_t)x;
+		h->add = 0;
+	}
+out:
+	PQclear(res);
+	return rc;
+}
+
+/* Spends each sandbox-day's money on its open holds h[0..n) (oldest first):
+ * each covers what remains of it, in order; what is left over (outrun) is
+ * added to the newest one's consumption too. */
+static enum meter_rc ing_consume(struct ing_spend *sp, struct ing_hold *h, size_t n)
+{
+	int64_t left = sp->micros;
+
+	for (size_t j = 0; j < n; j++) {
+		int64_t rem = h[j].amount > h[j].consumed ? h[j].amount - h[j].consumed : 0;
+		int64_t take = rem < left ? rem : left;
+		h[j].add = take;
+		left -= take;
+		sp->covered += take; /* at most sp->micros */
+	}
+	if (n > 0)
+		return money_add(h[n - 1].add, left, &h[n - 1].add);
+	return METER_OK;
+}
+
+/* Writes the holds' consumption and the key-days' held (steps 3 and 4);
+ * METER_ECONFLICT when a hold changed since it was read. */
+static enum meter_rc ing_write_holds(struct ing_call *c)
+{
+	static const Oid htypes[4] = {OID_TEXT_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR};
+	static const Oid ktypes[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR, OID_INT8_ARR};
+	PGresult *res = NULL;
+	int64_t want = 0, got;
+	enum meter_rc rc;
+
+	ing_arrays(c, 4, htypes);
+	for (size_t j = 0; j < c->nholds; j++) {
+		const struct ing_hold *h = &c->holds[j];
+		if (h->add == 0)
+			continue;
+		barr_text(&c->arr[0], c->sbx[c->spend[h->spend].sbx].account);
+		barr_i64(&c->arr[1], h->hold_id);
+		barr_i64(&c->arr[2], h->consumed);
+		barr_i64(&c->arr[3], h->add);
+		want++;
+	}
+	if (want > 0) {
+		rc = ing_qa(c, "consume holds", SQL_HOLDS_CONSUME, 4, 0, NULL, PGRES_COMMAND_OK,
+			    &res);
+		if (rc != METER_OK)
+			return rc;
+		if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &got) != METER_OK)
+			got = -1;
+		PQclear(res);
+		if (got != want) {
+			snprintf(c->err, c->errlen, "holds: a hold changed under the ledger lock");
+			c->retry = true;
+			return METER_ECONFLICT;
+		}
+	}
+	want = 0;
+	ing_arrays(c, 4, ktypes);
+	for (size_t k = 0; k < c->nkdays; k++) {
+		const struct ing_kday *d = &c->kdays[k];
+		const struct ing_spend *sp = &c->spend[d->spend];
+		const struct ing_sbx *sb = &c->sbx[sp->sbx];
+		if (d->covered == 0)
+			continue;
+		barr_text(&c->arr[0], sb->account);
+		barr_text(&c->arr[1], sb->key);
+		barr_date(&c->arr[2], sp->day);
+		barr_i64(&c->arr[3], d->covered);
+		want++;
+	}
+	if (want == 0)
+		return METER_OK;
+	return ing_qa(c, "ledger held", SQL_LEDGER_HELD, 4, 0, NULL, PGRES_COMMAND_OK, NULL);
+}
+
+/* The call's spend on the key-day ledger and the open holds (see
+ * SQL_LEDGER_SPENT). */
+static enum meter_rc ing_write_ledger(struct ing_call *c)
+{
+	static const Oid types[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR, OID_INT8_ARR};
+	enum meter_rc rc;
+	int64_t outrun = 0;
+
+	if (c->nspend == 0)
+		return METER_OK;
+	if (c->locking)
+		return ing_ledger_function(c);
+	rc = ing_group_kdays(c);
+	if (rc != METER_OK)
+		return rc;
+	ing_arrays(c, 4, types);
+	for (size_t k = 0; k < c->nkdays; k++) {
+		const struct ing_spend *sp = &c->spend[c->kdays[k].spend];
+		const struct ing_sbx *sb = &c->sbx[sp->sbx];
+		barr_text(&c->arr[0], sb->account);
+		barr_text(&c->arr[1], sb->key);
+		barr_date(&c->arr[2], sp->day);
+		barr_i64(&c->arr[3], c->kdays[k].spent);
+	}
+	rc = ing_qa(c, "ledger spent", SQL_LEDGER_SPENT, 4, 0, NULL, PGRES_COMMAND_OK, NULL);
+	if (rc == METER_OK)
+		rc = ing_read_holds(c);
+	for (size_t j = 0, i = 0; rc == METER_OK && i < c->nspend; i++) {
+		struct ing_spend *sp = &c->spend[i];
+		size_t lo = j;
+		while (j < c->nholds && c->holds[j].spend == i)
+			j++;
+		rc = ing_consume(sp, &c->holds[lo], j - lo);
+		if (rc == METER_OK)
+			rc = money_add(c->kdays[sp->kd].covered, sp->covered,
+				       &c->kdays[sp->kd].covered);
+		if (rc == METER_OK)
+			rc = money_add(outrun, sp->micros - sp->covered, &outrun);
+		if (rc == METER_ERANGE)
+			snprintf(c->err, c->errlen, "ledger: a hold's consumption overflows");
+	}
+	if (rc == METER_OK)
+		rc = ing_write_holds(c);
+	if (rc == METER_OK)
+		c->st.outrun_micros = outrun;
+	return rc;
 }
 
 static enum meter_rc ing_write_watermarks(struct ing_call *c)
@@ -2511,9 +2849,12 @@ static void ing_call_release(struct ing_call *c)
 	free(c->subs);
 	free(c->rows);
 	free(c->spend);
+	free(c->kdays);
+	free(c->holds);
 	free(c->batch_accepted);
 	for (int i = 0; i < ING_NARR; i++)
 		buf_release(&c->arr[i].b);
+	buf_release(&c->rec.a.b);
 	buf_release(&c->samples);
 	buf_release(&c->a1);
 	buf_release(&c->a2);

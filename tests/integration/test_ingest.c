@@ -741,6 +741,105 @@ static void test_holds(void)
 			    " FROM holds WHERE key_id = 'key_hold' AND status = 'open'"));
 }
 
+/* The holds of sandbox sbx, oldest first, and the ledger of key on
+ * 2026-11-30, as text: "consumed/status,... held H spent S". */
+static void holds_of(const char *sbx, const char *key, char *out, size_t len)
+{
+	const char *params[2] = {sbx, key};
+	PGresult *r = PQexecParams(
+	    conn,
+	    "SELECT string_agg(consumed_micros || '/' || status, ',' ORDER BY hold_id)"
+	    " || ' held ' || (SELECT held_micros FROM key_day_ledger WHERE key_id = $2"
+	    "                 AND day = '2026-11-30')"
+	    " || ' spent ' || (SELECT spent_micros FROM key_day_ledger WHERE key_id = $2"
+	    "                  AND day = '2026-11-30')"
+	    " FROM holds WHERE sandbox_id = $1",
+	    2, NULL, params, NULL, NULL, 0);
+
+	CHECK_I64(PQresultStatus(r), PGRES_TUPLES_OK);
+	snprintf(out, len, "%s", PQresultStatus(r) == PGRES_TUPLES_OK ? PQgetvalue(r, 0, 0) : "");
+	PQclear(r);
+}
+
+/* Sandbox s_<x> of key_<x> (2 vCPUs, 4 GiB) with five holds: on 2026-11-30
+ * open with 700 left, open and already outrun, settled, open with 1000
+ * left; on 2026-12-01 open. The ledger rows agree. */
+static void holds_setup(const char *x)
+{
+	char sql[1024];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		 " storage_mib, state) VALUES ('acct_1', 's_%s', 'key_%s', 2, 4096, 0, 'running')",
+		 x, x);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
+		 " consumed_micros, status, settled_at, lease_starts_at, lease_ends_at)"
+		 " SELECT 'acct_1', 'key_%s', 's_%s', d::date, amt, used, st::meter_hold_status,"
+		 " CASE WHEN st = 'open' THEN NULL ELSE now() END,"
+		 " '2026-11-30T01:00:00Z', '2026-11-30T02:00:00Z'"
+		 " FROM (VALUES ('2026-11-30', 800, 100, 'open', 1),"
+		 " ('2026-11-30', 200, 250, 'open', 2), ('2026-11-30', 5000, 0, 'settled', 3),"
+		 " ('2026-11-30', 1000, 0, 'open', 4), ('2026-12-01', 5000, 0, 'open', 5))"
+		 " AS v(d, amt, used, st, n) ORDER BY n",
+		 x, x);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
+		 " VALUES ('acct_1', 'key_%s', '2026-11-30', 0, 1700),"
+		 " ('acct_1', 'key_%s', '2026-12-01', 0, 5000)",
+		 x, x);
+	exec(sql);
+}
+
+/* Several open holds on one sandbox-day: ingestion covers them oldest first
+ * and adds what is left over (outrun) to the newest; settled holds and
+ * holds of other days are left alone. Differential: the same money spent
+ * through meter_ledger_spend on an identical sandbox leaves the same holds
+ * and ledger. */
+static void test_holds_multi(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	int64_t t0 = T("2026-11-30T01:00:00Z");
+	int64_t billed = 2000 * 60 * SEC, mem = 4096 * 60 * SEC; /* both vCPUs busy 60 s */
+	int64_t cost = micros(billed, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB);
+	char got[256], want[256];
+
+	fprintf(stderr, "several holds on one sandbox-day\n");
+	holds_setup("ma");
+	holds_setup("mb");
+	CHECK(cost > 700 && cost < 1700 && 2 * cost > 1700);
+	for (int round = 1; round <= 2; round++) {
+		batch(&b, "h15");
+		if (round == 1)
+			add(&b, "s_ma", NULL, t0, 'r', 0, 4096, 0, 2);
+		add(&b, "s_ma", NULL, t0 + round * 60 * SEC, 'r', round * 120 * SEC, 4096, 0, 2);
+		st = run1(&b);
+		/* Round 1 fits in the holds; round 2 outruns them. */
+		CHECK_I64(st.outrun_micros, round == 1 ? 0 : 2 * cost - 1700);
+		CHECK_I64(q64("SELECT count(*) FROM meter_ledger_spend(ARRAY['acct_1'],"
+			      " ARRAY['key_mb'], ARRAY['s_mb'], ARRAY['2026-11-30']::date[],"
+			      " ARRAY[%lld]::bigint[])",
+			      (long long)cost),
+			  1);
+		holds_of("s_ma", "key_ma", got, sizeof(got));
+		holds_of("s_mb", "key_mb", want, sizeof(want));
+		CHECK_STR(got, want);
+	}
+	snprintf(want, sizeof(want),
+		 "800/open,250/open,0/settled,%lld/open,0/open held 0 spent %lld",
+		 (long long)(2 * cost - 700), (long long)(2 * cost));
+	CHECK_STR(got, want);
+	CHECK_I64(q64("SELECT held_micros FROM key_day_ledger WHERE key_id = 'key_ma'"
+		      " AND day = '2026-12-01'"),
+		  5000);
+	/* The reference was spent without usage rows: out of the invariants. */
+	exec("DELETE FROM holds WHERE key_id = 'key_mb'");
+	exec("DELETE FROM key_day_ledger WHERE key_id = 'key_mb'");
+}
+
 /* Bad samples are refused before anything is written. */
 static void test_bad_input(void)
 {
@@ -839,6 +938,20 @@ static void test_concurrent(const char *url)
 	sample_batch_release(&b);
 }
 
+/* Waits (up to 10 s) until backend pid waits on a lock in a statement
+ * like pattern. */
+static bool await_lock(int pid, const char *pattern)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (q64("SELECT count(*) FROM pg_stat_activity WHERE pid = %d"
+			" AND wait_event_type = 'Lock' AND query LIKE '%s'",
+			pid, pattern) > 0)
+			return true;
+		usleep(10000);
+	}
+	return false;
+}
+
 /* A meter row changed by another transaction between the call's read (no
  * lock) and its update: the update skips the row, the call rolls back and
  * is retried with the rows locked; nothing lost, nothing counted twice. The
@@ -853,7 +966,6 @@ static void test_meter_changed(const char *url)
 	char err[512];
 	int64_t t0 = T("2026-11-30T00:40:00Z");
 	int64_t used = 1000 * 4 * SEC, mem = 256 * 30 * SEC;
-	bool waited = false;
 
 	fprintf(stderr, "meter row changed between read and update\n");
 	CHECK_I64(db_connect(url, &other, err, sizeof(err)), METER_OK);
@@ -872,15 +984,7 @@ static void test_meter_changed(const char *url)
 	r.go = &go;
 	CHECK_I64(pthread_create(&t, NULL, race, &r), 0);
 	pthread_barrier_wait(&go);
-	for (int i = 0; i < 1000 && !waited; i++) {
-		waited =
-		    q64("SELECT count(*) FROM pg_stat_activity WHERE pid = %d"
-			" AND wait_event_type = 'Lock' AND query LIKE 'UPDATE sandbox_meter %%'",
-			r.pid) > 0;
-		if (!waited)
-			usleep(10000);
-	}
-	CHECK(waited);
+	CHECK(await_lock(r.pid, "UPDATE sandbox_meter %"));
 	exec_on(other, "COMMIT");
 	pthread_join(t, NULL);
 	pthread_barrier_destroy(&go);
@@ -895,6 +999,62 @@ static void test_meter_changed(const char *url)
 	CHECK_I64(q64("SELECT sum(total_micros) FROM usage_hourly WHERE sandbox_id LIKE"
 		      " 's_race_%%'"),
 		  20 * (micros(used, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB)));
+	sample_batch_release(&b);
+}
+
+/* A hold changed by a writer that did not take its key-day's ledger row
+ * first (every writer of the service does) between ingestion's read of the
+ * holds and its update: the update skips it, the call is retried through
+ * meter_ledger_spend, which covers only what the hold has left now (1,000
+ * of the 5,000; the rest is outrun); held shrinks by that. */
+static void test_hold_changed(const char *url)
+{
+	struct sample_batch b;
+	struct racer r;
+	pthread_t t;
+	pthread_barrier_t go;
+	PGconn *other = NULL;
+	char err[512];
+	int64_t t0 = T("2026-11-30T02:00:00Z");
+	int64_t billed = 2000 * 60 * SEC, mem = 4096 * 60 * SEC;
+	int64_t cost = micros(billed, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB);
+
+	fprintf(stderr, "hold changed between read and update\n");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state) VALUES ('acct_1', 's_hc', 'key_hc', 2, 4096, 0, 'running')");
+	exec("INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
+	     " lease_starts_at, lease_ends_at) VALUES ('acct_1', 'key_hc', 's_hc', '2026-11-30',"
+	     " 5000, 'open', '2026-11-30T02:00:00Z', '2026-11-30T03:00:00Z')");
+	exec("INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
+	     " VALUES ('acct_1', 'key_hc', '2026-11-30', 0, 5000)");
+	batch(&b, "h16");
+	add(&b, "s_hc", NULL, t0, 'r', 0, 4096, 0, 2);
+	run1(&b);
+	CHECK_I64(db_connect(url, &other, err, sizeof(err)), METER_OK);
+	exec_on(other, "BEGIN");
+	exec_on(other, "UPDATE holds SET consumed_micros = consumed_micros + 4000"
+		       " WHERE sandbox_id = 's_hc'");
+	batch(&b, "h16");
+	add(&b, "s_hc", NULL, t0 + 60 * SEC, 'r', 120 * SEC, 4096, 0, 2);
+	pthread_barrier_init(&go, NULL, 2);
+	memset(&r, 0, sizeof(r));
+	r.url = url;
+	r.b = &b;
+	r.go = &go;
+	CHECK_I64(pthread_create(&t, NULL, race, &r), 0);
+	pthread_barrier_wait(&go);
+	CHECK(await_lock(r.pid, "UPDATE holds %"));
+	exec_on(other, "COMMIT");
+	pthread_join(t, NULL);
+	pthread_barrier_destroy(&go);
+	PQfinish(other);
+	CHECK_I64(r.rc, METER_OK);
+	CHECK_I64(r.st.retries, 1);
+	CHECK(cost > 1000);
+	CHECK_I64(q64("SELECT consumed_micros FROM holds WHERE sandbox_id = 's_hc'"), 4000 + cost);
+	CHECK_I64(q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_hc'"), cost);
+	CHECK_I64(q64("SELECT held_micros FROM key_day_ledger WHERE key_id = 'key_hc'"), 4000);
+	CHECK_I64(r.st.outrun_micros, cost - 1000);
 	sample_batch_release(&b);
 }
 
@@ -953,6 +1113,9 @@ int main(void)
 	     " ('acct_1', 'key_a', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_w', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_hold', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 'key_ma', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 'key_mb', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 'key_hc', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_ist', decode(repeat('ab', 32), 'hex'), 'full', 'Asia/Kolkata'),"
 	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'read_only',"
 	     "  'America/New_York')");
@@ -975,9 +1138,11 @@ int main(void)
 	test_price_change();
 	test_unattributed();
 	test_holds();
+	test_holds_multi();
 	test_bad_input();
 	test_concurrent(db.url);
 	test_meter_changed(db.url);
+	test_hold_changed(db.url);
 	test_invariants();
 
 	ingest_free(ing);

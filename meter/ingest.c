@@ -53,7 +53,6 @@
 #define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
 #define ING_DAY_NONE_SQL  "-2147483648"
 #define ING_TIME_NONE	  INT64_MIN /* no instant */
-#define ING_TIME_NONE_SQL "-9223372036854775808"
 
 /* Cached day starts of one zone: start[i] is when day d0 + i begins. */
 struct ing_zone {
@@ -760,9 +759,10 @@ static void ing_arrays(struct ing_call *c, int n, const Oid *types)
 }
 
 /* Runs sql with the binary array parameters arr[0..n) followed by ntext
- * text parameters. */
-static enum meter_rc ing_qa(struct ing_call *c, const char *what, const char *sql, int n, int ntext,
-			    const char *const *text, ExecStatusType want, PGresult **out)
+ * text parameters; results in format fmt (0 text, 1 binary). */
+static enum meter_rc ing_qa_fmt(struct ing_call *c, const char *what, const char *sql, int n,
+				int ntext, const char *const *text, int fmt, ExecStatusType want,
+				PGresult **out)
 {
 	Oid types[ING_NARR + 4];
 	const char *values[ING_NARR + 4];
@@ -788,8 +788,14 @@ static enum meter_rc ing_qa(struct ing_call *c, const char *what, const char *sq
 		lengths[n + i] = 0;
 		formats[n + i] = 0;
 	}
-	res = PQexecParams(c->conn, sql, n + ntext, types, values, lengths, formats, 0);
+	res = PQexecParams(c->conn, sql, n + ntext, types, values, lengths, formats, fmt);
 	return ing_result(c, what, res, want, out);
+}
+
+static enum meter_rc ing_qa(struct ing_call *c, const char *what, const char *sql, int n, int ntext,
+			    const char *const *text, ExecStatusType want, PGresult **out)
+{
+	return ing_qa_fmt(c, what, sql, n, ntext, text, 0, want, out);
 }
 
 /* Runs sql with the array of rows c->rec as its one (binary) parameter. */
@@ -848,11 +854,49 @@ static enum meter_rc ing_copy(struct ing_call *c, const char *what, const char *
 	return rc;
 }
 
+/* Big-endian integer of n bytes (n <= 8) at p. */
+static uint64_t ing_be(const char *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < n; i++)
+		v = (v << 8) | (unsigned char)p[i];
+	return v;
+}
+
+/* An integer column, text or binary (int2, int4, int8 or a domain over
+ * one); NULL is an error. */
 static enum meter_rc ing_i64(const PGresult *res, int row, int col, int64_t *out)
 {
+	const char *p = PQgetvalue(res, row, col);
+
 	if (PQgetisnull(res, row, col))
 		return METER_EINVAL;
-	return parse_int64(PQgetvalue(res, row, col), INT64_MIN, INT64_MAX, out);
+	if (PQfformat(res, col) == 0)
+		return parse_int64(p, INT64_MIN, INT64_MAX, out);
+	switch (PQgetlength(res, row, col)) {
+	case 2:
+		*out = (int16_t)ing_be(p, 2);
+		return METER_OK;
+	case 4:
+		*out = (int32_t)ing_be(p, 4);
+		return METER_OK;
+	case 8:
+		*out = (int64_t)ing_be(p, 8);
+		return METER_OK;
+	default:
+		return METER_EINVAL;
+	}
+}
+
+/* A binary timestamptz (µs since 2000-01-01) to µs since the Unix epoch;
+ * METER_ERANGE for 'infinity' and other instants out of range. */
+static enum meter_rc ing_ts_unix(int64_t *usec)
+{
+	if (*usec <= INT64_MIN + ING_PG_EPOCH_USEC || *usec >= INT64_MAX - ING_PG_EPOCH_USEC)
+		return METER_ERANGE;
+	*usec += ING_PG_EPOCH_USEC;
+	return METER_OK;
 }
 
 static uint64_t ing_hash(const char *s)
@@ -1080,14 +1124,14 @@ static const char SQL_SANDBOXES_CREATE[] =
 #define SQL_METER_READ                                                                             \
 	"SELECT sb.sandbox_id, sb.account_id, COALESCE(sb.key_id, ''), sb.vcpus, sb.memory_mib,"   \
 	" sb.storage_mib, COALESCE(k.time_zone, 'UTC'),"                                           \
-	" (extract(epoch FROM m.last_sampled_at) * 1000000)::bigint,"                              \
+	" m.last_sampled_at,"                                                                      \
 	" m.last_state, m.last_cpu_usec, m.last_memory_mib, m.last_storage_mib, m.last_vcpus,"     \
 	" m.price_version, m.cpu_rem, m.memory_rem, m.storage_rem, m.cpu_cum_micros,"              \
 	" m.memory_cum_micros, m.storage_cum_micros, m.ctid,"                                      \
 	" COALESCE(m.day - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.day_running_usec,"          \
 	" m.day_cpu_used_mcus, m.day_cpu_billed_mcus, m.day_total_micros,"                         \
 	" COALESCE(m.month - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.month_total_micros,"      \
-	" COALESCE((extract(epoch FROM m.day_ends_at) * 1000000)::bigint, " ING_TIME_NONE_SQL ")," \
+	" m.day_ends_at,"                                                                          \
 	" m.xmin"                                                                                  \
 	" FROM unnest($1::text[]) AS q(s)"                                                         \
 	" JOIN sandboxes sb ON sb.sandbox_id = q.s"                                                \
@@ -1637,9 +1681,10 @@ static enum meter_rc ing_read_meters(struct ing_call *c)
 	ing_arrays(c, 1, types);
 	for (size_t i = 0; i < c->nsbx; i++)
 		barr_text(&c->arr[0], c->sbx[i].id);
-	rc = ing_qa(c, c->locking ? "lock sandbox_meter" : "read sandbox_meter",
-		    c->locking ? SQL_METER_LOCK : SQL_METER_UNLOCKED, 1, 0, NULL, PGRES_TUPLES_OK,
-		    &res);
+	/* Binary results: no number formatted and parsed again. */
+	rc = ing_qa_fmt(c, c->locking ? "lock sandbox_meter" : "read sandbox_meter",
+			c->locking ? SQL_METER_LOCK : SQL_METER_UNLOCKED, 1, 0, NULL, 1,
+			PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;
 	n = PQntuples(res);
@@ -1658,6 +1703,9 @@ static enum meter_rc ing_read_meters(struct ing_call *c)
 		for (int k = 7; k < 20; k++)
 			if (k != 8 && ing_i64(res, r, k, &v[k]) != METER_OK)
 				bad = true;
+		/* timestamptz: µs since 2000-01-01 ('infinity' is INT64_MAX). */
+		if (!bad && ing_ts_unix(&v[7]) != METER_OK)
+			bad = true;
 		if (bad ||
 		    sandbox_state_parse(PQgetvalue(res, r, 8), &sb->last.state) != METER_OK) {
 			snprintf(c->err, c->errlen, "sandbox_meter: bad row");
@@ -1676,27 +1724,24 @@ static enum meter_rc ing_read_meters(struct ing_call *c)
 		sb->cum[0] = v[17];
 		sb->cum[1] = v[18];
 		sb->cum[2] = v[19];
-		{
-			unsigned long blk, off;
-			char tail;
-			/* PostgreSQL's own tid text, "(block,offset)".
-			 * NOLINTNEXTLINE(cert-err34-c) */
-			if (sscanf(PQgetvalue(res, r, 20), "(%lu,%lu%c", &blk, &off, &tail) != 3 ||
-			    tail != ')' || blk > UINT32_MAX || off > UINT16_MAX) {
-				snprintf(c->err, c->errlen, "sandbox_meter: bad ctid");
-				rc = METER_EINVAL;
-				goto out;
-			}
-			sb->tid_block = (uint32_t)blk;
-			sb->tid_offset = (uint16_t)off;
+		/* tid: block (4 bytes), offset (2); xid: 4 bytes, unsigned. */
+		if (PQgetlength(res, r, 20) != 6 || PQgetlength(res, r, 29) != 4) {
+			snprintf(c->err, c->errlen, "sandbox_meter: bad ctid or xmin");
+			rc = METER_EINVAL;
+			goto out;
 		}
+		sb->tid_block = (uint32_t)ing_be(PQgetvalue(res, r, 20), 4);
+		sb->tid_offset = (uint16_t)ing_be(PQgetvalue(res, r, 20) + 4, 2);
+		sb->xmin = (uint32_t)ing_be(PQgetvalue(res, r, 29), 4);
 		for (int k = 0; k < 7; k++)
 			if (ing_i64(res, r, 21 + k, &v[k]) != METER_OK)
 				bad = true;
-		if (ing_i64(res, r, 28, &day_end) != METER_OK ||
-		    parse_int64(PQgetvalue(res, r, 29), 0, UINT32_MAX, &v[7]) != METER_OK)
-			bad = true;
-		sb->xmin = (uint32_t)v[7];
+		day_end = ING_TIME_NONE;
+		if (!PQgetisnull(res, r, 28)) {
+			if (ing_i64(res, r, 28, &day_end) != METER_OK ||
+			    ing_ts_unix(&day_end) != METER_OK)
+				bad = true;
+		}
 		if (bad || v[0] < INT32_MIN || v[0] > INT32_MAX || v[5] < INT32_MIN ||
 		    v[5] > INT32_MAX) {
 			snprintf(c->err, c->errlen, "sandbox_meter: bad rollup");

@@ -102,8 +102,9 @@ struct ingest_stats {
 	int64_t newest_sampled_at_usec; /* newest batch's sampled_at, 0 when none */
 	int retries;			/* transactions rolled back and retried */
 	/* Wall time of each phase of the last try, µs (for benchmarks): reads
-	 * and locks, arithmetic in C, the raw samples' COPY, sandbox_meter and
-	 * usage_hourly, meter_ledger_spend and watermarks, COMMIT. */
+	 * (meter rows, events, days), arithmetic in C, the raw samples' COPY,
+	 * sandbox_meter and usage_hourly, the key-day ledger with the holds and
+	 * the watermarks, COMMIT. */
 	int64_t usec_read, usec_compute, usec_samples, usec_state, usec_ledger, usec_commit;
 };
 

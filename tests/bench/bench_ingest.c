@@ -358,11 +358,11 @@ int main(int argc, char **argv)
 	       t_ing, (double)rows / t_ing, total.intervals, total.usage_rows, total.micros);
 	printf("ratio:           %8.1f %% of raw COPY (target >= 50 %%)\n", 100.0 * t_raw / t_ing);
 	printf("ingestion's time:\n");
-	phase("reads, locks (sandbox_meter)", total.usec_read, rows);
+	phase("reads (meter rows, events, days)", total.usec_read, rows);
 	phase("arithmetic (C)", total.usec_compute, rows);
 	phase("raw samples COPY", total.usec_samples, rows);
 	phase("sandbox_meter + usage_hourly", total.usec_state, rows);
-	phase("meter_ledger_spend (holds) + marks", total.usec_ledger, rows);
+	phase("key-day ledger, holds, watermarks", total.usec_ledger, rows);
 	phase("COMMIT", total.usec_commit, rows);
 	if (total.accepted != rows || total.intervals != rows - g.nsbx) {
 		fprintf(stderr, "bench: expected %zu accepted samples, got %" PRIu64 "\n", rows,

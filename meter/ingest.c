@@ -1243,7 +1243,9 @@ static const char SQL_ACCOUNT_HOURLY[] =
  *   1. the key-day rows, created or locked in (account, key, day) order: the
  *      lock order of every writer of holds, each of which takes the rows of
  *      its holds' key-days first; spent grows;
- *   2. the open holds of the spends' sandbox-days, read under those locks;
+ *   2. the open holds of the spends' sandbox-days, read under those locks
+ *      (which cover a hold only when it is under its sandbox's key, as every
+ *      hold the service makes is; another is left to the retry);
  *   3. their consumption, oldest hold first, money beyond them added to the
  *      newest, each update guarded by the consumption read;
  *   4. held shrinks by what the holds covered.
@@ -1262,8 +1264,9 @@ static const char SQL_LEDGER_SPENT[] =
     " SET spent_micros = l.spent_micros + EXCLUDED.spent_micros, updated_at = now()";
 
 static const char SQL_HOLDS_OPEN[] =
-    "SELECT q.i - 1, ho.hold_id, ho.amount_micros, ho.consumed_micros"
-    " FROM unnest($1::text[], $2::text[], $3::date[]) WITH ORDINALITY AS q(a, s, d, i)"
+    "SELECT q.i - 1, ho.hold_id, ho.amount_micros, ho.consumed_micros, ho.key_id = q.k"
+    " FROM unnest($1::text[], $2::text[], $3::date[], $4::text[])"
+    " WITH ORDINALITY AS q(a, s, d, k, i)"
     " JOIN holds ho ON ho.account_id = q.a AND ho.sandbox_id = q.s AND ho.day = q.d"
     " WHERE ho.status = 'open'"
     " ORDER BY q.i, ho.hold_id";
@@ -2447,6 +2450,7 @@ static enum meter_rc ing_group_kdays(struct ing_call *c)
 
 	if (!refs || !ing_grow(&c->kdays, &c->kdays_cap, c->nspend, sizeof(*c->kdays))) {
 		free(refs);
+		snprintf(c->err, c->errlen, "ledger: out of memory");
 		return METER_ENOMEM;
 	}
 	for (size_t i = 0; i < c->nspend; i++) {
@@ -2466,6 +2470,12 @@ static enum meter_rc ing_group_kdays(struct ing_call *c)
 		k = &c->kdays[c->nkdays - 1];
 		sp->kd = (uint32_t)(c->nkdays - 1);
 		sp->covered = 0;
+		if (sp->micros <= 0) { /* ing_add_spend keeps only positive money */
+			free(refs);
+			snprintf(c->err, c->errlen, "ledger: a spend of %" PRId64 " micros",
+				 sp->micros);
+			return METER_EINVAL;
+		}
 		if (money_add(k->spent, sp->micros, &k->spent) != METER_OK) {
 			free(refs);
 			snprintf(c->err, c->errlen, "ledger: a key-day's spend overflows");
@@ -2477,27 +2487,32 @@ static enum meter_rc ing_group_kdays(struct ing_call *c)
 }
 
 /* Reads the open holds of the spends' sandbox-days (ordered by spend, then
- * hold id: oldest first). */
+ * hold id: oldest first). A hold under another key than its sandbox's (no
+ * writer of the service makes one) was not made safe by the ledger rows
+ * locked: METER_ECONFLICT, so that the retry spends through
+ * meter_ledger_spend, which locks the holds it reads. */
 static enum meter_rc ing_read_holds(struct ing_call *c)
 {
-	static const Oid types[3] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR};
+	static const Oid types[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR, OID_TEXT_ARR};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 	int n;
 
-	ing_arrays(c, 3, types);
+	ing_arrays(c, 4, types);
 	for (size_t i = 0; i < c->nspend; i++) {
 		const struct ing_sbx *sb = &c->sbx[c->spend[i].sbx];
 		barr_text(&c->arr[0], sb->account);
 		barr_text(&c->arr[1], sb->id);
 		barr_date(&c->arr[2], c->spend[i].day);
+		barr_text(&c->arr[3], sb->key);
 	}
-	rc = ing_qa(c, "open holds", SQL_HOLDS_OPEN, 3, 0, NULL, PGRES_TUPLES_OK, &res);
+	rc = ing_qa(c, "open holds", SQL_HOLDS_OPEN, 4, 0, NULL, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;
 	n = PQntuples(res);
 	c->nholds = 0;
 	if (!ing_grow(&c->holds, &c->holds_cap, (size_t)n + 1, sizeof(*c->holds))) {
+		snprintf(c->err, c->errlen, "open holds: out of memory");
 		rc = METER_ENOMEM;
 		goto out;
 	}
@@ -2515,6 +2530,14 @@ static enum meter_rc ing_read_holds(struct ing_call *c)
 		}
 		h->spend = (uint32_t)x;
 		h->add = 0;
+		if (strcmp(PQgetvalue(res, i, 4), "t") != 0) {
+			snprintf(c->err, c->errlen,
+				 "holds: a hold of sandbox %s is under another key",
+				 c->sbx[c->spend[x].sbx].id);
+			c->retry = true;
+			rc = METER_ECONFLICT;
+			goto out;
+		}
 	}
 out:
 	PQclear(res);
@@ -2633,7 +2656,8 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 		if (rc == METER_OK)
 			rc = money_add(outrun, sp->micros - sp->covered, &outrun);
 		if (rc == METER_ERANGE)
-			snprintf(c->err, c->errlen, "ledger: a hold's consumption overflows");
+			snprintf(c->err, c->errlen,
+				 "ledger: a hold's consumption or the outrun overflows");
 	}
 	if (rc == METER_OK)
 		rc = ing_write_holds(c);
@@ -2957,6 +2981,7 @@ enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct samp
 			ing_reset_try(&c);
 			c.st.retries++;
 			log_info("ingest: retrying (%s)", err);
+			err[0] = '\0'; /* a failure of this try says why itself */
 		}
 		rc = ing_try(&c);
 		if (rc == METER_OK)

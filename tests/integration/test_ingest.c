@@ -705,6 +705,7 @@ static void test_holds(void)
 	int64_t t0 = T("2026-11-30T00:20:00Z");
 	int64_t billed = 2000 * 60 * SEC, mem = 4096 * 60 * SEC; /* both vCPUs busy 60 s */
 	int64_t cost = micros(billed, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB);
+	struct ingest_stats st;
 	int64_t spent, held;
 
 	fprintf(stderr, "holds consumed\n");
@@ -718,7 +719,8 @@ static void test_holds(void)
 	batch(&b, "h12");
 	add(&b, "s_hold", NULL, t0, 'r', 0, 4096, 0, 2);
 	add(&b, "s_hold", NULL, t0 + 60 * SEC, 'r', 120 * SEC, 4096, 0, 2);
-	run1(&b);
+	st = run1(&b);
+	CHECK_I64(st.retries, 0);
 	CHECK(cost < 2000);
 	spent = q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_hold'");
 	held = q64("SELECT held_micros FROM key_day_ledger WHERE key_id = 'key_hold'");
@@ -730,7 +732,8 @@ static void test_holds(void)
 	 * held stays at 0, committed = spent. */
 	batch(&b, "h12");
 	add(&b, "s_hold", NULL, t0 + 120 * SEC, 'r', 240 * SEC, 4096, 0, 2);
-	run1(&b);
+	st = run1(&b);
+	CHECK_I64(st.retries, 0);
 	CHECK(2 * cost > 2000);
 	spent = q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_hold'");
 	held = q64("SELECT held_micros FROM key_day_ledger WHERE key_id = 'key_hold'");
@@ -817,6 +820,7 @@ static void test_holds_multi(void)
 			add(&b, "s_ma", NULL, t0, 'r', 0, 4096, 0, 2);
 		add(&b, "s_ma", NULL, t0 + round * 60 * SEC, 'r', round * 120 * SEC, 4096, 0, 2);
 		st = run1(&b);
+		CHECK_I64(st.retries, 0); /* the holds were spent in C, not on the retry */
 		/* Round 1 fits in the holds; round 2 outruns them. */
 		CHECK_I64(st.outrun_micros, round == 1 ? 0 : 2 * cost - 1700);
 		CHECK_I64(q64("SELECT count(*) FROM meter_ledger_spend(ARRAY['acct_1'],"
@@ -838,6 +842,39 @@ static void test_holds_multi(void)
 	/* The reference was spent without usage rows: out of the invariants. */
 	exec("DELETE FROM holds WHERE key_id = 'key_mb'");
 	exec("DELETE FROM key_day_ledger WHERE key_id = 'key_mb'");
+}
+
+/* A hold under another key than its sandbox's (no writer of the service
+ * makes one): its key-day's ledger row is not among those ingestion locks,
+ * so the call does not spend it in C but on its retry, through
+ * meter_ledger_spend. */
+static void test_hold_other_key(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	int64_t t0 = T("2026-11-30T03:00:00Z");
+	int64_t billed = 2000 * 60 * SEC, mem = 4096 * 60 * SEC;
+	int64_t cost = micros(billed, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB);
+
+	fprintf(stderr, "a hold under another key\n");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state) VALUES ('acct_1', 's_ok', 'key_ok', 2, 4096, 0, 'running')");
+	exec("INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
+	     " lease_starts_at, lease_ends_at) VALUES ('acct_1', 'key_other', 's_ok', '2026-11-30',"
+	     " 5000, 'open', '2026-11-30T03:00:00Z', '2026-11-30T04:00:00Z')");
+	exec("INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
+	     " VALUES ('acct_1', 'key_other', '2026-11-30', 0, 5000),"
+	     " ('acct_1', 'key_ok', '2026-11-30', 0, 5000)");
+	batch(&b, "h17");
+	add(&b, "s_ok", NULL, t0, 'r', 0, 4096, 0, 2);
+	add(&b, "s_ok", NULL, t0 + 60 * SEC, 'r', 120 * SEC, 4096, 0, 2);
+	st = run1(&b);
+	CHECK_I64(st.retries, 1);
+	CHECK_I64(q64("SELECT consumed_micros FROM holds WHERE sandbox_id = 's_ok'"), cost);
+	CHECK_I64(q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_ok'"), cost);
+	/* meter_ledger_spend's rule: held shrinks on the spending key's day. */
+	CHECK_I64(q64("SELECT held_micros FROM key_day_ledger WHERE key_id = 'key_ok'"),
+		  5000 - cost);
 }
 
 /* Bad samples are refused before anything is written. */
@@ -1116,6 +1153,8 @@ int main(void)
 	     " ('acct_1', 'key_ma', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_mb', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_hc', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 'key_ok', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 'key_other', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_ist', decode(repeat('ab', 32), 'hex'), 'full', 'Asia/Kolkata'),"
 	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'read_only',"
 	     "  'America/New_York')");
@@ -1139,6 +1178,7 @@ int main(void)
 	test_unattributed();
 	test_holds();
 	test_holds_multi();
+	test_hold_other_key();
 	test_bad_input();
 	test_concurrent(db.url);
 	test_meter_changed(db.url);

@@ -3,11 +3,14 @@
  * One call to ingest_batches() writes, in ONE transaction: the raw samples
  * (partitioned table samples), the sandboxes' hourly usage and money
  * (usage_hourly), the key-day spend with consumption of open holds
- * (meter_ledger_spend, sql/0002_ledger.sql), each sandbox's collector state
+ * (meter_ledger_spend's rules, sql/0008_ledger_spend.sql, applied in C; the
+ * function itself after a conflict), each sandbox's collector state
  * (sandbox_meter: last sample = the dedupe watermark, price version, money
  * carries, cumulative money) and the per-host watermark (ingest_watermarks).
  * Rows go in batched: binary COPY into the samples table, binary array
- * parameters expanded by unnest() for the rest; never a round trip per row.
+ * parameters expanded by unnest() for the rest (the meter and usage rows as
+ * arrays of row types, sql/0009_ingest_rows.sql); never a round trip per
+ * row.
  *
  * Rules:
  * - Per sandbox, samples are taken in time order; one at or before
@@ -39,8 +42,12 @@
  *   the sandbox row; a row created by ingestion gets vcpus =
  *   opts.default_vcpus (the host's CPU count) when unknown, memory and
  *   storage 0.
- * - Lock order: sandbox_meter rows, then meter_ledger_spend (ledger rows,
- *   then holds). api_keys and sandboxes rows are never locked FOR UPDATE.
+ * - Lock order: sandbox_meter rows, then the key-day ledger rows (in
+ *   (account, key, day) order), then holds. api_keys and sandboxes rows are
+ *   never locked FOR UPDATE. The open holds are read under their key-day's
+ *   ledger lock (every writer of holds takes it first) and each hold's
+ *   update is guarded by the consumption read: a short count rolls back and
+ *   retries, spending through meter_ledger_spend.
  *   The meter rows are read without a lock and updated only where the
  *   version read (ctid and xmin) is still current; a row another
  *   transaction metered meanwhile makes the count short, and the call is

@@ -744,6 +744,39 @@ static void test_holds(void)
 			    " FROM holds WHERE key_id = 'key_hold' AND status = 'open'"));
 }
 
+/* The money of one minute of a sandbox of 2 vCPUs, both busy, and 4 GiB. */
+static int64_t busy_minute_micros(void)
+{
+	return micros((__int128)2000 * 60 * SEC, 25000, DIV_CPU) +
+	       micros((__int128)4096 * 60 * SEC, 7500, DIV_MIB);
+}
+
+/* Sandbox sbx of key (2 vCPUs, 4 GiB) with one open hold of 5,000 on
+ * 2026-11-30 under hold_key, its lease from..to, and hold_key's ledger row
+ * of the day holding it. */
+static void one_hold(const char *sbx, const char *key, const char *hold_key, const char *from,
+		     const char *to)
+{
+	char sql[1024];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		 " storage_mib, state) VALUES ('acct_1', '%s', '%s', 2, 4096, 0, 'running')",
+		 sbx, key);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
+		 " lease_starts_at, lease_ends_at) VALUES ('acct_1', '%s', '%s', '2026-11-30',"
+		 " 5000, 'open', '%s', '%s')",
+		 hold_key, sbx, from, to);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
+		 " VALUES ('acct_1', '%s', '2026-11-30', 0, 5000)",
+		 hold_key);
+	exec(sql);
+}
+
 /* The holds of sandbox sbx, oldest first, and the ledger of key on
  * 2026-11-30, as text: "consumed/status,... held H spent S". */
 static void holds_of(const char *sbx, const char *key, char *out, size_t len)
@@ -806,8 +839,7 @@ static void test_holds_multi(void)
 	struct sample_batch b;
 	struct ingest_stats st;
 	int64_t t0 = T("2026-11-30T01:00:00Z");
-	int64_t billed = 2000 * 60 * SEC, mem = 4096 * 60 * SEC; /* both vCPUs busy 60 s */
-	int64_t cost = micros(billed, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB);
+	int64_t cost = busy_minute_micros();
 	char got[256], want[256];
 
 	fprintf(stderr, "several holds on one sandbox-day\n");
@@ -853,18 +885,13 @@ static void test_hold_other_key(void)
 	struct sample_batch b;
 	struct ingest_stats st;
 	int64_t t0 = T("2026-11-30T03:00:00Z");
-	int64_t billed = 2000 * 60 * SEC, mem = 4096 * 60 * SEC;
-	int64_t cost = micros(billed, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB);
+	int64_t cost = busy_minute_micros();
 
 	fprintf(stderr, "a hold under another key\n");
-	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-	     " storage_mib, state) VALUES ('acct_1', 's_ok', 'key_ok', 2, 4096, 0, 'running')");
-	exec("INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
-	     " lease_starts_at, lease_ends_at) VALUES ('acct_1', 'key_other', 's_ok', '2026-11-30',"
-	     " 5000, 'open', '2026-11-30T03:00:00Z', '2026-11-30T04:00:00Z')");
+	one_hold("s_ok", "key_ok", "key_other", "2026-11-30T03:00:00Z", "2026-11-30T04:00:00Z");
+	/* meter_ledger_spend takes held from the spending key's day. */
 	exec("INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
-	     " VALUES ('acct_1', 'key_other', '2026-11-30', 0, 5000),"
-	     " ('acct_1', 'key_ok', '2026-11-30', 0, 5000)");
+	     " VALUES ('acct_1', 'key_ok', '2026-11-30', 0, 5000)");
 	batch(&b, "h17");
 	add(&b, "s_ok", NULL, t0, 'r', 0, 4096, 0, 2);
 	add(&b, "s_ok", NULL, t0 + 60 * SEC, 'r', 120 * SEC, 4096, 0, 2);
@@ -989,6 +1016,30 @@ static bool await_lock(int pid, const char *pattern)
 	return false;
 }
 
+/* Ingests b on a connection of its own while other (in a transaction that
+ * holds a row the call needs) waits until the call waits on that row in a
+ * statement like pattern, then commits: the call meets the row changed
+ * between its read and its write. Fills r; closes other. */
+static void race_past(const char *url, struct sample_batch *b, PGconn *other, const char *pattern,
+		      struct racer *r)
+{
+	pthread_t t;
+	pthread_barrier_t go;
+
+	pthread_barrier_init(&go, NULL, 2);
+	memset(r, 0, sizeof(*r));
+	r->url = url;
+	r->b = b;
+	r->go = &go;
+	CHECK_I64(pthread_create(&t, NULL, race, r), 0);
+	pthread_barrier_wait(&go);
+	CHECK(await_lock(r->pid, pattern));
+	exec_on(other, "COMMIT");
+	pthread_join(t, NULL);
+	pthread_barrier_destroy(&go);
+	PQfinish(other);
+}
+
 /* A meter row changed by another transaction between the call's read (no
  * lock) and its update: the update skips the row, the call rolls back and
  * is retried with the rows locked; nothing lost, nothing counted twice. The
@@ -997,8 +1048,6 @@ static void test_meter_changed(const char *url)
 {
 	struct sample_batch b;
 	struct racer r;
-	pthread_t t;
-	pthread_barrier_t go;
 	PGconn *other = NULL;
 	char err[512];
 	int64_t t0 = T("2026-11-30T00:40:00Z");
@@ -1014,18 +1063,7 @@ static void test_meter_changed(const char *url)
 		snprintf(id, sizeof(id), "s_race_%d", i);
 		add(&b, id, "key_a", t0 + 30 * SEC, 'r', 4 * SEC, 256, 0, 1);
 	}
-	pthread_barrier_init(&go, NULL, 2);
-	memset(&r, 0, sizeof(r));
-	r.url = url;
-	r.b = &b;
-	r.go = &go;
-	CHECK_I64(pthread_create(&t, NULL, race, &r), 0);
-	pthread_barrier_wait(&go);
-	CHECK(await_lock(r.pid, "UPDATE sandbox_meter %"));
-	exec_on(other, "COMMIT");
-	pthread_join(t, NULL);
-	pthread_barrier_destroy(&go);
-	PQfinish(other);
+	race_past(url, &b, other, "UPDATE sandbox_meter %", &r);
 	CHECK_I64(r.rc, METER_OK);
 	CHECK_I64(r.st.accepted, 20);
 	CHECK_I64(r.st.retries, 1);
@@ -1048,22 +1086,13 @@ static void test_hold_changed(const char *url)
 {
 	struct sample_batch b;
 	struct racer r;
-	pthread_t t;
-	pthread_barrier_t go;
 	PGconn *other = NULL;
 	char err[512];
 	int64_t t0 = T("2026-11-30T02:00:00Z");
-	int64_t billed = 2000 * 60 * SEC, mem = 4096 * 60 * SEC;
-	int64_t cost = micros(billed, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB);
+	int64_t cost = busy_minute_micros();
 
 	fprintf(stderr, "hold changed between read and update\n");
-	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-	     " storage_mib, state) VALUES ('acct_1', 's_hc', 'key_hc', 2, 4096, 0, 'running')");
-	exec("INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
-	     " lease_starts_at, lease_ends_at) VALUES ('acct_1', 'key_hc', 's_hc', '2026-11-30',"
-	     " 5000, 'open', '2026-11-30T02:00:00Z', '2026-11-30T03:00:00Z')");
-	exec("INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
-	     " VALUES ('acct_1', 'key_hc', '2026-11-30', 0, 5000)");
+	one_hold("s_hc", "key_hc", "key_hc", "2026-11-30T02:00:00Z", "2026-11-30T03:00:00Z");
 	batch(&b, "h16");
 	add(&b, "s_hc", NULL, t0, 'r', 0, 4096, 0, 2);
 	run1(&b);
@@ -1073,18 +1102,7 @@ static void test_hold_changed(const char *url)
 		       " WHERE sandbox_id = 's_hc'");
 	batch(&b, "h16");
 	add(&b, "s_hc", NULL, t0 + 60 * SEC, 'r', 120 * SEC, 4096, 0, 2);
-	pthread_barrier_init(&go, NULL, 2);
-	memset(&r, 0, sizeof(r));
-	r.url = url;
-	r.b = &b;
-	r.go = &go;
-	CHECK_I64(pthread_create(&t, NULL, race, &r), 0);
-	pthread_barrier_wait(&go);
-	CHECK(await_lock(r.pid, "UPDATE holds %"));
-	exec_on(other, "COMMIT");
-	pthread_join(t, NULL);
-	pthread_barrier_destroy(&go);
-	PQfinish(other);
+	race_past(url, &b, other, "UPDATE holds %", &r);
 	CHECK_I64(r.rc, METER_OK);
 	CHECK_I64(r.st.retries, 1);
 	CHECK(cost > 1000);

@@ -292,6 +292,7 @@ static void arr_close(struct ing_buf *b)
  * without parsing text. Header: ndim, has-null flag, element type, then
  * length and lower bound of the one dimension; elements as in binary COPY. */
 #define OID_INT8	20
+#define OID_INT2	21
 #define OID_INT4	23
 #define OID_TEXT	25
 #define OID_DATE	1082
@@ -865,37 +866,46 @@ static uint64_t ing_be(const char *p, int n)
 }
 
 /* An integer column, text or binary (int2, int4, int8 or a domain over
- * one); NULL is an error. */
+ * one: PostgreSQL describes a domain by its base type); NULL or another
+ * type is an error. */
 static enum meter_rc ing_i64(const PGresult *res, int row, int col, int64_t *out)
 {
 	const char *p = PQgetvalue(res, row, col);
+	int len = PQgetlength(res, row, col);
 
 	if (PQgetisnull(res, row, col))
 		return METER_EINVAL;
 	if (PQfformat(res, col) == 0)
 		return parse_int64(p, INT64_MIN, INT64_MAX, out);
-	switch (PQgetlength(res, row, col)) {
-	case 2:
+	switch (PQftype(res, col)) {
+	case OID_INT2:
 		*out = (int16_t)ing_be(p, 2);
-		return METER_OK;
-	case 4:
+		return len == 2 ? METER_OK : METER_EINVAL;
+	case OID_INT4:
 		*out = (int32_t)ing_be(p, 4);
-		return METER_OK;
-	case 8:
+		return len == 4 ? METER_OK : METER_EINVAL;
+	case OID_INT8:
 		*out = (int64_t)ing_be(p, 8);
-		return METER_OK;
+		return len == 8 ? METER_OK : METER_EINVAL;
 	default:
 		return METER_EINVAL;
 	}
 }
 
-/* A binary timestamptz (µs since 2000-01-01) to µs since the Unix epoch;
- * METER_ERANGE for 'infinity' and other instants out of range. */
-static enum meter_rc ing_ts_unix(int64_t *usec)
+/* A binary timestamptz column (µs since 2000-01-01) as µs since the Unix
+ * epoch; NULL, another type, 'infinity' and instants out of range are
+ * errors. */
+static enum meter_rc ing_ts(const PGresult *res, int row, int col, int64_t *usec)
 {
-	if (*usec <= INT64_MIN + ING_PG_EPOCH_USEC || *usec >= INT64_MAX - ING_PG_EPOCH_USEC)
+	int64_t v;
+
+	if (PQgetisnull(res, row, col) || PQfformat(res, col) != 1 ||
+	    PQftype(res, col) != OID_TIMESTAMPTZ || PQgetlength(res, row, col) != 8)
+		return METER_EINVAL;
+	v = (int64_t)ing_be(PQgetvalue(res, row, col), 8);
+	if (v <= INT64_MIN + ING_PG_EPOCH_USEC || v >= INT64_MAX - ING_PG_EPOCH_USEC)
 		return METER_ERANGE;
-	*usec += ING_PG_EPOCH_USEC;
+	*usec = v + ING_PG_EPOCH_USEC;
 	return METER_OK;
 }
 
@@ -1703,11 +1713,10 @@ static enum meter_rc ing_read_meters(struct ing_call *c)
 		rc = ing_take_sandbox(c, sb, res, r);
 		if (rc != METER_OK)
 			goto out;
-		for (int k = 7; k < 20; k++)
-			if (k != 8 && ing_i64(res, r, k, &v[k]) != METER_OK)
+		for (int k = 9; k < 20; k++)
+			if (ing_i64(res, r, k, &v[k]) != METER_OK)
 				bad = true;
-		/* timestamptz: µs since 2000-01-01 ('infinity' is INT64_MAX). */
-		if (!bad && ing_ts_unix(&v[7]) != METER_OK)
+		if (ing_ts(res, r, 7, &v[7]) != METER_OK)
 			bad = true;
 		if (bad ||
 		    sandbox_state_parse(PQgetvalue(res, r, 8), &sb->last.state) != METER_OK) {
@@ -1741,8 +1750,7 @@ static enum meter_rc ing_read_meters(struct ing_call *c)
 				bad = true;
 		day_end = ING_TIME_NONE;
 		if (!PQgetisnull(res, r, 28)) {
-			if (ing_i64(res, r, 28, &day_end) != METER_OK ||
-			    ing_ts_unix(&day_end) != METER_OK)
+			if (ing_ts(res, r, 28, &day_end) != METER_OK)
 				bad = true;
 		}
 		if (bad || v[0] < INT32_MIN || v[0] > INT32_MAX || v[5] < INT32_MIN ||

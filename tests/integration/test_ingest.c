@@ -1023,8 +1023,8 @@ static bool await_lock(int pid, const char *pattern)
 static void race_past(const char *url, struct sample_batch *b, PGconn *other, const char *pattern,
 		      struct racer *r)
 {
+	static pthread_barrier_t go; /* r keeps its address; one race at a time */
 	pthread_t t;
-	pthread_barrier_t go;
 
 	pthread_barrier_init(&go, NULL, 2);
 	memset(r, 0, sizeof(*r));
@@ -1037,6 +1037,7 @@ static void race_past(const char *url, struct sample_batch *b, PGconn *other, co
 	exec_on(other, "COMMIT");
 	pthread_join(t, NULL);
 	pthread_barrier_destroy(&go);
+	r->go = NULL;
 	PQfinish(other);
 }
 

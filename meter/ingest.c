@@ -2776,6 +2776,47 @@ static void ing_lap(int64_t *mark, int64_t *acc)
 }
 
 /* One try of the whole transaction. */
+/* Runs step fn of a try; a failure that wrote no message of its own is
+ * named by the step: "<name>: <what the code means>". */
+static enum meter_rc ing_step(struct ing_call *c, const char *name,
+			      enum meter_rc (*fn)(struct ing_call *c))
+{
+	enum meter_rc rc;
+
+	c->err[0] = '\0';
+	rc = fn(c);
+	if (rc != METER_OK && !c->err[0])
+		snprintf(c->err, c->errlen, "%s: %s", name, meter_rc_str(rc));
+	return rc;
+}
+
+/* The sandboxes rows of the call's sandboxes that have no meter row. */
+static enum meter_rc ing_load_missing(struct ing_call *c)
+{
+	return ing_load_sandboxes(c, true);
+}
+
+/* The arithmetic of every sandbox, in C, and the samples' COPY buffer. */
+static enum meter_rc ing_compute(struct ing_call *c)
+{
+	enum meter_rc rc;
+
+	buf_reset(&c->samples);
+	copy_header(&c->samples);
+	for (uint32_t x = 0; x < c->nsbx; x++) {
+		rc = ing_sandbox(c, x);
+		if (rc != METER_OK)
+			return rc;
+	}
+	copy_trailer(&c->samples);
+	return c->samples.oom ? METER_ENOMEM : METER_OK;
+}
+
+static enum meter_rc ing_write_samples(struct ing_call *c)
+{
+	return ing_copy(c, "copy samples", SQL_SAMPLES_COPY, &c->samples);
+}
+
 static enum meter_rc ing_try(struct ing_call *c)
 {
 	enum meter_rc rc;
@@ -2789,47 +2830,36 @@ static enum meter_rc ing_try(struct ing_call *c)
 		return METER_EDB;
 	}
 	PQclear(res);
-	rc = ing_load_prices(c);
+	rc = ing_step(c, "price book", ing_load_prices);
 	if (rc == METER_OK)
-		rc = ing_read_meters(c);
+		rc = ing_step(c, "sandbox_meter", ing_read_meters);
 	if (rc == METER_OK)
-		rc = ing_load_sandboxes(c, true);
+		rc = ing_step(c, "sandboxes", ing_load_missing);
 	if (rc == METER_OK)
-		rc = ing_create_sandboxes(c);
+		rc = ing_step(c, "new sandboxes", ing_create_sandboxes);
 	if (rc == METER_OK)
-		rc = ing_load_events(c);
+		rc = ing_step(c, "lifecycle events", ing_load_events);
 	if (rc == METER_OK)
-		rc = ing_load_days(c);
+		rc = ing_step(c, "day starts", ing_load_days);
 	if (rc != METER_OK)
 		return rc;
 	ing_lap(&mark, &c->st.usec_read);
-
-	buf_reset(&c->samples);
-	copy_header(&c->samples);
-	for (uint32_t x = 0; x < c->nsbx; x++) {
-		rc = ing_sandbox(c, x);
-		if (rc != METER_OK) {
-			if (rc == METER_ENOMEM)
-				snprintf(c->err, c->errlen, "out of memory");
-			return rc;
-		}
-	}
-	copy_trailer(&c->samples);
-	if (c->samples.oom)
-		return METER_ENOMEM;
+	rc = ing_step(c, "usage", ing_compute);
+	if (rc != METER_OK)
+		return rc;
 	ing_lap(&mark, &c->st.usec_compute);
 	if (c->st.accepted > 0) {
-		rc = ing_copy(c, "copy samples", SQL_SAMPLES_COPY, &c->samples);
+		rc = ing_step(c, "samples", ing_write_samples);
 		ing_lap(&mark, &c->st.usec_samples);
 		if (rc == METER_OK)
-			rc = ing_write_meters(c);
+			rc = ing_step(c, "sandbox_meter", ing_write_meters);
 		if (rc == METER_OK)
-			rc = ing_write_usage(c);
+			rc = ing_step(c, "usage_hourly", ing_write_usage);
 		ing_lap(&mark, &c->st.usec_state);
 		if (rc == METER_OK)
-			rc = ing_write_ledger(c);
+			rc = ing_step(c, "ledger", ing_write_ledger);
 		if (rc == METER_OK)
-			rc = ing_write_watermarks(c);
+			rc = ing_step(c, "ingest_watermarks", ing_write_watermarks);
 		ing_lap(&mark, &c->st.usec_ledger);
 		if (rc != METER_OK)
 			return rc;

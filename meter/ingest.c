@@ -2571,12 +2571,35 @@ static enum meter_rc ing_consume(struct ing_spend *sp, struct ing_hold *h, size_
 	return METER_OK;
 }
 
+/* The key-days as array parameters (account, key, day, amount): with
+ * covered, each one's covered money, those with none left out; else each
+ * one's spent. Returns how many. */
+static size_t ing_kdays_param(struct ing_call *c, bool covered)
+{
+	static const Oid types[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR, OID_INT8_ARR};
+	size_t n = 0;
+
+	ing_arrays(c, 4, types);
+	for (size_t k = 0; k < c->nkdays; k++) {
+		const struct ing_kday *d = &c->kdays[k];
+		const struct ing_spend *sp = &c->spend[d->spend];
+		const struct ing_sbx *sb = &c->sbx[sp->sbx];
+		if (covered && d->covered == 0)
+			continue;
+		barr_text(&c->arr[0], sb->account);
+		barr_text(&c->arr[1], sb->key);
+		barr_date(&c->arr[2], sp->day);
+		barr_i64(&c->arr[3], covered ? d->covered : d->spent);
+		n++;
+	}
+	return n;
+}
+
 /* Writes the holds' consumption and the key-days' held (steps 3 and 4);
  * METER_ECONFLICT when a hold changed since it was read. */
 static enum meter_rc ing_write_holds(struct ing_call *c)
 {
 	static const Oid htypes[4] = {OID_TEXT_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR};
-	static const Oid ktypes[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR, OID_INT8_ARR};
 	PGresult *res = NULL;
 	int64_t want = 0, got;
 	enum meter_rc rc;
@@ -2606,21 +2629,7 @@ static enum meter_rc ing_write_holds(struct ing_call *c)
 			return METER_ECONFLICT;
 		}
 	}
-	want = 0;
-	ing_arrays(c, 4, ktypes);
-	for (size_t k = 0; k < c->nkdays; k++) {
-		const struct ing_kday *d = &c->kdays[k];
-		const struct ing_spend *sp = &c->spend[d->spend];
-		const struct ing_sbx *sb = &c->sbx[sp->sbx];
-		if (d->covered == 0)
-			continue;
-		barr_text(&c->arr[0], sb->account);
-		barr_text(&c->arr[1], sb->key);
-		barr_date(&c->arr[2], sp->day);
-		barr_i64(&c->arr[3], d->covered);
-		want++;
-	}
-	if (want == 0)
+	if (ing_kdays_param(c, true) == 0)
 		return METER_OK;
 	return ing_qa(c, "ledger held", SQL_LEDGER_HELD, 4, 0, NULL, PGRES_COMMAND_OK, NULL);
 }
@@ -2629,7 +2638,6 @@ static enum meter_rc ing_write_holds(struct ing_call *c)
  * SQL_LEDGER_SPENT). */
 static enum meter_rc ing_write_ledger(struct ing_call *c)
 {
-	static const Oid types[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR, OID_INT8_ARR};
 	enum meter_rc rc;
 	int64_t outrun = 0;
 
@@ -2640,15 +2648,7 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 	rc = ing_group_kdays(c);
 	if (rc != METER_OK)
 		return rc;
-	ing_arrays(c, 4, types);
-	for (size_t k = 0; k < c->nkdays; k++) {
-		const struct ing_spend *sp = &c->spend[c->kdays[k].spend];
-		const struct ing_sbx *sb = &c->sbx[sp->sbx];
-		barr_text(&c->arr[0], sb->account);
-		barr_text(&c->arr[1], sb->key);
-		barr_date(&c->arr[2], sp->day);
-		barr_i64(&c->arr[3], c->kdays[k].spent);
-	}
+	ing_kdays_param(c, false);
 	rc = ing_qa(c, "ledger spent", SQL_LEDGER_SPENT, 4, 0, NULL, PGRES_COMMAND_OK, NULL);
 	if (rc == METER_OK)
 		rc = ing_read_holds(c);

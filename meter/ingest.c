@@ -291,18 +291,19 @@ static void arr_close(struct ing_buf *b)
 /* Binary array parameters (array_recv's format): the server reads them
  * without parsing text. Header: ndim, has-null flag, element type, then
  * length and lower bound of the one dimension; elements as in binary COPY. */
-#define OID_INT8	20
-#define OID_INT2	21
-#define OID_INT4	23
-#define OID_TEXT	25
-#define OID_DATE	1082
-#define OID_TIMESTAMPTZ 1184
-#define OID_TID		27
-#define OID_XID		28
-#define OID_TEXT_ARR	1009
-#define OID_INT8_ARR	1016
-#define OID_DATE_ARR	1182
-#define ING_NARR	5 /* the most array parameters of one statement (the ledger) */
+#define OID_INT8	    20
+#define OID_INT2	    21
+#define OID_INT4	    23
+#define OID_TEXT	    25
+#define OID_DATE	    1082
+#define OID_TIMESTAMPTZ	    1184
+#define OID_TID		    27
+#define OID_XID		    28
+#define OID_TEXT_ARR	    1009
+#define OID_INT8_ARR	    1016
+#define OID_DATE_ARR	    1182
+#define OID_TIMESTAMPTZ_ARR 1185
+#define ING_NARR	    5 /* the most array parameters of one statement (the ledger) */
 
 struct ing_barr {
 	struct ing_buf b;
@@ -350,6 +351,12 @@ static void barr_i64(struct ing_barr *a, int64_t v)
 static void barr_date(struct ing_barr *a, int32_t day)
 {
 	copy_date(&a->b, day);
+	a->n++;
+}
+
+static void barr_ts(struct ing_barr *a, int64_t usec)
+{
+	copy_ts(&a->b, usec);
 	a->n++;
 }
 
@@ -751,6 +758,9 @@ static void ing_arrays(struct ing_call *c, int n, const Oid *types)
 			break;
 		case OID_DATE_ARR:
 			elem = OID_DATE;
+			break;
+		case OID_TIMESTAMPTZ_ARR:
+			elem = OID_TIMESTAMPTZ;
 			break;
 		default:
 			break;
@@ -1238,13 +1248,14 @@ static const char SQL_USAGE_INSERT[] =
     " s.mmi, s.smi, s.tm, s.cc, s.mc, s.sc FROM" ING_USAGE_UNNEST
     " ON CONFLICT ON CONSTRAINT usage_hourly_pkey DO NOTHING";
 
-/* The call's money per account and UTC hour added to the overview's rollup,
- * from the usage rows' parameter; rows in key order, so concurrent
- * ingestion locks them in one order. */
+/* The call's money per account and UTC hour added to the overview's rollup:
+ * the sums are made in C (ing_write_account_hourly), so the usage rows are
+ * not sent and expanded a second time; rows in (account, hour) order, so
+ * concurrent ingestion locks them in one order. */
 static const char SQL_ACCOUNT_HOURLY[] =
     "INSERT INTO usage_account_hourly AS h (account_id, hour, total_micros)"
-    " SELECT s.a, s.hour, sum(s.tm) FROM" ING_USAGE_UNNEST
-    " GROUP BY s.a, s.hour ORDER BY s.a, s.hour"
+    " SELECT q.a, q.h, q.m FROM unnest($1::text[], $2::timestamptz[], $3::bigint[]) AS q(a, h, m)"
+    " ORDER BY q.a, q.h"
     " ON CONFLICT (account_id, hour) DO UPDATE SET"
     " total_micros = h.total_micros + EXCLUDED.total_micros";
 
@@ -2350,6 +2361,65 @@ static enum meter_rc ing_write_meters(struct ing_call *c)
 	return METER_OK;
 }
 
+/* A usage row's place in the account-hour sums. */
+struct ing_ahour {
+	const char *account;
+	int64_t hour;
+	int64_t micros;
+};
+
+static int ing_ahour_cmp(const void *x, const void *y)
+{
+	const struct ing_ahour *a = x, *b = y;
+	int r = strcmp(a->account, b->account);
+
+	if (r == 0)
+		r = (a->hour > b->hour) - (a->hour < b->hour);
+	return r;
+}
+
+/* Adds the call's money per account and UTC hour to usage_account_hourly:
+ * the same sums as its usage rows (an hour with no money still gets its
+ * row, as usage_hourly does). */
+static enum meter_rc ing_write_account_hourly(struct ing_call *c)
+{
+	static const Oid types[3] = {OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR, OID_INT8_ARR};
+	struct ing_ahour *v = calloc(c->nrows, sizeof(*v));
+	size_t n = 0;
+	enum meter_rc rc;
+
+	if (!v) {
+		snprintf(c->err, c->errlen, "usage_account_hourly: out of memory");
+		return METER_ENOMEM;
+	}
+	for (size_t i = 0; i < c->nrows; i++)
+		v[i] = (struct ing_ahour){c->sbx[c->rows[i].sbx].account, c->rows[i].hour,
+					  c->rows[i].c.total_micros};
+	qsort(v, c->nrows, sizeof(*v), ing_ahour_cmp);
+	for (size_t i = 0; i < c->nrows; i++) {
+		if (n > 0 && ing_ahour_cmp(&v[n - 1], &v[i]) == 0) {
+			if (money_add(v[n - 1].micros, v[i].micros, &v[n - 1].micros) != METER_OK) {
+				free(v);
+				snprintf(c->err, c->errlen,
+					 "usage_account_hourly: an hour's money overflows");
+				return METER_ERANGE;
+			}
+			continue;
+		}
+		v[n++] = v[i];
+	}
+	ing_arrays(c, 3, types);
+	for (size_t i = 0; i < n; i++) {
+		barr_text(&c->arr[0], v[i].account);
+		barr_ts(&c->arr[1], v[i].hour);
+		barr_i64(&c->arr[2], v[i].micros);
+	}
+	free(v);
+	rc = ing_qa(c, "usage_account_hourly", SQL_ACCOUNT_HOURLY, 3, 0, NULL, PGRES_COMMAND_OK,
+		    NULL);
+	return rc;
+}
+
 /* Adds the call's usage rows to usage_hourly: an UPDATE of the rows that
  * exist, then an INSERT of the others when some did not. */
 static enum meter_rc ing_write_usage(struct ing_call *c)
@@ -2400,8 +2470,7 @@ static enum meter_rc ing_write_usage(struct ing_call *c)
 	if ((size_t)updated != c->nrows)
 		rc = ing_qrows(c, "insert usage_hourly", SQL_USAGE_INSERT, PGRES_COMMAND_OK, NULL);
 	if (rc == METER_OK)
-		rc = ing_qrows(c, "usage_account_hourly", SQL_ACCOUNT_HOURLY, PGRES_COMMAND_OK,
-			       NULL);
+		rc = ing_write_account_hourly(c);
 	return rc;
 }
 

@@ -16,13 +16,26 @@
 #define SAMPLES_POOL_WAIT_MS 5000
 
 /* One ingest object for every request of the process: its caches (day
- * starts per zone, sample partitions) are shared and locked inside. */
+ * starts per zone, sample partitions, meter rows) are shared and locked
+ * inside. Made by the first request, with the configuration's cache size. */
 static struct ingest *samples_ing;
-static pthread_once_t samples_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t samples_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void samples_init(void)
+/* The process's ingest object; NULL when out of memory. */
+static struct ingest *samples_ingest(const struct meter_config *cfg)
 {
-	samples_ing = ingest_new(NULL);
+	struct ingest *ing;
+
+	pthread_mutex_lock(&samples_mu);
+	if (!samples_ing) {
+		struct ingest_opts o;
+		ingest_opts_init(&o);
+		o.cache_sandboxes = (size_t)cfg->ingest_cache_sandboxes;
+		samples_ing = ingest_new(&o);
+	}
+	ing = samples_ing;
+	pthread_mutex_unlock(&samples_mu);
+	return ing;
 }
 
 static int64_t samples_now_usec(void)
@@ -52,6 +65,7 @@ void h_samples_push(struct http_req *req)
 {
 	struct sample_batch b;
 	struct ingest_stats st;
+	struct ingest *ing;
 	char err[512];
 	PGconn *conn = NULL;
 	enum meter_rc rc;
@@ -66,8 +80,8 @@ void h_samples_push(struct http_req *req)
 		samples_bad(req, err);
 		goto out;
 	}
-	pthread_once(&samples_once, samples_init);
-	if (!samples_ing) {
+	ing = samples_ingest(req->app->cfg);
+	if (!ing) {
 		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 		goto out;
 	}
@@ -75,7 +89,7 @@ void h_samples_push(struct http_req *req)
 		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
 		goto out;
 	}
-	rc = ingest_batches(samples_ing, conn, &b, 1, &st, err, sizeof(err));
+	rc = ingest_batches(ing, conn, &b, 1, &st, err, sizeof(err));
 	db_pool_release(req->app->pool, conn, db_conn_failed(conn));
 	switch (rc) {
 	case METER_OK:

@@ -125,7 +125,10 @@ int main(int argc, char **argv)
 					    .agents_file = cfg.agents_file,
 					    .agent_timeout_ms = cfg.agent_timeout_ms,
 					    .backlog_max = cfg.collector_backlog_max,
-					    .connections = cfg.collector_connections};
+					    .connections = cfg.collector_connections,
+					    .cache_sandboxes = cfg.ingest_cache_sandboxes > 0
+								   ? cfg.ingest_cache_sandboxes
+								   : -1};
 		char host[256] = "", host_id[sizeof(cfg.host_id)];
 
 		if (cfg.host_id[0])

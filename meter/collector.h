@@ -49,6 +49,9 @@ struct collector_opts {
 	int64_t agent_timeout_ms;
 	int64_t backlog_max; /* samples kept across a database outage */
 	int64_t connections; /* 1-16 (< 1 is 1): ingestion transactions at once */
+	/* Sandboxes whose meter row ingestion caches between calls: < 0 none,
+	 * 0 INGEST_CACHE_DEFAULT. */
+	int64_t cache_sandboxes;
 };
 
 struct collector;

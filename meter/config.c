@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ingest.h"
 #include "log.h"
 #include "parse.h"
 
@@ -93,6 +94,8 @@ static const struct opt opts[] = {
 	    "samples kept while the database is down (older rounds are dropped)"),
     INT_OPT("collector_connections", collector_connections, 1, 16,
 	    "PostgreSQL connections the collector ingests over at once (hosts split among them)"),
+    INT_OPT("ingest_cache_sandboxes", ingest_cache_sandboxes, 0, 100000000,
+	    "sandboxes whose meter row ingestion keeps between calls (0: none)"),
 };
 
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -116,6 +119,7 @@ void config_init(struct meter_config *cfg)
 	cfg->agent_timeout_ms = 2000;
 	cfg->collector_backlog_max = 1000000;
 	cfg->collector_connections = 2;
+	cfg->ingest_cache_sandboxes = INGEST_CACHE_DEFAULT;
 	cfg->clock_offset_s = 0;
 }
 

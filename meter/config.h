@@ -47,6 +47,7 @@ struct meter_config {
 	int64_t agent_timeout_ms;	  /* per agent request */
 	int64_t collector_backlog_max;	  /* samples kept while the database is down */
 	int64_t collector_connections;	  /* ingestion connections, hosts split among them */
+	int64_t ingest_cache_sandboxes;	  /* meter rows ingestion keeps between calls; 0 = none */
 };
 
 /* Fills cfg with the defaults. */

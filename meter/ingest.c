@@ -52,7 +52,9 @@
 #define ING_VERSION_NONE  (-1)
 #define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
 #define ING_DAY_NONE_SQL  "-2147483648"
-#define ING_TIME_NONE	  INT64_MIN /* no instant */
+#define ING_TIME_NONE	  INT64_MIN	   /* no instant */
+#define ING_CACHE_MAX	  (UINT32_MAX / 4) /* cache_sandboxes at most */
+#define ING_CZONES_MAX	  4096		   /* zone names the cache refers to */
 
 /* Cached day starts of one zone: start[i] is when day d0 + i begins. */
 struct ing_zone {
@@ -65,6 +67,8 @@ struct ing_zone {
 	int64_t lo, hi;
 };
 
+struct ing_cached;
+
 struct ingest {
 	struct ingest_opts opts;
 	pthread_mutex_t mu; /* guards everything below */
@@ -72,6 +76,14 @@ struct ingest {
 	size_t nzones, zcap;
 	int32_t *parts; /* sorted UTC days whose sample partition exists */
 	size_t nparts, pcap;
+	/* Meter rows as the last committed call left them (ing_cache_*):
+	 * entries found through slots (open addressing: entry index + 1). */
+	struct ing_cached *cache;
+	size_t ncache, cache_cap;
+	uint32_t *slots;
+	size_t nslots;
+	char (*czones)[ING_ZONE_MAX]; /* zone names the entries refer to */
+	size_t nczones, czcap;
 };
 
 /* ---- small utilities ------------------------------------------------------ */
@@ -465,6 +477,7 @@ void ingest_opts_init(struct ingest_opts *o)
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
 	o->default_vcpus = n >= 1 && n <= 1024 ? (int32_t)n : 1;
+	o->cache_sandboxes = INGEST_CACHE_DEFAULT;
 }
 
 struct ingest *ingest_new(const struct ingest_opts *o)
@@ -479,6 +492,8 @@ struct ingest *ingest_new(const struct ingest_opts *o)
 		ingest_opts_init(&ing->opts);
 	if (ing->opts.default_vcpus < 1 || ing->opts.default_vcpus > 1024)
 		ing->opts.default_vcpus = 1;
+	if (ing->opts.cache_sandboxes > ING_CACHE_MAX)
+		ing->opts.cache_sandboxes = ING_CACHE_MAX;
 	pthread_mutex_init(&ing->mu, NULL);
 	return ing;
 }
@@ -491,6 +506,9 @@ void ingest_free(struct ingest *ing)
 		free(ing->zones[i].start);
 	free(ing->zones);
 	free(ing->parts);
+	free(ing->cache);
+	free(ing->slots);
+	free(ing->czones);
 	pthread_mutex_destroy(&ing->mu);
 	free(ing);
 }
@@ -581,6 +599,8 @@ struct ing_sbx {
 	int64_t row_memory_mib, row_storage_mib;
 	/* sandbox_meter: state before the call, then as updated. */
 	bool had_meter;
+	bool cached;	    /* the meter row came from the cache: no ctid */
+	int64_t gen;	    /* its account's ingest_generation when read */
 	uint32_t tid_block; /* ctid and xmin of the meter row's version read */
 	uint16_t tid_offset;
 	uint32_t xmin;
@@ -654,8 +674,11 @@ struct ing_call {
 	char *err;
 	size_t errlen;
 	char sqlstate[6];
-	bool retry;   /* the failure is worth another try */
-	bool locking; /* read the meter rows FOR UPDATE (after a conflict) */
+	bool retry;		 /* the failure is worth another try */
+	bool locking;		 /* read the meter rows FOR UPDATE (after a conflict) */
+	uint32_t xid;		 /* the try's transaction: xmin of the rows it writes */
+	struct ing_cached *ctmp; /* cache entries the try may use */
+	size_t ctmp_cap;
 
 	struct ing_item *items;
 	size_t nitems;
@@ -1117,12 +1140,15 @@ static const char SQL_PRICES[] =
     " cpu_micros_per_vcpu_hour, memory_micros_per_gib_hour, storage_micros_per_gib_hour,"
     " floor_millicores FROM price_book ORDER BY effective_from";
 
+/* Attribution, sizes and zone, with the account's generation of them
+ * (sql/0010_ingest_cache.sql) as of the same snapshot. */
 static const char SQL_SANDBOXES[] =
     "SELECT sb.sandbox_id, sb.account_id, COALESCE(sb.key_id, ''), sb.vcpus, sb.memory_mib,"
-    " sb.storage_mib, COALESCE(k.time_zone, 'UTC')"
+    " sb.storage_mib, COALESCE(k.time_zone, 'UTC'), COALESCE(g.generation, 0)"
     " FROM unnest($1::text[]) AS q(s)"
     " JOIN sandboxes sb ON sb.sandbox_id = q.s"
-    " LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id";
+    " LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id"
+    " LEFT JOIN ingest_generation g ON g.account_id = sb.account_id";
 
 static const char SQL_SANDBOXES_CREATE[] =
     "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, storage_mib,"
@@ -1134,8 +1160,9 @@ static const char SQL_SANDBOXES_CREATE[] =
     " ORDER BY q.s"
     " ON CONFLICT DO NOTHING";
 
-/* Attribution, sizes, zone and the collector state of the sandboxes that
- * have a meter row, with the identity (ctid, xmin) of the row version read.
+/* Attribution, sizes, zone (and their generation) and the collector state
+ * of the sandboxes that have a meter row and are not in the cache, with the
+ * identity (ctid, xmin) of the row version read.
  * Read without a lock: the meter rows' update is guarded by that identity,
  * so a row another transaction changed meanwhile is not updated, the count
  * comes up short, and the call is retried with SQL_METER_LOCK. Concurrent
@@ -1152,11 +1179,12 @@ static const char SQL_SANDBOXES_CREATE[] =
 	" m.day_cpu_used_mcus, m.day_cpu_billed_mcus, m.day_total_micros,"                         \
 	" COALESCE(m.month - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.month_total_micros,"      \
 	" m.day_ends_at,"                                                                          \
-	" m.xmin"                                                                                  \
+	" m.xmin, COALESCE(g.generation, 0)"                                                       \
 	" FROM unnest($1::text[]) AS q(s)"                                                         \
 	" JOIN sandboxes sb ON sb.sandbox_id = q.s"                                                \
 	" JOIN sandbox_meter m ON m.account_id = sb.account_id AND m.sandbox_id = sb.sandbox_id"   \
-	" LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id"
+	" LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id"           \
+	" LEFT JOIN ingest_generation g ON g.account_id = sb.account_id"
 
 /* The same, locking the rows in (account, sandbox) order: after a conflict.
  * The unlocked path's update locks its rows in the order of its plan, so two
@@ -1189,7 +1217,9 @@ static const char SQL_ROW_TYPES[] =
     "SELECT 'meter_ingest_meter'::regtype::oid, 'meter_ingest_usage'::regtype::oid";
 
 /* The meter rows: $1 is an array of meter_ingest_meter. The update only
- * changes the row versions read (ctid and xmin). */
+ * changes the row versions read: the same xmin, and the same ctid when read
+ * in this call (a row from the cache has no ctid; any write to it since the
+ * cached version changed xmin). */
 static const char SQL_METER_UPDATE[] =
     "UPDATE sandbox_meter AS m SET last_sampled_at = s.at, last_state = s.state,"
     " last_cpu_usec = s.cpu, last_memory_mib = s.mem, last_storage_mib = s.sto,"
@@ -1199,7 +1229,8 @@ static const char SQL_METER_UPDATE[] =
     " day_cpu_used_mcus = s.dcu, day_cpu_billed_mcus = s.dcb, day_total_micros = s.dtm,"
     " month = s.mo, month_total_micros = s.mtm, day_ends_at = s.de, updated_at = now()"
     " FROM unnest($1::meter_ingest_meter[]) AS s"
-    " WHERE m.ctid = s.tid AND m.xmin = s.xm AND m.account_id = s.a AND m.sandbox_id = s.sb";
+    " WHERE m.xmin = s.xm AND (s.tid IS NULL OR m.ctid = s.tid) AND m.account_id = s.a"
+    " AND m.sandbox_id = s.sb";
 
 static const char SQL_METER_INSERT[] =
     "INSERT INTO sandbox_meter (account_id, sandbox_id, last_sampled_at, last_state,"
@@ -1570,9 +1601,9 @@ out:
 }
 
 /* Fills a sandbox's attribution from columns 1-6 of a row (sandboxes and
- * the key's zone). */
+ * the key's zone) and their generation from column gen_col. */
 static enum meter_rc ing_take_sandbox(struct ing_call *c, struct ing_sbx *sb, const PGresult *res,
-				      int r)
+				      int r, int gen_col)
 {
 	int64_t v;
 	int z;
@@ -1580,7 +1611,7 @@ static enum meter_rc ing_take_sandbox(struct ing_call *c, struct ing_sbx *sb, co
 	snprintf(sb->account, sizeof(sb->account), "%s", PQgetvalue(res, r, 1));
 	snprintf(sb->key, sizeof(sb->key), "%s", PQgetvalue(res, r, 2));
 	if (ing_i64(res, r, 3, &v) != METER_OK || ing_i64(res, r, 4, &sb->row_memory_mib) ||
-	    ing_i64(res, r, 5, &sb->row_storage_mib)) {
+	    ing_i64(res, r, 5, &sb->row_storage_mib) || ing_i64(res, r, gen_col, &sb->gen)) {
 		snprintf(c->err, c->errlen, "sandboxes: bad row");
 		return METER_EINVAL;
 	}
@@ -1623,7 +1654,7 @@ static enum meter_rc ing_load_sandboxes(struct ing_call *c, bool only_missing)
 	for (int r = 0; r < n && rc == METER_OK; r++) {
 		long x = ing_find(c, PQgetvalue(res, r, 0));
 		if (x >= 0 && !c->sbx[x].found)
-			rc = ing_take_sandbox(c, &c->sbx[x], res, r);
+			rc = ing_take_sandbox(c, &c->sbx[x], res, r, 7);
 	}
 	PQclear(res);
 	return rc;
@@ -1690,21 +1721,28 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 	return METER_OK;
 }
 
-/* Reads the sandbox_meter rows of the call's sandboxes (locking them, in
- * order, when c->locking): their attribution and each one's last sample,
- * version, carries and cumulative money. Sandboxes without a meter row stay
- * !found. */
+/* Reads the sandbox_meter rows of the call's sandboxes the cache did not
+ * give (all of them, locking them in order, when c->locking): their
+ * attribution and each one's last sample, version, carries and cumulative
+ * money. Sandboxes without a meter row stay !found. */
 static enum meter_rc ing_read_meters(struct ing_call *c)
 {
 	PGresult *res = NULL;
 	enum meter_rc rc;
 	int n;
+	size_t asked = 0;
 
 	static const Oid types[1] = {OID_TEXT_ARR};
 
 	ing_arrays(c, 1, types);
-	for (size_t i = 0; i < c->nsbx; i++)
+	for (size_t i = 0; i < c->nsbx; i++) {
+		if (c->sbx[i].found) /* from the cache */
+			continue;
 		barr_text(&c->arr[0], c->sbx[i].id);
+		asked++;
+	}
+	if (asked == 0)
+		return METER_OK;
 	/* Binary results: no number formatted and parsed again. */
 	rc = ing_qa_fmt(c, c->locking ? "lock sandbox_meter" : "read sandbox_meter",
 			c->locking ? SQL_METER_LOCK : SQL_METER_UNLOCKED, 1, 0, NULL, 1,
@@ -1718,10 +1756,10 @@ static enum meter_rc ing_read_meters(struct ing_call *c)
 		int64_t v[20], day_end;
 		bool bad = false;
 
-		if (x < 0)
+		if (x < 0 || c->sbx[x].found)
 			continue;
 		sb = &c->sbx[x];
-		rc = ing_take_sandbox(c, sb, res, r);
+		rc = ing_take_sandbox(c, sb, res, r, 30);
 		if (rc != METER_OK)
 			goto out;
 		for (int k = 9; k < 20; k++)
@@ -1784,6 +1822,265 @@ static enum meter_rc ing_read_meters(struct ing_call *c)
 out:
 	PQclear(res);
 	return rc;
+}
+
+/* ---- the cache of meter rows ------------------------------------------------
+ *
+ * What the last committed call left in each sandbox's meter row, with that
+ * row version's xmin, so that the next call takes it instead of reading the
+ * row: the update applies only where xmin is unchanged, so a row another
+ * transaction wrote since fails the guard (the call is retried, reading);
+ * the sandbox's key, sizes and zone are taken only while their account's
+ * ingest_generation is the one they were read under (sql/0010). */
+
+struct ing_cached {
+	char id[PARSE_ID_MAX + 1];
+	bool valid; /* false: forgotten (the slot keeps its id) */
+	char account[PARSE_ID_MAX + 1];
+	char key[PARSE_ID_MAX + 1];
+	char zone[48]; /* longer names are not cached */
+	int64_t gen;
+	int32_t row_vcpus;
+	int64_t row_memory_mib, row_storage_mib;
+	struct usage_sample last;
+	int32_t version;
+	struct usage_carry carry;
+	int64_t cum[3];
+	struct ing_roll roll;
+	uint32_t xmin;
+};
+
+static const char SQL_XID[] = "SELECT pg_current_xact_id()::text::bigint";
+
+static const char SQL_GENERATIONS[] =
+    "SELECT q.a, COALESCE(g.generation, 0) FROM unnest($1::text[]) AS q(a)"
+    " LEFT JOIN ingest_generation g ON g.account_id = q.a";
+
+/* The slot of id: its entry's, or the empty one where it goes (lock held,
+ * slots allocated). */
+static size_t ing_cache_slot(const struct ingest *ing, const char *id)
+{
+	size_t mask = ing->nslots - 1, i = (size_t)ing_hash(id) & mask;
+
+	while (ing->slots[i] && strcmp(ing->cache[ing->slots[i] - 1].id, id) != 0)
+		i = (i + 1) & mask;
+	return i;
+}
+
+/* id's entry, or NULL (lock held). */
+static struct ing_cached *ing_cache_get(const struct ingest *ing, const char *id)
+{
+	size_t i;
+
+	if (!ing->slots)
+		return NULL;
+	i = ing_cache_slot(ing, id);
+	return ing->slots[i] ? &ing->cache[ing->slots[i] - 1] : NULL;
+}
+
+static int ing_str_cmp(const void *x, const void *y)
+{
+	return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* The generations of the accounts of c->ctmp[0..n), into each entry's gen
+ * slot of cur (same order); METER_OK when read. */
+static enum meter_rc ing_cache_generations(struct ing_call *c, size_t n, int64_t *cur)
+{
+	static const Oid types[1] = {OID_TEXT_ARR};
+	const char **acc = malloc(n * sizeof(*acc));
+	int64_t *gen = malloc(n * sizeof(*gen));
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	size_t nacc = 0;
+	int rows;
+
+	if (!acc || !gen) {
+		free(acc);
+		free(gen);
+		return METER_ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		acc[i] = c->ctmp[i].account;
+	qsort(acc, n, sizeof(*acc), ing_str_cmp);
+	ing_arrays(c, 1, types);
+	for (size_t i = 0; i < n; i++) {
+		if (i > 0 && strcmp(acc[i - 1], acc[i]) == 0)
+			continue;
+		acc[nacc++] = acc[i];
+		barr_text(&c->arr[0], acc[i]);
+	}
+	rc = ing_qa(c, "ingest_generation", SQL_GENERATIONS, 1, 0, NULL, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK) {
+		free(acc);
+		free(gen);
+		return rc;
+	}
+	for (size_t i = 0; i < nacc; i++)
+		gen[i] = -1; /* not answered: nothing taken */
+	rows = PQntuples(res);
+	for (int r = 0; r < rows; r++) {
+		const char *a = PQgetvalue(res, r, 0);
+		const char **hit = bsearch(&a, acc, nacc, sizeof(*acc), ing_str_cmp);
+		if (hit && ing_i64(res, r, 1, &gen[hit - acc]) != METER_OK)
+			gen[hit - acc] = -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const char *a = c->ctmp[i].account;
+		const char **hit = bsearch(&a, acc, nacc, sizeof(*acc), ing_str_cmp);
+		cur[i] = hit ? gen[hit - acc] : -1;
+	}
+	PQclear(res);
+	free(acc);
+	free(gen);
+	return METER_OK;
+}
+
+/* Notes the try's transaction id; unless locking, gives the sandboxes the
+ * cache has under their account's current generation their meter row (as
+ * ing_read_meters would) and marks them found and cached. */
+static enum meter_rc ing_cache_take(struct ing_call *c)
+{
+	struct ingest *ing = c->ing;
+	PGresult *res = NULL;
+	int64_t *cur = NULL;
+	size_t n = 0;
+	enum meter_rc rc;
+	int64_t v;
+
+	rc = ing_q(c, "transaction id", SQL_XID, 0, NULL, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	if (PQntuples(res) != 1 || ing_i64(res, 0, 0, &v) != METER_OK || v < 0) {
+		PQclear(res);
+		snprintf(c->err, c->errlen, "transaction id: bad answer");
+		return METER_EINVAL;
+	}
+	PQclear(res);
+	c->xid = (uint32_t)((uint64_t)v & UINT32_MAX);
+	if (c->locking || ing->opts.cache_sandboxes == 0 || c->nsbx == 0)
+		return METER_OK;
+	if (!ing_grow(&c->ctmp, &c->ctmp_cap, c->nsbx, sizeof(*c->ctmp)))
+		return METER_ENOMEM;
+	pthread_mutex_lock(&ing->mu);
+	for (size_t i = 0; i < c->nsbx; i++) {
+		const struct ing_cached *e = ing_cache_get(ing, c->sbx[i].id);
+		if (e && e->valid)
+			c->ctmp[n++] = *e;
+	}
+	pthread_mutex_unlock(&ing->mu);
+	if (n == 0)
+		return METER_OK;
+	cur = malloc(n * sizeof(*cur));
+	if (!cur)
+		return METER_ENOMEM;
+	rc = ing_cache_generations(c, n, cur);
+	for (size_t j = 0; rc == METER_OK && j < n; j++) {
+		const struct ing_cached *e = &c->ctmp[j];
+		long x = ing_find(c, e->id);
+		struct ing_sbx *sb;
+		int z;
+		if (x < 0 || cur[j] != e->gen)
+			continue;
+		z = ing_zone_index(c, e->zone);
+		if (z < 0) {
+			rc = METER_ENOMEM;
+			break;
+		}
+		sb = &c->sbx[x];
+		snprintf(sb->account, sizeof(sb->account), "%s", e->account);
+		snprintf(sb->key, sizeof(sb->key), "%s", e->key);
+		sb->zone = z;
+		sb->gen = e->gen;
+		sb->row_vcpus = e->row_vcpus;
+		sb->row_memory_mib = e->row_memory_mib;
+		sb->row_storage_mib = e->row_storage_mib;
+		sb->last = e->last;
+		sb->version = e->version;
+		sb->carry = e->carry;
+		memcpy(sb->cum, e->cum, sizeof(sb->cum));
+		sb->roll = e->roll;
+		sb->xmin = e->xmin;
+		sb->found = sb->had_meter = sb->has_prev = sb->cached = true;
+		c->st.cached++;
+	}
+	free(cur);
+	return rc;
+}
+
+/* After a commit: the meter row of each sandbox that has one, as the call
+ * left it. The cache starts over when full. */
+static void ing_cache_store(struct ing_call *c)
+{
+	struct ingest *ing = c->ing;
+	size_t max = ing->opts.cache_sandboxes;
+
+	if (max == 0)
+		return;
+	pthread_mutex_lock(&ing->mu);
+	if (!ing->slots) {
+		size_t ns = 16;
+		while (ns < 2 * max)
+			ns *= 2;
+		ing->slots = calloc(ns, sizeof(*ing->slots));
+		ing->nslots = ing->slots ? ns : 0;
+	}
+	for (size_t x = 0; ing->slots && x < c->nsbx; x++) {
+		const struct ing_sbx *sb = &c->sbx[x];
+		const char *zone = c->zones[sb->zone].name;
+		struct ing_cached *e;
+		size_t i;
+		if (!sb->found || (!sb->changed && !sb->had_meter))
+			continue;
+		i = ing_cache_slot(ing, sb->id);
+		if (strlen(zone) >= sizeof(e->zone)) {
+			if (ing->slots[i])
+				ing->cache[ing->slots[i] - 1].valid = false;
+			continue;
+		}
+		if (!ing->slots[i]) {
+			if (ing->ncache >= max) {
+				memset(ing->slots, 0, ing->nslots * sizeof(*ing->slots));
+				ing->ncache = 0;
+				i = ing_cache_slot(ing, sb->id);
+			}
+			if (!ing_grow(&ing->cache, &ing->cache_cap, ing->ncache + 1,
+				      sizeof(*ing->cache)))
+				break;
+			ing->slots[i] = (uint32_t)++ing->ncache;
+			snprintf(ing->cache[ing->ncache - 1].id, sizeof(e->id), "%s", sb->id);
+		}
+		e = &ing->cache[ing->slots[i] - 1];
+		snprintf(e->account, sizeof(e->account), "%s", sb->account);
+		snprintf(e->key, sizeof(e->key), "%s", sb->key);
+		memcpy(e->zone, zone, strlen(zone) + 1); /* fits: checked above */
+		e->gen = sb->gen;
+		e->row_vcpus = sb->row_vcpus;
+		e->row_memory_mib = sb->row_memory_mib;
+		e->row_storage_mib = sb->row_storage_mib;
+		e->last = sb->last;
+		e->version = sb->version;
+		e->carry = sb->carry;
+		memcpy(e->cum, sb->cum, sizeof(e->cum));
+		e->roll = sb->roll;
+		e->xmin = sb->changed ? c->xid : sb->xmin;
+		e->valid = true;
+	}
+	pthread_mutex_unlock(&ing->mu);
+}
+
+/* After a failed try: the call's sandboxes are read again next time. */
+static void ing_cache_forget(struct ing_call *c)
+{
+	struct ingest *ing = c->ing;
+
+	pthread_mutex_lock(&ing->mu);
+	for (size_t x = 0; x < c->nsbx; x++) {
+		struct ing_cached *e = ing_cache_get(ing, c->sbx[x].id);
+		if (e)
+			e->valid = false;
+	}
+	pthread_mutex_unlock(&ing->mu);
 }
 
 /* Reads the lifecycle events after each sandbox's watermark (or its first
@@ -2285,7 +2582,10 @@ static void ing_meter_row(struct ing_call *c, const struct ing_sbx *sb)
 	row_i64(r, sb->cum[0]);
 	row_i64(r, sb->cum[1]);
 	row_i64(r, sb->cum[2]);
-	row_tid(r, sb->tid_block, sb->tid_offset);
+	if (sb->cached)
+		row_null(r, OID_TID);
+	else
+		row_tid(r, sb->tid_block, sb->tid_offset);
 	if (sb->roll.day != ING_DAY_NONE)
 		row_date(r, sb->roll.day);
 	else
@@ -2804,7 +3104,8 @@ static void ing_reset_try(struct ing_call *c)
 	for (size_t i = 0; i < c->nsbx; i++) {
 		struct ing_sbx *sb = &c->sbx[i];
 		sb->found = false;
-		sb->had_meter = sb->has_prev = sb->changed = false;
+		sb->had_meter = sb->has_prev = sb->changed = sb->cached = false;
+		sb->gen = 0;
 		sb->version = ING_VERSION_NONE;
 		sb->roll = ING_ROLL_NONE;
 		memset(&sb->carry, 0, sizeof(sb->carry));
@@ -2900,6 +3201,8 @@ static enum meter_rc ing_try(struct ing_call *c)
 	}
 	PQclear(res);
 	rc = ing_step(c, "price book", ing_load_prices);
+	if (rc == METER_OK)
+		rc = ing_step(c, "cache", ing_cache_take);
 	if (rc == METER_OK)
 		rc = ing_step(c, "sandbox_meter", ing_read_meters);
 	if (rc == METER_OK)
@@ -3028,6 +3331,7 @@ static void ing_call_release(struct ing_call *c)
 	free(c->kdays);
 	free(c->holds);
 	free(c->batch_accepted);
+	free(c->ctmp);
 	for (int i = 0; i < ING_NARR; i++)
 		buf_release(&c->arr[i].b);
 	buf_release(&c->rec.a.b);
@@ -3091,8 +3395,11 @@ enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct samp
 			err[0] = '\0'; /* a failure of this try says why itself */
 		}
 		rc = ing_try(&c);
-		if (rc == METER_OK)
+		if (rc == METER_OK) {
+			ing_cache_store(&c);
 			break;
+		}
+		ing_cache_forget(&c);
 		ing_rollback(&c);
 		if (!c.retry || PQstatus(conn) != CONNECTION_OK)
 			break;

@@ -57,6 +57,14 @@
  *   back with the rest). The update locks rows in its plan's order, so two
  *   unlocked calls over the same sandboxes can deadlock: PostgreSQL detects
  *   it and the call it chooses is retried, locking.
+ * - The meter rows are cached between calls (opts.cache_sandboxes): a
+ *   committed call keeps each sandbox's row as it left it, with that
+ *   version's xmin, and the next call takes it instead of reading it. The
+ *   update's xmin guard catches a row written since by anyone else (another
+ *   process, a push, a rebuild): the call is retried as above, reading.
+ *   What the cache holds from sandboxes and api_keys (key, sizes, zone) is
+ *   used only while the account's ingest_generation is unchanged (triggers
+ *   move it, sql/0010_ingest_cache.sql).
  * - A deadlock, a meter row changed since it was read, or a concurrent first
  *   sample of the same new sandbox rolls the transaction back and retries
  *   it (up to 3 times; the retries lock the meter rows).
@@ -78,14 +86,20 @@
 
 struct ingest_opts {
 	int32_t default_vcpus; /* vcpus of a new sandbox whose source did not say; >= 1 */
+	/* Sandboxes whose meter row is cached between calls (0: no cache); the
+	 * cache starts over when full. About 460 bytes each. */
+	size_t cache_sandboxes;
 };
 
-/* Defaults: default_vcpus = the number of online CPUs of this machine. */
+/* Defaults: default_vcpus = the number of online CPUs of this machine;
+ * cache_sandboxes = INGEST_CACHE_DEFAULT. */
+#define INGEST_CACHE_DEFAULT 131072
 void ingest_opts_init(struct ingest_opts *o);
 
 struct ingest;
 
-/* A new ingest object (caches: day starts per zone, sample partitions).
+/* A new ingest object (caches: day starts per zone, sample partitions, meter
+ * rows).
  * NULL when out of memory. */
 struct ingest *ingest_new(const struct ingest_opts *o);
 void ingest_free(struct ingest *ing);
@@ -104,6 +118,7 @@ struct ingest_stats {
 	uint64_t new_sandboxes; /* sandboxes rows created by ingestion */
 	uint64_t unattributed;	/* accepted samples of sandboxes without a key */
 	uint64_t usage_rows;	/* usage_hourly rows written (inserted or added to) */
+	uint64_t cached;	/* sandboxes whose meter row came from the cache, not a read */
 	int64_t micros;		/* money accounted, µ$ */
 	int64_t outrun_micros;	/* money beyond the sandboxes' open holds, µ$ */
 	int64_t newest_sampled_at_usec; /* newest batch's sampled_at, 0 when none */

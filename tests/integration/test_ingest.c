@@ -1114,6 +1114,170 @@ static void test_hold_changed(const char *url)
 	sample_batch_release(&b);
 }
 
+/* ---- the cache of meter rows ---------------------------------------------- */
+
+/* Ingests b through x (another ingest object: another process). */
+static struct ingest_stats run_on(struct ingest *x, struct sample_batch *b)
+{
+	struct ingest_stats st;
+	char err[512];
+	enum meter_rc rc = ingest_batches(x, conn, b, 1, &st, err, sizeof(err));
+
+	if (rc != METER_OK)
+		fprintf(stderr, "ingest_batches: %s: %s\n", meter_rc_str(rc), err);
+	CHECK_I64(rc, METER_OK);
+	sample_batch_release(b);
+	return st;
+}
+
+/* A sandbox_meter row and its usage rows as text, ids left out. */
+static void meter_state(const char *sbx, char *out, size_t len)
+{
+	qtext(out, len,
+	      "SELECT (SELECT row(last_sampled_at, last_state, last_cpu_usec, last_memory_mib,"
+	      " last_storage_mib, last_vcpus, price_version, cpu_rem, memory_rem, storage_rem,"
+	      " cpu_cum_micros, memory_cum_micros, storage_cum_micros, day, day_running_usec,"
+	      " day_cpu_used_mcus, day_cpu_billed_mcus, day_total_micros, month,"
+	      " month_total_micros, day_ends_at)::text FROM sandbox_meter WHERE sandbox_id = '%s')"
+	      " || (SELECT string_agg(row(hour, price_version, day, running_usec, paused_usec,"
+	      " cpu_used_mcus, cpu_billed_mcus, memory_mibus, storage_mibus, cpu_micros,"
+	      " memory_micros, storage_micros, total_micros, cpu_cum_micros, memory_cum_micros,"
+	      " storage_cum_micros)::text, ';' ORDER BY hour, day, price_version)"
+	      " FROM usage_hourly WHERE sandbox_id = '%s')",
+	      sbx, sbx);
+}
+
+/* Calls after the first take the meter row from the cache, and end on the
+ * same rows, to the microdollar, as calls that read it every time. */
+static void test_cache_same(void)
+{
+	struct ingest_opts o;
+	struct ingest *plain;
+	struct sample_batch b;
+	struct ingest_stats st[2];
+	char with[4096], without[4096];
+	int64_t t0 = T("2026-11-30T05:59:30Z");
+	const int64_t cpu[5] = {0, 7 * SEC, 9 * SEC, 9 * SEC + 1, 20 * SEC};
+	const char st_of[5] = {'r', 'r', 'p', 'p', 'r'};
+
+	fprintf(stderr, "meter rows from the cache\n");
+	ingest_opts_init(&o);
+	o.default_vcpus = 3;
+	o.cache_sandboxes = 0;
+	plain = ingest_new(&o);
+	CHECK(plain != NULL);
+	for (int i = 0; i < 5; i++) {
+		for (int k = 0; k < 2; k++) {
+			batch(&b, "h20");
+			add(&b, k == 0 ? "s_cache_a" : "s_cache_b", "key_a", t0 + i * 20 * SEC,
+			    st_of[i], cpu[i], 2048, 512, 2);
+			st[k] = run_on(k == 0 ? ing : plain, &b);
+			CHECK_I64(st[k].retries, 0);
+		}
+		/* The first call reads the row; the others take it. */
+		CHECK_I64(st[0].cached, i == 0 ? 0 : 1);
+		CHECK_I64(st[1].cached, 0);
+		CHECK_I64(st[0].micros, st[1].micros);
+	}
+	meter_state("s_cache_a", with, sizeof(with));
+	meter_state("s_cache_b", without, sizeof(without));
+	CHECK(with[0] != '\0');
+	CHECK_STR(with, without);
+	CHECK(usum("s_cache_a", "total_micros") > 0);
+	ingest_free(plain);
+}
+
+/* Another process meters the sandbox between two calls: the cached row is
+ * stale, its update finds another version, the call is retried reading the
+ * row, and nothing is counted twice: 30 s of running, once. */
+static void test_cache_stale(void)
+{
+	struct ingest_opts o;
+	struct ingest *other;
+	struct sample_batch b;
+	struct ingest_stats st;
+	int64_t t0 = T("2026-11-30T06:10:00Z");
+	int64_t used = 1000 * 6 * SEC, mem = 1024 * 30 * SEC; /* 200 millicores: above the floor */
+
+	fprintf(stderr, "cached meter row changed by another process\n");
+	ingest_opts_init(&o);
+	other = ingest_new(&o);
+	CHECK(other != NULL);
+	batch(&b, "h21");
+	add(&b, "s_cache_s", "key_a", t0, 'r', 0, 1024, 0, 1);
+	add(&b, "s_cache_s", "key_a", t0 + 10 * SEC, 'r', 2 * SEC, 1024, 0, 1);
+	run1(&b);
+	batch(&b, "h22");
+	add(&b, "s_cache_s", "key_a", t0 + 20 * SEC, 'r', 4 * SEC, 1024, 0, 1);
+	st = run_on(other, &b);
+	CHECK_I64(st.retries, 0);
+	batch(&b, "h21");
+	add(&b, "s_cache_s", "key_a", t0 + 30 * SEC, 'r', 6 * SEC, 1024, 0, 1);
+	st = run1(&b);
+	CHECK_I64(st.retries, 1);
+	CHECK_I64(st.accepted, 1);
+	CHECK_I64(st.cached, 0); /* the retry read it */
+	check_totals("s_cache_s", 30, 0, used, used, mem, 0, micros(used, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
+	/* Read again, it is cached again. */
+	batch(&b, "h21");
+	add(&b, "s_cache_s", "key_a", t0 + 40 * SEC, 'r', 8 * SEC, 1024, 0, 1);
+	st = run1(&b);
+	CHECK_I64(st.retries, 0);
+	CHECK_I64(st.cached, 1);
+	ingest_free(other);
+}
+
+/* A key's time zone and a sandbox's size changed between two calls: what
+ * the cache holds of them is not used; the next call reads them. */
+static void test_cache_generation(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	int64_t t0 = T("2026-11-30T23:50:00Z");
+
+	fprintf(stderr, "cached zone and size changed\n");
+	exec(
+	    "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	    " storage_mib, state) VALUES ('acct_1', 's_cache_z', 'key_cz', 2, 1024, 0, 'running')");
+	batch(&b, "h23");
+	add(&b, "s_cache_z", NULL, t0, 'r', 0, SAMPLE_UNKNOWN, 0, 2);
+	add(&b, "s_cache_z", NULL, t0 + 300 * SEC, 'r', 30 * SEC, SAMPLE_UNKNOWN, 0, 2);
+	run1(&b);
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id = 's_cache_z'"
+		      " AND day = '2026-11-30'"),
+		  1);
+	/* 23:55-23:58 UTC is 05:25-05:28 on 1 December in Kolkata. */
+	exec("UPDATE api_keys SET time_zone = 'Asia/Kolkata' WHERE key_id = 'key_cz'");
+	batch(&b, "h23");
+	add(&b, "s_cache_z", NULL, t0 + 480 * SEC, 'r', 48 * SEC, SAMPLE_UNKNOWN, 0, 2);
+	st = run1(&b);
+	CHECK_I64(st.cached, 0);
+	CHECK_I64(urow("s_cache_z", "2026-11-30T23:00:00Z", "2026-12-01", "running_usec"),
+		  180 * SEC);
+	CHECK_I64(q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_cz'"
+		      " AND day = '2026-12-01'"),
+		  urow("s_cache_z", "2026-11-30T23:00:00Z", "2026-12-01", "total_micros"));
+	batch(&b, "h23");
+	add(&b, "s_cache_z", NULL, t0 + 490 * SEC, 'r', 49 * SEC, SAMPLE_UNKNOWN, 0, 2);
+	st = run1(&b);
+	CHECK_I64(st.cached, 1);
+	/* The sandbox's memory, which its samples do not carry. */
+	exec("UPDATE sandboxes SET memory_mib = 2048 WHERE sandbox_id = 's_cache_z'");
+	batch(&b, "h23");
+	add(&b, "s_cache_z", NULL, t0 + 500 * SEC, 'r', 50 * SEC, SAMPLE_UNKNOWN, 0, 2);
+	st = run1(&b);
+	CHECK_I64(st.cached, 0);
+	CHECK_I64(q64("SELECT last_memory_mib FROM sandbox_meter WHERE sandbox_id = 's_cache_z'"),
+		  2048);
+	/* A change that is not one (same zone) does not drop the cache. */
+	exec("UPDATE api_keys SET time_zone = 'Asia/Kolkata' WHERE key_id = 'key_cz'");
+	batch(&b, "h23");
+	add(&b, "s_cache_z", NULL, t0 + 510 * SEC, 'r', 51 * SEC, SAMPLE_UNKNOWN, 0, 2);
+	st = run1(&b);
+	CHECK_I64(st.cached, 1);
+}
+
 /* Invariants over everything ingested above. */
 static void test_invariants(void)
 {
@@ -1175,6 +1339,7 @@ int main(void)
 	     " ('acct_1', 'key_ok', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_other', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_ist', decode(repeat('ab', 32), 'hex'), 'full', 'Asia/Kolkata'),"
+	     " ('acct_1', 'key_cz', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'read_only',"
 	     "  'America/New_York')");
 	ingest_opts_init(&o);
@@ -1202,6 +1367,9 @@ int main(void)
 	test_concurrent(db.url);
 	test_meter_changed(db.url);
 	test_hold_changed(db.url);
+	test_cache_same();
+	test_cache_stale();
+	test_cache_generation();
 	test_invariants();
 
 	ingest_free(ing);

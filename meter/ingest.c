@@ -666,6 +666,23 @@ struct ing_host {
 	int64_t batches;
 };
 
+/* A usage row's place in the account-hour sums. */
+struct ing_ahour {
+	const char *account;
+	int64_t hour;
+	int64_t micros;
+};
+
+static int ing_ahour_cmp(const void *x, const void *y)
+{
+	const struct ing_ahour *a = x, *b = y;
+	int r = strcmp(a->account, b->account);
+
+	if (r == 0)
+		r = (a->hour > b->hour) - (a->hour < b->hour);
+	return r;
+}
+
 struct ing_call {
 	struct ingest *ing;
 	PGconn *conn;
@@ -708,8 +725,12 @@ struct ing_call {
 	size_t nholds, holds_cap;
 	bool *batch_accepted;
 
-	struct ing_barr arr[ING_NARR];	       /* binary array parameters */
-	struct ing_rows rec;		       /* a binary array parameter of rows */
+	struct ing_barr arr[ING_NARR]; /* binary array parameters */
+	struct ing_rows meter_rows[2]; /* meter rows to update, to insert */
+	int64_t meter_want[2];	       /* how many of each */
+	struct ing_rows usage_rows;    /* usage rows to add */
+	struct ing_ahour *ahour;       /* their money per account and hour */
+	size_t nahour, ahour_cap;
 	Oid meter_type, usage_type;	       /* the row types of sql/0009_ingest_rows.sql */
 	struct ing_buf samples;		       /* binary COPY of samples */
 	struct ing_buf a1, a2, a3, a4, a5, a6; /* array literals */
@@ -832,29 +853,31 @@ static enum meter_rc ing_qa(struct ing_call *c, const char *what, const char *sq
 	return ing_qa_fmt(c, what, sql, n, ntext, text, 0, want, out);
 }
 
-/* Runs sql with the array of rows c->rec as its one (binary) parameter. */
-static enum meter_rc ing_qrows(struct ing_call *c, const char *what, const char *sql,
-			       ExecStatusType want, PGresult **out)
+/* Runs sql with the array of rows rec as its one (binary) parameter. */
+static enum meter_rc ing_qrows(struct ing_call *c, struct ing_rows *rec, const char *what,
+			       const char *sql, ExecStatusType want, PGresult **out)
 {
 	const char *value;
 	int length, format = 1;
 
 	if (out)
 		*out = NULL;
-	barr_finish(&c->rec.a);
-	if (c->rec.a.b.oom) {
+	barr_finish(&rec->a);
+	if (rec->a.b.oom) {
 		snprintf(c->err, c->errlen, "%s: out of memory", what);
 		return METER_ENOMEM;
 	}
-	value = c->rec.a.b.p;
-	length = (int)c->rec.a.b.n;
+	value = rec->a.b.p;
+	length = (int)rec->a.b.n;
 	return ing_result(c, what, PQexecParams(c->conn, sql, 1, NULL, &value, &length, &format, 0),
 			  want, out);
 }
 
 /* Sends buf through COPY ... FROM STDIN (sql). */
-static enum meter_rc ing_copy(struct ing_call *c, const char *what, const char *sql,
-			      const struct ing_buf *buf)
+/* Sends buf through COPY ... FROM STDIN (sql), to its end: the server may
+ * still be writing the rows when this returns; ing_copy_result waits. */
+static enum meter_rc ing_copy_send(struct ing_call *c, const char *what, const char *sql,
+				   const struct ing_buf *buf)
 {
 	PGresult *res = PQexec(c->conn, sql);
 	enum meter_rc rc = METER_OK;
@@ -878,6 +901,16 @@ static enum meter_rc ing_copy(struct ing_call *c, const char *what, const char *
 		ing_fail(c, what, NULL);
 		rc = METER_EDB;
 	}
+	return rc;
+}
+
+/* The outcome of the COPY ing_copy_send sent (after a failure of it too:
+ * the connection leaves the COPY). */
+static enum meter_rc ing_copy_result(struct ing_call *c, const char *what)
+{
+	enum meter_rc rc = METER_OK;
+	PGresult *res;
+
 	while ((res = PQgetResult(c->conn)) != NULL) {
 		if (rc == METER_OK && PQresultStatus(res) != PGRES_COMMAND_OK) {
 			ing_fail(c, what, res);
@@ -1315,13 +1348,13 @@ static const char SQL_LEDGER_SPENT[] =
     " ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO UPDATE"
     " SET spent_micros = l.spent_micros + EXCLUDED.spent_micros, updated_at = now()";
 
+/* Ordered in C (by spend, then hold id: ing_hold_cmp). */
 static const char SQL_HOLDS_OPEN[] =
     "SELECT q.i - 1, ho.hold_id, ho.amount_micros, ho.consumed_micros, ho.key_id = q.k"
     " FROM unnest($1::text[], $2::text[], $3::date[], $4::text[])"
     " WITH ORDINALITY AS q(a, s, d, k, i)"
     " JOIN holds ho ON ho.account_id = q.a AND ho.sandbox_id = q.s AND ho.day = q.d"
-    " WHERE ho.status = 'open'"
-    " ORDER BY q.i, ho.hold_id";
+    " WHERE ho.status = 'open'";
 
 static const char SQL_HOLDS_CONSUME[] =
     "UPDATE holds ho SET consumed_micros = ho.consumed_micros + s.add"
@@ -1878,62 +1911,67 @@ static struct ing_cached *ing_cache_get(const struct ingest *ing, const char *id
 	return ing->slots[i] ? &ing->cache[ing->slots[i] - 1] : NULL;
 }
 
-static int ing_str_cmp(const void *x, const void *y)
+/* Slot of account a in tab (cap a power of two; entries are indices + 1
+ * into acc): its own, or the empty one where it goes. */
+static size_t ing_acc_slot(const uint32_t *tab, size_t cap, const char *const *acc, const char *a)
 {
-	return strcmp(*(const char *const *)x, *(const char *const *)y);
+	size_t h = (size_t)ing_hash(a) & (cap - 1);
+
+	while (tab[h] && strcmp(acc[tab[h] - 1], a) != 0)
+		h = (h + 1) & (cap - 1);
+	return h;
 }
 
-/* The generations of the accounts of c->ctmp[0..n), into each entry's gen
- * slot of cur (same order); METER_OK when read. */
+/* The generations of the accounts of c->ctmp[0..n) into cur[0..n) (-1
+ * when not answered); METER_OK when read. */
 static enum meter_rc ing_cache_generations(struct ing_call *c, size_t n, int64_t *cur)
 {
 	static const Oid types[1] = {OID_TEXT_ARR};
+	size_t cap = 16, nacc = 0;
 	const char **acc = malloc(n * sizeof(*acc));
+	uint32_t *idx = malloc(n * sizeof(*idx)), *tab;
 	int64_t *gen = malloc(n * sizeof(*gen));
 	PGresult *res = NULL;
 	enum meter_rc rc;
-	size_t nacc = 0;
 	int rows;
 
-	if (!acc || !gen) {
-		free(acc);
-		free(gen);
-		return METER_ENOMEM;
+	while (cap < 2 * n)
+		cap *= 2;
+	tab = calloc(cap, sizeof(*tab));
+	if (!acc || !idx || !gen || !tab) {
+		rc = METER_ENOMEM;
+		goto out;
 	}
-	for (size_t i = 0; i < n; i++)
-		acc[i] = c->ctmp[i].account;
-	qsort(acc, n, sizeof(*acc), ing_str_cmp);
 	ing_arrays(c, 1, types);
 	for (size_t i = 0; i < n; i++) {
-		if (i > 0 && strcmp(acc[i - 1], acc[i]) == 0)
-			continue;
-		acc[nacc++] = acc[i];
-		barr_text(&c->arr[0], acc[i]);
+		const char *a = c->ctmp[i].account;
+		size_t h = ing_acc_slot(tab, cap, acc, a);
+		if (!tab[h]) {
+			acc[nacc] = a;
+			gen[nacc] = -1; /* not answered: nothing taken */
+			tab[h] = (uint32_t)++nacc;
+			barr_text(&c->arr[0], a);
+		}
+		idx[i] = tab[h] - 1;
 	}
 	rc = ing_qa(c, "ingest_generation", SQL_GENERATIONS, 1, 0, NULL, PGRES_TUPLES_OK, &res);
-	if (rc != METER_OK) {
-		free(acc);
-		free(gen);
-		return rc;
-	}
-	for (size_t i = 0; i < nacc; i++)
-		gen[i] = -1; /* not answered: nothing taken */
+	if (rc != METER_OK)
+		goto out;
 	rows = PQntuples(res);
 	for (int r = 0; r < rows; r++) {
-		const char *a = PQgetvalue(res, r, 0);
-		const char **hit = bsearch(&a, acc, nacc, sizeof(*acc), ing_str_cmp);
-		if (hit && ing_i64(res, r, 1, &gen[hit - acc]) != METER_OK)
-			gen[hit - acc] = -1;
+		size_t h = ing_acc_slot(tab, cap, acc, PQgetvalue(res, r, 0));
+		if (tab[h] && ing_i64(res, r, 1, &gen[tab[h] - 1]) != METER_OK)
+			gen[tab[h] - 1] = -1;
 	}
-	for (size_t i = 0; i < n; i++) {
-		const char *a = c->ctmp[i].account;
-		const char **hit = bsearch(&a, acc, nacc, sizeof(*acc), ing_str_cmp);
-		cur[i] = hit ? gen[hit - acc] : -1;
-	}
+	for (size_t i = 0; i < n; i++)
+		cur[i] = gen[idx[i]];
+out:
 	PQclear(res);
 	free(acc);
+	free(idx);
 	free(gen);
-	return METER_OK;
+	free(tab);
+	return rc;
 }
 
 /* Notes the try's transaction id; unless locking, gives the sandboxes the
@@ -1944,9 +1982,12 @@ static enum meter_rc ing_cache_take(struct ing_call *c)
 	struct ingest *ing = c->ing;
 	PGresult *res = NULL;
 	int64_t *cur = NULL;
+	uint32_t *xs; /* the sandbox of each entry taken */
+	const char *zone = NULL;
 	size_t n = 0;
 	enum meter_rc rc;
 	int64_t v;
+	int z = -1;
 
 	rc = ing_q(c, "transaction id", SQL_XID, 0, NULL, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
@@ -1962,34 +2003,38 @@ static enum meter_rc ing_cache_take(struct ing_call *c)
 		return METER_OK;
 	if (!ing_grow(&c->ctmp, &c->ctmp_cap, c->nsbx, sizeof(*c->ctmp)))
 		return METER_ENOMEM;
+	xs = malloc(c->nsbx * sizeof(*xs));
+	if (!xs)
+		return METER_ENOMEM;
 	pthread_mutex_lock(&ing->mu);
 	for (size_t i = 0; i < c->nsbx; i++) {
 		const struct ing_cached *e = ing_cache_get(ing, c->sbx[i].id);
-		if (e && e->valid)
+		if (e && e->valid) {
+			xs[n] = (uint32_t)i;
 			c->ctmp[n++] = *e;
+		}
 	}
 	pthread_mutex_unlock(&ing->mu);
-	if (n == 0)
-		return METER_OK;
-	cur = malloc(n * sizeof(*cur));
-	if (!cur)
-		return METER_ENOMEM;
-	rc = ing_cache_generations(c, n, cur);
+	cur = n ? malloc(n * sizeof(*cur)) : NULL;
+	if (n && !cur)
+		rc = METER_ENOMEM;
+	else if (n)
+		rc = ing_cache_generations(c, n, cur);
 	for (size_t j = 0; rc == METER_OK && j < n; j++) {
 		const struct ing_cached *e = &c->ctmp[j];
-		long x = ing_find(c, e->id);
-		struct ing_sbx *sb;
-		int z;
-		if (x < 0 || cur[j] != e->gen)
+		struct ing_sbx *sb = &c->sbx[xs[j]];
+		if (cur[j] != e->gen)
 			continue;
-		z = ing_zone_index(c, e->zone);
-		if (z < 0) {
-			rc = METER_ENOMEM;
-			break;
+		if (!zone || strcmp(zone, e->zone) != 0) { /* entries mostly share a zone */
+			z = ing_zone_index(c, e->zone);
+			if (z < 0) {
+				rc = METER_ENOMEM;
+				break;
+			}
+			zone = e->zone;
 		}
-		sb = &c->sbx[x];
-		snprintf(sb->account, sizeof(sb->account), "%s", e->account);
-		snprintf(sb->key, sizeof(sb->key), "%s", e->key);
+		memcpy(sb->account, e->account, sizeof(sb->account));
+		memcpy(sb->key, e->key, sizeof(sb->key));
 		sb->zone = z;
 		sb->gen = e->gen;
 		sb->row_vcpus = e->row_vcpus;
@@ -2005,6 +2050,7 @@ static enum meter_rc ing_cache_take(struct ing_call *c)
 		c->st.cached++;
 	}
 	free(cur);
+	free(xs);
 	return rc;
 }
 
@@ -2051,8 +2097,8 @@ static void ing_cache_store(struct ing_call *c)
 			snprintf(ing->cache[ing->ncache - 1].id, sizeof(e->id), "%s", sb->id);
 		}
 		e = &ing->cache[ing->slots[i] - 1];
-		snprintf(e->account, sizeof(e->account), "%s", sb->account);
-		snprintf(e->key, sizeof(e->key), "%s", sb->key);
+		memcpy(e->account, sb->account, sizeof(e->account));
+		memcpy(e->key, sb->key, sizeof(e->key));
 		memcpy(e->zone, zone, strlen(zone) + 1); /* fits: checked above */
 		e->gen = sb->gen;
 		e->row_vcpus = sb->row_vcpus;
@@ -2560,9 +2606,8 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 }
 
 /* The meter row of sb as a meter_ingest_meter row of SQL_METER_*. */
-static void ing_meter_row(struct ing_call *c, const struct ing_sbx *sb)
+static void ing_meter_row(struct ing_call *c, struct ing_rows *r, const struct ing_sbx *sb)
 {
-	struct ing_rows *r = &c->rec;
 
 	row_open(r, 25);
 	row_text(r, sb->account);
@@ -2607,6 +2652,36 @@ static void ing_meter_row(struct ing_call *c, const struct ing_sbx *sb)
 	row_close(r);
 }
 
+static void ing_usage_rows(struct ing_call *c);
+static enum meter_rc ing_sum_account_hours(struct ing_call *c);
+static enum meter_rc ing_group_kdays(struct ing_call *c);
+
+/* The rows of the statements after the samples' COPY, built while the
+ * server writes the samples: the meter rows to update and to insert, the
+ * usage rows, and the spends grouped by key-day. */
+static enum meter_rc ing_build_rows(struct ing_call *c)
+{
+	enum meter_rc rc;
+
+	for (int pass = 0; pass < 2; pass++) {
+		bool inserting = pass == 1;
+		rows_start(&c->meter_rows[pass], c->meter_type);
+		c->meter_want[pass] = 0;
+		for (size_t i = 0; i < c->nsbx; i++) {
+			const struct ing_sbx *sb = &c->sbx[i];
+			if (!sb->changed || sb->had_meter == inserting)
+				continue;
+			ing_meter_row(c, &c->meter_rows[pass], sb);
+			c->meter_want[pass]++;
+		}
+	}
+	ing_usage_rows(c);
+	rc = ing_sum_account_hours(c);
+	if (rc == METER_OK && c->nspend > 0 && !c->locking)
+		rc = ing_group_kdays(c);
+	return rc;
+}
+
 /* Writes the changed sandbox_meter rows: updates of the row versions read,
  * inserts of new ones; METER_ECONFLICT (retry, locking) when a concurrent
  * transaction changed one of the rows read or created one of the new ones
@@ -2620,18 +2695,11 @@ static enum meter_rc ing_write_meters(struct ing_call *c)
 	for (int pass = 0; pass < 2; pass++) {
 		bool inserting = pass == 1;
 
-		want = 0;
-		rows_start(&c->rec, c->meter_type);
-		for (size_t i = 0; i < c->nsbx; i++) {
-			const struct ing_sbx *sb = &c->sbx[i];
-			if (!sb->changed || sb->had_meter == inserting)
-				continue;
-			ing_meter_row(c, sb);
-			want++;
-		}
+		want = c->meter_want[pass];
 		if (want == 0)
 			continue;
-		rc = ing_qrows(c, inserting ? "insert sandbox_meter" : "update sandbox_meter",
+		rc = ing_qrows(c, &c->meter_rows[pass],
+			       inserting ? "insert sandbox_meter" : "update sandbox_meter",
 			       inserting ? SQL_METER_INSERT : SQL_METER_UPDATE, PGRES_COMMAND_OK,
 			       &res);
 		if (rc != METER_OK)
@@ -2661,37 +2729,22 @@ static enum meter_rc ing_write_meters(struct ing_call *c)
 	return METER_OK;
 }
 
-/* A usage row's place in the account-hour sums. */
-struct ing_ahour {
-	const char *account;
-	int64_t hour;
-	int64_t micros;
-};
-
-static int ing_ahour_cmp(const void *x, const void *y)
+/* The call's money per account and UTC hour: the same sums as its usage
+ * rows (an hour with no money still gets its row, as usage_hourly does),
+ * in c->ahour, sorted. */
+static enum meter_rc ing_sum_account_hours(struct ing_call *c)
 {
-	const struct ing_ahour *a = x, *b = y;
-	int r = strcmp(a->account, b->account);
-
-	if (r == 0)
-		r = (a->hour > b->hour) - (a->hour < b->hour);
-	return r;
-}
-
-/* Adds the call's money per account and UTC hour to usage_account_hourly:
- * the same sums as its usage rows (an hour with no money still gets its
- * row, as usage_hourly does). */
-static enum meter_rc ing_write_account_hourly(struct ing_call *c)
-{
-	static const Oid types[3] = {OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR, OID_INT8_ARR};
-	struct ing_ahour *v = calloc(c->nrows, sizeof(*v));
+	struct ing_ahour *v;
 	size_t n = 0;
-	enum meter_rc rc;
 
-	if (!v) {
+	c->nahour = 0;
+	if (c->nrows == 0)
+		return METER_OK;
+	if (!ing_grow(&c->ahour, &c->ahour_cap, c->nrows, sizeof(*c->ahour))) {
 		snprintf(c->err, c->errlen, "usage_account_hourly: out of memory");
 		return METER_ENOMEM;
 	}
+	v = c->ahour;
 	for (size_t i = 0; i < c->nrows; i++)
 		v[i] = (struct ing_ahour){c->sbx[c->rows[i].sbx].account, c->rows[i].hour,
 					  c->rows[i].c.total_micros};
@@ -2699,7 +2752,6 @@ static enum meter_rc ing_write_account_hourly(struct ing_call *c)
 	for (size_t i = 0; i < c->nrows; i++) {
 		if (n > 0 && ing_ahour_cmp(&v[n - 1], &v[i]) == 0) {
 			if (money_add(v[n - 1].micros, v[i].micros, &v[n - 1].micros) != METER_OK) {
-				free(v);
 				snprintf(c->err, c->errlen,
 					 "usage_account_hourly: an hour's money overflows");
 				return METER_ERANGE;
@@ -2708,29 +2760,31 @@ static enum meter_rc ing_write_account_hourly(struct ing_call *c)
 		}
 		v[n++] = v[i];
 	}
+	c->nahour = n;
+	return METER_OK;
+}
+
+/* Adds the sums of ing_sum_account_hours to usage_account_hourly. */
+static enum meter_rc ing_write_account_hourly(struct ing_call *c)
+{
+	static const Oid types[3] = {OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR, OID_INT8_ARR};
+
 	ing_arrays(c, 3, types);
-	for (size_t i = 0; i < n; i++) {
-		barr_text(&c->arr[0], v[i].account);
-		barr_ts(&c->arr[1], v[i].hour);
-		barr_i64(&c->arr[2], v[i].micros);
+	for (size_t i = 0; i < c->nahour; i++) {
+		barr_text(&c->arr[0], c->ahour[i].account);
+		barr_ts(&c->arr[1], c->ahour[i].hour);
+		barr_i64(&c->arr[2], c->ahour[i].micros);
 	}
-	free(v);
-	rc = ing_qa(c, "usage_account_hourly", SQL_ACCOUNT_HOURLY, 3, 0, NULL, PGRES_COMMAND_OK,
-		    NULL);
-	return rc;
+	return ing_qa(c, "usage_account_hourly", SQL_ACCOUNT_HOURLY, 3, 0, NULL, PGRES_COMMAND_OK,
+		      NULL);
 }
 
 /* Adds the call's usage rows to usage_hourly: an UPDATE of the rows that
  * exist, then an INSERT of the others when some did not. */
-static enum meter_rc ing_write_usage(struct ing_call *c)
+static void ing_usage_rows(struct ing_call *c)
 {
-	struct ing_rows *rec = &c->rec;
-	PGresult *res = NULL;
-	int64_t updated;
-	enum meter_rc rc;
+	struct ing_rows *rec = &c->usage_rows;
 
-	if (c->nrows == 0)
-		return METER_OK;
 	rows_start(rec, c->usage_type);
 	for (size_t i = 0; i < c->nrows; i++) {
 		const struct ing_usage_row *r = &c->rows[i];
@@ -2760,15 +2814,27 @@ static enum meter_rc ing_write_usage(struct ing_call *c)
 		row_i64(rec, r->cum[2]);
 		row_close(rec);
 	}
+}
+
+static enum meter_rc ing_write_usage(struct ing_call *c)
+{
+	PGresult *res = NULL;
+	int64_t updated;
+	enum meter_rc rc;
+
+	if (c->nrows == 0)
+		return METER_OK;
 	c->st.usage_rows = c->nrows;
-	rc = ing_qrows(c, "update usage_hourly", SQL_USAGE_UPDATE, PGRES_COMMAND_OK, &res);
+	rc = ing_qrows(c, &c->usage_rows, "update usage_hourly", SQL_USAGE_UPDATE, PGRES_COMMAND_OK,
+		       &res);
 	if (rc != METER_OK)
 		return rc;
 	if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &updated) != METER_OK)
 		updated = 0;
 	PQclear(res);
 	if ((size_t)updated != c->nrows)
-		rc = ing_qrows(c, "insert usage_hourly", SQL_USAGE_INSERT, PGRES_COMMAND_OK, NULL);
+		rc = ing_qrows(c, &c->usage_rows, "insert usage_hourly", SQL_USAGE_INSERT,
+			       PGRES_COMMAND_OK, NULL);
 	if (rc == METER_OK)
 		rc = ing_write_account_hourly(c);
 	return rc;
@@ -2863,6 +2929,16 @@ static enum meter_rc ing_group_kdays(struct ing_call *c)
 	return METER_OK;
 }
 
+/* Oldest hold first within a spend. */
+static int ing_hold_cmp(const void *x, const void *y)
+{
+	const struct ing_hold *a = x, *b = y;
+
+	if (a->spend != b->spend)
+		return a->spend < b->spend ? -1 : 1;
+	return (a->hold_id > b->hold_id) - (a->hold_id < b->hold_id);
+}
+
 /* Reads the open holds of the spends' sandbox-days (ordered by spend, then
  * hold id: oldest first). A hold under another key than its sandbox's (no
  * writer of the service makes one) was not made safe by the ledger rows
@@ -2883,7 +2959,8 @@ static enum meter_rc ing_read_holds(struct ing_call *c)
 		barr_date(&c->arr[2], c->spend[i].day);
 		barr_text(&c->arr[3], sb->key);
 	}
-	rc = ing_qa(c, "open holds", SQL_HOLDS_OPEN, 4, 0, NULL, PGRES_TUPLES_OK, &res);
+	/* Binary results: no number formatted and parsed again. */
+	rc = ing_qa_fmt(c, "open holds", SQL_HOLDS_OPEN, 4, 0, NULL, 1, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;
 	n = PQntuples(res);
@@ -2900,14 +2977,14 @@ static enum meter_rc ing_read_holds(struct ing_call *c)
 		    ing_i64(res, i, 1, &h->hold_id) != METER_OK ||
 		    ing_i64(res, i, 2, &h->amount) != METER_OK ||
 		    ing_i64(res, i, 3, &h->consumed) != METER_OK || h->amount < 0 ||
-		    h->consumed < 0) {
+		    h->consumed < 0 || PQgetlength(res, i, 4) != 1) {
 			snprintf(c->err, c->errlen, "open holds: bad row");
 			rc = METER_EINVAL;
 			goto out;
 		}
 		h->spend = (uint32_t)x;
 		h->add = 0;
-		if (strcmp(PQgetvalue(res, i, 4), "t") != 0) {
+		if (PQgetvalue(res, i, 4)[0] != 1) { /* boolean: one byte */
 			snprintf(c->err, c->errlen,
 				 "holds: a hold of sandbox %s is under another key",
 				 c->sbx[c->spend[x].sbx].id);
@@ -2916,6 +2993,7 @@ static enum meter_rc ing_read_holds(struct ing_call *c)
 			goto out;
 		}
 	}
+	qsort(c->holds, c->nholds, sizeof(*c->holds), ing_hold_cmp);
 out:
 	PQclear(res);
 	return rc;
@@ -3014,9 +3092,7 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 		return METER_OK;
 	if (c->locking)
 		return ing_ledger_function(c);
-	rc = ing_group_kdays(c);
-	if (rc != METER_OK)
-		return rc;
+	/* ing_build_rows grouped the spends by key-day. */
 	ing_kdays_param(c, false);
 	rc = ing_qa(c, "ledger spent", SQL_LEDGER_SPENT, 4, 0, NULL, PGRES_COMMAND_OK, NULL);
 	if (rc == METER_OK)
@@ -3182,9 +3258,19 @@ static enum meter_rc ing_compute(struct ing_call *c)
 	return c->samples.oom ? METER_ENOMEM : METER_OK;
 }
 
+/* The samples' COPY; the rows of the next statements are built while the
+ * server writes them. */
 static enum meter_rc ing_write_samples(struct ing_call *c)
 {
-	return ing_copy(c, "copy samples", SQL_SAMPLES_COPY, &c->samples);
+	enum meter_rc rc = ing_copy_send(c, "copy samples", SQL_SAMPLES_COPY, &c->samples);
+	enum meter_rc built = rc == METER_OK ? ing_build_rows(c) : METER_OK;
+	enum meter_rc done = ing_copy_result(c, "copy samples");
+
+	if (rc != METER_OK)
+		return rc;
+	if (done != METER_OK)
+		return done;
+	return built;
 }
 
 static enum meter_rc ing_try(struct ing_call *c)
@@ -3332,9 +3418,12 @@ static void ing_call_release(struct ing_call *c)
 	free(c->holds);
 	free(c->batch_accepted);
 	free(c->ctmp);
+	free(c->ahour);
 	for (int i = 0; i < ING_NARR; i++)
 		buf_release(&c->arr[i].b);
-	buf_release(&c->rec.a.b);
+	buf_release(&c->meter_rows[0].a.b);
+	buf_release(&c->meter_rows[1].a.b);
+	buf_release(&c->usage_rows.a.b);
 	buf_release(&c->samples);
 	buf_release(&c->a1);
 	buf_release(&c->a2);

@@ -52,9 +52,9 @@
 #define ING_VERSION_NONE  (-1)
 #define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
 #define ING_DAY_NONE_SQL  "-2147483648"
-#define ING_TIME_NONE	  INT64_MIN	   /* no instant */
-#define ING_CACHE_MAX	  (UINT32_MAX / 4) /* cache_sandboxes at most */
-#define ING_CZONES_MAX	  4096		   /* zone names the cache refers to */
+#define ING_TIME_NONE	  INT64_MIN		    /* no instant */
+#define ING_CACHE_MAX	  (UINT32_MAX / 4)	    /* cache_sandboxes at most */
+#define ING_CACHE_AGE	  (INT64_C(3600) * 1000000) /* a cache entry is used this long, µs */
 
 /* Cached day starts of one zone: start[i] is when day d0 + i begins. */
 struct ing_zone {
@@ -82,11 +82,18 @@ struct ingest {
 	size_t ncache, cache_cap;
 	uint32_t *slots;
 	size_t nslots;
-	char (*czones)[ING_ZONE_MAX]; /* zone names the entries refer to */
-	size_t nczones, czcap;
 };
 
 /* ---- small utilities ------------------------------------------------------ */
+
+/* A monotonic clock, µs. */
+static int64_t ing_now_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 /* Grows *p (elements of size elem, capacity *cap) to hold need elements. */
 static bool ing_grow(void *pp, size_t *cap, size_t need, size_t elem)
@@ -508,7 +515,6 @@ void ingest_free(struct ingest *ing)
 	free(ing->parts);
 	free(ing->cache);
 	free(ing->slots);
-	free(ing->czones);
 	pthread_mutex_destroy(&ing->mu);
 	free(ing);
 }
@@ -873,7 +879,6 @@ static enum meter_rc ing_qrows(struct ing_call *c, struct ing_rows *rec, const c
 			  want, out);
 }
 
-/* Sends buf through COPY ... FROM STDIN (sql). */
 /* Sends buf through COPY ... FROM STDIN (sql), to its end: the server may
  * still be writing the rows when this returns; ing_copy_result waits. */
 static enum meter_rc ing_copy_send(struct ing_call *c, const char *what, const char *sql,
@@ -1881,6 +1886,10 @@ struct ing_cached {
 	int64_t cum[3];
 	struct ing_roll roll;
 	uint32_t xmin;
+	/* When stored (monotonic): an entry is not used past ING_CACHE_AGE, so
+	 * its xmin cannot meet the same number again after a wraparound of
+	 * transaction ids (2^32 of them). */
+	int64_t stored_usec;
 };
 
 static const char SQL_XID[] = "SELECT pg_current_xact_id()::text::bigint";
@@ -1986,7 +1995,7 @@ static enum meter_rc ing_cache_take(struct ing_call *c)
 	const char *zone = NULL;
 	size_t n = 0;
 	enum meter_rc rc;
-	int64_t v;
+	int64_t v, now;
 	int z = -1;
 
 	rc = ing_q(c, "transaction id", SQL_XID, 0, NULL, PGRES_TUPLES_OK, &res);
@@ -2006,10 +2015,11 @@ static enum meter_rc ing_cache_take(struct ing_call *c)
 	xs = malloc(c->nsbx * sizeof(*xs));
 	if (!xs)
 		return METER_ENOMEM;
+	now = ing_now_usec();
 	pthread_mutex_lock(&ing->mu);
 	for (size_t i = 0; i < c->nsbx; i++) {
 		const struct ing_cached *e = ing_cache_get(ing, c->sbx[i].id);
-		if (e && e->valid) {
+		if (e && e->valid && now - e->stored_usec < ING_CACHE_AGE) {
 			xs[n] = (uint32_t)i;
 			c->ctmp[n++] = *e;
 		}
@@ -2060,6 +2070,7 @@ static void ing_cache_store(struct ing_call *c)
 {
 	struct ingest *ing = c->ing;
 	size_t max = ing->opts.cache_sandboxes;
+	int64_t now = ing_now_usec();
 
 	if (max == 0)
 		return;
@@ -2110,6 +2121,7 @@ static void ing_cache_store(struct ing_call *c)
 		memcpy(e->cum, sb->cum, sizeof(e->cum));
 		e->roll = sb->roll;
 		e->xmin = sb->changed ? c->xid : sb->xmin;
+		e->stored_usec = now;
 		e->valid = true;
 	}
 	pthread_mutex_unlock(&ing->mu);
@@ -3202,14 +3214,6 @@ static void ing_reset_try(struct ing_call *c)
 	c->st.newest_sampled_at_usec = keep.newest_sampled_at_usec;
 	c->retry = false;
 	c->sqlstate[0] = '\0';
-}
-
-static int64_t ing_now_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* Adds the time since *mark to *acc and moves the mark. */

@@ -1228,54 +1228,48 @@ static void test_cache_stale(void)
 	ingest_free(other);
 }
 
+/* One sample of s_cache_z (cgroup-like: no memory), t seconds after
+ * 23:50, c seconds of CPU. */
+static struct ingest_stats zsample(int t, int c)
+{
+	struct sample_batch b;
+
+	batch(&b, "h23");
+	add(&b, "s_cache_z", NULL, T("2026-11-30T23:50:00Z") + t * SEC, 'r', c * SEC,
+	    SAMPLE_UNKNOWN, 0, 2);
+	return run1(&b);
+}
+
 /* A key's time zone and a sandbox's size changed between two calls: what
  * the cache holds of them is not used; the next call reads them. */
 static void test_cache_generation(void)
 {
-	struct sample_batch b;
-	struct ingest_stats st;
-	int64_t t0 = T("2026-11-30T23:50:00Z");
-
 	fprintf(stderr, "cached zone and size changed\n");
 	exec(
 	    "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
 	    " storage_mib, state) VALUES ('acct_1', 's_cache_z', 'key_cz', 2, 1024, 0, 'running')");
-	batch(&b, "h23");
-	add(&b, "s_cache_z", NULL, t0, 'r', 0, SAMPLE_UNKNOWN, 0, 2);
-	add(&b, "s_cache_z", NULL, t0 + 300 * SEC, 'r', 30 * SEC, SAMPLE_UNKNOWN, 0, 2);
-	run1(&b);
+	zsample(0, 0);
+	zsample(300, 30);
 	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id = 's_cache_z'"
 		      " AND day = '2026-11-30'"),
 		  1);
 	/* 23:55-23:58 UTC is 05:25-05:28 on 1 December in Kolkata. */
 	exec("UPDATE api_keys SET time_zone = 'Asia/Kolkata' WHERE key_id = 'key_cz'");
-	batch(&b, "h23");
-	add(&b, "s_cache_z", NULL, t0 + 480 * SEC, 'r', 48 * SEC, SAMPLE_UNKNOWN, 0, 2);
-	st = run1(&b);
-	CHECK_I64(st.cached, 0);
+	CHECK_I64(zsample(480, 48).cached, 0);
 	CHECK_I64(urow("s_cache_z", "2026-11-30T23:00:00Z", "2026-12-01", "running_usec"),
 		  180 * SEC);
 	CHECK_I64(q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_cz'"
 		      " AND day = '2026-12-01'"),
 		  urow("s_cache_z", "2026-11-30T23:00:00Z", "2026-12-01", "total_micros"));
-	batch(&b, "h23");
-	add(&b, "s_cache_z", NULL, t0 + 490 * SEC, 'r', 49 * SEC, SAMPLE_UNKNOWN, 0, 2);
-	st = run1(&b);
-	CHECK_I64(st.cached, 1);
+	CHECK_I64(zsample(490, 49).cached, 1);
 	/* The sandbox's memory, which its samples do not carry. */
 	exec("UPDATE sandboxes SET memory_mib = 2048 WHERE sandbox_id = 's_cache_z'");
-	batch(&b, "h23");
-	add(&b, "s_cache_z", NULL, t0 + 500 * SEC, 'r', 50 * SEC, SAMPLE_UNKNOWN, 0, 2);
-	st = run1(&b);
-	CHECK_I64(st.cached, 0);
+	CHECK_I64(zsample(500, 50).cached, 0);
 	CHECK_I64(q64("SELECT last_memory_mib FROM sandbox_meter WHERE sandbox_id = 's_cache_z'"),
 		  2048);
 	/* A change that is not one (same zone) does not drop the cache. */
 	exec("UPDATE api_keys SET time_zone = 'Asia/Kolkata' WHERE key_id = 'key_cz'");
-	batch(&b, "h23");
-	add(&b, "s_cache_z", NULL, t0 + 510 * SEC, 'r', 51 * SEC, SAMPLE_UNKNOWN, 0, 2);
-	st = run1(&b);
-	CHECK_I64(st.cached, 1);
+	CHECK_I64(zsample(510, 51).cached, 1);
 }
 
 /* Invariants over everything ingested above. */

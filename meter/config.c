@@ -94,7 +94,7 @@ static const struct opt opts[] = {
 	    "samples kept while the database is down (older rounds are dropped)"),
     INT_OPT("collector_connections", collector_connections, 1, 16,
 	    "PostgreSQL connections the collector ingests over at once (hosts split among them)"),
-    INT_OPT("ingest_cache_sandboxes", ingest_cache_sandboxes, 0, 100000000,
+    INT_OPT("ingest_cache_sandboxes", ingest_cache_sandboxes, 0, 10000000,
 	    "sandboxes whose meter row ingestion keeps between calls (0: none)"),
 };
 

@@ -53,7 +53,7 @@
 #define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
 #define ING_DAY_NONE_SQL  "-2147483648"
 #define ING_TIME_NONE	  INT64_MIN		    /* no instant */
-#define ING_CACHE_MAX	  (UINT32_MAX / 4)	    /* cache_sandboxes at most */
+#define ING_CACHE_MAX	  10000000		    /* cache_sandboxes at most */
 #define ING_CACHE_AGE	  (INT64_C(3600) * 1000000) /* a cache entry is used this long, µs */
 
 /* Cached day starts of one zone: start[i] is when day d0 + i begins. */
@@ -82,6 +82,10 @@ struct ingest {
 	size_t ncache, cache_cap;
 	uint32_t *slots;
 	size_t nslots;
+	/* The server the entries come from (pg_postmaster_start_time, µs):
+	 * another one (a promoted standby, a restore, a restart) may have
+	 * handed out the same transaction ids again, so its rows start over. */
+	int64_t server_start;
 };
 
 /* ---- small utilities ------------------------------------------------------ */
@@ -700,6 +704,7 @@ struct ing_call {
 	bool retry;		 /* the failure is worth another try */
 	bool locking;		 /* read the meter rows FOR UPDATE (after a conflict) */
 	uint32_t xid;		 /* the try's transaction: xmin of the rows it writes */
+	int64_t server_start;	 /* its server's (struct ingest) */
 	struct ing_cached *ctmp; /* cache entries the try may use */
 	size_t ctmp_cap;
 
@@ -1892,7 +1897,16 @@ struct ing_cached {
 	int64_t stored_usec;
 };
 
-static const char SQL_XID[] = "SELECT pg_current_xact_id()::text::bigint";
+static const char SQL_XID[] = "SELECT pg_current_xact_id()::text::bigint,"
+			      " (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint";
+
+/* How many of the sandboxes (account, id) still have the meter row version
+ * (xmin) the cache gave: those the call did not update, so no update's
+ * guard checked it (all their samples were ignored). */
+static const char SQL_METER_CHECK[] =
+    "SELECT count(*) FROM unnest($1::text[], $2::text[], $3::bigint[]) AS q(a, s, x)"
+    " JOIN sandbox_meter m ON m.account_id = q.a AND m.sandbox_id = q.s"
+    " AND m.xmin::text::bigint = q.x";
 
 static const char SQL_GENERATIONS[] =
     "SELECT q.a, COALESCE(g.generation, 0) FROM unnest($1::text[]) AS q(a)"
@@ -2001,13 +2015,22 @@ static enum meter_rc ing_cache_take(struct ing_call *c)
 	rc = ing_q(c, "transaction id", SQL_XID, 0, NULL, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;
-	if (PQntuples(res) != 1 || ing_i64(res, 0, 0, &v) != METER_OK || v < 0) {
+	if (PQntuples(res) != 1 || ing_i64(res, 0, 0, &v) != METER_OK || v < 0 ||
+	    ing_i64(res, 0, 1, &c->server_start) != METER_OK) {
 		PQclear(res);
 		snprintf(c->err, c->errlen, "transaction id: bad answer");
 		return METER_EINVAL;
 	}
 	PQclear(res);
 	c->xid = (uint32_t)((uint64_t)v & UINT32_MAX);
+	pthread_mutex_lock(&ing->mu);
+	if (ing->server_start != c->server_start) {
+		if (ing->slots)
+			memset(ing->slots, 0, ing->nslots * sizeof(*ing->slots));
+		ing->ncache = 0;
+		ing->server_start = c->server_start;
+	}
+	pthread_mutex_unlock(&ing->mu);
 	if (c->locking || ing->opts.cache_sandboxes == 0 || c->nsbx == 0)
 		return METER_OK;
 	if (!ing_grow(&c->ctmp, &c->ctmp_cap, c->nsbx, sizeof(*c->ctmp)))
@@ -2075,6 +2098,10 @@ static void ing_cache_store(struct ing_call *c)
 	if (max == 0)
 		return;
 	pthread_mutex_lock(&ing->mu);
+	if (ing->server_start != c->server_start) { /* another server meanwhile */
+		pthread_mutex_unlock(&ing->mu);
+		return;
+	}
 	if (!ing->slots) {
 		size_t ns = 16;
 		while (ns < 2 * max)
@@ -2087,7 +2114,9 @@ static void ing_cache_store(struct ing_call *c)
 		const char *zone = c->zones[sb->zone].name;
 		struct ing_cached *e;
 		size_t i;
-		if (!sb->found || (!sb->changed && !sb->had_meter))
+		/* A row from the cache that the call did not write stays as it
+		 * was, stored when it was. */
+		if (!sb->found || (!sb->changed && !sb->had_meter) || (sb->cached && !sb->changed))
 			continue;
 		i = ing_cache_slot(ing, sb->id);
 		if (strlen(zone) >= sizeof(e->zone)) {
@@ -2694,6 +2723,42 @@ static enum meter_rc ing_build_rows(struct ing_call *c)
 	return rc;
 }
 
+/* The sandboxes whose meter row came from the cache and was not written
+ * (every sample ignored as a duplicate): their rows must still be the
+ * versions cached, else the call decided on stale state; METER_ECONFLICT
+ * (retry, reading) when one is not. */
+static enum meter_rc ing_check_cached(struct ing_call *c)
+{
+	static const Oid types[3] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_INT8_ARR};
+	PGresult *res = NULL;
+	int64_t want = 0, got = -1;
+	enum meter_rc rc;
+
+	ing_arrays(c, 3, types);
+	for (size_t i = 0; i < c->nsbx; i++) {
+		const struct ing_sbx *sb = &c->sbx[i];
+		if (!sb->cached || sb->changed)
+			continue;
+		barr_text(&c->arr[0], sb->account);
+		barr_text(&c->arr[1], sb->id);
+		barr_i64(&c->arr[2], sb->xmin);
+		want++;
+	}
+	if (want == 0)
+		return METER_OK;
+	rc = ing_qa(c, "check sandbox_meter", SQL_METER_CHECK, 3, 0, NULL, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	if (PQntuples(res) != 1 || ing_i64(res, 0, 0, &got) != METER_OK)
+		got = -1;
+	PQclear(res);
+	if (got == want)
+		return METER_OK;
+	snprintf(c->err, c->errlen, "sandbox_meter: a cached row was changed by another writer");
+	c->retry = true;
+	return METER_ECONFLICT;
+}
+
 /* Writes the changed sandbox_meter rows: updates of the row versions read,
  * inserts of new ones; METER_ECONFLICT (retry, locking) when a concurrent
  * transaction changed one of the rows read or created one of the new ones
@@ -2738,7 +2803,7 @@ static enum meter_rc ing_write_meters(struct ing_call *c)
 		c->retry = true;
 		return METER_ECONFLICT;
 	}
-	return METER_OK;
+	return ing_check_cached(c);
 }
 
 /* The call's money per account and UTC hour: the same sums as its usage
@@ -3323,6 +3388,12 @@ static enum meter_rc ing_try(struct ing_call *c)
 		if (rc == METER_OK)
 			rc = ing_step(c, "ingest_watermarks", ing_write_watermarks);
 		ing_lap(&mark, &c->st.usec_ledger);
+		if (rc != METER_OK)
+			return rc;
+	} else {
+		/* Nothing to write: still, what was ignored was decided on the
+		 * cached rows. */
+		rc = ing_step(c, "sandbox_meter", ing_check_cached);
 		if (rc != METER_OK)
 			return rc;
 	}

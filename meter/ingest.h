@@ -48,8 +48,9 @@
  *   ledger lock (every writer of holds takes it first) and each hold's
  *   update is guarded by the consumption read: a short count rolls back and
  *   retries, spending through meter_ledger_spend.
- *   The meter rows are read without a lock and updated only where the
- *   version read (ctid and xmin) is still current; a row another
+ *   The meter rows are read without a lock (or taken from the cache, below)
+ *   and updated only where the version read (xmin, and ctid when read) is
+ *   still current; a row another
  *   transaction metered meanwhile makes the count short, and the call is
  *   rolled back and retried reading them FOR UPDATE, in (account, sandbox)
  *   order. Their update locks them before the usage rows, the ledger and
@@ -61,10 +62,15 @@
  *   committed call keeps each sandbox's row as it left it, with that
  *   version's xmin, and the next call takes it instead of reading it. The
  *   update's xmin guard catches a row written since by anyone else (another
- *   process, a push, a rebuild): the call is retried as above, reading.
- *   What the cache holds from sandboxes and api_keys (key, sizes, zone) is
- *   used only while the account's ingest_generation is unchanged (triggers
- *   move it, sql/0010_ingest_cache.sql).
+ *   process, a push, a rebuild): the call is retried as above, reading. A
+ *   cached row the call does not update (every sample ignored) is checked
+ *   for its xmin the same way. What the cache holds from sandboxes and
+ *   api_keys (key, sizes, zone) is used only while the account's
+ *   ingest_generation is unchanged (triggers move it,
+ *   sql/0010_ingest_cache.sql). Entries are used for an hour at most, and
+ *   all are dropped when the server's start time changes (a promoted
+ *   standby or a restored backup may hand out the same transaction ids
+ *   again).
  * - A deadlock, a meter row changed since it was read, or a concurrent first
  *   sample of the same new sandbox rolls the transaction back and retries
  *   it (up to 3 times; the retries lock the meter rows).

@@ -2,9 +2,10 @@
 --
 -- Ingestion keeps, per process, each sandbox's meter row as its last call
 -- committed it, with the row version's xmin, so that the next call need not
--- read it again: the row's update applies only where xmin is still that
--- call's transaction, so a row that any other transaction wrote since is
--- caught there, and the call is retried, reading it. What the cache also
+-- read it again: the row's update applies only where xmin is still the one
+-- kept (and a row the call does not update is checked for it), so a row
+-- that any other transaction wrote since is caught, and the call is
+-- retried, reading it. What the cache also
 -- holds comes from other tables: the sandbox's key and sizes (sandboxes)
 -- and its key's time zone (api_keys). The service never changes those
 -- sandboxes columns and changes a zone rarely; every change to them moves

@@ -1228,6 +1228,44 @@ static void test_cache_stale(void)
 	ingest_free(other);
 }
 
+/* A call whose every sample is ignored writes no meter row, so no update's
+ * guard checks the cached one: it is checked on its own. Here the row was
+ * moved back behind the cache's watermark by another writer: the call must
+ * follow the row (take the sample at t0 + 5 s), not the cache (ignore it). */
+static void test_cache_ignored(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	int64_t t0 = T("2026-11-30T06:20:00Z");
+
+	fprintf(stderr, "cached meter row checked when every sample is ignored\n");
+	batch(&b, "h24");
+	add(&b, "s_cache_i", "key_a", t0, 'r', 0, 1024, 0, 1);
+	add(&b, "s_cache_i", "key_a", t0 + 10 * SEC, 'r', 2 * SEC, 1024, 0, 1);
+	run1(&b);
+	/* Unchanged, a sample at or before the watermark is ignored, from the
+	 * cache, with no retry. */
+	batch(&b, "h24");
+	add(&b, "s_cache_i", "key_a", t0 + 10 * SEC, 'r', 2 * SEC, 1024, 0, 1);
+	st = run1(&b);
+	CHECK_I64(st.cached, 1);
+	CHECK_I64(st.ignored, 1);
+	CHECK_I64(st.retries, 0);
+	exec("UPDATE sandbox_meter SET last_sampled_at = '2026-11-30T06:20:00Z',"
+	     " last_cpu_usec = 0 WHERE sandbox_id = 's_cache_i'");
+	batch(&b, "h24");
+	add(&b, "s_cache_i", "key_a", t0 + 5 * SEC, 'r', 1 * SEC, 1024, 0, 1);
+	st = run1(&b);
+	CHECK_I64(st.retries, 1);
+	CHECK_I64(st.accepted, 1);
+	CHECK_I64(st.ignored, 0);
+	CHECK_I64(q64("SELECT count(*) FROM samples WHERE sandbox_id = 's_cache_i'"), 3);
+	/* Past the newest sample stored again (test_invariants). */
+	batch(&b, "h24");
+	add(&b, "s_cache_i", "key_a", t0 + 20 * SEC, 'r', 3 * SEC, 1024, 0, 1);
+	CHECK_I64(run1(&b).accepted, 1);
+}
+
 /* One sample of s_cache_z (cgroup-like: no memory), t seconds after
  * 23:50, c seconds of CPU. */
 static struct ingest_stats zsample(int t, int c)
@@ -1363,6 +1401,7 @@ int main(void)
 	test_hold_changed(db.url);
 	test_cache_same();
 	test_cache_stale();
+	test_cache_ignored();
 	test_cache_generation();
 	test_invariants();
 

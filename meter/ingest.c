@@ -1997,7 +1997,8 @@ out:
 	return rc;
 }
 
-/* Notes the try's transaction id; unless locking, gives the sandboxes the
+/* With a cache: notes the try's transaction id and its server (a new
+ * server empties the cache); unless locking, gives the sandboxes the
  * cache has under their account's current generation their meter row (as
  * ing_read_meters would) and marks them found and cached. */
 static enum meter_rc ing_cache_take(struct ing_call *c)
@@ -2012,6 +2013,8 @@ static enum meter_rc ing_cache_take(struct ing_call *c)
 	int64_t v, now;
 	int z = -1;
 
+	if (ing->opts.cache_sandboxes == 0) /* no cache: nothing to take or keep */
+		return METER_OK;
 	rc = ing_q(c, "transaction id", SQL_XID, 0, NULL, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;
@@ -2031,7 +2034,7 @@ static enum meter_rc ing_cache_take(struct ing_call *c)
 		ing->server_start = c->server_start;
 	}
 	pthread_mutex_unlock(&ing->mu);
-	if (c->locking || ing->opts.cache_sandboxes == 0 || c->nsbx == 0)
+	if (c->locking || c->nsbx == 0)
 		return METER_OK;
 	if (!ing_grow(&c->ctmp, &c->ctmp_cap, c->nsbx, sizeof(*c->ctmp)))
 		return METER_ENOMEM;

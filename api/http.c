@@ -2,16 +2,13 @@
 #include "http.h"
 
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "log.h"
 
 int64_t http_now_usec(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return clock_mono_usec();
 }
 
 /* Replaces any response already set (a handler may change its mind). */

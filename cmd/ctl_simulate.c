@@ -56,6 +56,7 @@
 #include <unistd.h>
 
 #include "agent_doc.h"
+#include "clock.h"
 #include "config.h"
 #include "parse.h"
 #include "sample.h"
@@ -136,14 +137,6 @@ __attribute__((format(printf, 1, 2))) static void sim_fail(const char *fmt, ...)
 	(void)vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	(void)fprintf(stderr, "meterctl simulate: %s\n", msg);
-}
-
-static int64_t sim_mono_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * SIM_USEC_PER_SEC + ts.tv_nsec / 1000;
 }
 
 static int64_t sim_real_usec(void)
@@ -382,7 +375,7 @@ static size_t sim_render(struct sim *s, int64_t host, int64_t t)
 /* The simulated instant now: start + elapsed wall time × speed. */
 static int64_t sim_now(const struct sim *s)
 {
-	__int128 t = (__int128)(sim_mono_usec() - s->launch_mono_usec) * s->speed + s->start_usec;
+	__int128 t = (__int128)(clock_mono_usec() - s->launch_mono_usec) * s->speed + s->start_usec;
 
 	return t > SIM_TIME_MAX ? SIM_TIME_MAX : (int64_t)t;
 }
@@ -519,7 +512,7 @@ static void sim_raise_nofile(void)
 static bool sim_expired(const struct sim_opts *o, const struct sim *s)
 {
 	return o->duration_s > 0 &&
-	       sim_mono_usec() - s->launch_mono_usec >= o->duration_s * SIM_USEC_PER_SEC;
+	       clock_mono_usec() - s->launch_mono_usec >= o->duration_s * SIM_USEC_PER_SEC;
 }
 
 static int sim_serve(struct sim *s, const struct sim_opts *o)
@@ -729,8 +722,8 @@ static int sim_push(struct sim *s, const struct sim_opts *o)
 		if (s->speed > 0) {
 			int64_t due = s->launch_mono_usec + (step * period_usec) / s->speed;
 
-			while (!sim_stop && !sim_expired(o, s) && sim_mono_usec() < due) {
-				int64_t wait_ms = (due - sim_mono_usec()) / 1000 + 1;
+			while (!sim_stop && !sim_expired(o, s) && clock_mono_usec() < due) {
+				int64_t wait_ms = (due - clock_mono_usec()) / 1000 + 1;
 
 				sim_sleep_ms(wait_ms < 100 ? wait_ms : 100);
 			}
@@ -1000,7 +993,7 @@ int ctl_simulate_main(int argc, char **argv)
 	sa.sa_handler = SIG_IGN;
 	(void)sigaction(SIGPIPE, &sa, NULL);
 
-	s.launch_mono_usec = sim_mono_usec();
+	s.launch_mono_usec = clock_mono_usec();
 	status = o.listen ? sim_serve(&s, &o) : sim_push(&s, &o);
 out:
 	free(s.boxes);

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "agent_doc.h"
+#include "clock.h"
 #include "db.h"
 #include "db_checks.h"
 #include "ledger.h"
@@ -77,14 +78,6 @@ struct checks_engine {
 	struct tz_entry tzc[TZ_CACHE];
 	int tzc_n, tzc_next;
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int64_t checks_now_usec(const struct checks_engine *e)
 {
@@ -604,7 +597,7 @@ static void conn_drop(struct checks_engine *e)
 		if (delay > BACKOFF_MAX_MS)
 			delay = BACKOFF_MAX_MS;
 		delay = delay * 3 / 4 + rand_r(&e->seed) % (delay / 4 + 1);
-		e->next_attempt_ms = mono_ms() + delay;
+		e->next_attempt_ms = clock_mono_ms() + delay;
 	}
 	e->failures++;
 	pthread_mutex_unlock(&e->mu);
@@ -622,7 +615,7 @@ static bool conn_ensure(struct checks_engine *e)
 	if (e->conn)
 		conn_drop(e);
 	pthread_mutex_lock(&e->mu);
-	if (e->down && mono_ms() < e->next_attempt_ms) {
+	if (e->down && clock_mono_ms() < e->next_attempt_ms) {
 		pthread_mutex_unlock(&e->mu);
 		return false;
 	}
@@ -685,7 +678,7 @@ static void batch_run(struct checks_engine *e, struct item **items, size_t n)
 			rc = METER_EDB;
 			break;
 		}
-		deadline = mono_ms() + e->opt.statement_timeout_ms + DEADLINE_SLACK_MS;
+		deadline = clock_mono_ms() + e->opt.statement_timeout_ms + DEADLINE_SLACK_MS;
 		b.now = checks_now_usec(e);
 		rc = db_checks_read(e->conn, b.in, n, b.now, b.now + max_lease * INT64_C(1000000),
 				    b.rd, b.prices, &b.nprices, deadline, sqlstate);
@@ -782,10 +775,10 @@ static void *batcher_main(void *arg)
 			continue;
 		}
 		{
-			int64_t t0 = mono_ms();
+			int64_t t0 = clock_mono_ms();
 			batch_run(e, items, n);
 			log_debug("checks: batch of %zu decided in %lld ms", n,
-				  (long long)(mono_ms() - t0));
+				  (long long)(clock_mono_ms() - t0));
 		}
 		for (size_t i = 0; i < n; i++)
 			finish(items[i]);
@@ -823,11 +816,11 @@ static void *sweeper_main(void *arg)
 			break;
 		}
 		pthread_mutex_unlock(&e->mu);
-		if (!conn && mono_ms() >= next_connect) {
+		if (!conn && clock_mono_ms() >= next_connect) {
 			if (db_connect(e->url, &conn, err, sizeof(err)) != METER_OK) {
 				int64_t delay = BACKOFF_MIN_MS << (failures < 6 ? failures : 6);
-				next_connect =
-				    mono_ms() + (delay > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay);
+				next_connect = clock_mono_ms() +
+					       (delay > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay);
 				failures++;
 				conn = NULL;
 			} else {
@@ -869,7 +862,7 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 		free(e);
 		return METER_ENOMEM;
 	}
-	e->seed = (unsigned)mono_ms();
+	e->seed = (unsigned)clock_mono_ms();
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	if (pthread_create(&e->batcher, NULL, batcher_main, e) != 0) {
@@ -911,7 +904,7 @@ void checks_submit(struct checks_engine *e, const struct checks_request *rq, che
 	pthread_mutex_lock(&e->mu);
 	if (e->stopping)
 		why = "the service is shutting down";
-	else if (e->down && mono_ms() < e->next_attempt_ms)
+	else if (e->down && clock_mono_ms() < e->next_attempt_ms)
 		why = "the metering database is unreachable";
 	if (!why) {
 		if (e->tail)

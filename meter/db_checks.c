@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "db_util.h"
 #include "log.h"
 
@@ -82,14 +83,6 @@ static const struct prepared prepared[] = {
     {"chk_lock", sql_lock}, {"chk_apply", sql_apply},
 };
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void db_check_read_release(struct db_check_read *rows, size_t n)
 {
 	for (size_t i = 0; rows && i < n; i++) {
@@ -144,7 +137,7 @@ static enum meter_rc wait_ready(PGconn *conn, int64_t deadline_ms)
 {
 	while (PQisBusy(conn)) {
 		struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
-		int64_t left = deadline_ms - mono_ms();
+		int64_t left = deadline_ms - clock_mono_ms();
 		int pr;
 
 		if (pfd.fd < 0)

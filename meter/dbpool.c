@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "db.h"
 #include "log.h"
 
@@ -35,14 +36,6 @@ struct db_pool {
 	unsigned seed;
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 struct db_pool *db_pool_new(const char *url, int size, int64_t statement_timeout_ms)
 {
 	struct db_pool *p = calloc(1, sizeof(*p));
@@ -59,7 +52,7 @@ struct db_pool *db_pool_new(const char *url, int size, int64_t statement_timeout
 	}
 	p->size = size;
 	p->statement_timeout_ms = statement_timeout_ms;
-	p->seed = (unsigned)now_ms();
+	p->seed = (unsigned)clock_mono_ms();
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->freed, NULL);
 	return p;
@@ -91,7 +84,7 @@ static void backoff_failed(struct db_pool *p, const char *why)
 	/* Jitter: 75% to 100% of the delay, so replicas do not retry in step. */
 	delay = delay * 3 / 4 + rand_r(&p->seed) % (delay / 4 + 1);
 	p->failures++;
-	p->next_attempt_ms = now_ms() + delay;
+	p->next_attempt_ms = clock_mono_ms() + delay;
 	if (p->up || !p->reported_down)
 		log_warn("database unreachable, retrying with backoff: %s", why);
 	p->up = false;
@@ -171,7 +164,7 @@ enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out)
 		pthread_mutex_unlock(&pool->mu);
 		return METER_OK;
 	}
-	if (pool->failures > 0 && now_ms() < pool->next_attempt_ms) {
+	if (pool->failures > 0 && clock_mono_ms() < pool->next_attempt_ms) {
 		pthread_mutex_unlock(&pool->mu);
 		return METER_EDB;
 	}
@@ -227,13 +220,13 @@ bool db_conn_failed(PGconn *conn)
  * METER_OK when it completed with status want. */
 static enum meter_rc wait_result(PGconn *conn, int timeout_ms, ExecStatusType want)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = clock_mono_ms() + timeout_ms;
 	enum meter_rc rc = METER_EDB;
 	PGresult *res;
 
 	while (PQisBusy(conn)) {
 		struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - clock_mono_ms();
 
 		if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
 			return METER_EIO;

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dbpool.h"
 #include "log.h"
 #include "metrics.h"
@@ -89,15 +90,6 @@ struct ingest {
 };
 
 /* ---- small utilities ------------------------------------------------------ */
-
-/* A monotonic clock, µs. */
-static int64_t ing_now_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* Grows *p (elements of size elem, capacity *cap) to hold need elements. */
 static bool ing_grow(void *pp, size_t *cap, size_t need, size_t elem)
@@ -2041,7 +2033,7 @@ static enum meter_rc ing_cache_take(struct ing_call *c)
 	xs = malloc(c->nsbx * sizeof(*xs));
 	if (!xs)
 		return METER_ENOMEM;
-	now = ing_now_usec();
+	now = clock_mono_usec();
 	pthread_mutex_lock(&ing->mu);
 	for (size_t i = 0; i < c->nsbx; i++) {
 		const struct ing_cached *e = ing_cache_get(ing, c->sbx[i].id);
@@ -2096,7 +2088,7 @@ static void ing_cache_store(struct ing_call *c)
 {
 	struct ingest *ing = c->ing;
 	size_t max = ing->opts.cache_sandboxes;
-	int64_t now = ing_now_usec();
+	int64_t now = clock_mono_usec();
 
 	if (max == 0)
 		return;
@@ -3287,7 +3279,7 @@ static void ing_reset_try(struct ing_call *c)
 /* Adds the time since *mark to *acc and moves the mark. */
 static void ing_lap(int64_t *mark, int64_t *acc)
 {
-	int64_t now = ing_now_usec();
+	int64_t now = clock_mono_usec();
 
 	*acc += now - *mark;
 	*mark = now;
@@ -3349,7 +3341,7 @@ static enum meter_rc ing_try(struct ing_call *c)
 {
 	enum meter_rc rc;
 	PGresult *res;
-	int64_t mark = ing_now_usec();
+	int64_t mark = clock_mono_usec();
 
 	res = PQexec(c->conn, SQL_BEGIN);
 	if (PQresultStatus(res) != PGRES_COMMAND_OK) {

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "agent_doc.h"
+#include "clock.h"
 #include "log.h"
 
 #define AGENT_URL_MAX		2048	    /* characters of one agent URL */
@@ -63,14 +64,6 @@ void agent_poller_opts_init(struct agent_poller_opts *o)
 	o->backoff_base_ms = 1000;
 	o->backoff_max_ms = 60000;
 	o->max_parallel = 256;
-}
-
-static int64_t agent_mono_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static int64_t agent_real_usec(void)
@@ -310,7 +303,7 @@ static void agent_failed(struct agent_poller *p, struct agent_host *h, const cha
 	if (delay > p->o.backoff_max_ms)
 		delay = p->o.backoff_max_ms;
 	jittered = delay / 2 + (int64_t)(agent_rand(&p->rng) % (uint64_t)(delay - delay / 2 + 1));
-	h->due_usec = agent_mono_usec() + jittered * 1000;
+	h->due_usec = clock_mono_usec() + jittered * 1000;
 	log_warn("agents: %s: %s (failure %u, retry in %lld ms)", h->url, reason,
 		 (unsigned)h->fails, (long long)jittered);
 }
@@ -368,7 +361,7 @@ enum meter_rc agent_poller_round(struct agent_poller *p, struct sample_batch **b
 {
 	struct agent_round_stats st = {0};
 	size_t nq = 0, next = 0, ndone = 0;
-	int64_t now = agent_mono_usec();
+	int64_t now = clock_mono_usec();
 	int inflight = 0;
 	enum meter_rc rc = METER_OK;
 

@@ -1,8 +1,10 @@
 -- wrk script for scripts/bench-checks.sh: POST /v1/checks/create with a
 -- unique sandbox id per request (thread number + counter), either all on
--- one hot key ("hot") or spread over 1,000 keys k0..k999 ("spread").
+-- one hot key ("hot") or spread over 1,000 keys k0..k999 ("spread"); or
+-- ("invalid") the hot key's requests with vcpus 0, which meterd refuses
+-- with 400 before any database work: its HTTP path alone.
 -- Prints one machine-readable line at the end:
---   RESULT mode=<m> requests=<n> non2xx=<n> errors=<n> rps=<r> p50_ms=<x> p99_ms=<y>
+--   RESULT requests=<n> non2xx=<n> errors=<n> rps=<r> p50_ms=<x> p99_ms=<y>
 local threads = {}
 local counter = 0
 local mode = "hot"
@@ -26,9 +28,13 @@ function request()
 	if mode == "spread" then
 		key = "k" .. ((counter * 7 + tid * 131) % 1000)
 	end
+	local vcpus = 1
+	if mode == "invalid" then
+		vcpus = 0
+	end
 	local body = string.format(
-		'{"key_id":"%s","sandbox_id":"b-%s-%d-%d","vcpus":1,"memory_mib":1024,"lease_seconds":60}',
-		key, mode, tid, counter)
+		'{"key_id":"%s","sandbox_id":"b-%s-%d-%d","vcpus":%d,"memory_mib":1024,"lease_seconds":60}',
+		key, mode, tid, counter, vcpus)
 	return wrk.format(nil, "/v1/checks/create", nil, body)
 end
 
@@ -36,7 +42,7 @@ function done(summary, latency, requests)
 	local secs = summary.duration / 1e6
 	local e = summary.errors
 	io.write(string.format(
-		"RESULT mode=%s requests=%d non2xx=%d errors=%d rps=%.0f p50_ms=%.2f p99_ms=%.2f\n",
-		mode, summary.requests, e.status, e.connect + e.read + e.write + e.timeout,
+		"RESULT requests=%d non2xx=%d errors=%d rps=%.0f p50_ms=%.2f p99_ms=%.2f\n",
+		summary.requests, e.status, e.connect + e.read + e.write + e.timeout,
 		summary.requests / secs, latency:percentile(50) / 1000, latency:percentile(99) / 1000))
 end

@@ -446,6 +446,7 @@ static void batch_write(struct batch *b, size_t i)
 		db_arr_str(&a[DB_X_ACCOUNT], r->account_id);
 		db_arr_str(&a[DB_X_OP], op);
 		db_arr_str(&a[DB_X_KEY], it->idem);
+		db_arr_str(&a[DB_X_XMIN], r->idem_xmin);
 	}
 	db_arr_str(&a[DB_I_ACCOUNT], r->account_id);
 	db_arr_str(&a[DB_I_OP], op);

@@ -28,13 +28,15 @@ static const char sql_read[] =
     "  ik.response::text,"
     "  (c.op = 'wake' AND c.idem = c.sandbox_id AND ik.idempotency_key IS NOT NULL"
     "   AND NOT COALESCE(sb.state = 'running' AND sb.lease_ends_at > $5::timestamptz"
-    "       AND sb.lease_ends_at = (ik.response->>'lease_ends_at')::timestamptz, false))"
+    "       AND sb.lease_ends_at = (ik.response->>'lease_ends_at')::timestamptz, false)),"
+    "  ik.row_xmin"
     " FROM c"
     " LEFT JOIN sandboxes sb ON sb.sandbox_id = c.sandbox_id"
     " LEFT JOIN api_keys k ON k.key_id = CASE WHEN c.op = 'create' THEN c.key_id"
     "  ELSE sb.key_id END"
     /* LATERAL: so all three columns are the index condition. */
-    " LEFT JOIN LATERAL (SELECT x.* FROM idempotency_keys x WHERE x.account_id = k.account_id"
+    " LEFT JOIN LATERAL (SELECT x.*, x.xmin::text AS row_xmin FROM idempotency_keys x"
+    "  WHERE x.account_id = k.account_id"
     "  AND x.operation = c.op AND x.idempotency_key = c.idem LIMIT 1) ik ON true"
     " ORDER BY c.i";
 
@@ -53,19 +55,20 @@ static const char sql_days[] = "SELECT (d.d0 + g)::text, " DB_USEC(
 				     " ORDER BY g";
 
 static const char sql_lock[] =
-    "SELECT account_id, key_id, day::text, spent_micros, held_micros, limit_micros"
+    "SELECT account_id, key_id, day::text, spent_micros, held_micros, limit_micros,"
+    " key_limit_micros"
     " FROM meter_checks_lock($1::text[], $2::text[], $3::date[], $4::bigint[])";
 
 static const char sql_apply[] =
     "SELECT meter_checks_apply($1::timestamptz,"
     " $2::text[], $3::text[], $4::date[], $5::bigint[], $6::bigint[],"
-    " $7::text[], $8::text[], $9::text[],"
-    " $10::text[], $11::text[], $12::text[], $13::text[], $14::integer[], $15::text[],"
-    " $16::text[], $17::text[], $18::text[], $19::integer[], $20::bigint[], $21::bigint[],"
-    " $22::timestamptz[],"
-    " $23::text[], $24::text[], $25::timestamptz[],"
-    " $26::text[], $27::text[], $28::text[], $29::date[], $30::bigint[],"
-    " $31::timestamptz[])";
+    " $7::text[], $8::text[], $9::text[], $10::text[],"
+    " $11::text[], $12::text[], $13::text[], $14::text[], $15::integer[], $16::text[],"
+    " $17::text[], $18::text[], $19::text[], $20::integer[], $21::bigint[], $22::bigint[],"
+    " $23::timestamptz[],"
+    " $24::text[], $25::text[], $26::timestamptz[],"
+    " $27::text[], $28::text[], $29::text[], $30::date[], $31::bigint[],"
+    " $32::timestamptz[])";
 
 static const char sql_event[] = "SELECT known, recorded, state, " DB_USEC(
     "state_since") ", holds_settled, released_micros"
@@ -384,6 +387,7 @@ enum meter_rc db_checks_read(PGconn *conn, const struct db_check_in *in, size_t 
 			}
 		}
 		r->idem_stale = db_util_bool(res[1], row, 17);
+		db_util_str(res[1], row, 18, r->idem_xmin, sizeof(r->idem_xmin));
 	}
 	*nprices = 0;
 	for (int i = 0; i < PQntuples(res[2]) && i < DB_CHECKS_PRICES_MAX; i++) {
@@ -479,8 +483,11 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 				continue;
 			col_i64(res, r, 3, &lr->state.spent_micros);
 			col_i64(res, r, 4, &lr->state.held_micros);
-			lr->stored_has_limit = col_i64(res, r, 5, &lr->stored_limit_micros);
-			/* The key's current limit is the one that applies. */
+			/* The key's limit as of the locks is the one that applies
+			 * (and is written to the row). */
+			lr->has_limit = col_i64(res, r, 6, &lr->limit_micros);
+			if (!lr->has_limit)
+				lr->limit_micros = 0;
 			lr->state.has_limit = lr->has_limit;
 			lr->state.limit_micros = lr->limit_micros;
 			lr->found = true;

@@ -1,6 +1,7 @@
 /* meter: the SQL of the check engine (meter/checks.c), of lifecycle events
  * and of the lease-end sweeper. The SQL text is in db_checks.c; the
- * functions it calls are in sql/0005_checks.sql.
+ * functions it calls are in sql/0005_checks.sql (meter_checks_lock and
+ * meter_checks_apply as sql/0011_checks_races.sql made them again).
  *
  * The engine's connection is its own (not the pool's): db_checks_session()
  * sets it up and prepares the statements once. A batch is:
@@ -55,7 +56,8 @@ struct db_check_read {
 	char time_zone[PARSE_ID_MAX + 1];
 	/* The stored first answer under (account, operation, idempotency key). */
 	bool idem_exists;
-	bool idem_stale; /* a default wake key whose lease is over */
+	bool idem_stale;    /* a default wake key whose lease is over */
+	char idem_xmin[16]; /* the row version read (its xmin) */
 	char idem_sha_hex[65];
 	int idem_status;
 	char *idem_response; /* owned (free()), NULL when none */
@@ -96,16 +98,16 @@ struct db_ledger_row {
 	const char *account_id; /* in: borrowed */
 	const char *key_id;	/* in: borrowed */
 	const char *day;	/* in: "YYYY-MM-DD", borrowed */
-	bool has_limit;		/* in: the key's current limit */
+	bool has_limit;		/* in: the key's limit as read; out: as locked */
 	int64_t limit_micros;
 	bool found;		 /* out: locked and read */
-	struct ledger_day state; /* out: spent, held, limit as stored */
-	bool stored_has_limit;	 /* out */
-	int64_t stored_limit_micros;
+	struct ledger_day state; /* out: spent and held as stored, the key's limit */
 };
 
 /* Creates the missing rows[0..n) and locks them all in (account, key, day)
- * order, filling the out fields. rows must be distinct. */
+ * order, filling the out fields. The key's limit is read after the locks,
+ * so a limit change that committed meanwhile applies. rows must be
+ * distinct. */
 METER_MUSTCHECK enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 					     int64_t deadline_ms, char *sqlstate);
 
@@ -130,7 +132,7 @@ void db_arr_null(struct db_arr *a);
 /* A timestamptz element from UTC µs. */
 void db_arr_time(struct db_arr *a, int64_t usec);
 
-/* The arguments of meter_checks_apply, in its order (see 0005). */
+/* The arguments of meter_checks_apply, in its order (see 0011). */
 enum db_apply_arr {
 	DB_L_ACCOUNT,
 	DB_L_KEY,
@@ -140,6 +142,7 @@ enum db_apply_arr {
 	DB_X_ACCOUNT,
 	DB_X_OP,
 	DB_X_KEY,
+	DB_X_XMIN,
 	DB_I_ACCOUNT,
 	DB_I_OP,
 	DB_I_KEY,

@@ -7,6 +7,13 @@
  * 2. Mixed: creates, wakes and pause events (settlements) at once: the
  *    ledger's held equals what the open holds have left, committed stays
  *    within the limit, and every allowed check has exactly its hold.
+ * 3. Two races made certain by holding the key's ledger row from a third
+ *    connection while the checks wait for it:
+ *    - a wake retried on the other process while its stored default-key
+ *      answer is stale: one hold, one answer, replayed to the other;
+ *    - a limit lowered (the ledger row, then the key, as PUT .../limits
+ *      does) while a create waits: the create is decided against the new
+ *      limit, and the day's row keeps it.
  *
  * The engine's clock is pinned at noon UTC (test-only clock_offset_s) so no
  * lease crosses the key's midnight while the test runs. */
@@ -229,6 +236,158 @@ static void test_mixed(const char *acc)
 	       pauses_ok);
 }
 
+/* One check sent from a thread of its own. */
+struct call {
+	int server;
+	const char *path;
+	char body[256];
+	long status;
+	char code[64];
+	char lease_ends_at[40];
+	long long hold_micros;
+	long long daily_limit;
+};
+
+static void *run_call(void *arg)
+{
+	struct call *c = arg;
+	struct apitest_resp r;
+	const char *end;
+
+	cu_post(&t, c->server, c->path, c->body, &r);
+	c->status = r.status;
+	snprintf(c->code, sizeof(c->code), "%s", apitest_error_code(&r));
+	end = apitest_json_str(&r, "lease_ends_at");
+	snprintf(c->lease_ends_at, sizeof(c->lease_ends_at), "%s", end ? end : "");
+	c->hold_micros = cu_jint(r.json, "hold_micros");
+	c->daily_limit = cu_errint(&r, "daily_limit_micros");
+	apitest_resp_release(&r);
+	return NULL;
+}
+
+/* A connection of the test's own holding (BEGIN ... FOR UPDATE) the key's
+ * ledger row of today. */
+static PGconn *lock_day(const char *acc, const char *key)
+{
+	PGconn *c = PQconnectdb(t.db.url);
+	char sql[256];
+
+	CHECK(PQstatus(c) == CONNECTION_OK);
+	cu_sql(c, "BEGIN");
+	snprintf(sql, sizeof(sql),
+		 "SELECT 1 FROM key_day_ledger WHERE account_id = '%s' AND key_id = '%s'"
+		 " AND day = '%s' FOR UPDATE",
+		 acc, key, today);
+	CHECK_STR(testdb_exec_state(c, sql), "00000");
+	return c;
+}
+
+/* Waits (up to 10 s) until n backends wait for a lock. */
+static void await_lock_waiters(int n)
+{
+	long long w = 0;
+
+	for (int i = 0; i < 500; i++) {
+		w = cu_sql_int(t.db.conn, "SELECT count(*) FROM pg_stat_activity"
+					  " WHERE datname = current_database()"
+					  " AND wait_event_type = 'Lock'");
+		if (w >= n)
+			break;
+		cu_sleep_ms(20);
+	}
+	CHECK_I64(w, n);
+}
+
+static void test_stale_wake_race(const char *acc)
+{
+	char key[65], token[APITEST_TOKEN_MAX];
+	struct call calls[2];
+	pthread_t th[2];
+	struct apitest_resp r;
+	PGconn *lk;
+
+	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "stale-1", 1, 1024, 3600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	/* The default wake key's answer, stale once its one-second lease is over. */
+	CHECK_I64(cu_wake(&t, 0, "stale-1", 1, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_sleep_ms(1300);
+	lk = lock_day(acc, key);
+	for (int i = 0; i < 2; i++) {
+		calls[i] = (struct call){.server = i, .path = "/v1/checks/wake"};
+		snprintf(calls[i].body, sizeof(calls[i].body),
+			 "{\"sandbox_id\":\"stale-1\",\"lease_seconds\":600}");
+		pthread_create(&th[i], NULL, run_call, &calls[i]);
+	}
+	/* Both processes read the stale answer and wait for the row. */
+	await_lock_waiters(2);
+	cu_sql(lk, "COMMIT");
+	PQfinish(lk);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	CHECK_I64(calls[0].status, 200);
+	CHECK_I64(calls[1].status, 200);
+	CHECK(calls[0].lease_ends_at[0] != '\0');
+	CHECK_STR(calls[0].lease_ends_at, calls[1].lease_ends_at);
+	CHECK_I64(calls[0].hold_micros, calls[1].hold_micros);
+	/* The create's hold, the one-second wake's and ONE for the retried wake. */
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE sandbox_id = 'stale-1'"),
+		  3);
+	CHECK_I64(cu_sql_int(t.db.conn,
+			     "SELECT count(*) FROM idempotency_keys WHERE operation = 'wake'"
+			     " AND idempotency_key = 'stale-1'"),
+		  1);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+}
+
+static void test_limit_race(const char *acc)
+{
+	char key[65], token[APITEST_TOKEN_MAX], sql[256];
+	struct call c = {.server = 1, .path = "/v1/checks/create"};
+	const long long lowered = LEASE_MICROS + 7500;
+	pthread_t th;
+	struct apitest_resp r;
+	PGconn *lk;
+
+	CHECK(apitest_create_key(&t, acc, "full", 4 * LEASE_MICROS, NULL, key, token) == 0);
+	CHECK_I64(cu_create(&t, 1, key, "lim-0", 1, 1024, 3600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	/* What PUT /v1/keys/{id}/limits does: the day's row first... */
+	lk = lock_day(acc, key);
+	snprintf(sql, sizeof(sql),
+		 "UPDATE key_day_ledger SET limit_micros = %lld WHERE account_id = '%s'"
+		 " AND key_id = '%s' AND day = '%s'",
+		 lowered, acc, key, today);
+	cu_sql(lk, sql);
+	snprintf(c.body, sizeof(c.body),
+		 "{\"key_id\":\"%s\",\"sandbox_id\":\"lim-1\",\"vcpus\":1,"
+		 "\"memory_mib\":1024,\"lease_seconds\":3600}",
+		 key);
+	pthread_create(&th, NULL, run_call, &c);
+	/* ...while the create (which read the old limit) waits for it... */
+	await_lock_waiters(1);
+	/* ...then the key, and both commit together. */
+	snprintf(sql, sizeof(sql),
+		 "UPDATE api_keys SET daily_limit_micros = %lld WHERE account_id = '%s'"
+		 " AND key_id = '%s'",
+		 lowered, acc, key);
+	cu_sql(lk, sql);
+	cu_sql(lk, "COMMIT");
+	PQfinish(lk);
+	pthread_join(th, NULL);
+	CHECK_I64(c.status, 402);
+	CHECK_STR(c.code, "spending_limit_reached");
+	CHECK_I64(c.daily_limit, lowered);
+	CHECK_I64(cu_sql_int(t.db.conn,
+			     "SELECT limit_micros FROM key_day_ledger WHERE key_id = '%s'"
+			     " AND day = '%s'",
+			     key, today),
+		  lowered);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key), 1);
+	CHECK_I64(cu_over_limit(t.db.conn), 0);
+}
+
 int main(void)
 {
 	char off[32], acc[65];
@@ -246,6 +405,8 @@ int main(void)
 	CHECK(apitest_create_account(&t, "Race", acc) == 0);
 	test_exact_k(acc);
 	test_mixed(acc);
+	test_stale_wake_race(acc);
+	test_limit_race(acc);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

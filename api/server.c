@@ -194,6 +194,19 @@ __attribute__((format(printf, 2, 0))) static void mhd_logger(void *cls, const ch
 	log_warn("http: %s", line);
 }
 
+/* True when the path of uri (as sent, before the query) has an escaped
+ * NUL or slash. libmicrohttpd decodes the path before routing, so %00
+ * would cut an id short where the string ends and %2F would add a path
+ * segment: "/v1/keys/k1%00x" would be served as key k1. */
+static bool path_escape_bad(const char *uri)
+{
+	for (const char *p = uri; *p && *p != '?'; p++)
+		if (p[0] == '%' && p[1] &&
+		    ((p[1] == '0' && p[2] == '0') || (p[1] == '2' && (p[2] == 'f' || p[2] == 'F'))))
+			return true;
+	return false;
+}
+
 /* The first callback of every request: allocate its state and id. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
@@ -201,9 +214,9 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	struct http_req *req = calloc(1, sizeof(*req));
 	uint64_t n;
 
-	(void)uri;
 	if (!req)
 		return NULL;
+	req->path_escape_bad = uri && path_escape_bad(uri);
 	req->conn = conn;
 	req->app = srv->app;
 	req->start_usec = http_now_usec();
@@ -251,6 +264,12 @@ static bool route_request(struct http_req *req)
 	const struct route *route = NULL;
 	char msg[128];
 
+	if (req->path_escape_bad) {
+		http_reply_error(req, 400, "invalid_request",
+				 "the path may not hold an escaped NUL or slash (%00, %2F)",
+				 json_pack("{s:s}", "field", "path"));
+		return false;
+	}
 	switch (routes_match(req->method, req->path, req, &route, allow, sizeof(allow))) {
 	case ROUTE_FOUND:
 		break;

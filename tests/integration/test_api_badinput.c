@@ -116,9 +116,18 @@ static const struct bad_case cases[] = {
      "{\"role\":\"full\"}", 0, NULL, 400, "invalid_request", "account_id"},
     {"account id bad chars", "POST", "/v1/accounts/a%20b/keys", TOK_OPERATOR, "{\"role\":\"full\"}",
      0, NULL, 400, "invalid_request", "account_id"},
-    /* libmicrohttpd decodes %00 and the path ends there: no such route. */
+    /* libmicrohttpd decodes the path: an escaped NUL would end it there,
+     * an escaped slash would add a segment. */
     {"account id NUL", "POST", "/v1/accounts/a%00b/keys", TOK_OPERATOR, "{\"role\":\"full\"}", 0,
-     NULL, 404, "not_found", NULL},
+     NULL, 400, "invalid_request", "path"},
+    {"key id, NUL, more", "GET", "/v1/keys/{key}%00x", TOK_FULL, NULL, 0, NULL, 400,
+     "invalid_request", "path"},
+    {"sandbox id, escaped slash", "GET", "/v1/sandboxes/{sbx}%2Fusage", TOK_READ_ONLY, NULL, 0,
+     NULL, 400, "invalid_request", "path"},
+    {"sandbox id, escaped slash (lower case)", "GET", "/v1/sandboxes/{sbx}%2fusage", TOK_READ_ONLY,
+     NULL, 0, NULL, 400, "invalid_request", "path"},
+    {"escaped NUL, no auth", "GET", "/v1/keys/k%00", TOK_NONE, NULL, 0, NULL, 400,
+     "invalid_request", "path"},
     {"account unknown", "POST", "/v1/accounts/acc_unknown/keys", TOK_OPERATOR,
      "{\"role\":\"full\"}", 0, NULL, 404, "not_found", NULL},
     /* PUT /v1/keys/{id}/limits. */

@@ -8,8 +8,11 @@
  *   2. HELD keep-alive connections are opened and kept in use (each asks
  *      for /healthz again every second or so), slow clients trickle a
  *      header or a body a byte a second (slowloris), others connect and
- *      send nothing or half a header; the same probe must then stay within
- *      its normal latency (p99 <= max(5 x baseline p99, 50 ms));
+ *      send nothing or half a header, and some start the body of a GET
+ *      refused before it (no credentials): those are answered and closed
+ *      at once, never left reading a body nobody will use; the same probe
+ *      must then stay within its normal latency (p99 <= max(5 x baseline
+ *      p99, 50 ms));
  *   3. the server's peak memory (VmHWM) stays within a per-connection
  *      budget over its idle size;
  *   4. the server times out what is idle (silent, stalled, and the held
@@ -45,9 +48,10 @@
 #define HELD		    1000 /* keep-alive connections held at once */
 #define SLOW_HEADERS	    40	 /* clients trickling a header */
 #define SLOW_BODIES	    40	 /* clients trickling a body */
+#define SLOW_REFUSALS	    10	 /* clients trickling the body of a refused GET */
 #define SILENT		    20	 /* clients that connect and send nothing */
 #define STALLED		    20	 /* clients that send half a header, then nothing */
-#define SLOW_TOTAL	    (SLOW_HEADERS + SLOW_BODIES + SILENT + STALLED)
+#define SLOW_TOTAL	    (SLOW_HEADERS + SLOW_BODIES + SLOW_REFUSALS + SILENT + STALLED)
 #define PROBES		    300
 #define CONN_TIMEOUT_S	    5  /* meterd --connection-timeout-s */
 #define REQUEST_TIMEOUT_S   10 /* meterd --request-timeout-s */
@@ -70,7 +74,7 @@ static char probe_req[512];
 static size_t probe_len;
 
 /* The slow clients, watched by one thread. */
-enum slow_kind { SLOW_HEADER, SLOW_BODY, SLOW_SILENT, SLOW_STALLED };
+enum slow_kind { SLOW_HEADER, SLOW_BODY, SLOW_REFUSED, SLOW_SILENT, SLOW_STALLED };
 struct slow {
 	int fd;
 	enum slow_kind kind;
@@ -302,6 +306,12 @@ static int slow_open(int i, enum slow_kind k)
 			     "Content-Length: 4000\r\n\r\n{\"time_zone\":\"",
 			     key_id, tok_full);
 		break;
+	case SLOW_REFUSED:
+		/* No credentials: 401 is decided before the body comes. */
+		n = snprintf(head, sizeof(head),
+			     "GET /v1/keys HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+			     "Content-Length: 4000\r\n\r\n{");
+		break;
 	case SLOW_STALLED:
 		n = snprintf(head, sizeof(head), "GET /v1/keys HTTP/1.1\r\nHo");
 		break;
@@ -333,8 +343,7 @@ static void *trickler(void *arg)
 		for (int i = 0; i < SLOW_TOTAL; i++) {
 			if (slows[i].fd < 0)
 				continue;
-			if ((slows[i].kind == SLOW_HEADER || slows[i].kind == SLOW_BODY) &&
-			    atomic_load(&slow_mode) == 0 &&
+			if (slows[i].kind <= SLOW_REFUSED && atomic_load(&slow_mode) == 0 &&
 			    now - slows[i].last_sent_ms >= TRICKLE_MS) {
 				if (send(slows[i].fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1) {
 					slows[i].last_sent_ms = now;
@@ -726,10 +735,11 @@ int main(void)
 
 	/* Slow clients: trickling a header, a body; silent; stalled. */
 	for (int i = 0; i < SLOW_TOTAL; i++) {
-		enum slow_kind k = i < SLOW_HEADERS		    ? SLOW_HEADER
-				   : i < SLOW_HEADERS + SLOW_BODIES ? SLOW_BODY
-				   : i < SLOW_TOTAL - STALLED	    ? SLOW_SILENT
-								    : SLOW_STALLED;
+		enum slow_kind k = i < SLOW_HEADERS				    ? SLOW_HEADER
+				   : i < SLOW_HEADERS + SLOW_BODIES		    ? SLOW_BODY
+				   : i < SLOW_HEADERS + SLOW_BODIES + SLOW_REFUSALS ? SLOW_REFUSED
+				   : i < SLOW_TOTAL - STALLED			    ? SLOW_SILENT
+										    : SLOW_STALLED;
 		CHECK(slow_open(i, k) == 0);
 	}
 	CHECK(pthread_create(&slow_th, NULL, trickler, NULL) == 0);
@@ -809,7 +819,8 @@ int main(void)
 	}
 	for (int k = SLOW_HEADER; k <= SLOW_STALLED; k++) {
 		static const char *const names[] = {"header tricklers", "body tricklers",
-						    "silent clients", "stalled clients"};
+						    "refused-body tricklers", "silent clients",
+						    "stalled clients"};
 		long long lo = -1, hi = -1;
 		int n = 0, closed = 0;
 		size_t got = 0;
@@ -824,9 +835,8 @@ int main(void)
 				continue;
 			closed++;
 			got += slows[i].got;
-			after = slows[i].closed_ms - (k == SLOW_HEADER || k == SLOW_BODY
-							  ? slows[i].opened_ms
-							  : slows[i].last_sent_ms);
+			after = slows[i].closed_ms -
+				(k <= SLOW_REFUSED ? slows[i].opened_ms : slows[i].last_sent_ms);
 			lo = lo < 0 || after < lo ? after : lo;
 			hi = after > hi ? after : hi;
 		}
@@ -834,7 +844,10 @@ int main(void)
 		       " bytes)\n",
 		       n, names[k], closed, lo, hi, got);
 		CHECK_I64(closed, n);
-		if (k == SLOW_HEADER || k == SLOW_BODY) {
+		if (k == SLOW_REFUSED) {
+			CHECK(hi <= SLACK_MS);
+			CHECK(got >= (size_t)n * sizeof("HTTP/1.1 401"));
+		} else if (k <= SLOW_BODY) {
 			CHECK(lo >= (REQUEST_TIMEOUT_S - 1) * 1000);
 			CHECK(hi <= REQUEST_TIMEOUT_S * 1000 + SLACK_MS);
 		} else {

@@ -2,8 +2,10 @@
  * against a real meterd and PostgreSQL: idempotent replay and conflict,
  * max_cost_micros boundaries, settlement on pause / stop and at lease end,
  * and keys whose day is not UTC's: across midnight and across daylight-
- * saving changes (a 25-hour and a 23-hour day), with the engine's clock
- * moved there by the documented test-only option clock_offset_s. */
+ * saving changes (a 25-hour and a 23-hour day, and a day whose midnight
+ * comes twice), with the engine's clock moved there by the documented
+ * test-only option clock_offset_s; and the day starts of every time zone
+ * around every change of offset in 2026. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -458,6 +460,56 @@ static void test_new_york(void)
 	apitest_drop(&t);
 }
 
+/* Atlantic/Azores, 2026-10-25 00:30Z: 00:30 local, summer time. At 01:00
+ * the clocks go back to 00:00, so the 25th (local) has 25 hours, from
+ * 00:00Z to 01:00Z on the 26th, and "now" is in its first hour, which
+ * comes twice. A 24 h lease from now fits in the 25th alone. */
+static void test_azores(void)
+{
+	struct apitest t;
+	struct apitest_resp r;
+	char acc[65], key[65], token[APITEST_TOKEN_MAX];
+
+	if (start_at(&t, "chk_azores", utc(2026, 10, 25, 0, 30)) < 0) {
+		CHECK(0);
+		return;
+	}
+	CHECK(apitest_create_account(&t, "Azores", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 10000000, "Atlantic/Azores", key, token) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "az-1", 1, 1024, 86400, NULL, &r), 200);
+	CHECK_STR(apitest_json_str(&r, "day"), "2026-10-25");
+	CHECK_I64(json_array_size(json_object_get(r.json, "parts")), 1);
+	CHECK_I64(cu_jint(r.json, "hold_micros"), 780000);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+}
+
+/* In every time zone PostgreSQL knows, around every change of offset in
+ * 2026: the instant meter_day_start gives is on the day (meter_key_day),
+ * and the instant before it is not. */
+static void test_day_starts(PGconn *conn)
+{
+	static const char sql[] =
+	    "WITH zd AS (SELECT z.name AS z, g::date AS d"
+	    "  FROM pg_timezone_names z,"
+	    "   generate_series('2026-01-01'::date, '2026-12-31'::date, '1 day') g"
+	    "  WHERE z.name NOT LIKE 'posix/%' AND z.name NOT LIKE 'right/%'"
+	    /* Days within a day of a change (a naive 72 h window is not 72 h). */
+	    "   AND ((g::date + 2)::timestamp AT TIME ZONE z.name)"
+	    "     - ((g::date - 1)::timestamp AT TIME ZONE z.name) <> interval '72 hours')"
+	    " SELECT count(*) * 1000000 + count(*) FILTER ("
+	    "  WHERE meter_key_day(z, meter_day_start(z, d)) <> d"
+	    "   OR meter_key_day(z, meter_day_start(z, d) - interval '1 microsecond') >= d)"
+	    " FROM zd";
+	long long v = cu_sql_int(conn, "%s", sql);
+
+	printf("day starts: %lld zone-days around a change of offset checked\n", v / 1000000);
+	CHECK(v / 1000000 > 100);
+	CHECK_I64(v % 1000000, 0);
+}
+
 int main(void)
 {
 	struct apitest t;
@@ -473,10 +525,12 @@ int main(void)
 	test_wake_and_events(&t, key);
 	test_lease_end(&t, key);
 	test_validation(&t, key);
+	test_day_starts(t.db.conn);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	test_berlin();
 	test_new_york();
+	test_azores();
 	return check_done();
 }

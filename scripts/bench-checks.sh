@@ -70,6 +70,7 @@ CREATE TABLE lean_checks (account_id text NOT NULL, sandbox_id text NOT NULL,
 			  lease_ends_at timestamptz NOT NULL, created_at timestamptz NOT NULL,
 			  request_sha256 bytea NOT NULL, response jsonb NOT NULL,
 			  PRIMARY KEY (account_id, sandbox_id));
+CREATE SEQUENCE lean_seq;
 SQL
 
 token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -114,14 +115,13 @@ echo "(d) bound: meterd's HTTP path alone, $conns connections, ${secs}s ..."
 invalid=$(run_wrk invalid)
 echo "(e) bound: 16 lean rows per transaction, 1 pgbench client, ${secs}s ..."
 cat >"$work/lean.sql" <<'SQL'
-\set b random(1, 1000000000)
 BEGIN;
 SELECT held, lim FROM naive_ledger WHERE key_id = 'hot' FOR UPDATE;
 INSERT INTO lean_checks
-	SELECT 'bench', 's' || :client_id || '-' || :b || '-' || g, 'hot', current_date, 1000,
+	SELECT 'bench', 's' || s.n || '-' || g, 'hot', current_date, 1000,
 	       now() + interval '60 s', now(), sha256(g::text::bytea),
 	       '{"allowed":true,"hold_micros":1000,"lease_max_cost_micros":1000,"day":"2026-11-30","day_spent_micros":0,"day_held_micros":1000,"daily_limit_micros":1000000000000000}'
-	FROM generate_series(1, 16) g;
+	FROM generate_series(1, 16) g, (SELECT nextval('lean_seq') AS n) s;
 UPDATE naive_ledger SET held = held + 16000 WHERE key_id = 'hot';
 COMMIT;
 SQL

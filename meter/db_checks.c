@@ -55,9 +55,15 @@ static const char sql_days[] = "SELECT (d.d0 + g)::text, " DB_USEC(
 				     " ORDER BY g";
 
 static const char sql_lock[] =
-    "SELECT account_id, key_id, day::text, spent_micros, held_micros, limit_micros,"
-    " key_limit_micros"
+    "SELECT account_id, key_id, day::text, spent_micros, held_micros, limit_micros"
     " FROM meter_checks_lock($1::text[], $2::text[], $3::date[], $4::bigint[])";
+
+/* The keys' daily limits now: run after the ledger rows are locked, in a
+ * statement (so a snapshot) of its own. */
+static const char sql_limits[] =
+    "SELECT k.account_id, k.key_id, k.daily_limit_micros FROM api_keys k"
+    " JOIN (SELECT DISTINCT * FROM unnest($1::text[], $2::text[])) v(a, k)"
+    "  ON k.account_id = v.a AND k.key_id = v.k";
 
 static const char sql_apply[] =
     "SELECT meter_checks_apply($1::timestamptz,"
@@ -83,7 +89,7 @@ struct prepared {
 
 static const struct prepared prepared[] = {
     {"chk_read", sql_read}, {"chk_prices", sql_prices}, {"chk_days", sql_days},
-    {"chk_lock", sql_lock}, {"chk_apply", sql_apply},
+    {"chk_lock", sql_lock}, {"chk_limits", sql_limits}, {"chk_apply", sql_apply},
 };
 
 void db_check_read_release(struct db_check_read *rows, size_t n)
@@ -441,6 +447,50 @@ out:
 	return rc;
 }
 
+/* Reads the keys' limits again (after the locks) into rows[0..n). */
+static enum meter_rc limits_reread(PGconn *conn, struct db_ledger_row *rows, size_t n,
+				   int64_t deadline_ms, char *sqlstate)
+{
+	struct db_arr arr[2];
+	const char *params[2];
+	struct pipe_q q = {.stmt = "chk_limits", .n = 2, .params = params};
+	PGresult *res = NULL;
+	enum meter_rc rc = METER_ENOMEM;
+
+	for (int i = 0; i < 2; i++)
+		db_arr_init(&arr[i]);
+	for (size_t i = 0; i < n; i++) {
+		db_arr_str(&arr[0], rows[i].account_id);
+		db_arr_str(&arr[1], rows[i].key_id);
+	}
+	for (int i = 0; i < 2; i++) {
+		db_arr_close(&arr[i]);
+		if (arr[i].oom)
+			goto out;
+		params[i] = arr[i].buf;
+	}
+	rc = pipe_run(conn, &q, 1, &res, deadline_ms, sqlstate);
+	if (rc != METER_OK)
+		goto out;
+	for (int r = 0; r < PQntuples(res); r++) {
+		int64_t limit = 0;
+		bool has = col_i64(res, r, 2, &limit);
+
+		for (size_t i = 0; i < n; i++)
+			if (strcmp(rows[i].account_id, PQgetvalue(res, r, 0)) == 0 &&
+			    strcmp(rows[i].key_id, PQgetvalue(res, r, 1)) == 0) {
+				rows[i].has_limit = has;
+				rows[i].limit_micros = limit;
+			}
+	}
+	log_debug("checks: a key's limit changed while its ledger rows were awaited; read again");
+out:
+	PQclear(res);
+	for (int i = 0; i < 2; i++)
+		db_arr_release(&arr[i]);
+	return rc;
+}
+
 enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 			     int64_t deadline_ms, char *sqlstate)
 {
@@ -449,6 +499,9 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 	struct pipe_q q = {.stmt = "chk_lock", .n = 4, .params = params};
 	PGresult *res = NULL;
 	enum meter_rc rc = METER_ENOMEM;
+	bool stale = false;
+	int64_t stored = 0;
+	bool stored_has;
 
 	for (int i = 0; i < 4; i++)
 		db_arr_init(&arr[i]);
@@ -483,13 +536,14 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 				continue;
 			col_i64(res, r, 3, &lr->state.spent_micros);
 			col_i64(res, r, 4, &lr->state.held_micros);
-			/* The key's limit as of the locks is the one that applies
-			 * (and is written to the row). */
-			lr->has_limit = col_i64(res, r, 6, &lr->limit_micros);
-			if (!lr->has_limit)
-				lr->limit_micros = 0;
-			lr->state.has_limit = lr->has_limit;
-			lr->state.limit_micros = lr->limit_micros;
+			stored_has = col_i64(res, r, 5, &stored);
+			/* A row holding another limit than the key's as read: a
+			 * limit change may have committed while the lock was
+			 * awaited (PUT .../limits sets today's row first), or the
+			 * row was made before one. */
+			if (stored_has != lr->has_limit ||
+			    (stored_has && stored != lr->limit_micros))
+				stale = true;
 			lr->found = true;
 			break;
 		}
@@ -501,6 +555,14 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 				  rows[i].key_id, rows[i].day);
 			rc = METER_EDB;
 		}
+	if (rc == METER_OK && stale)
+		rc = limits_reread(conn, rows, n, deadline_ms, sqlstate);
+	/* The key's current limit is the one that applies (and is written to
+	 * the rows). */
+	for (size_t i = 0; rc == METER_OK && i < n; i++) {
+		rows[i].state.has_limit = rows[i].has_limit;
+		rows[i].state.limit_micros = rows[i].has_limit ? rows[i].limit_micros : 0;
+	}
 out:
 	PQclear(res);
 	for (int i = 0; i < 4; i++)

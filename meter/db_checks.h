@@ -1,7 +1,7 @@
 /* meter: the SQL of the check engine (meter/checks.c), of lifecycle events
  * and of the lease-end sweeper. The SQL text is in db_checks.c; the
- * functions it calls are in sql/0005_checks.sql (meter_checks_lock and
- * meter_checks_apply as sql/0011_checks_races.sql made them again).
+ * functions it calls are in sql/0005_checks.sql (meter_checks_apply as
+ * sql/0011_checks_races.sql made it again).
  *
  * The engine's connection is its own (not the pool's): db_checks_session()
  * sets it up and prepares the statements once. A batch is:
@@ -98,16 +98,17 @@ struct db_ledger_row {
 	const char *account_id; /* in: borrowed */
 	const char *key_id;	/* in: borrowed */
 	const char *day;	/* in: "YYYY-MM-DD", borrowed */
-	bool has_limit;		/* in: the key's limit as read; out: as locked */
+	bool has_limit;		/* in: the key's limit as read; out: the current one */
 	int64_t limit_micros;
 	bool found;		 /* out: locked and read */
 	struct ledger_day state; /* out: spent and held as stored, the key's limit */
 };
 
 /* Creates the missing rows[0..n) and locks them all in (account, key, day)
- * order, filling the out fields. The key's limit is read after the locks,
- * so a limit change that committed meanwhile applies. rows must be
- * distinct. */
+ * order, filling the out fields. When a locked row holds another limit
+ * than the one read for its key (a limit change committed while the lock
+ * was awaited, or the row predates one), the keys' limits are read again
+ * after the locks, so the current limit applies. rows must be distinct. */
 METER_MUSTCHECK enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 					     int64_t deadline_ms, char *sqlstate);
 

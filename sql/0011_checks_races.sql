@@ -1,55 +1,13 @@
--- meter: two races of the check engine closed (issue 4).
+-- meter: a race of the check engine closed (issue 4).
 --
--- 1. A stale default wake answer (its lease is over) is replaced by the
---    batch that allows the wake again. The batch read it before locking the
---    key's ledger rows; another meterd process could allow the same wake
---    and replace the row in between. Deleting by key would then delete the
---    other process's fresh answer, and one wake would get two holds and two
---    answers. meter_checks_apply now deletes only the row version read
---    (x_xmin: its xmin as read) and raises MTR01 when it is gone, so the
---    batch is decided again and replays the answer that won.
--- 2. A check used the key's daily limit as read before the ledger rows were
---    locked. A limit change (PUT /v1/keys/{id}/limits locks today's ledger
---    row, then updates the key) could commit in between: the check was then
---    decided against the old limit and wrote it back to the day's row.
---    meter_checks_lock now reads each key's limit after taking the locks,
---    in a statement of its own (a snapshot that sees what committed while
---    it waited), and returns it as key_limit_micros.
-
-DROP FUNCTION meter_checks_lock(text[], text[], date[], bigint[]);
-
--- Creates the ledger rows of the given key-days if missing and locks them
--- all, in (account_id, key_id, day) order. p_limit: the key's daily limit
--- as the batch read it (NULL: none), stored in a new row. Returns every
--- row locked, with its key's limit read after the locks.
-CREATE FUNCTION meter_checks_lock(p_account text[], p_key text[], p_day date[],
-				  p_limit bigint[])
-	RETURNS TABLE (account_id text, key_id text, day date, spent_micros bigint,
-		       held_micros bigint, limit_micros bigint, key_limit_micros bigint)
-	LANGUAGE plpgsql
-	AS $$
-BEGIN
-	INSERT INTO key_day_ledger AS l (account_id, key_id, day, limit_micros)
-		SELECT v.a, v.k, v.d, v.m
-		FROM unnest(p_account, p_key, p_day, p_limit) AS v(a, k, d, m)
-		ORDER BY v.a, v.k, v.d
-	ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO NOTHING;
-	PERFORM 1 FROM key_day_ledger l
-		WHERE (l.account_id, l.key_id, l.day) IN
-			(SELECT v.a, v.k, v.d FROM unnest(p_account, p_key, p_day) AS v(a, k, d))
-		ORDER BY l.account_id, l.key_id, l.day
-		FOR UPDATE OF l;
-	RETURN QUERY
-		SELECT l.account_id::text, l.key_id::text, l.day, l.spent_micros::bigint,
-		       l.held_micros::bigint, l.limit_micros::bigint,
-		       k.daily_limit_micros::bigint
-		FROM key_day_ledger l
-		JOIN api_keys k ON k.account_id = l.account_id AND k.key_id = l.key_id
-		WHERE (l.account_id, l.key_id, l.day) IN
-			(SELECT v.a, v.k, v.d FROM unnest(p_account, p_key, p_day) AS v(a, k, d))
-		ORDER BY l.account_id, l.key_id, l.day;
-END
-$$;
+-- A stale default wake answer (its lease is over) is replaced by the batch
+-- that allows the wake again. The batch read it before locking the key's
+-- ledger rows; another meterd process could allow the same wake and
+-- replace the row in between. Deleting by key would then delete the other
+-- process's fresh answer, and one wake would get two holds and two
+-- answers. meter_checks_apply now deletes only the row version read
+-- (x_xmin: its xmin as read) and raises MTR01 when it is gone, so the
+-- batch is decided again and replays the answer that won.
 
 DROP FUNCTION meter_checks_apply(timestamptz, text[], text[], date[], bigint[], bigint[],
 				 text[], text[], text[], text[], text[], text[], text[],

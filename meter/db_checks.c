@@ -298,6 +298,19 @@ static bool col_i64(const PGresult *res, int row, int col, int64_t *v)
 	return true;
 }
 
+/* Closes arr[0..n) and points params[0..n) at them; false when one ran out
+ * of memory. */
+static bool arrs_params(struct db_arr *arr, int n, const char **params)
+{
+	for (int i = 0; i < n; i++) {
+		db_arr_close(&arr[i]);
+		if (arr[i].oom)
+			return false;
+		params[i] = arr[i].buf;
+	}
+	return true;
+}
+
 /* An id array literal element list from in[]; field picks the string. */
 enum in_field { IN_OP, IN_KEY, IN_SANDBOX, IN_IDEM };
 
@@ -341,15 +354,10 @@ enum meter_rc db_checks_read(PGconn *conn, const struct db_check_in *in, size_t 
 	arr_from_in(&arr[2], in, n, IN_SANDBOX);
 	arr_from_in(&arr[3], in, n, IN_IDEM);
 	rc = METER_ENOMEM;
-	for (int i = 0; i < 4; i++) {
-		db_arr_close(&arr[i]);
-		if (arr[i].oom)
-			goto out;
-	}
+	if (!arrs_params(arr, 4, p_read))
+		goto out;
 	db_util_time_param(now_usec, now_s, sizeof(now_s));
 	db_util_time_param(max_end_usec, end_s, sizeof(end_s));
-	for (int i = 0; i < 4; i++)
-		p_read[i] = arr[i].buf;
 	p_read[4] = now_s;
 	p_prices[0] = now_s;
 	p_prices[1] = end_s;
@@ -463,12 +471,8 @@ static enum meter_rc limits_reread(PGconn *conn, struct db_ledger_row *rows, siz
 		db_arr_str(&arr[0], rows[i].account_id);
 		db_arr_str(&arr[1], rows[i].key_id);
 	}
-	for (int i = 0; i < 2; i++) {
-		db_arr_close(&arr[i]);
-		if (arr[i].oom)
-			goto out;
-		params[i] = arr[i].buf;
-	}
+	if (!arrs_params(arr, 2, params))
+		goto out;
 	rc = pipe_run(conn, &q, 1, &res, deadline_ms, sqlstate);
 	if (rc != METER_OK)
 		goto out;
@@ -515,12 +519,8 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 			db_arr_null(&arr[3]);
 		rows[i].found = false;
 	}
-	for (int i = 0; i < 4; i++) {
-		db_arr_close(&arr[i]);
-		if (arr[i].oom)
-			goto out;
-		params[i] = arr[i].buf;
-	}
+	if (!arrs_params(arr, 4, params))
+		goto out;
 	rc = pipe_run(conn, &q, 1, &res, deadline_ms, sqlstate);
 	if (rc != METER_OK)
 		goto out;

@@ -87,6 +87,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "meterd: session_secret must be at least 32 characters\n");
 		return 2;
 	}
+	/* Unsigned (or weakly signed) events could be forged by anyone who
+	 * can reach the control plane's webhook. */
+	if (cfg.webhook_url[0] && strlen(cfg.webhook_secret) < 32) {
+		fprintf(stderr, "meterd: webhook_url needs a webhook_secret of at least 32 "
+				"characters\n");
+		return 2;
+	}
 	if (session_init(cfg.session_secret) != METER_OK) {
 		fprintf(stderr, "meterd: cannot set up dashboard sessions\n");
 		return 1;

@@ -36,14 +36,27 @@ static const char sql_claim[] =
     " FROM webhook_outbox WHERE delivered_at IS NULL AND next_attempt_at <= now()"
     " ORDER BY next_attempt_at LIMIT 16 FOR UPDATE SKIP LOCKED";
 
+/* clock_timestamp(), not now(): the round's transaction is as old as the
+ * deliveries before this one (up to BATCH x the timeout), and a retry
+ * delay counts from the failed attempt. */
 static const char sql_done[] =
-    "UPDATE webhook_outbox SET delivered_at = now(), attempts = attempts + 1, last_error = NULL"
-    " WHERE account_id = $1 AND event_id = $2::uuid";
+    "UPDATE webhook_outbox SET delivered_at = clock_timestamp(), attempts = attempts + 1,"
+    " last_error = NULL WHERE account_id = $1 AND event_id = $2::uuid";
 
 static const char sql_retry[] =
     "UPDATE webhook_outbox SET attempts = attempts + 1,"
-    " next_attempt_at = now() + $3::integer * interval '1 second', last_error = $4"
+    " next_attempt_at = clock_timestamp() + $3::integer * interval '1 second', last_error = $4"
     " WHERE account_id = $1 AND event_id = $2::uuid";
+
+static bool is_stopping(struct webhook *w)
+{
+	bool s;
+
+	pthread_mutex_lock(&w->mu);
+	s = w->stopping;
+	pthread_mutex_unlock(&w->mu);
+	return s;
+}
 
 int64_t webhook_retry_delay_s(int64_t attempts)
 {
@@ -150,8 +163,9 @@ out:
 	return ok;
 }
 
-/* One round: claims the due events and delivers them. Returns how many
- * were claimed (-1 when the database failed: the caller reconnects). */
+/* One round: claims the due events and delivers them, until told to stop
+ * (what is left stays due). Returns how many were claimed (-1 when the
+ * database failed: the caller backs off, and reconnects if it must). */
 static int deliver_round(struct webhook *w, PGconn *conn)
 {
 	PGresult *res = NULL;
@@ -170,6 +184,8 @@ static int deliver_round(struct webhook *w, PGconn *conn)
 
 		if (db_util_i64(res, i, 2, &attempts, NULL) != METER_OK)
 			goto out;
+		if (is_stopping(w))
+			break;
 		if (post_event(w, id, body, why, sizeof(why))) {
 			const char *p[2] = {acc, id};
 			if (db_util_exec(conn, "webhook delivered", sql_done, 2, p, NULL, NULL) !=
@@ -224,6 +240,7 @@ static void *deliver_main(void *arg)
 	struct webhook *w = arg;
 	PGconn *conn = NULL;
 	int64_t backoff = 0;
+	int failures = 0;
 
 	while (!nap(w, backoff > 0 ? backoff : w->opt.poll_ms)) {
 		char err[256];
@@ -241,11 +258,18 @@ static void *deliver_main(void *arg)
 		backoff = 0;
 		do {
 			n = deliver_round(w, conn);
-		} while (n == BATCH);
-		if (n < 0 && PQstatus(conn) != CONNECTION_OK) {
+		} while (n == BATCH && !is_stopping(w));
+		if (n >= 0) {
+			failures = 0;
+			continue;
+		}
+		/* The round was rolled back (its deliveries will be sent
+		 * again: at least once): wait longer each time, never spin. */
+		backoff = failures < 5 ? (int64_t)200 << failures : 5000;
+		failures++;
+		if (PQstatus(conn) != CONNECTION_OK) {
 			PQfinish(conn);
 			conn = NULL;
-			backoff = 200;
 		}
 	}
 	if (conn)

@@ -51,6 +51,18 @@ pid=
 expect "exit status after SIGTERM" "$status" 0
 grep -q "meterd stopped" "$work/meterd.log" && ok || fail "no clean-stop line"
 
+# A webhook without a secret, or with a short one, is refused at start:
+# its events could be forged.
+for secret in "" "short-secret"; do
+	status=0
+	METER_DATABASE_URL=$url METER_WEBHOOK_URL=http://127.0.0.1:9/hook \
+		METER_WEBHOOK_SECRET=$secret "$bin/meterd" --listen 127.0.0.1:0 >"$work/wh.log" 2>&1 ||
+		status=$?
+	expect "webhook_secret '$secret' refused" "$status" 2
+	grep -q "webhook_secret of at least 32 characters" "$work/wh.log" && ok ||
+		fail "no webhook_secret message"
+done
+
 # Configuration from a file, below the environment and flags.
 # The file says warn, so no access lines (info) may be logged.
 printf 'listen = 127.0.0.1:1\ndatabase_url = %s\nlog_level = warn\n' "$url" >"$work/meter.conf"

@@ -4,7 +4,9 @@
  * hold_outrun once per hold; every request signed (Meter-Signature:
  * t=...,v1=HMAC-SHA256(secret, "t.body")) and carrying Meter-Event-Id; a
  * failing receiver is retried with backoff; after a restart nothing is
- * delivered twice and nothing is lost. */
+ * delivered twice and nothing is lost; with a slow receiver and more due
+ * events than a round takes, meterd still stops on SIGTERM after the
+ * delivery in flight. */
 #include <microhttpd.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -19,7 +21,7 @@
 
 #include "checks_util.h"
 
-#define SECRET	"whsec-test-0123456789"
+#define SECRET	"whsec-test-0123456789abcdefghijklmn"
 #define MAX_REQ 64
 
 struct received {
@@ -33,6 +35,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct received reqs[MAX_REQ];
 static int nreqs;
 static int fail_next; /* answer 500 to this many more requests */
+static int slow_ms;   /* answer after this long */
 
 struct upload {
 	char *buf;
@@ -68,6 +71,12 @@ static enum MHD_Result on_hook(void *cls, struct MHD_Connection *conn, const cha
 		return MHD_YES;
 	}
 	pthread_mutex_lock(&mu);
+	if (slow_ms > 0) {
+		int ms = slow_ms;
+		pthread_mutex_unlock(&mu);
+		cu_sleep_ms(ms);
+		pthread_mutex_lock(&mu);
+	}
 	if (fail_next > 0) {
 		fail_next--;
 		status = 500;
@@ -292,11 +301,42 @@ int main(void)
 		cu_sleep_ms(1000);
 		CHECK_I64(delivered(id), 1);
 	}
-	if (pid > 0) {
-		kill(pid, SIGTERM);
-		waitpid(pid, &status, 0);
-		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* A slow receiver (3 s an answer) and 20 due events: a round would
+	 * take 16 x 3 s, but SIGTERM stops meterd after the one in flight. */
+	pthread_mutex_lock(&mu);
+	slow_ms = 3000;
+	pthread_mutex_unlock(&mu);
+	{
+		char sql[512];
+		int before = total_requests();
+		long long t0;
+
+		snprintf(sql, sizeof(sql),
+			 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
+			 " SELECT '%s', '%s', 'spend_limit_crossed', 'slow-' || g, '{}'"
+			 " FROM generate_series(1, 20) g",
+			 acc, key);
+		cu_sql(db, sql);
+		for (int i = 0; i < 100 && total_requests() == before; i++)
+			cu_sleep_ms(50);
+		CHECK(total_requests() > before);
+		t0 = (long long)time(NULL);
+		if (pid > 0) {
+			kill(pid, SIGTERM);
+			waitpid(pid, &status, 0);
+			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		}
+		printf("webhook: meterd stopped %lld s after SIGTERM with a slow receiver\n",
+		       (long long)time(NULL) - t0);
+		CHECK((long long)time(NULL) - t0 <= 8);
+		/* What was not delivered is still due. */
+		CHECK(cu_sql_int(
+			  db, "SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL") >=
+		      18);
 	}
+	pthread_mutex_lock(&mu);
+	slow_ms = 0;
+	pthread_mutex_unlock(&mu);
 	apitest_drop(&t);
 	MHD_stop_daemon(d);
 	pthread_mutex_lock(&mu);

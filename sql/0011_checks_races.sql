@@ -1,13 +1,50 @@
--- meter: a race of the check engine closed (issue 4).
+-- meter: two races of the check engine closed (issue 4).
 --
--- A stale default wake answer (its lease is over) is replaced by the batch
--- that allows the wake again. The batch read it before locking the key's
--- ledger rows; another meterd process could allow the same wake and
--- replace the row in between. Deleting by key would then delete the other
--- process's fresh answer, and one wake would get two holds and two
--- answers. meter_checks_apply now deletes only the row version read
--- (x_xmin: its xmin as read) and raises MTR01 when it is gone, so the
--- batch is decided again and replays the answer that won.
+-- 1. meter_checks_lock inserted the batch's missing ledger rows (ON
+--    CONFLICT DO NOTHING, which leaves existing rows unlocked) and then
+--    locked the rows that existed: a new row was locked before an existing
+--    one that sorts before it, against the lock order of every writer. With
+--    ingestion locking the same two rows in order, each waited for the
+--    other (a deadlock, broken after deadlock_timeout with a retry). Now,
+--    when a row is missing, all of them are created and locked in one
+--    ordered pass (ON CONFLICT DO UPDATE locks an existing row where it
+--    comes); when none is, they are locked in order as before.
+--
+-- 2. A stale default wake answer (its lease is over) is replaced by the
+--    batch that allows the wake again. The batch read it before locking the
+--    key's ledger rows; another meterd process could allow the same wake
+--    and replace the row in between. Deleting by key would then delete the
+--    other process's fresh answer, and one wake would get two holds and two
+--    answers. meter_checks_apply now deletes only the row version read
+--    (x_xmin: its xmin as read) and raises MTR01 when it is gone, so the
+--    batch is decided again and replays the answer that won.
+
+CREATE OR REPLACE FUNCTION meter_checks_lock(p_account text[], p_key text[], p_day date[],
+					     p_limit bigint[])
+	RETURNS TABLE (account_id text, key_id text, day date, spent_micros bigint,
+		       held_micros bigint, limit_micros bigint)
+	LANGUAGE plpgsql
+	AS $$
+BEGIN
+	IF EXISTS (SELECT 1 FROM unnest(p_account, p_key, p_day) AS v(a, k, d)
+		   WHERE NOT EXISTS (SELECT 1 FROM key_day_ledger x
+				     WHERE x.account_id = v.a AND x.key_id = v.k AND x.day = v.d)) THEN
+		INSERT INTO key_day_ledger AS l (account_id, key_id, day, limit_micros)
+			SELECT v.a, v.k, v.d, v.m
+			FROM unnest(p_account, p_key, p_day, p_limit) AS v(a, k, d, m)
+			ORDER BY v.a, v.k, v.d
+		ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO UPDATE SET updated_at = l.updated_at;
+	END IF;
+	RETURN QUERY
+		SELECT l.account_id::text, l.key_id::text, l.day, l.spent_micros::bigint,
+		       l.held_micros::bigint, l.limit_micros::bigint
+		FROM key_day_ledger l
+		WHERE (l.account_id, l.key_id, l.day) IN
+			(SELECT v.a, v.k, v.d FROM unnest(p_account, p_key, p_day) AS v(a, k, d))
+		ORDER BY l.account_id, l.key_id, l.day
+		FOR UPDATE OF l;
+END
+$$;
 
 DROP FUNCTION meter_checks_apply(timestamptz, text[], text[], date[], bigint[], bigint[],
 				 text[], text[], text[], text[], text[], text[], text[],

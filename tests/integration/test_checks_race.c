@@ -13,7 +13,11 @@
  *      answer is stale: one hold, one answer, replayed to the other;
  *    - a limit lowered (the ledger row, then the key, as PUT .../limits
  *      does) while a create waits: the create is decided against the new
- *      limit, and the day's row keeps it.
+ *      limit, and the day's row keeps it;
+ *    - a batch that needs a new ledger row and an existing one sorting
+ *      before it, while another writer (as ingestion does) holds the
+ *      existing row and then creates the new one: both in the one lock
+ *      order, so no deadlock.
  *
  * The engine's clock is pinned at noon UTC (test-only clock_offset_s) so no
  * lease crosses the key's midnight while the test runs. */
@@ -388,6 +392,88 @@ static void test_limit_race(const char *acc)
 	CHECK_I64(cu_over_limit(t.db.conn), 0);
 }
 
+/* PostgreSQL's count of deadlocks in the test's database, once its
+ * statistics have caught up (they are flushed within about a second). */
+static long long deadlocks(void)
+{
+	long long v = -1;
+
+	for (int i = 0; i < 3; i++) {
+		cu_sql(t.db.conn, "SELECT pg_stat_clear_snapshot()");
+		v = cu_sql_int(t.db.conn, "SELECT deadlocks FROM pg_stat_database"
+					  " WHERE datname = current_database()");
+		cu_sleep_ms(700);
+	}
+	return v;
+}
+
+static void test_new_row_order(const char *acc)
+{
+	char k[3][65], tok[APITEST_TOKEN_MAX], sql[512];
+	const char *lo, *hi, *other;
+	struct call c[3];
+	pthread_t th[3];
+	struct apitest_resp r;
+	PGconn *hold, *writer;
+	PGresult *res;
+	long long before;
+
+	for (int i = 0; i < 3; i++)
+		CHECK(apitest_create_key(&t, acc, "full", -1, NULL, k[i], tok) == 0);
+	/* lo sorts before hi; lo and other get today's row now, hi does not. */
+	lo = strcmp(k[0], k[1]) < 0 ? k[0] : k[1];
+	hi = lo == k[0] ? k[1] : k[0];
+	other = k[2];
+	CHECK_I64(cu_create(&t, 0, lo, "ord-lo-0", 1, 1024, 60, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(&t, 0, other, "ord-other-0", 1, 1024, 60, NULL, &r), 200);
+	apitest_resp_release(&r);
+	before = deadlocks();
+	/* A first batch waits on other's row, so the next two checks queue
+	 * up and are decided together. */
+	hold = lock_day(acc, other);
+	writer = lock_day(acc, lo); /* the other writer holds lo's row */
+	c[0] = (struct call){.server = 0, .path = "/v1/checks/create"};
+	snprintf(c[0].body, sizeof(c[0].body),
+		 "{\"key_id\":\"%s\",\"sandbox_id\":\"ord-other-1\",\"vcpus\":1,"
+		 "\"memory_mib\":1024,\"lease_seconds\":60}",
+		 other);
+	pthread_create(&th[0], NULL, run_call, &c[0]);
+	await_lock_waiters(1);
+	for (int i = 1; i < 3; i++) {
+		c[i] = (struct call){.server = 0, .path = "/v1/checks/create"};
+		snprintf(c[i].body, sizeof(c[i].body),
+			 "{\"key_id\":\"%s\",\"sandbox_id\":\"ord-%d\",\"vcpus\":1,"
+			 "\"memory_mib\":1024,\"lease_seconds\":60}",
+			 i == 1 ? lo : hi, i);
+		pthread_create(&th[i], NULL, run_call, &c[i]);
+	}
+	cu_sleep_ms(300); /* both queued behind the first batch */
+	cu_sql(hold, "COMMIT");
+	PQfinish(hold);
+	pthread_join(th[0], NULL);
+	CHECK_I64(c[0].status, 200);
+	/* The batch of lo and hi now waits for lo's row... */
+	await_lock_waiters(1);
+	/* ...while the writer creates hi's row, as ingestion would. */
+	snprintf(
+	    sql, sizeof(sql),
+	    "INSERT INTO key_day_ledger AS l (account_id, key_id, day) VALUES ('%s', '%s', '%s')"
+	    " ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO UPDATE SET updated_at = now()",
+	    acc, hi, today);
+	res = PQexec(writer, sql);
+	CHECK_STR(PQresStatus(PQresultStatus(res)), "PGRES_COMMAND_OK");
+	PQclear(res);
+	cu_sql(writer, "COMMIT");
+	PQfinish(writer);
+	for (int i = 1; i < 3; i++) {
+		pthread_join(th[i], NULL);
+		CHECK_I64(c[i].status, 200);
+	}
+	CHECK_I64(deadlocks(), before);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+}
+
 int main(void)
 {
 	char off[32], acc[65];
@@ -407,6 +493,7 @@ int main(void)
 	test_mixed(acc);
 	test_stale_wake_race(acc);
 	test_limit_race(acc);
+	test_new_row_order(acc);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

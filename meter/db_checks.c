@@ -455,24 +455,15 @@ out:
 	return rc;
 }
 
-/* Reads the keys' limits again (after the locks) into rows[0..n). */
+/* Reads the keys' limits again (after the locks) into rows[0..n);
+ * params: the lock's account and key arrays of the same rows. */
 static enum meter_rc limits_reread(PGconn *conn, struct db_ledger_row *rows, size_t n,
-				   int64_t deadline_ms, char *sqlstate)
+				   const char *const *params, int64_t deadline_ms, char *sqlstate)
 {
-	struct db_arr arr[2];
-	const char *params[2];
 	struct pipe_q q = {.stmt = "chk_limits", .n = 2, .params = params};
 	PGresult *res = NULL;
-	enum meter_rc rc = METER_ENOMEM;
+	enum meter_rc rc;
 
-	for (int i = 0; i < 2; i++)
-		db_arr_init(&arr[i]);
-	for (size_t i = 0; i < n; i++) {
-		db_arr_str(&arr[0], rows[i].account_id);
-		db_arr_str(&arr[1], rows[i].key_id);
-	}
-	if (!arrs_params(arr, 2, params))
-		goto out;
 	rc = pipe_run(conn, &q, 1, &res, deadline_ms, sqlstate);
 	if (rc != METER_OK)
 		goto out;
@@ -490,8 +481,6 @@ static enum meter_rc limits_reread(PGconn *conn, struct db_ledger_row *rows, siz
 	log_debug("checks: a key's limit changed while its ledger rows were awaited; read again");
 out:
 	PQclear(res);
-	for (int i = 0; i < 2; i++)
-		db_arr_release(&arr[i]);
 	return rc;
 }
 
@@ -556,7 +545,7 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 			rc = METER_EDB;
 		}
 	if (rc == METER_OK && stale)
-		rc = limits_reread(conn, rows, n, deadline_ms, sqlstate);
+		rc = limits_reread(conn, rows, n, params, deadline_ms, sqlstate);
 	/* The key's current limit is the one that applies (and is written to
 	 * the rows). */
 	for (size_t i = 0; rc == METER_OK && i < n; i++) {

@@ -161,7 +161,8 @@ int main(int argc, char **argv)
 					    .statement_timeout_ms = cfg.db_statement_timeout_ms,
 					    .batch_max = (int)cfg.check_batch_max,
 					    .clock_offset_s = cfg.clock_offset_s,
-					    .sweeper = true};
+					    .sweeper = true,
+					    .lease_grace_s = cfg.lease_grace_s};
 		if (checks_engine_start(&co, &checks) != METER_OK) {
 			log_error("meterd: cannot start the check engine");
 			goto out;

@@ -791,6 +791,9 @@ static void *batcher_main(void *arg)
 	return NULL;
 }
 
+/* Every SWEEP_INTERVAL_MS: releases the holds of leases that ended without
+ * an event, then sends hold_outrun for those of them whose sandbox is still
+ * running on its lease lease_grace_s after its end. */
 static void *sweeper_main(void *arg)
 {
 	struct checks_engine *e = arg;
@@ -801,7 +804,7 @@ static void *sweeper_main(void *arg)
 	for (;;) {
 		struct timespec until;
 		char err[256];
-		int64_t closed = 0;
+		int64_t closed = 0, taken = 0;
 
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_nsec += (long)SWEEP_INTERVAL_MS * 1000000L;
@@ -832,17 +835,25 @@ static void *sweeper_main(void *arg)
 			continue;
 		do {
 			if (db_checks_expire(conn, checks_now_usec(e), SWEEP_MAX, &closed) !=
-			    METER_OK) {
-				if (PQstatus(conn) != CONNECTION_OK) {
-					PQfinish(conn);
-					conn = NULL;
-				}
+			    METER_OK)
 				break;
-			}
 			if (closed > 0)
 				log_debug("checks: %lld holds released at lease end",
 					  (long long)closed);
 		} while (closed >= SWEEP_MAX);
+		do {
+			if (PQstatus(conn) != CONNECTION_OK ||
+			    db_checks_outrun(conn, checks_now_usec(e), e->opt.lease_grace_s,
+					     SWEEP_MAX, &taken) != METER_OK)
+				break;
+			if (taken > 0)
+				log_debug("checks: %lld leases past their end looked at",
+					  (long long)taken);
+		} while (taken >= SWEEP_MAX);
+		if (PQstatus(conn) != CONNECTION_OK) {
+			PQfinish(conn);
+			conn = NULL;
+		}
 	}
 	if (conn)
 		PQfinish(conn);

@@ -74,6 +74,8 @@ static const struct opt opts[] = {
 	    "1 when the dashboard is served over HTTPS (Secure cookie)"),
     INT_OPT("check_batch_max", check_batch_max, 1, 4096,
 	    "create/wake checks decided in one transaction"),
+    INT_OPT("lease_grace_s", lease_grace_s, 0, 86400,
+	    "seconds a sandbox may run past its lease end before hold_outrun is sent"),
     INT_OPT("clock_offset_s", clock_offset_s, -3153600000, 3153600000,
 	    "TEST ONLY: seconds added to the check engine's clock (0 in production)"),
     STR_OPT("webhook_url", webhook_url, false,
@@ -113,6 +115,7 @@ void config_init(struct meter_config *cfg)
 	cfg->db_pool_size = 8;
 	cfg->db_statement_timeout_ms = 10000;
 	cfg->check_batch_max = 256;
+	cfg->lease_grace_s = 30;
 	cfg->collector = true;
 	cfg->api = true;
 	cfg->collector_period_s = 10;

@@ -81,6 +81,8 @@ static const char sql_event[] = "SELECT known, recorded, state, " DB_USEC(
 		   " FROM meter_sandbox_event($1, $2, $3::timestamptz)";
 
 static const char sql_expire[] = "SELECT meter_holds_expire($1::timestamptz, $2::integer)";
+static const char sql_outrun[] =
+    "SELECT meter_leases_outrun($1::timestamptz, $2::integer, $3::integer)";
 
 struct prepared {
 	const char *name;
@@ -641,22 +643,41 @@ out:
 	return rc;
 }
 
-enum meter_rc db_checks_expire(PGconn *conn, int64_t now_usec, int max, int64_t *closed)
+/* Runs one of the sweeper's functions: params[0] is the time now_usec, the
+ * rest are integers; *count gets its one integer answer. */
+static enum meter_rc sweep_exec(PGconn *conn, const char *what, const char *sql, int64_t now_usec,
+				const int64_t *ints, int nints, int64_t *count)
 {
-	char now_s[40], max_s[24];
-	const char *params[2] = {now_s, max_s};
+	char now_s[40], int_s[2][24];
+	const char *params[3] = {now_s, int_s[0], int_s[1]};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 
 	db_util_time_param(now_usec, now_s, sizeof(now_s));
-	db_util_i64_param(max, max_s, sizeof(max_s));
-	rc = db_util_exec(conn, "expire holds", sql_expire, 2, params, &res, NULL);
+	for (int i = 0; i < nints; i++)
+		db_util_i64_param(ints[i], int_s[i], sizeof(int_s[i]));
+	rc = db_util_exec(conn, what, sql, 1 + nints, params, &res, NULL);
 	if (rc != METER_OK)
 		return rc;
-	if (PQntuples(res) != 1 || !col_i64(res, 0, 0, closed))
+	if (PQntuples(res) != 1 || !col_i64(res, 0, 0, count))
 		rc = METER_EDB;
 	PQclear(res);
 	return rc;
+}
+
+enum meter_rc db_checks_expire(PGconn *conn, int64_t now_usec, int max, int64_t *closed)
+{
+	const int64_t ints[1] = {max};
+
+	return sweep_exec(conn, "expire holds", sql_expire, now_usec, ints, 1, closed);
+}
+
+enum meter_rc db_checks_outrun(PGconn *conn, int64_t now_usec, int64_t grace_s, int max,
+			       int64_t *taken)
+{
+	const int64_t ints[2] = {grace_s, max};
+
+	return sweep_exec(conn, "leases outrun", sql_outrun, now_usec, ints, 2, taken);
 }
 
 /* Array literals ---------------------------------------------------------- */

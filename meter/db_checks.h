@@ -205,4 +205,10 @@ METER_MUSTCHECK enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_
 METER_MUSTCHECK enum meter_rc db_checks_expire(PGconn *conn, int64_t now_usec, int max,
 					       int64_t *closed);
 
+/* Sends hold_outrun for the leases released at their end (db_checks_expire)
+ * whose sandbox still runs on them grace_s seconds after the end; takes up
+ * to max such leases, *taken gets how many (sent or not). */
+METER_MUSTCHECK enum meter_rc db_checks_outrun(PGconn *conn, int64_t now_usec, int64_t grace_s,
+					       int max, int64_t *taken);
+
 #endif

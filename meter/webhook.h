@@ -3,7 +3,9 @@
  * Triggers of sql/0005_checks.sql put events in webhook_outbox whoever
  * writes the ledger or the holds: spend_limit_crossed (a key-day's metered
  * spend reached its limit; once per key-day) and hold_outrun (a hold's
- * consumption went past its amount; once per hold). A deliverer thread
+ * consumption went past its amount; once per hold). The lease-end sweeper
+ * (meter/checks.c, sql/0013) adds hold_outrun for a sandbox still running
+ * lease_grace_s after its lease ended, once per lease. A deliverer thread
  * claims due events with FOR UPDATE SKIP LOCKED (several meterd processes
  * share the work, never the same event at once), POSTs each as JSON
  *

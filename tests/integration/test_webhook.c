@@ -197,6 +197,94 @@ static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const c
 	return pid;
 }
 
+/* Leases of one second, a grace of one (METER_LEASE_GRACE_S): a sandbox
+ * left running past its lease gets hold_outrun (reason lease_ended) once;
+ * one paused at its lease end, one renewed by a wake, and one whose hold
+ * was already outrun by consumption get none (more). */
+static void test_lease_ended(struct apitest *t, const char *acc)
+{
+	static const char *const sandboxes[] = {"wh-late", "wh-paused", "wh-renewed", "wh-both"};
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char key[65], token[APITEST_TOKEN_MAX], now[40], day[40] = "";
+	long long late_hold, both_hold, n = 0;
+
+	CHECK(apitest_create_key(t, acc, "full", -1, NULL, key, token) == 0);
+	for (int i = 0; i < 4; i++) {
+		CHECK_I64(cu_create(t, i % 2, key, sandboxes[i], 1, 1024, i == 3 ? 2 : 1, NULL, &r),
+			  200);
+		if (i == 3)
+			snprintf(day, sizeof(day), "'%s'::date", apitest_json_str(&r, "day") ?: "");
+		apitest_resp_release(&r);
+	}
+	/* wh-both: metering outruns its hold while the lease runs. */
+	spend(db, acc, key, "wh-both", day, 50000);
+	/* wh-paused: paused about its lease end (the event's time is in whole
+	 * seconds: one after the create's), maybe after the sweeper took it. */
+	cu_sleep_ms(1100);
+	cu_rfc3339(time(NULL), now, sizeof(now));
+	CHECK_I64(cu_event(t, 1, "wh-paused", "paused", now, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "wh-renewed", 900, "\"idempotency_key\":\"renew-1\"", &r), 200);
+	apitest_resp_release(&r);
+	late_hold = cu_sql_int(db, "SELECT hold_id FROM holds WHERE sandbox_id = 'wh-late'");
+	both_hold = cu_sql_int(db, "SELECT hold_id FROM holds WHERE sandbox_id = 'wh-both'");
+	for (int waited = 0; waited < 15000 && n < 2; waited += 100) {
+		n = cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				   " AND payload->>'sandbox_id' LIKE 'wh-%%' AND"
+				   " payload->>'sandbox_id' <> 'wh-1'");
+		cu_sleep_ms(100);
+	}
+	/* Every lease is past its end and grace, and swept at least twice. */
+	cu_sleep_ms(3000);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds h JOIN sandboxes s USING (account_id,"
+				 " sandbox_id) WHERE s.sandbox_id LIKE 'wh-%%' AND"
+				 " h.status = 'open' AND s.lease_ends_at < now()"),
+		  0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM lease_watch"), 0);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun' AND"
+			     " payload->>'sandbox_id' = 'wh-late' AND payload->>'reason' ="
+			     " 'lease_ended' AND (payload->>'hold_id')::bigint = %lld AND"
+			     " dedup_key = '%lld' AND key_id = '%s'",
+			     late_hold, late_hold, key),
+		  1);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun' AND"
+			     " payload->>'sandbox_id' = 'wh-both' AND payload->>'reason' ="
+			     " 'hold_consumed' AND (payload->>'hold_id')::bigint = %lld",
+			     both_hold),
+		  1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				 " AND payload->>'sandbox_id' IN ('wh-paused', 'wh-renewed',"
+				 " 'wh-late', 'wh-both')"),
+		  2);
+	CHECK_I64(wait_delivered(db, 10000), 0);
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < nreqs; i++) {
+		json_t *b = json_loads(reqs[i].body, 0, NULL);
+		json_t *data = json_object_get(b, "data");
+		const char *sb = json_string_value(json_object_get(data, "sandbox_id"));
+
+		if (reqs[i].status == 200 && sb && strcmp(sb, "wh-late") == 0) {
+			CHECK(signature_ok(&reqs[i]));
+			CHECK_STR(json_string_value(json_object_get(b, "type")), "hold_outrun");
+			CHECK_STR(json_string_value(json_object_get(data, "reason")),
+				  "lease_ended");
+			CHECK_I64(cu_jint(data, "hold_id"), late_hold);
+			CHECK(cu_jint(data, "amount_micros") > 0);
+			CHECK_I64(cu_jint(data, "consumed_micros"), 0);
+			CHECK(json_string_value(json_object_get(data, "lease_ends_at")) != NULL);
+		}
+		json_decref(b);
+	}
+	pthread_mutex_unlock(&mu);
+	/* Stopped, so the rest of the test sees wh-1's lease open alone. */
+	cu_rfc3339(time(NULL), now, sizeof(now));
+	CHECK_I64(cu_event(t, 0, "wh-renewed", "stopped", now, &r), 200);
+	apitest_resp_release(&r);
+}
+
 int main(void)
 {
 	struct apitest t;
@@ -205,7 +293,8 @@ int main(void)
 	const union MHD_DaemonInfo *info;
 	char hook_url[128], env_url[160], acc[65], key[65], token[APITEST_TOKEN_MAX], day[40];
 	char ids[2][64] = {"", ""}, log[512];
-	const char *env[3] = {env_url, "METER_WEBHOOK_SECRET=" SECRET, NULL};
+	const char *env[4] = {env_url, "METER_WEBHOOK_SECRET=" SECRET, "METER_LEASE_GRACE_S=1",
+			      NULL};
 	int spend_events = 0, outrun_events = 0, status = -1;
 	pid_t pid;
 	PGconn *db;
@@ -275,6 +364,8 @@ int main(void)
 	spend(db, acc, key, "wh-1", day, 1000);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), 2);
 
+	test_lease_ended(&t, acc);
+
 	/* Restart: stop both servers, start another; nothing is sent again. */
 	CHECK(apitest_stop(&t) == 0);
 	snprintf(log, sizeof(log), "%s/test-webhook-%d.log", getenv("METER_BIN_DIR") ?: "/tmp",
@@ -289,7 +380,7 @@ int main(void)
 	/* A new event (the next day's spend passes its limit at once) is
 	 * delivered by the new process, once. */
 	spend(db, acc, key, "wh-1", "current_date + 5", 100000);
-	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), 3);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), 5);
 	CHECK_I64(wait_delivered(db, 10000), 0);
 	{
 		char id[64] = "";

@@ -1,0 +1,134 @@
+-- meter: hold_outrun for a lease that ran past its end without an event.
+--
+-- The sweeper (meter_holds_expire) releases a lease's holds at lease end.
+-- A sandbox the control plane left running has no open hold from then on,
+-- so its usage is spent without one and the hold_outrun trigger (0005),
+-- which watches a hold's consumption, never fires for it: the lease was not
+-- honoured and nobody was told. Now the sweeper notes each lease it
+-- releases while the sandbox still runs on it (lease_watch); once the grace
+-- has passed (meterd's lease_grace_s: time for a pause, stop or renewal
+-- sent at lease end to arrive), a sandbox still running on that same lease
+-- gets a hold_outrun event with reason "lease_ended". A pause, stop or wake
+-- in the meantime (any of which changes state or lease_ends_at) sends
+-- nothing. The event's dedup key is the hold id of the lease's last day
+-- part, the same key as the consumption trigger's: a hold that was already
+-- outrun by consumption is not reported twice.
+
+CREATE TABLE lease_watch (
+	account_id meter_id NOT NULL,
+	sandbox_id meter_id NOT NULL,
+	lease_ends_at timestamptz NOT NULL,
+	hold_id bigint NOT NULL, -- the released hold of the lease's last day part
+	day date NOT NULL,       -- that hold's day
+	PRIMARY KEY (account_id, sandbox_id, lease_ends_at),
+	FOREIGN KEY (account_id, sandbox_id) REFERENCES sandboxes (account_id, sandbox_id)
+		ON DELETE CASCADE
+);
+CREATE INDEX lease_watch_end_idx ON lease_watch (lease_ends_at);
+COMMENT ON TABLE lease_watch IS 'Leases released at their end while the sandbox still ran: checked for hold_outrun once the grace has passed.';
+
+-- The consumption trigger's events now say why they were sent.
+CREATE OR REPLACE FUNCTION meter_outbox_outrun() RETURNS trigger
+	LANGUAGE plpgsql
+	AS $$
+BEGIN
+	INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)
+		VALUES (NEW.account_id, NEW.key_id, 'hold_outrun', NEW.hold_id::text,
+			jsonb_build_object('reason', 'hold_consumed',
+					   'key_id', NEW.key_id, 'sandbox_id', NEW.sandbox_id,
+					   'hold_id', NEW.hold_id, 'day', NEW.day::text,
+					   'amount_micros', NEW.amount_micros,
+					   'consumed_micros', NEW.consumed_micros,
+					   'outrun_micros', NEW.consumed_micros - NEW.amount_micros,
+					   'lease_ends_at',
+					   to_char(NEW.lease_ends_at AT TIME ZONE 'UTC',
+						   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))
+	ON CONFLICT (account_id, type, dedup_key) DO NOTHING;
+	RETURN NULL;
+END
+$$;
+
+-- As in 0005, and a released hold whose sandbox still runs on its lease is
+-- noted in lease_watch (the latest day part of the lease wins). The sandbox
+-- row is read, not locked: the grace check reads it again.
+CREATE OR REPLACE FUNCTION meter_holds_expire(p_now timestamptz, p_max integer) RETURNS integer
+	LANGUAGE plpgsql
+	AS $$
+DECLARE
+	r record;
+	h record;
+	n integer := 0;
+BEGIN
+	FOR r IN
+		SELECT l.account_id, l.key_id, l.day FROM key_day_ledger l
+		WHERE (l.account_id, l.key_id, l.day) IN
+			(SELECT d.account_id, d.key_id, d.day FROM holds d
+			 WHERE d.status = 'open' AND d.lease_ends_at <= p_now
+			 ORDER BY d.lease_ends_at LIMIT p_max)
+		ORDER BY l.account_id, l.key_id, l.day
+		FOR UPDATE OF l SKIP LOCKED
+	LOOP
+		FOR h IN SELECT d.hold_id, d.sandbox_id, d.day, d.lease_ends_at FROM holds d
+			 WHERE d.account_id = r.account_id AND d.key_id = r.key_id AND d.day = r.day
+			   AND d.status = 'open' AND d.lease_ends_at <= p_now
+			 ORDER BY d.hold_id LOOP
+			IF meter_hold_close(r.account_id, h.hold_id, 'released') IS NOT NULL THEN
+				n := n + 1;
+				INSERT INTO lease_watch AS w (account_id, sandbox_id, lease_ends_at,
+							      hold_id, day)
+					SELECT s.account_id, s.sandbox_id, h.lease_ends_at, h.hold_id,
+					       h.day
+					FROM sandboxes s
+					WHERE s.account_id = r.account_id AND s.sandbox_id = h.sandbox_id
+					  AND s.state = 'running' AND s.lease_ends_at = h.lease_ends_at
+				ON CONFLICT ON CONSTRAINT lease_watch_pkey DO UPDATE
+					SET hold_id = EXCLUDED.hold_id, day = EXCLUDED.day
+					WHERE EXCLUDED.day > w.day;
+			END IF;
+		END LOOP;
+	END LOOP;
+	RETURN n;
+END
+$$;
+
+-- Takes up to p_max watched leases that ended at least p_grace_s seconds
+-- before p_now (SKIP LOCKED: several sweepers side by side) and sends
+-- hold_outrun for each whose sandbox still runs on that lease. Returns the
+-- number of watched leases taken (sent or not).
+CREATE FUNCTION meter_leases_outrun(p_now timestamptz, p_grace_s integer, p_max integer)
+	RETURNS integer
+	LANGUAGE plpgsql
+	AS $$
+DECLARE
+	n integer;
+BEGIN
+	WITH due AS (
+		DELETE FROM lease_watch w
+		WHERE (w.account_id, w.sandbox_id, w.lease_ends_at) IN
+			(SELECT d.account_id, d.sandbox_id, d.lease_ends_at FROM lease_watch d
+			 WHERE d.lease_ends_at <= p_now - make_interval(secs => p_grace_s)
+			 ORDER BY d.lease_ends_at LIMIT p_max
+			 FOR UPDATE SKIP LOCKED)
+		RETURNING w.account_id, w.sandbox_id, w.lease_ends_at, w.hold_id
+	), sent AS (
+		INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)
+		SELECT h.account_id, h.key_id, 'hold_outrun', h.hold_id::text,
+		       jsonb_build_object('reason', 'lease_ended',
+					  'key_id', h.key_id, 'sandbox_id', h.sandbox_id,
+					  'hold_id', h.hold_id, 'day', h.day::text,
+					  'amount_micros', h.amount_micros,
+					  'consumed_micros', h.consumed_micros,
+					  'lease_ends_at',
+					  to_char(h.lease_ends_at AT TIME ZONE 'UTC',
+						  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+		FROM due
+		JOIN sandboxes s ON s.account_id = due.account_id AND s.sandbox_id = due.sandbox_id
+		JOIN holds h ON h.account_id = due.account_id AND h.hold_id = due.hold_id
+		WHERE s.state = 'running' AND s.lease_ends_at = due.lease_ends_at
+		ORDER BY due.lease_ends_at
+		ON CONFLICT (account_id, type, dedup_key) DO NOTHING
+	)
+	SELECT count(*) INTO n FROM due;
+	RETURN n;
+END
+$$;

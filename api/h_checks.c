@@ -194,11 +194,12 @@ void h_sandbox_event(struct http_req *req)
 	hutil_time_format(at, at_out, sizeof(at_out));
 	hutil_time_format(ev.state_since_usec, since_out, sizeof(since_out));
 	http_reply_json(req, 200,
-			json_pack("{s:s,s:s,s:s,s:b,s:s,s:s,s:I,s:I}", "sandbox_id", req->params[0],
-				  "type", type, "at", at_out, "recorded", ev.recorded, "state",
-				  ev.state, "state_since", since_out, "holds_settled",
-				  (json_int_t)ev.holds_settled, "released_micros",
-				  (json_int_t)ev.released_micros));
+			json_pack("{s:s,s:s,s:s,s:b,s:s,s:s,s:I,s:I,s:I}", "sandbox_id",
+				  req->params[0], "type", type, "at", at_out, "recorded",
+				  ev.recorded, "state", ev.state, "state_since", since_out,
+				  "holds_settled", (json_int_t)ev.holds_settled, "released_micros",
+				  (json_int_t)ev.released_micros, "tail_held_micros",
+				  (json_int_t)ev.tail_held_micros));
 out:
 	hutil_db_release(req, conn);
 	json_decref(body);

@@ -792,8 +792,10 @@ static void *batcher_main(void *arg)
 }
 
 /* Every SWEEP_INTERVAL_MS: releases the holds of leases that ended without
- * an event, then sends hold_outrun for those of them whose sandbox is still
- * running on its lease lease_grace_s after its end. */
+ * an event; closes the holds a pause or stop kept for its unmetered tail,
+ * once metered (or lease_grace_s after the event); then sends hold_outrun
+ * for the released leases whose sandbox is still running on them
+ * lease_grace_s after their end. */
 static void *sweeper_main(void *arg)
 {
 	struct checks_engine *e = arg;
@@ -804,7 +806,6 @@ static void *sweeper_main(void *arg)
 	for (;;) {
 		struct timespec until;
 		char err[256];
-		int64_t closed = 0, taken = 0;
 
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_nsec += (long)SWEEP_INTERVAL_MS * 1000000L;
@@ -833,23 +834,24 @@ static void *sweeper_main(void *arg)
 		}
 		if (!conn)
 			continue;
-		do {
-			if (db_checks_expire(conn, checks_now_usec(e), SWEEP_MAX, &closed) !=
-			    METER_OK)
-				break;
-			if (closed > 0)
-				log_debug("checks: %lld holds released at lease end",
-					  (long long)closed);
-		} while (closed >= SWEEP_MAX);
-		do {
-			if (PQstatus(conn) != CONNECTION_OK ||
-			    db_checks_outrun(conn, checks_now_usec(e), e->opt.lease_grace_s,
-					     SWEEP_MAX, &taken) != METER_OK)
-				break;
-			if (taken > 0)
-				log_debug("checks: %lld leases past their end looked at",
-					  (long long)taken);
-		} while (taken >= SWEEP_MAX);
+		/* Each step again while it took a whole SWEEP_MAX. */
+		for (int step = 0; step < 3 && PQstatus(conn) == CONNECTION_OK; step++) {
+			static const char *const what[] = {"holds released at lease end",
+							   "settling holds closed",
+							   "leases past their end looked at"};
+			int64_t n = 0, now, grace = e->opt.lease_grace_s;
+			enum meter_rc rc;
+
+			do {
+				now = checks_now_usec(e);
+				rc = step == 0 ? db_checks_expire(conn, now, SWEEP_MAX, &n)
+				     : step == 1
+					 ? db_checks_settle(conn, now, grace, SWEEP_MAX, &n)
+					 : db_checks_outrun(conn, now, grace, SWEEP_MAX, &n);
+				if (rc == METER_OK && n > 0)
+					log_debug("checks: %lld %s", (long long)n, what[step]);
+			} while (rc == METER_OK && n >= SWEEP_MAX);
+		}
 		if (PQstatus(conn) != CONNECTION_OK) {
 			PQfinish(conn);
 			conn = NULL;

@@ -75,7 +75,8 @@ static const struct opt opts[] = {
     INT_OPT("check_batch_max", check_batch_max, 1, 4096,
 	    "create/wake checks decided in one transaction"),
     INT_OPT("lease_grace_s", lease_grace_s, 0, 86400,
-	    "seconds a sandbox may run past its lease end before hold_outrun is sent"),
+	    "seconds a sandbox may run past its lease end before hold_outrun is sent, and"
+	    " a pause or stop keeps its unmetered tail's hold with no later sample"),
     INT_OPT("clock_offset_s", clock_offset_s, -3153600000, 3153600000,
 	    "TEST ONLY: seconds added to the check engine's clock (0 in production)"),
     STR_OPT("webhook_url", webhook_url, false,

@@ -77,10 +77,12 @@ static const char sql_apply[] =
     " $32::timestamptz[])";
 
 static const char sql_event[] = "SELECT known, recorded, state, " DB_USEC(
-    "state_since") ", holds_settled, released_micros"
+    "state_since") ", holds_settled, released_micros, tail_held_micros"
 		   " FROM meter_sandbox_event($1, $2, $3::timestamptz)";
 
 static const char sql_expire[] = "SELECT meter_holds_expire($1::timestamptz, $2::integer)";
+static const char sql_settle[] =
+    "SELECT meter_holds_settle($1::timestamptz, $2::integer, $3::integer)";
 static const char sql_outrun[] =
     "SELECT meter_leases_outrun($1::timestamptz, $2::integer, $3::integer)";
 
@@ -637,6 +639,7 @@ enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_id, const char *
 	col_i64(res, 0, 3, &out->state_since_usec);
 	col_i64(res, 0, 4, &out->holds_settled);
 	col_i64(res, 0, 5, &out->released_micros);
+	col_i64(res, 0, 6, &out->tail_held_micros);
 	rc = METER_OK;
 out:
 	PQclear(res);
@@ -670,6 +673,14 @@ enum meter_rc db_checks_expire(PGconn *conn, int64_t now_usec, int max, int64_t 
 	const int64_t ints[1] = {max};
 
 	return sweep_exec(conn, "expire holds", sql_expire, now_usec, ints, 1, closed);
+}
+
+enum meter_rc db_checks_settle(PGconn *conn, int64_t now_usec, int64_t grace_s, int max,
+			       int64_t *closed)
+{
+	const int64_t ints[2] = {grace_s, max};
+
+	return sweep_exec(conn, "settle holds", sql_settle, now_usec, ints, 2, closed);
 }
 
 enum meter_rc db_checks_outrun(PGconn *conn, int64_t now_usec, int64_t grace_s, int max,

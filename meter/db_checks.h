@@ -191,7 +191,8 @@ struct db_event_result {
 	char state[8];
 	int64_t state_since_usec;
 	int64_t holds_settled;
-	int64_t released_micros;
+	int64_t released_micros;  /* left held at once */
+	int64_t tail_held_micros; /* kept for the unmetered tail (sql/0014) */
 };
 
 /* Records event type ("running", "paused", "stopped") of sandbox at at_usec
@@ -204,6 +205,12 @@ METER_MUSTCHECK enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_
  * about max of them); *closed gets how many. */
 METER_MUSTCHECK enum meter_rc db_checks_expire(PGconn *conn, int64_t now_usec, int max,
 					       int64_t *closed);
+
+/* Closes the holds a pause or stop keeps for its unmetered tail once the
+ * sandbox is metered past the event, or grace_s after it (sql/0014); at most
+ * about max of them, *closed gets how many. */
+METER_MUSTCHECK enum meter_rc db_checks_settle(PGconn *conn, int64_t now_usec, int64_t grace_s,
+					       int max, int64_t *closed);
 
 /* Sends hold_outrun for the leases released at their end (db_checks_expire)
  * whose sandbox still runs on them grace_s seconds after the end; takes up

@@ -80,7 +80,8 @@ setup_db() {
 # sweeper) on 127.0.0.1:PORT; sets pid.
 start_meterd() {
 	METER_DATABASE_URL=$1 METER_CONTROL_PLANE_TOKEN=$token "$bin/meterd" \
-		--listen "127.0.0.1:$2" --collector on --db-pool-size 4 >>"$3" 2>&1 &
+		--listen "127.0.0.1:$2" --collector on --db-pool-size 4 --lease-grace-s 2 \
+		>>"$3" 2>&1 &
 	pid=$!
 	wait_for 20 curl -fs "http://127.0.0.1:$2/healthz" || {
 		tail -20 "$3" >&2
@@ -128,15 +129,18 @@ cp_call() {
 }
 
 # rec MODE WHAT: one line of the raw answer log (mode, what, status, body);
-# project turns it into the figures that must not depend on timing: all of
-# them for kk1 (mode full: only this client touches its day), for kk2
-# (mode short) not the day's held, which the sweeper changes any time.
+# project turns it into the figures that must not depend on timing: for
+# kk1 (mode full: only this client touches its day) all but the day's held,
+# which holds the unmetered tails of pauses and stops (their worst case
+# from the lease start to the event, a kill may delay the event) until the
+# sweeper releases them; for kk2 (mode short) not the day's held either,
+# which the sweeper changes any time.
 rec() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$st" "$body" >>"$cp_out"; }
 project() {
 	jq -rR 'split("\t") as $f | ($f[3] | fromjson? // {}) as $b |
 	  "\($f[1]) \($f[2]) " + ($b | if $f[0] == "full" then {allowed, hold_micros,
-	    lease_max_cost_micros, day, day_spent_micros, day_held_micros,
-	    daily_limit_micros, code: .error.code}
+	    lease_max_cost_micros, day, day_spent_micros, daily_limit_micros,
+	    code: .error.code}
 	  elif $f[0] == "short" then {allowed, hold_micros, lease_max_cost_micros, day,
 	    code: .error.code}
 	  else {state, code: .error.code} end | tojson)' "$1"
@@ -265,7 +269,8 @@ digest() {
 	  UNION ALL SELECT format('b %s %s %s %s %s %s %s %s', account_id, sandbox_id, key_id,
 	    vcpus, memory_mib, storage_mib, state, max_cost_micros) FROM sandboxes
 	  UNION ALL SELECT format('h %s %s %s %s %s %s %s', account_id, key_id, sandbox_id, day,
-	    amount_micros, consumed_micros, status) FROM holds
+	    CASE WHEN settles_at IS NULL THEN amount_micros::text ELSE 'tail' END,
+	    consumed_micros, status) FROM holds
 	  UNION ALL SELECT format('i %s %s %s %s', account_id, operation, idempotency_key,
 	    status_code) FROM idempotency_keys
 	  UNION ALL SELECT format('e %s %s %s', account_id, sandbox_id, type)
@@ -291,7 +296,9 @@ totals() {
 sql() { psql "$1" -Atq -c "$2"; }
 
 # settle URL: waits until the sweeper closed every hold whose lease ended
-# (it runs every second); false when one is still open 6 s past its lease.
+# (it runs every second) and every hold a pause or stop kept for its
+# unmetered tail (lease_grace_s, 2 s, after the event: these sandboxes get
+# no samples); false when one is still open 6 s later.
 settle() {
 	local last
 	last=$(sql "$1" "SELECT COALESCE(max(lease_ends_at), now()) FROM holds
@@ -302,7 +309,7 @@ settle() {
 }
 none_overdue() {
 	[[ $(sql "$1" "SELECT count(*) FROM holds WHERE status = 'open'
-	  AND lease_ends_at <= now()") == 0 ]]
+	  AND (lease_ends_at <= now() OR settles_at IS NOT NULL)") == 0 ]]
 }
 
 # finals URL PORT DIR: the exports once everything is in.

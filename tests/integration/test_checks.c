@@ -175,6 +175,7 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 	PGconn *db = t->db.conn;
 	char at[40], before[40];
 	time_t now = time(NULL);
+	long long tail;
 
 	CHECK_I64(cu_create(t, 0, key, "ev-1", 2, 4096, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
@@ -191,14 +192,27 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 	apitest_resp_release(&r);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'ev-1'"), 2);
 
-	/* Pause: both holds settled, held released, state moved. */
+	/* Pause: both holds settled, held released but for the worst case of
+	 * the time not metered (nothing was: under 2 s of 900 each),
+	 * state moved. No sample comes, so that tail is released
+	 * lease_grace_s (2 s) after the pause. */
 	cu_rfc3339(now + 1, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "ev-1", "paused", at, &r), 200);
 	CHECK(json_is_true(json_object_get(r.json, "recorded")));
 	CHECK_I64(cu_jint(r.json, "holds_settled"), 2);
-	CHECK_I64(cu_jint(r.json, "released_micros"), 40000);
+	tail = cu_jint(r.json, "tail_held_micros");
+	CHECK(tail >= 2 && tail <= 2 * 45); /* up to 2 s of 900 s of 20,000 each */
+	CHECK_I64(cu_jint(r.json, "released_micros"), 40000 - tail);
 	CHECK_STR(apitest_json_str(&r, "state"), "paused");
 	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT sum(amount_micros) FROM holds WHERE sandbox_id = 'ev-1'"
+				 " AND status = 'open' AND settles_at IS NOT NULL"),
+		  tail);
+	CHECK_I64(cu_held_mismatches(db), 0);
+	for (int i = 0; i < 100 && cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id ="
+						  " 'ev-1' AND status = 'settled'") < 2;
+	     i++)
+		cu_sleep_ms(100);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'ev-1' AND status"
 				 " = 'settled'"),
 		  2);
@@ -409,6 +423,150 @@ static void test_berlin(void)
 	apitest_drop(&t);
 }
 
+/* Pushes one sample of sandbox sb (1 vCPU, 1 GiB) taken at UTC second at. */
+static void push_sample(struct apitest *t, const char *key, const char *sb, long long at,
+			const char *state, long long cpu_usec)
+{
+	struct apitest_resp r;
+	char body[512], when[40];
+
+	cu_rfc3339((time_t)at, when, sizeof(when));
+	snprintf(body, sizeof(body),
+		 "{\"host_id\":\"h-tail\",\"sampled_at\":\"%s\",\"sandboxes\":[{\"sandbox_id\":"
+		 "\"%s\",\"key_id\":\"%s\",\"state\":\"%s\",\"vcpus\":1,\"memory_mib\":1024,"
+		 "\"storage_mib\":0,\"cpu_usec\":%lld}]}",
+		 when, sb, key, state, cpu_usec);
+	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+}
+
+/* Waits (up to 10 s) until the hold of sb placed first is closed. */
+static void wait_first_hold_closed(PGconn *db, const char *sb)
+{
+	for (int i = 0; i < 100; i++) {
+		if (cu_sql_int(db,
+			       "SELECT count(*) FROM holds WHERE sandbox_id = '%s' AND status <>"
+			       " 'open' AND hold_id = (SELECT min(hold_id) FROM holds WHERE"
+			       " sandbox_id = '%s')",
+			       sb, sb) == 1)
+			return;
+		cu_sleep_ms(100);
+	}
+	CHECK(!"the settling hold was closed");
+}
+
+/* A pause keeps the hold of its unmetered tail (the running time from the
+ * last sample to the event) until metering passes the event. The check
+ * engine's clock is yesterday 01:00 UTC, so samples and events of the
+ * lease are all in the past. 1 vCPU + 1 GiB = 32,500 µ$/h.
+ *   1. Limit 20,000: a 1,000 s lease (hold H), metered for 500 s, paused
+ *      400 s later. The tail's share of H stays held, so a check for
+ *      13,542 (1,500 s), which fits only if the tail is released, is
+ *      refused; once the tail is metered the day is within its limit.
+ *   2. A sandbox paused and woken again before its tail is metered: the
+ *      tail lands on the paused lease's hold, not on the new lease's. */
+static void test_tail(void)
+{
+	struct apitest t;
+	struct apitest_resp r;
+	char acc[65], key[65], key2[65], token[APITEST_TOKEN_MAX], off[32], at[40];
+	const char *args[] = {"--clock-offset-s", off, "--lease-grace-s", "3", NULL};
+	time_t now = time(NULL);
+	long long h, l0, spent1, tail, spent2;
+	PGconn *db;
+
+	snprintf(off, sizeof(off), "%lld", cu_offset_to(now - now % 86400 - 86400 + 3600));
+	if (apitest_start(&t, "chk_tail", 1, args, NULL) < 0) {
+		CHECK(0);
+		return;
+	}
+	db = t.db.conn;
+	CHECK(apitest_create_account(&t, "Tail", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 20000, NULL, key, token) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key2, token) == 0);
+
+	CHECK_I64(cu_create(&t, 0, key, "tl-1", 1, 1024, 1000, NULL, &r), 200);
+	h = cu_jint(r.json, "hold_micros");
+	apitest_resp_release(&r);
+	CHECK_I64(h, 9029); /* ceil(6,944.4) CPU + ceil(2,083.3) memory */
+	l0 = cu_sql_int(db, "SELECT floor(extract(epoch FROM lease_starts_at)) FROM holds WHERE"
+			    " sandbox_id = 'tl-1'");
+	push_sample(&t, key, "tl-1", l0 + 1, "running", 0);
+	push_sample(&t, key, "tl-1", l0 + 501, "running", 500000000);
+	spent1 = cu_sql_int(db, "SELECT spent_micros FROM key_day_ledger WHERE key_id = '%s'", key);
+	CHECK(spent1 > 4400 && spent1 < 4600);
+	CHECK_I64(cu_sql_int(db, "SELECT consumed_micros FROM holds WHERE sandbox_id = 'tl-1'"),
+		  spent1);
+
+	/* Paused 400 s after the last sample: 40% of the lease's hold kept. */
+	cu_rfc3339((time_t)(l0 + 901), at, sizeof(at));
+	CHECK_I64(cu_event(&t, 0, "tl-1", "paused", at, &r), 200);
+	CHECK_I64(cu_jint(r.json, "holds_settled"), 1);
+	tail = cu_jint(r.json, "tail_held_micros");
+	CHECK_I64(tail, (h * 400 + 999) / 1000);
+	CHECK_I64(cu_jint(r.json, "released_micros"), h - spent1 - tail);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'", key),
+		  tail);
+	CHECK_I64(cu_held_mismatches(db), 0);
+	/* The budget the tail may still take is not free. */
+	CHECK_I64(cu_create(&t, 0, key, "tl-2", 1, 1024, 1500, NULL, &r), 402);
+	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(&t, 0, key, "tl-3", 1, 1024, 1000, NULL, &r), 200);
+	apitest_resp_release(&r);
+	/* The tail is metered (400 s at full CPU, then paused): the hold
+	 * takes it and closes; the day stays within its limit. */
+	push_sample(&t, key, "tl-1", l0 + 911, "paused", 900000000);
+	wait_first_hold_closed(db, "tl-1");
+	spent2 = cu_sql_int(db, "SELECT spent_micros FROM key_day_ledger WHERE key_id = '%s'", key);
+	CHECK(spent2 - spent1 > 3500 && spent2 - spent1 <= tail);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM holds WHERE sandbox_id = 'tl-1' AND status ="
+			     " 'settled' AND consumed_micros = %lld AND amount_micros = %lld",
+			     spent2, spent1 + tail),
+		  1);
+	CHECK_I64(cu_sql_int(db, "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'", key),
+		  h);
+	CHECK_I64(cu_over_limit(db), 0);
+	CHECK_I64(cu_held_mismatches(db), 0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), 0);
+
+	/* 2. Paused 2 s after its first sample, woken, then metered. */
+	CHECK_I64(cu_create(&t, 0, key2, "tw-1", 1, 1024, 600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	l0 = cu_sql_int(db, "SELECT floor(extract(epoch FROM lease_starts_at)) FROM holds WHERE"
+			    " sandbox_id = 'tw-1'");
+	push_sample(&t, key2, "tw-1", l0 + 1, "running", 0);
+	while (cu_sql_int(db,
+			  "SELECT count(*) FROM holds WHERE sandbox_id = 'tw-1' AND"
+			  " extract(epoch FROM lease_starts_at) + 3.5 < extract(epoch FROM"
+			  " now() + make_interval(secs => %s))",
+			  off) == 0)
+		cu_sleep_ms(100);
+	cu_rfc3339((time_t)(l0 + 3), at, sizeof(at));
+	CHECK_I64(cu_event(&t, 0, "tw-1", "paused", at, &r), 200);
+	CHECK(cu_jint(r.json, "tail_held_micros") > 0);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(&t, 0, "tw-1", 600, "\"idempotency_key\":\"tw-wake\"", &r), 200);
+	apitest_resp_release(&r);
+	push_sample(&t, key2, "tw-1", l0 + 4, "paused", 2000000);
+	wait_first_hold_closed(db, "tw-1");
+	spent2 =
+	    cu_sql_int(db, "SELECT spent_micros FROM key_day_ledger WHERE key_id = '%s'", key2);
+	CHECK(spent2 > 0);
+	CHECK_I64(cu_sql_int(db, "SELECT consumed_micros FROM holds WHERE sandbox_id = 'tw-1'"
+				 " ORDER BY hold_id LIMIT 1"),
+		  spent2);
+	CHECK_I64(cu_sql_int(db, "SELECT consumed_micros FROM holds WHERE sandbox_id = 'tw-1'"
+				 " ORDER BY hold_id DESC LIMIT 1"),
+		  0);
+	CHECK_I64(cu_held_mismatches(db), 0);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+}
+
 /* America/New_York, 2026-03-07 23:30 EST (04:30Z on the 8th): the 8th has
  * 23 hours (clocks go forward at 02:00), so a 24 h lease touches three days:
  * ~30 min, 23 h, ~30 min. A limit that fits the first two days but not the
@@ -514,8 +672,9 @@ int main(void)
 {
 	struct apitest t;
 	char acc[65], key[65], token[APITEST_TOKEN_MAX];
+	const char *env[] = {"METER_LEASE_GRACE_S=2", NULL};
 
-	if (apitest_start(&t, "checks", 1, NULL, NULL) < 0)
+	if (apitest_start(&t, "checks", 1, NULL, env) < 0)
 		return 1;
 	CHECK(apitest_create_account(&t, "Checks", acc) == 0);
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
@@ -532,5 +691,6 @@ int main(void)
 	test_berlin();
 	test_new_york();
 	test_azores();
+	test_tail();
 	return check_done();
 }

@@ -67,12 +67,13 @@ setup() {
 		    ('acct_k', 'kk2', sha256('unused3'::bytea), 'full', NULL, 'UTC')"
 }
 
-# start_meterd URL PORT LOG VAR: meterd with a 1 s statement timeout; its
-# pid goes to the variable VAR.
+# start_meterd URL PORT LOG VAR: meterd with a 1 s statement timeout and a
+# 2 s lease grace (a stop's unmetered tail is held that long: these
+# sandboxes get no samples); its pid goes to the variable VAR.
 start_meterd() {
 	METER_DATABASE_URL=$1 METER_CONTROL_PLANE_TOKEN=$token "$bin/meterd" \
 		--listen "127.0.0.1:$2" --collector on --db-pool-size 4 \
-		--db-statement-timeout-ms 1000 >>"$3" 2>&1 &
+		--db-statement-timeout-ms 1000 --lease-grace-s 2 >>"$3" 2>&1 &
 	printf -v "$4" %s $!
 }
 
@@ -317,8 +318,17 @@ expect "a request still without a decision" "$(final | awk '$3 == 503 || $3 == 0
 expect "check sandboxes = allowed creates" \
 	"$(sql "SELECT sandbox_id FROM sandboxes WHERE account_id = 'acct_k' ORDER BY 1")" \
 	"$(final | awk '$1 == "create" && $3 == 200 {print "out-" $2}' | LC_ALL=C sort)"
-expect "stopped sandboxes have no open hold" "$(sql "SELECT count(*) FROM holds h JOIN sandboxes s
-  USING (account_id, sandbox_id) WHERE s.state = 'stopped' AND h.status = 'open'")" 0
+stopped_open() {
+	sql "SELECT count(*) FROM holds h JOIN sandboxes s USING (account_id, sandbox_id)
+	  WHERE s.state = 'stopped' AND h.status = 'open'"
+}
+expect "stopped sandboxes hold only their unmetered tail" "$(sql "SELECT count(*) FROM holds h
+  JOIN sandboxes s USING (account_id, sandbox_id) WHERE s.state = 'stopped'
+  AND h.status = 'open' AND h.settles_at IS DISTINCT FROM s.state_since")" 0
+no_stopped_open() { [[ $(stopped_open) == 0 ]]; }
+wait_for 10 no_stopped_open
+expect "stopped sandboxes have no open hold (tails released after the grace)" \
+	"$(stopped_open)" 0
 expect "stopped sandboxes = stop events answered" \
 	"$(sql "SELECT count(*) FROM sandboxes WHERE account_id = 'acct_k' AND state = 'stopped'")" \
 	"$(final | awk '$1 == "stop" && $3 == 200' | wc -l)"

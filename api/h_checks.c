@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "app.h"
 #include "checks.h"
@@ -139,11 +140,15 @@ void h_checks_wake(struct http_req *req)
 	check_read(req, h_checks_wake_parse);
 }
 
+/* How far ahead of this process's clock an event may be (as a sample). */
+#define EVENT_FUTURE_MAX_USEC (INT64_C(600) * 1000000)
+
 bool h_sandbox_event_parse(struct http_req *req, json_t *body, const char **type, int64_t *at_usec)
 {
 	static const char *const allowed[] = {"type", "at", NULL};
 	static const char *const types[] = {"running", "paused", "stopped", NULL};
 	const char *type_s = NULL, *at_s = NULL;
+	struct timespec now;
 	size_t t;
 
 	if (!hutil_body_allowed(req, body, allowed) ||
@@ -159,6 +164,12 @@ bool h_sandbox_event_parse(struct http_req *req, json_t *body, const char **type
 	}
 	if (hutil_time_parse(at_s, at_usec) != METER_OK) {
 		hutil_bad(req, "at", "at must be an RFC 3339 time, e.g. 2026-11-30T01:02:03Z");
+		return false;
+	}
+	/* As for samples: a pause or stop keeps its tail's hold until then. */
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (*at_usec > (int64_t)now.tv_sec * 1000000 + now.tv_nsec / 1000 + EVENT_FUTURE_MAX_USEC) {
+		hutil_bad(req, "at", "at is more than 10 minutes ahead of the current time");
 		return false;
 	}
 	*type = types[t];

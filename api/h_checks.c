@@ -3,7 +3,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "app.h"
 #include "checks.h"
@@ -143,12 +142,12 @@ void h_checks_wake(struct http_req *req)
 /* How far ahead of this process's clock an event may be (as a sample). */
 #define EVENT_FUTURE_MAX_USEC (INT64_C(600) * 1000000)
 
-bool h_sandbox_event_parse(struct http_req *req, json_t *body, const char **type, int64_t *at_usec)
+bool h_sandbox_event_parse(struct http_req *req, json_t *body, int64_t now_usec, const char **type,
+			   int64_t *at_usec)
 {
 	static const char *const allowed[] = {"type", "at", NULL};
 	static const char *const types[] = {"running", "paused", "stopped", NULL};
 	const char *type_s = NULL, *at_s = NULL;
-	struct timespec now;
 	size_t t;
 
 	if (!hutil_body_allowed(req, body, allowed) ||
@@ -167,8 +166,7 @@ bool h_sandbox_event_parse(struct http_req *req, json_t *body, const char **type
 		return false;
 	}
 	/* As for samples: a pause or stop keeps its tail's hold until then. */
-	clock_gettime(CLOCK_REALTIME, &now);
-	if (*at_usec > (int64_t)now.tv_sec * 1000000 + now.tv_nsec / 1000 + EVENT_FUTURE_MAX_USEC) {
+	if (*at_usec > now_usec + EVENT_FUTURE_MAX_USEC) {
 		hutil_bad(req, "at", "at is more than 10 minutes ahead of the current time");
 		return false;
 	}
@@ -188,7 +186,9 @@ void h_sandbox_event(struct http_req *req)
 
 	if (!body)
 		return;
-	if (!h_sandbox_event_parse(req, body, &type, &at))
+	/* The check engine's clock: the one holds and leases are timed by. */
+	if (!h_sandbox_event_parse(req, body, checks_clock_usec(req->app->cfg->clock_offset_s),
+				   &type, &at))
 		goto out;
 	if (!hutil_db_acquire(req, &conn))
 		goto out;

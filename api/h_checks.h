@@ -30,9 +30,10 @@ void h_sandbox_event(struct http_req *req);
  * field in range; false after setting a 400 invalid_request reply on req.
  * The create and wake parsers fill *rq whole (op included). The event
  * parser gives *type as a static string (running, paused, stopped) and
- * *at_usec in UTC µs. */
+ * *at_usec in UTC µs, refusing a time over 10 minutes after now_usec. */
 bool h_checks_create_parse(struct http_req *req, json_t *body, struct checks_request *rq);
 bool h_checks_wake_parse(struct http_req *req, json_t *body, struct checks_request *rq);
-bool h_sandbox_event_parse(struct http_req *req, json_t *body, const char **type, int64_t *at_usec);
+bool h_sandbox_event_parse(struct http_req *req, json_t *body, int64_t now_usec, const char **type,
+			   int64_t *at_usec);
 
 #endif

@@ -79,13 +79,17 @@ struct checks_engine {
 	int tzc_n, tzc_next;
 };
 
-int64_t checks_now_usec(const struct checks_engine *e)
+int64_t checks_clock_usec(int64_t clock_offset_s)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 +
-	       e->opt.clock_offset_s * INT64_C(1000000);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 + clock_offset_s * INT64_C(1000000);
+}
+
+int64_t checks_now_usec(const struct checks_engine *e)
+{
+	return checks_clock_usec(e->opt.clock_offset_s);
 }
 
 /* Answers ------------------------------------------------------------------ */

@@ -107,4 +107,7 @@ void checks_engine_free(struct checks_engine *e);
 /* The engine's clock: UTC µs since the epoch, shifted by clock_offset_s. */
 int64_t checks_now_usec(const struct checks_engine *e);
 
+/* The same clock without an engine: UTC µs shifted by clock_offset_s. */
+int64_t checks_clock_usec(int64_t clock_offset_s);
+
 #endif

@@ -92,9 +92,11 @@ END
 $$;
 
 -- Takes up to p_max watched leases that ended at least p_grace_s seconds
--- before p_now (SKIP LOCKED: several sweepers side by side) and sends
--- hold_outrun for each whose sandbox still runs on that lease. Returns the
--- number of watched leases taken (sent or not).
+-- before p_now and have no part still open (a lease crossing midnight is
+-- taken once its last part is released, so it is reported once, by the
+-- hold of its latest day; SKIP LOCKED: several sweepers side by side) and
+-- sends hold_outrun for each whose sandbox still runs on that lease.
+-- Returns the number of watched leases taken (sent or not).
 CREATE FUNCTION meter_leases_outrun(p_now timestamptz, p_grace_s integer, p_max integer)
 	RETURNS integer
 	LANGUAGE plpgsql
@@ -107,6 +109,11 @@ BEGIN
 		WHERE (w.account_id, w.sandbox_id, w.lease_ends_at) IN
 			(SELECT d.account_id, d.sandbox_id, d.lease_ends_at FROM lease_watch d
 			 WHERE d.lease_ends_at <= p_now - make_interval(secs => p_grace_s)
+			   AND NOT EXISTS (SELECT 1 FROM holds o
+					   WHERE o.account_id = d.account_id
+					     AND o.sandbox_id = d.sandbox_id
+					     AND o.status = 'open'
+					     AND o.lease_ends_at = d.lease_ends_at)
 			 ORDER BY d.lease_ends_at LIMIT p_max
 			 FOR UPDATE SKIP LOCKED)
 		RETURNING w.account_id, w.sandbox_id, w.lease_ends_at, w.hold_id

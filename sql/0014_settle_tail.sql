@@ -22,11 +22,26 @@
 -- settles_at. A hold with nothing left to meter (last sample at or after
 -- the event, or the event at or before the lease start) is closed at once,
 -- as before. The lease-end sweep leaves settling holds alone.
+--
+-- A settling hold's lease has ended (by the event), so what metering puts
+-- on it beyond the kept amount is not a lease outrun: storage billed after
+-- the pause, rounding of CPU and memory apart, or running time ingestion
+-- billed past an event it had not seen yet. The hold_outrun trigger skips
+-- settling holds.
 
-ALTER TABLE holds ADD COLUMN settles_at timestamptz;
+ALTER TABLE holds ADD COLUMN settles_at timestamptz,
+	ADD COLUMN reserved_micros bigint CHECK (reserved_micros >= 0);
 COMMENT ON COLUMN holds.settles_at IS 'Set by a pause or stop: the hold is kept for the tail metered up to this time, then closed (settled).';
+COMMENT ON COLUMN holds.reserved_micros IS 'Set with settles_at: amount_micros as the check reserved it, before the event cut it to the tail.';
 CREATE INDEX holds_settling_idx ON holds (settles_at)
 	WHERE status = 'open' AND settles_at IS NOT NULL;
+
+DROP TRIGGER holds_outrun ON holds;
+CREATE TRIGGER holds_outrun AFTER UPDATE ON holds
+	FOR EACH ROW
+	WHEN (NEW.consumed_micros > NEW.amount_micros AND OLD.consumed_micros <= OLD.amount_micros
+	      AND NEW.settles_at IS NULL)
+	EXECUTE FUNCTION meter_outbox_outrun();
 
 -- Settles hold p_hold of p_account for an event at p_at: closes it when
 -- nothing before p_at is left to meter, else keeps the tail's worst case
@@ -82,7 +97,7 @@ BEGIN
 	released := rem - kept;
 	amount := CASE WHEN h.consumed_micros < h.amount_micros THEN h.consumed_micros + kept
 		       ELSE h.amount_micros END;
-	UPDATE holds SET amount_micros = amount, settles_at = p_at
+	UPDATE holds SET amount_micros = amount, settles_at = p_at, reserved_micros = h.amount_micros
 		WHERE account_id = p_account AND hold_id = p_hold;
 	UPDATE key_day_ledger SET held_micros = held_micros - released, updated_at = now()
 		WHERE account_id = h.account_id AND key_id = h.key_id AND day = h.day;

@@ -269,8 +269,7 @@ digest() {
 	  UNION ALL SELECT format('b %s %s %s %s %s %s %s %s', account_id, sandbox_id, key_id,
 	    vcpus, memory_mib, storage_mib, state, max_cost_micros) FROM sandboxes
 	  UNION ALL SELECT format('h %s %s %s %s %s %s %s', account_id, key_id, sandbox_id, day,
-	    CASE WHEN settles_at IS NULL THEN amount_micros::text ELSE 'tail' END,
-	    consumed_micros, status) FROM holds
+	    COALESCE(reserved_micros, amount_micros), consumed_micros, status) FROM holds
 	  UNION ALL SELECT format('i %s %s %s %s', account_id, operation, idempotency_key,
 	    status_code) FROM idempotency_keys
 	  UNION ALL SELECT format('e %s %s %s', account_id, sandbox_id, type)

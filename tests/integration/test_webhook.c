@@ -197,7 +197,7 @@ static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const c
 	return pid;
 }
 
-/* Leases of one second, a grace of one (METER_LEASE_GRACE_S): a sandbox
+/* Leases of one second, a grace of three (METER_LEASE_GRACE_S): a sandbox
  * left running past its lease gets hold_outrun (reason lease_ended) once;
  * one paused at its lease end, one renewed by a wake, and one whose hold
  * was already outrun by consumption get none (more). */
@@ -293,7 +293,7 @@ int main(void)
 	const union MHD_DaemonInfo *info;
 	char hook_url[128], env_url[160], acc[65], key[65], token[APITEST_TOKEN_MAX], day[40];
 	char ids[2][64] = {"", ""}, log[512];
-	const char *env[4] = {env_url, "METER_WEBHOOK_SECRET=" SECRET, "METER_LEASE_GRACE_S=1",
+	const char *env[4] = {env_url, "METER_WEBHOOK_SECRET=" SECRET, "METER_LEASE_GRACE_S=3",
 			      NULL};
 	int spend_events = 0, outrun_events = 0, status = -1;
 	pid_t pid;

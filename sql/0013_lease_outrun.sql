@@ -5,7 +5,8 @@
 -- so its usage is spent without one and the hold_outrun trigger (0005),
 -- which watches a hold's consumption, never fires for it: the lease was not
 -- honoured and nobody was told. Now the sweeper notes each lease it
--- releases while the sandbox still runs on it (lease_watch); once the grace
+-- releases while the sandbox still runs on it (lease_watch, written by
+-- meter_holds_expire as 0014 restates it); once the grace
 -- has passed (meterd's lease_grace_s: time for a pause, stop or renewal
 -- sent at lease end to arrive), a sandbox still running on that same lease
 -- gets a hold_outrun event with reason "lease_ended". A pause, stop or wake
@@ -45,49 +46,6 @@ BEGIN
 						   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')))
 	ON CONFLICT (account_id, type, dedup_key) DO NOTHING;
 	RETURN NULL;
-END
-$$;
-
--- As in 0005, and a released hold whose sandbox still runs on its lease is
--- noted in lease_watch (the latest day part of the lease wins). The sandbox
--- row is read, not locked: the grace check reads it again.
-CREATE OR REPLACE FUNCTION meter_holds_expire(p_now timestamptz, p_max integer) RETURNS integer
-	LANGUAGE plpgsql
-	AS $$
-DECLARE
-	r record;
-	h record;
-	n integer := 0;
-BEGIN
-	FOR r IN
-		SELECT l.account_id, l.key_id, l.day FROM key_day_ledger l
-		WHERE (l.account_id, l.key_id, l.day) IN
-			(SELECT d.account_id, d.key_id, d.day FROM holds d
-			 WHERE d.status = 'open' AND d.lease_ends_at <= p_now
-			 ORDER BY d.lease_ends_at LIMIT p_max)
-		ORDER BY l.account_id, l.key_id, l.day
-		FOR UPDATE OF l SKIP LOCKED
-	LOOP
-		FOR h IN SELECT d.hold_id, d.sandbox_id, d.day, d.lease_ends_at FROM holds d
-			 WHERE d.account_id = r.account_id AND d.key_id = r.key_id AND d.day = r.day
-			   AND d.status = 'open' AND d.lease_ends_at <= p_now
-			 ORDER BY d.hold_id LOOP
-			IF meter_hold_close(r.account_id, h.hold_id, 'released') IS NOT NULL THEN
-				n := n + 1;
-				INSERT INTO lease_watch AS w (account_id, sandbox_id, lease_ends_at,
-							      hold_id, day)
-					SELECT s.account_id, s.sandbox_id, h.lease_ends_at, h.hold_id,
-					       h.day
-					FROM sandboxes s
-					WHERE s.account_id = r.account_id AND s.sandbox_id = h.sandbox_id
-					  AND s.state = 'running' AND s.lease_ends_at = h.lease_ends_at
-				ON CONFLICT ON CONSTRAINT lease_watch_pkey DO UPDATE
-					SET hold_id = EXCLUDED.hold_id, day = EXCLUDED.day
-					WHERE EXCLUDED.day > w.day;
-			END IF;
-		END LOOP;
-	END LOOP;
-	RETURN n;
 END
 $$;
 

@@ -163,8 +163,11 @@ BEGIN
 END
 $$;
 
--- As in 0013, and a settling hold is not released at its lease end: the
--- settle sweep closes it.
+-- As in 0005, and: a settling hold is not released at its lease end (the
+-- settle sweep closes it); a released hold whose sandbox still runs on its
+-- lease is noted in lease_watch (0013; the latest day part of the lease
+-- wins). The sandbox row is read, not locked: the grace check reads it
+-- again.
 CREATE OR REPLACE FUNCTION meter_holds_expire(p_now timestamptz, p_max integer) RETURNS integer
 	LANGUAGE plpgsql
 	AS $$

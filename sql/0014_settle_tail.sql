@@ -23,11 +23,14 @@
 -- the event, or the event at or before the lease start) is closed at once,
 -- as before. The lease-end sweep leaves settling holds alone.
 --
--- A settling hold's lease has ended (by the event), so what metering puts
--- on it beyond the kept amount is not a lease outrun: storage billed after
--- the pause, rounding of CPU and memory apart, or running time ingestion
--- billed past an event it had not seen yet. The hold_outrun trigger skips
--- settling holds.
+-- A settling hold whose event came within its lease ended with that event,
+-- so what metering puts on it beyond the kept amount is not a lease outrun:
+-- storage billed after the pause, rounding of CPU and memory apart, or
+-- running time ingestion billed past an event it had not seen yet. The
+-- hold_outrun trigger skips such holds. An event after the lease end (the
+-- hold was still open: the sweeper had not come yet) keeps only the tail up
+-- to the lease end, and the running time from there to the event is an
+-- outrun like any other: reported.
 
 ALTER TABLE holds ADD COLUMN settles_at timestamptz,
 	ADD COLUMN reserved_micros bigint CHECK (reserved_micros >= 0);
@@ -40,7 +43,7 @@ DROP TRIGGER holds_outrun ON holds;
 CREATE TRIGGER holds_outrun AFTER UPDATE ON holds
 	FOR EACH ROW
 	WHEN (NEW.consumed_micros > NEW.amount_micros AND OLD.consumed_micros <= OLD.amount_micros
-	      AND NEW.settles_at IS NULL)
+	      AND (NEW.settles_at IS NULL OR NEW.settles_at > NEW.lease_ends_at))
 	EXECUTE FUNCTION meter_outbox_outrun();
 
 -- Settles hold p_hold of p_account for an event at p_at: closes it when

@@ -529,7 +529,9 @@ static void wait_first_hold_closed(PGconn *db, const char *sb)
  *      snapshot is 1 TiB, billed from the pause on, on the settling hold
  *      past its amount: no hold_outrun (the lease ended with the pause).
  *   2. A sandbox paused and woken again before its tail is metered: the
- *      tail lands on the paused lease's hold, not on the new lease's. */
+ *      tail lands on the paused lease's hold, not on the new lease's.
+ *   3. A pause after the lease end (not yet swept): the time past the end
+ *      is an outrun and is reported. */
 static void test_tail(void)
 {
 	struct apitest t;
@@ -628,6 +630,27 @@ static void test_tail(void)
 	CHECK_I64(cu_sql_int(db, "SELECT consumed_micros FROM holds WHERE sandbox_id = 'tw-1'"
 				 " ORDER BY hold_id DESC LIMIT 1"),
 		  0);
+	CHECK_I64(cu_held_mismatches(db), 0);
+
+	/* 3. A 60 s lease paused 120 s in, before the sweeper released it:
+	 * only the tail up to the lease end is kept, and the running time
+	 * after it outruns the hold, which is reported. */
+	CHECK_I64(cu_create(&t, 0, key2, "tl-4", 1, 1024, 60, NULL, &r), 200);
+	apitest_resp_release(&r);
+	l0 = cu_sql_int(db, "SELECT floor(extract(epoch FROM lease_starts_at)) FROM holds WHERE"
+			    " sandbox_id = 'tl-4'");
+	push_sample(&t, key2, "tl-4", l0 + 1, "running", 0, 0);
+	cu_rfc3339((time_t)(l0 + 120), at, sizeof(at));
+	CHECK_I64(cu_event(&t, 0, "tl-4", "paused", at, &r), 200);
+	CHECK_I64(cu_jint(r.json, "tail_held_micros"),
+		  cu_sql_int(db, "SELECT amount_micros FROM holds WHERE sandbox_id = 'tl-4'"));
+	apitest_resp_release(&r);
+	push_sample(&t, key2, "tl-4", l0 + 130, "paused", 119000000, 0);
+	wait_first_hold_closed(db, "tl-4");
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				 " AND payload->>'sandbox_id' = 'tl-4' AND payload->>'reason' ="
+				 " 'hold_consumed' AND (payload->>'outrun_micros')::bigint > 500"),
+		  1);
 	CHECK_I64(cu_held_mismatches(db), 0);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);

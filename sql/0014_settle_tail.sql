@@ -19,7 +19,9 @@
 -- The sweeper closes it ('settled') once the sandbox's metering has passed
 -- settles_at (sandbox_meter.last_sampled_at >= settles_at), or, if no
 -- sample comes (a stopped sandbox reports none), lease_grace_s after
--- settles_at. A hold with nothing left to meter (last sample at or after
+-- settles_at if the sandbox was never metered or its host has reported
+-- past settles_at without it; a host behind or down keeps it held up to an
+-- hour (meter_tail_done). A hold with nothing left to meter (last sample at or after
 -- the event, or the event at or before the lease start) is closed at once,
 -- as before. The lease-end sweep leaves settling holds alone.
 --
@@ -213,11 +215,34 @@ BEGIN
 END
 $$;
 
--- Closes ('settled') settling holds whose tail is metered (the sandbox's
--- last sample at or after settles_at) or whose grace has passed (settles_at
--- at or before p_now - p_grace_s); at most about p_max of them, ledger rows
--- claimed with SKIP LOCKED as in meter_holds_expire. Returns the number
--- closed.
+-- Whether the tail of a hold settling at p_settles of sandbox p_sandbox is
+-- done: metered (the sandbox's last sample at or after p_settles); or,
+-- once the grace (p_grace_s) has passed, known never to come: the sandbox
+-- was never metered, or the host that last reported it has reported past
+-- p_settles without it (a stopped sandbox reports nothing). A host that is
+-- behind or down keeps the tail held, up to an hour after p_settles.
+CREATE FUNCTION meter_tail_done(p_account text, p_sandbox text, p_settles timestamptz,
+				p_now timestamptz, p_grace_s integer)
+	RETURNS boolean
+	LANGUAGE sql STABLE
+	AS $$
+	SELECT p_settles <= p_now - interval '1 hour'
+	    OR m.last_sampled_at >= p_settles
+	    OR (p_settles <= p_now - make_interval(secs => p_grace_s)
+		AND (m.last_sampled_at IS NULL
+		     OR EXISTS (SELECT 1 FROM samples s
+				JOIN ingest_watermarks w ON w.host_id = s.host_id
+				WHERE s.account_id = p_account AND s.sandbox_id = p_sandbox
+				  AND s.sampled_at = m.last_sampled_at
+				  AND w.last_sampled_at >= p_settles)))
+	FROM (SELECT (SELECT x.last_sampled_at FROM sandbox_meter x
+		      WHERE x.account_id = p_account AND x.sandbox_id = p_sandbox)
+		     AS last_sampled_at) m
+	$$;
+
+-- Closes ('settled') settling holds whose tail is done (meter_tail_done);
+-- at most about p_max of them, ledger rows claimed with SKIP LOCKED as in
+-- meter_holds_expire. Returns the number closed.
 CREATE FUNCTION meter_holds_settle(p_now timestamptz, p_grace_s integer, p_max integer)
 	RETURNS integer
 	LANGUAGE plpgsql
@@ -231,22 +256,18 @@ BEGIN
 		SELECT l.account_id, l.key_id, l.day FROM key_day_ledger l
 		WHERE (l.account_id, l.key_id, l.day) IN
 			(SELECT d.account_id, d.key_id, d.day FROM holds d
-			 LEFT JOIN sandbox_meter m
-				ON m.account_id = d.account_id AND m.sandbox_id = d.sandbox_id
 			 WHERE d.status = 'open' AND d.settles_at IS NOT NULL
-			   AND (d.settles_at <= p_now - make_interval(secs => p_grace_s)
-				OR m.last_sampled_at >= d.settles_at)
+			   AND meter_tail_done(d.account_id, d.sandbox_id, d.settles_at, p_now,
+					       p_grace_s)
 			 ORDER BY d.settles_at LIMIT p_max)
 		ORDER BY l.account_id, l.key_id, l.day
 		FOR UPDATE OF l SKIP LOCKED
 	LOOP
 		FOR h IN SELECT d.hold_id FROM holds d
-			 LEFT JOIN sandbox_meter m
-				ON m.account_id = d.account_id AND m.sandbox_id = d.sandbox_id
 			 WHERE d.account_id = r.account_id AND d.key_id = r.key_id AND d.day = r.day
 			   AND d.status = 'open' AND d.settles_at IS NOT NULL
-			   AND (d.settles_at <= p_now - make_interval(secs => p_grace_s)
-				OR m.last_sampled_at >= d.settles_at)
+			   AND meter_tail_done(d.account_id, d.sandbox_id, d.settles_at, p_now,
+					       p_grace_s)
 			 ORDER BY d.hold_id LOOP
 			IF meter_hold_close(r.account_id, h.hold_id, 'settled') IS NOT NULL THEN
 				n := n + 1;

@@ -656,6 +656,37 @@ static void test_tail(void)
 	apitest_drop(&t);
 }
 
+/* A stopped sandbox reports no more samples: its tail's hold is released
+ * lease_grace_s (2 s) after the stop only once its host has reported past
+ * the stop without it; until then (the host may be behind) it stays. */
+static void test_tail_host(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	time_t t0 = time(NULL);
+	char at[40];
+
+	CHECK_I64(cu_create(t, 0, key, "gw-1", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "gw-2", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	push_sample(t, key, "gw-1", t0, "running", 0, 0);
+	cu_rfc3339(t0 + 1, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "gw-1", "stopped", at, &r), 200);
+	CHECK(cu_jint(r.json, "tail_held_micros") > 0);
+	apitest_resp_release(&r);
+	cu_sleep_ms(4500); /* the grace and more: the host is still at t0 */
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'gw-1' AND status"
+				 " = 'open' AND settles_at IS NOT NULL"),
+		  1);
+	push_sample(t, key, "gw-2", t0 + 2, "running", 0, 0);
+	wait_first_hold_closed(db, "gw-1");
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'gw-1' AND status"
+				 " = 'settled'"),
+		  1);
+	CHECK_I64(cu_held_mismatches(db), 0);
+}
+
 /* America/New_York, 2026-03-07 23:30 EST (04:30Z on the 8th): the 8th has
  * 23 hours (clocks go forward at 02:00), so a 24 h lease touches three days:
  * ~30 min, 23 h, ~30 min. A limit that fits the first two days but not the
@@ -774,6 +805,7 @@ int main(void)
 	test_lease_end(&t, key);
 	test_validation(&t, key);
 	test_day_starts(t.db.conn);
+	test_tail_host(&t, key);
 	test_watch_midnight(&t, acc, key);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 	CHECK(apitest_stop(&t) == 0);

@@ -139,7 +139,8 @@ void h_checks_wake(struct http_req *req)
 	check_read(req, h_checks_wake_parse);
 }
 
-/* How far ahead of this process's clock an event may be (as a sample). */
+/* How far ahead of the check engine's clock an event may be (as a sample
+ * may be ahead of the real one). */
 #define EVENT_FUTURE_MAX_USEC (INT64_C(600) * 1000000)
 
 bool h_sandbox_event_parse(struct http_req *req, json_t *body, int64_t now_usec, const char **type,

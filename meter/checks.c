@@ -798,9 +798,9 @@ static void *batcher_main(void *arg)
 /* Every SWEEP_INTERVAL_MS: releases the holds of leases that ended without
  * an event; closes the holds a pause or stop kept for its unmetered tail,
  * once metered (or lease_grace_s after the event when no sample will come:
- * sql/0014's meter_tail_done); then sends hold_outrun
- * for the released leases whose sandbox is still running on them
- * lease_grace_s after their end. */
+ * sql/0014's meter_tail_done); then sends hold_outrun for the released
+ * leases whose sandbox is still running on them lease_grace_s after their
+ * end. */
 static void *sweeper_main(void *arg)
 {
 	struct checks_engine *e = arg;

@@ -78,7 +78,8 @@ struct checks_options {
 	int batch_max;		/* checks decided in one transaction */
 	int64_t clock_offset_s; /* TEST ONLY: shifts the engine's clock */
 	bool sweeper;		/* run the lease-end sweeper thread */
-	int64_t lease_grace_s;	/* a lease run past its end this long: hold_outrun */
+	int64_t lease_grace_s;	/* run past lease end this long: hold_outrun; and
+				 * a tail's hold kept this long with no sample coming */
 };
 
 struct checks_engine;

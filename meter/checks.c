@@ -238,7 +238,7 @@ struct batch {
 	size_t nrows;
 	struct db_price_version prices[DB_CHECKS_PRICES_MAX];
 	int nprices;
-	struct db_arr arrs[DB_APPLY_NARR];
+	struct db_arr arrs[DB_BATCH_NARR];
 	int64_t now;
 };
 
@@ -256,7 +256,7 @@ static void batch_reset(struct batch *b)
 		it->nparts = 0;
 	}
 	db_check_read_release(b->rd, b->n);
-	for (int i = 0; i < DB_APPLY_NARR; i++) {
+	for (int i = 0; i < DB_BATCH_NARR; i++) {
 		db_arr_release(&b->arrs[i]);
 		db_arr_init(&b->arrs[i]);
 	}
@@ -555,6 +555,13 @@ static void batch_decide(struct batch *b)
 					    "lease_max_cost_micros",
 					    (json_int_t)it->lease_max_micros, "hold_micros",
 					    (json_int_t)amounts[failed]));
+			/* Unless its first attempt answered meanwhile (see
+			 * db_checks_apply). */
+			db_arr_str(&b->arrs[DB_R_ACCOUNT], r->account_id);
+			db_arr_str(&b->arrs[DB_R_OP],
+				   it->rq.op == CHECKS_CREATE ? "create" : "wake");
+			db_arr_str(&b->arrs[DB_R_KEY], it->idem);
+			db_arr_str(&b->arrs[DB_R_XMIN], r->idem_exists ? r->idem_xmin : NULL);
 			continue;
 		}
 		it->allowed = true;
@@ -659,7 +666,7 @@ static void batch_run(struct checks_engine *e, struct item **items, size_t n)
 	b.in = calloc(n, sizeof(*b.in));
 	b.rd = calloc(n, sizeof(*b.rd));
 	b.rows = calloc(n * LEDGER_PARTS_MAX, sizeof(*b.rows));
-	for (int i = 0; i < DB_APPLY_NARR; i++)
+	for (int i = 0; i < DB_BATCH_NARR; i++)
 		db_arr_init(&b.arrs[i]);
 	if (!b.in || !b.rd || !b.rows) {
 		for (size_t i = 0; i < n; i++)
@@ -728,7 +735,7 @@ static void batch_run(struct checks_engine *e, struct item **items, size_t n)
 	}
 out:
 	db_check_read_release(b.rd, n);
-	for (int i = 0; i < DB_APPLY_NARR; i++)
+	for (int i = 0; i < DB_BATCH_NARR; i++)
 		db_arr_release(&b.arrs[i]);
 	free(b.in);
 	free(b.rd);

@@ -76,6 +76,17 @@ static const char sql_apply[] =
     " $27::text[], $28::text[], $29::text[], $30::date[], $31::bigint[],"
     " $32::timestamptz[])";
 
+/* A stored answer under a refused check's idempotency key that the batch
+ * did not read (none was read, or another row version): raises MTR01. Run
+ * after the ledger rows are locked, so a first attempt that took them
+ * before this batch is visible. */
+static const char sql_refused[] =
+    "SELECT meter_checks_conflict('answer of a refused check')"
+    " FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(a, o, k, x)"
+    " JOIN idempotency_keys i ON i.account_id = v.a AND i.operation = v.o"
+    "  AND i.idempotency_key = v.k"
+    " WHERE v.x IS NULL OR i.xmin::text <> v.x";
+
 static const char sql_event[] = "SELECT known, recorded, state, " DB_USEC(
     "state_since") ", holds_settled, released_micros, tail_held_micros"
 		   " FROM meter_sandbox_event($1, $2, $3::timestamptz)";
@@ -92,8 +103,9 @@ struct prepared {
 };
 
 static const struct prepared prepared[] = {
-    {"chk_read", sql_read}, {"chk_prices", sql_prices}, {"chk_days", sql_days},
-    {"chk_lock", sql_lock}, {"chk_limits", sql_limits}, {"chk_apply", sql_apply},
+    {"chk_read", sql_read},	  {"chk_prices", sql_prices}, {"chk_days", sql_days},
+    {"chk_lock", sql_lock},	  {"chk_limits", sql_limits}, {"chk_apply", sql_apply},
+    {"chk_refused", sql_refused},
 };
 
 void db_check_read_release(struct db_check_read *rows, size_t n)
@@ -567,24 +579,32 @@ enum meter_rc db_checks_apply(PGconn *conn, int64_t now_usec, struct db_arr *arr
 			      int64_t deadline_ms, char *sqlstate)
 {
 	const char *params[DB_APPLY_NARR + 1];
+	const char *refused[DB_BATCH_NARR - DB_APPLY_NARR];
 	char now_s[40];
-	struct pipe_q qs[2];
-	PGresult *res[2] = {NULL, NULL};
+	struct pipe_q qs[3];
+	PGresult *res[3] = {NULL, NULL, NULL};
 	enum meter_rc rc;
+	int nq = 0;
 
 	db_util_time_param(now_usec, now_s, sizeof(now_s));
 	params[0] = now_s;
-	for (int i = 0; i < DB_APPLY_NARR; i++) {
+	for (int i = 0; i < DB_BATCH_NARR; i++) {
 		db_arr_close(&arrs[i]);
 		if (arrs[i].oom)
 			return METER_ENOMEM;
-		params[i + 1] = arrs[i].buf;
+		if (i < DB_APPLY_NARR)
+			params[i + 1] = arrs[i].buf;
+		else
+			refused[i - DB_APPLY_NARR] = arrs[i].buf;
 	}
-	qs[0] = (struct pipe_q){.stmt = "chk_apply", .n = DB_APPLY_NARR + 1, .params = params};
-	qs[1] = (struct pipe_q){.sql = "COMMIT"};
-	rc = pipe_run(conn, qs, 2, res, deadline_ms, sqlstate);
-	PQclear(res[0]);
-	PQclear(res[1]);
+	if (arrs[DB_R_ACCOUNT].n > 0)
+		qs[nq++] = (struct pipe_q){
+		    .stmt = "chk_refused", .n = DB_BATCH_NARR - DB_APPLY_NARR, .params = refused};
+	qs[nq++] = (struct pipe_q){.stmt = "chk_apply", .n = DB_APPLY_NARR + 1, .params = params};
+	qs[nq++] = (struct pipe_q){.sql = "COMMIT"};
+	rc = pipe_run(conn, qs, nq, res, deadline_ms, sqlstate);
+	for (int i = 0; i < nq; i++)
+		PQclear(res[i]);
 	return rc;
 }
 

@@ -166,11 +166,25 @@ enum db_apply_arr {
 	DB_H_DAY,
 	DB_H_AMOUNT,
 	DB_H_LEASE_END,
-	DB_APPLY_NARR
+	DB_APPLY_NARR,
+	/* Not arguments of meter_checks_apply: the checks of the batch refused
+	 * for the limit, whose stored answers db_checks_apply looks for first
+	 * (the row version read, or NULL when none was). */
+	DB_R_ACCOUNT = DB_APPLY_NARR,
+	DB_R_OP,
+	DB_R_KEY,
+	DB_R_XMIN,
+	DB_BATCH_NARR
 };
 
 /* Runs meter_checks_apply with arrs[0..DB_APPLY_NARR) and COMMITs, in one
- * round trip. On METER_OK the batch is durable (synchronous_commit on). A
+ * round trip. On METER_OK the batch is durable (synchronous_commit on).
+ * First, when arrs[DB_R_*] name refused checks: if another transaction
+ * stored an answer under one of their idempotency keys since the batch read
+ * it (the first attempt of a retried check, committed while this batch
+ * waited for the ledger rows), nothing is written and the sqlstate is
+ * DB_CHECKS_SQLSTATE_CONFLICT, so the batch is decided again and replays
+ * it. A
  * sqlstate of DB_CHECKS_SQLSTATE_CONFLICT (or a deadlock / serialization
  * failure) means: roll back and decide again. METER_ENOMEM when an array
  * ran out of memory. */

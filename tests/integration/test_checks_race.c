@@ -11,6 +11,10 @@
  *    connection while the checks wait for it:
  *    - a wake retried on the other process while its stored default-key
  *      answer is stale: one hold, one answer, replayed to the other;
+ *    - a create retried on the other process while its first attempt is
+ *      in flight, with room for one lease: the attempt that takes the row
+ *      second does not refuse for want of the budget the first one took,
+ *      it replays the first one's answer;
  *    - a limit lowered (the ledger row, then the key, as PUT .../limits
  *      does) while a create waits: the create is decided against the new
  *      limit, and the day's row keeps it;
@@ -345,6 +349,50 @@ static void test_stale_wake_race(const char *acc)
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 }
 
+static void test_retry_race(const char *acc)
+{
+	char key[65], token[APITEST_TOKEN_MAX];
+	struct call calls[2];
+	pthread_t th[2];
+	struct apitest_resp r;
+	PGconn *lk;
+
+	/* Room for the first create and one more lease. */
+	CHECK(apitest_create_key(&t, acc, "full", 2 * LEASE_MICROS, NULL, key, token) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "retry-0", 1, 1024, 3600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	lk = lock_day(acc, key);
+	for (int i = 0; i < 2; i++) {
+		calls[i] = (struct call){.server = i, .path = "/v1/checks/create"};
+		snprintf(calls[i].body, sizeof(calls[i].body),
+			 "{\"key_id\":\"%s\",\"sandbox_id\":\"retry-1\",\"vcpus\":1,"
+			 "\"memory_mib\":1024,\"lease_seconds\":3600}",
+			 key);
+		pthread_create(&th[i], NULL, run_call, &calls[i]);
+	}
+	/* Both processes read no answer and no sandbox, and wait for the row. */
+	await_lock_waiters(2);
+	cu_sql(lk, "COMMIT");
+	PQfinish(lk);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	CHECK_I64(calls[0].status, 200);
+	CHECK_I64(calls[1].status, 200);
+	CHECK(calls[0].lease_ends_at[0] != '\0');
+	CHECK_STR(calls[0].lease_ends_at, calls[1].lease_ends_at);
+	CHECK_I64(calls[0].hold_micros, LEASE_MICROS);
+	CHECK_I64(calls[1].hold_micros, LEASE_MICROS);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE sandbox_id = 'retry-1'"),
+		  1);
+	CHECK_I64(cu_sql_int(t.db.conn,
+			     "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'"
+			     " AND day = '%s'",
+			     key, today),
+		  2 * LEASE_MICROS);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	CHECK_I64(cu_over_limit(t.db.conn), 0);
+}
+
 static void test_limit_race(const char *acc)
 {
 	char key[65], token[APITEST_TOKEN_MAX], sql[256];
@@ -492,6 +540,7 @@ int main(void)
 	test_exact_k(acc);
 	test_mixed(acc);
 	test_stale_wake_race(acc);
+	test_retry_race(acc);
 	test_limit_race(acc);
 	test_new_row_order(acc);
 	CHECK(apitest_stop(&t) == 0);

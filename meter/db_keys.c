@@ -246,14 +246,27 @@ enum meter_rc db_key_set_limits(PGconn *conn, const char *account_id, const char
 		snprintf(tz, sizeof(tz), "%s", time_zone);
 	}
 	if (set_limit) {
-		/* The ledger row first: the lock order of every ledger writer. */
+		/* The ledger rows first (the lock order of every ledger
+		 * writer): today's, made if missing, so that a check which
+		 * read the old limit and makes or locks the row after this
+		 * finds the new one there and reads the limit again; and any
+		 * later day's (the part of a lease crossing midnight), whose
+		 * limit the spend_limit_crossed trigger compares with. In day
+		 * order, in one statement. */
 		const char *p[] = {acc, key_id, tz, has_limit ? limit : NULL};
 
-		rc = db_util_exec(conn, "key limits",
-				  "UPDATE key_day_ledger SET limit_micros = $4::bigint,"
-				  " updated_at = now() WHERE account_id = $1 AND key_id = $2"
-				  " AND day = meter_key_day($3, now())",
-				  4, p, NULL, state);
+		rc = db_util_exec(
+		    conn, "key limits",
+		    "INSERT INTO key_day_ledger (account_id, key_id, day,"
+		    " limit_micros)"
+		    " SELECT $1, $2, d.day, $4::bigint FROM"
+		    " (SELECT meter_key_day($3, now()) AS day"
+		    "  UNION SELECT x.day FROM key_day_ledger x WHERE x.account_id = $1"
+		    "  AND x.key_id = $2 AND x.day > meter_key_day($3, now())) d"
+		    " ORDER BY d.day"
+		    " ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO UPDATE"
+		    " SET limit_micros = EXCLUDED.limit_micros, updated_at = now()",
+		    4, p, NULL, state);
 		if (rc != METER_OK)
 			goto out;
 	}

@@ -183,6 +183,46 @@ static void test_accounts_and_keys(void)
 	sql_value("SELECT meter_key_day('Asia/Kolkata', now())::text", got, sizeof(got));
 	CHECK_STR(apitest_json_str(&r, "day"), got);
 	apitest_resp_release(&r);
+	/* Today's row is made when missing (a check that read the old limit
+	 * then finds the new one), and a later day's (a lease crossing
+	 * midnight) follows too; an earlier day keeps its limit. */
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM key_day_ledger WHERE key_id = '%s' AND limit_micros = 5"
+		 " AND day = meter_key_day('Asia/Kolkata', now())",
+		 kf);
+	sql_value(sql, got, sizeof(got));
+	CHECK_STR(got, "1");
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, held_micros, limit_micros)"
+		 " SELECT '%s', '%s', meter_key_day('Asia/Kolkata', now()) + d, 10, 5"
+		 " FROM unnest(ARRAY[-3, 1]) d",
+		 acc, kf);
+	sql_exec(sql);
+	CHECK(apitest_call(&t, 0, "PUT", path, tf, "{\"daily_limit_micros\":7}", &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	snprintf(sql, sizeof(sql),
+		 "SELECT string_agg((day - meter_key_day('Asia/Kolkata', now())) || ':' ||"
+		 " limit_micros, ',' ORDER BY day) FROM key_day_ledger WHERE key_id = '%s'"
+		 " AND day - meter_key_day('Asia/Kolkata', now()) IN (-3, 0, 1)",
+		 kf);
+	sql_value(sql, got, sizeof(got));
+	CHECK_STR(got, "-3:5,0:7,1:7");
+	/* A key with no ledger row yet gets today's. */
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM key_day_ledger WHERE key_id = '%s'", kr);
+	sql_value(sql, got, sizeof(got));
+	CHECK_STR(got, "0");
+	snprintf(sql, sizeof(sql), "/v1/keys/%s/limits", kr);
+	CHECK(apitest_call(&t, 0, "PUT", sql, t.operator_token, "{\"daily_limit_micros\":9}", &r) ==
+	      0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	snprintf(sql, sizeof(sql),
+		 "SELECT l.limit_micros FROM key_day_ledger l JOIN api_keys k USING (account_id,"
+		 " key_id) WHERE l.key_id = '%s' AND l.day = meter_key_day(k.time_zone, now())",
+		 kr);
+	sql_value(sql, got, sizeof(got));
+	CHECK_STR(got, "9");
 	CHECK(apitest_call(&t, 0, "PUT", path, tf, "{}", &r) == 0);
 	CHECK_I64(r.status, 400);
 	apitest_resp_release(&r);

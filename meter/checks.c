@@ -716,7 +716,11 @@ static void batch_run(struct checks_engine *e, struct item **items, size_t n)
 		if (!db_checks_retryable(sqlstate)) {
 			log_error("checks: batch of %zu failed (SQLSTATE %s)", n,
 				  sqlstate[0] ? sqlstate : "none");
-			poison = n > 1;
+			/* A statement timeout (a ledger row held by a slow
+			 * writer) is the database's, not one check's: rerun
+			 * one by one, each would wait as long again while
+			 * every other key's checks queue behind them. */
+			poison = n > 1 && !db_checks_timed_out(sqlstate);
 			break;
 		}
 		log_debug("checks: batch of %zu redone (SQLSTATE %s)", n, sqlstate);

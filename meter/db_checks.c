@@ -626,6 +626,12 @@ bool db_checks_retryable(const char *sqlstate)
 			    strcmp(sqlstate, "23505") == 0);  /* unique_violation */
 }
 
+bool db_checks_timed_out(const char *sqlstate)
+{
+	return sqlstate && (strcmp(sqlstate, "57014") == 0 || /* query_canceled */
+			    strcmp(sqlstate, "55P03") == 0);  /* lock_not_available */
+}
+
 enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_id, const char *type,
 			      int64_t at_usec, struct db_event_result *out)
 {

@@ -198,6 +198,10 @@ void db_checks_rollback(PGconn *conn);
 /* True for a SQLSTATE after which the same batch may simply be redone. */
 bool db_checks_retryable(const char *sqlstate);
 
+/* True for a SQLSTATE of a statement that ran out of time (statement or
+ * lock timeout) rather than failed on what it was given. */
+bool db_checks_timed_out(const char *sqlstate);
+
 /* The outcome of a lifecycle event (meter_sandbox_event). */
 struct db_event_result {
 	bool known;    /* the sandbox exists */

@@ -137,6 +137,40 @@ static inline void cu_sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
+/* A connection of the test's own holding (BEGIN ... FOR UPDATE) the ledger
+ * row of key on day ("YYYY-MM-DD"); COMMIT and PQfinish it to let go. */
+static inline PGconn *cu_lock_day(const char *url, const char *acc, const char *key,
+				  const char *day)
+{
+	PGconn *c = PQconnectdb(url);
+	char sql[256];
+
+	CHECK(PQstatus(c) == CONNECTION_OK);
+	cu_sql(c, "BEGIN");
+	snprintf(sql, sizeof(sql),
+		 "SELECT 1 FROM key_day_ledger WHERE account_id = '%s' AND key_id = '%s'"
+		 " AND day = '%s' FOR UPDATE",
+		 acc, key, day);
+	CHECK_STR(testdb_exec_state(c, sql), "00000");
+	return c;
+}
+
+/* Waits (up to 10 s) until n backends of conn's database wait for a lock. */
+static inline void cu_await_lock_waiters(PGconn *conn, int n)
+{
+	long long w = 0;
+
+	for (int i = 0; i < 500; i++) {
+		w = cu_sql_int(conn, "SELECT count(*) FROM pg_stat_activity"
+				     " WHERE datname = current_database()"
+				     " AND wait_event_type = 'Lock'");
+		if (w >= n)
+			break;
+		cu_sleep_ms(20);
+	}
+	CHECK_I64(w, n);
+}
+
 /* Seconds to add to now so that the clock reads target (UTC seconds). */
 static inline long long cu_offset_to(time_t target)
 {

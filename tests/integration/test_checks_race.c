@@ -273,39 +273,6 @@ static void *run_call(void *arg)
 	return NULL;
 }
 
-/* A connection of the test's own holding (BEGIN ... FOR UPDATE) the key's
- * ledger row of today. */
-static PGconn *lock_day(const char *acc, const char *key)
-{
-	PGconn *c = PQconnectdb(t.db.url);
-	char sql[256];
-
-	CHECK(PQstatus(c) == CONNECTION_OK);
-	cu_sql(c, "BEGIN");
-	snprintf(sql, sizeof(sql),
-		 "SELECT 1 FROM key_day_ledger WHERE account_id = '%s' AND key_id = '%s'"
-		 " AND day = '%s' FOR UPDATE",
-		 acc, key, today);
-	CHECK_STR(testdb_exec_state(c, sql), "00000");
-	return c;
-}
-
-/* Waits (up to 10 s) until n backends wait for a lock. */
-static void await_lock_waiters(int n)
-{
-	long long w = 0;
-
-	for (int i = 0; i < 500; i++) {
-		w = cu_sql_int(t.db.conn, "SELECT count(*) FROM pg_stat_activity"
-					  " WHERE datname = current_database()"
-					  " AND wait_event_type = 'Lock'");
-		if (w >= n)
-			break;
-		cu_sleep_ms(20);
-	}
-	CHECK_I64(w, n);
-}
-
 static void test_stale_wake_race(const char *acc)
 {
 	char key[65], token[APITEST_TOKEN_MAX];
@@ -321,7 +288,7 @@ static void test_stale_wake_race(const char *acc)
 	CHECK_I64(cu_wake(&t, 0, "stale-1", 1, NULL, &r), 200);
 	apitest_resp_release(&r);
 	cu_sleep_ms(1300);
-	lk = lock_day(acc, key);
+	lk = cu_lock_day(t.db.url, acc, key, today);
 	for (int i = 0; i < 2; i++) {
 		calls[i] = (struct call){.server = i, .path = "/v1/checks/wake"};
 		snprintf(calls[i].body, sizeof(calls[i].body),
@@ -329,7 +296,7 @@ static void test_stale_wake_race(const char *acc)
 		pthread_create(&th[i], NULL, run_call, &calls[i]);
 	}
 	/* Both processes read the stale answer and wait for the row. */
-	await_lock_waiters(2);
+	cu_await_lock_waiters(t.db.conn, 2);
 	cu_sql(lk, "COMMIT");
 	PQfinish(lk);
 	for (int i = 0; i < 2; i++)
@@ -361,7 +328,7 @@ static void test_retry_race(const char *acc)
 	CHECK(apitest_create_key(&t, acc, "full", 2 * LEASE_MICROS, NULL, key, token) == 0);
 	CHECK_I64(cu_create(&t, 0, key, "retry-0", 1, 1024, 3600, NULL, &r), 200);
 	apitest_resp_release(&r);
-	lk = lock_day(acc, key);
+	lk = cu_lock_day(t.db.url, acc, key, today);
 	for (int i = 0; i < 2; i++) {
 		calls[i] = (struct call){.server = i, .path = "/v1/checks/create"};
 		snprintf(calls[i].body, sizeof(calls[i].body),
@@ -371,7 +338,7 @@ static void test_retry_race(const char *acc)
 		pthread_create(&th[i], NULL, run_call, &calls[i]);
 	}
 	/* Both processes read no answer and no sandbox, and wait for the row. */
-	await_lock_waiters(2);
+	cu_await_lock_waiters(t.db.conn, 2);
 	cu_sql(lk, "COMMIT");
 	PQfinish(lk);
 	for (int i = 0; i < 2; i++)
@@ -406,7 +373,7 @@ static void test_limit_race(const char *acc)
 	CHECK_I64(cu_create(&t, 1, key, "lim-0", 1, 1024, 3600, NULL, &r), 200);
 	apitest_resp_release(&r);
 	/* What PUT /v1/keys/{id}/limits does: the day's row first... */
-	lk = lock_day(acc, key);
+	lk = cu_lock_day(t.db.url, acc, key, today);
 	snprintf(sql, sizeof(sql),
 		 "UPDATE key_day_ledger SET limit_micros = %lld WHERE account_id = '%s'"
 		 " AND key_id = '%s' AND day = '%s'",
@@ -418,7 +385,7 @@ static void test_limit_race(const char *acc)
 		 key);
 	pthread_create(&th, NULL, run_call, &c);
 	/* ...while the create (which read the old limit) waits for it... */
-	await_lock_waiters(1);
+	cu_await_lock_waiters(t.db.conn, 1);
 	/* ...then the key, and both commit together. */
 	snprintf(sql, sizeof(sql),
 		 "UPDATE api_keys SET daily_limit_micros = %lld WHERE account_id = '%s'"
@@ -479,15 +446,15 @@ static void test_new_row_order(const char *acc)
 	before = deadlocks();
 	/* A first batch waits on other's row, so the next two checks queue
 	 * up and are decided together. */
-	hold = lock_day(acc, other);
-	writer = lock_day(acc, lo); /* the other writer holds lo's row */
+	hold = cu_lock_day(t.db.url, acc, other, today);
+	writer = cu_lock_day(t.db.url, acc, lo, today); /* the other writer holds lo's row */
 	c[0] = (struct call){.server = 0, .path = "/v1/checks/create"};
 	snprintf(c[0].body, sizeof(c[0].body),
 		 "{\"key_id\":\"%s\",\"sandbox_id\":\"ord-other-1\",\"vcpus\":1,"
 		 "\"memory_mib\":1024,\"lease_seconds\":60}",
 		 other);
 	pthread_create(&th[0], NULL, run_call, &c[0]);
-	await_lock_waiters(1);
+	cu_await_lock_waiters(t.db.conn, 1);
 	for (int i = 1; i < 3; i++) {
 		c[i] = (struct call){.server = 0, .path = "/v1/checks/create"};
 		snprintf(c[i].body, sizeof(c[i].body),
@@ -502,7 +469,7 @@ static void test_new_row_order(const char *acc)
 	pthread_join(th[0], NULL);
 	CHECK_I64(c[0].status, 200);
 	/* The batch of lo and hi now waits for lo's row... */
-	await_lock_waiters(1);
+	cu_await_lock_waiters(t.db.conn, 1);
 	/* ...while the writer creates hi's row, as ingestion would. */
 	snprintf(
 	    sql, sizeof(sql),

@@ -806,12 +806,12 @@ static void *batcher_main(void *arg)
 	return NULL;
 }
 
-/* Every SWEEP_INTERVAL_MS: releases the holds of leases that ended without
- * an event; closes the holds a pause or stop kept for its unmetered tail,
- * once metered (or lease_grace_s after the event when no sample will come:
- * sql/0014's meter_tail_done); then sends hold_outrun for the released
- * leases whose sandbox is still running on them lease_grace_s after their
- * end. */
+/* Every SWEEP_INTERVAL_MS: settles the holds of leases that ended without
+ * an event as an event at the lease end would (sql/0015); closes the holds
+ * kept for an unmetered tail, once metered (or lease_grace_s after the
+ * event or lease end when no sample will come: sql/0014's
+ * meter_tail_done); then sends hold_outrun for the ended leases whose
+ * sandbox is still running on them lease_grace_s after their end. */
 static void *sweeper_main(void *arg)
 {
 	struct checks_engine *e = arg;
@@ -852,7 +852,7 @@ static void *sweeper_main(void *arg)
 			continue;
 		/* Each step again while it took a whole SWEEP_MAX. */
 		for (int step = 0; step < 3 && PQstatus(conn) == CONNECTION_OK; step++) {
-			static const char *const what[] = {"holds released at lease end",
+			static const char *const what[] = {"holds settled at lease end",
 							   "settling holds closed",
 							   "leases past their end looked at"};
 			int64_t n = 0, now, grace = e->opt.lease_grace_s;

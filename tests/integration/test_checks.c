@@ -271,27 +271,126 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 	CHECK_I64(cu_held_mismatches(db), 0);
 }
 
-/* Lease end without an event: the sweeper releases the holds (about 1 s). */
-static void test_lease_end(struct apitest *t, const char *key)
+/* Pushes one sample of sandbox sb (1 vCPU, 1 GiB) taken at UTC second at,
+ * from host. */
+static void push_sample_from(struct apitest *t, const char *host, const char *key, const char *sb,
+			     long long at, const char *state, long long cpu_usec,
+			     long long storage_mib)
+{
+	struct apitest_resp r;
+	char body[512], when[40];
+
+	cu_rfc3339((time_t)at, when, sizeof(when));
+	snprintf(body, sizeof(body),
+		 "{\"host_id\":\"%s\",\"sampled_at\":\"%s\",\"sandboxes\":[{\"sandbox_id\":"
+		 "\"%s\",\"key_id\":\"%s\",\"state\":\"%s\",\"vcpus\":1,\"memory_mib\":1024,"
+		 "\"storage_mib\":%lld,\"cpu_usec\":%lld}]}",
+		 host, when, sb, key, state, storage_mib, cpu_usec);
+	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+}
+
+/* The same, from host h-tail. */
+static void push_sample(struct apitest *t, const char *key, const char *sb, long long at,
+			const char *state, long long cpu_usec, long long storage_mib)
+{
+	push_sample_from(t, "h-tail", key, sb, at, state, cpu_usec, storage_mib);
+}
+
+/* Waits (up to 10 s) until the hold of sb placed first is closed. */
+static void wait_first_hold_closed(PGconn *db, const char *sb)
+{
+	for (int i = 0; i < 100; i++) {
+		if (cu_sql_int(db,
+			       "SELECT count(*) FROM holds WHERE sandbox_id = '%s' AND status <>"
+			       " 'open' AND hold_id = (SELECT min(hold_id) FROM holds WHERE"
+			       " sandbox_id = '%s')",
+			       sb, sb) == 1)
+			return;
+		cu_sleep_ms(100);
+	}
+	CHECK(!"the settling hold was closed");
+}
+
+/* Waits (up to 10 s) until the sweeper has come to sandbox sb's first hold:
+ * closed, or kept for its tail (settles_at). */
+static void wait_first_hold_swept(PGconn *db, const char *sb)
+{
+	for (int i = 0; i < 100; i++) {
+		if (cu_sql_int(
+			db,
+			"SELECT count(*) FROM holds WHERE sandbox_id = '%s' AND (status <>"
+			" 'open' OR settles_at IS NOT NULL) AND hold_id = (SELECT min(hold_id)"
+			" FROM holds WHERE sandbox_id = '%s')",
+			sb, sb) == 1)
+			return;
+		cu_sleep_ms(100);
+	}
+	CHECK(!"the sweeper came to the hold");
+}
+
+/* Lease end without an event: the sweeper settles each hold at its lease
+ * end like a pause there. Metering already past the end: released at
+ * once. Never metered: the whole hold is kept (its samples may yet come)
+ * until lease_grace_s (2 s) later. Metered up to before the end: the
+ * worst case of that tail is kept until metering passes the end, and a
+ * check in between cannot take it (it used to be released at once, and
+ * the tail, metered later, took the day past its limit). */
+static void test_lease_end(struct apitest *t, const char *acc)
 {
 	struct apitest_resp r;
 	PGconn *db = t->db.conn;
-	long long open = -1;
+	char key[65], token[APITEST_TOKEN_MAX];
+	const long long hold = 37; /* 1 vCPU + 1 GiB for 4 s, rounded up */
+	time_t t0 = time(NULL);
 
-	CHECK_I64(cu_create(t, 0, key, "le-1", 1, 1024, 1, NULL, &r), 200);
+	CHECK(apitest_create_key(t, acc, "full", 2 * hold - 1, NULL, key, token) == 0);
+	CHECK_I64(cu_create(t, 0, key, "le-1", 1, 1024, 2, NULL, &r), 200);
 	apitest_resp_release(&r);
-	for (int i = 0; i < 50; i++) {
-		open = cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'le-1' AND"
-				      " status = 'open'");
-		if (open == 0)
-			break;
-		cu_sleep_ms(100);
-	}
-	CHECK_I64(open, 0);
-	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'le-1' AND status"
+	CHECK_I64(cu_create(t, 0, key, "le-2", 1, 1024, 2, NULL, &r), 200);
+	apitest_resp_release(&r);
+	/* Ahead of the lease end (before the sweeper comes to it). */
+	push_sample_from(t, "h-lease", key, "le-2", (long long)t0 + 4, "running", 0, 0);
+	wait_first_hold_swept(db, "le-1");
+	wait_first_hold_swept(db, "le-2");
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'le-2' AND status"
 				 " = 'released'"),
 		  1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'le-1' AND status"
+				 " = 'open' AND settles_at = lease_ends_at AND amount_micros ="
+				 " reserved_micros"),
+		  1);
 	CHECK_I64(cu_held_mismatches(db), 0);
+	wait_first_hold_closed(db, "le-1");
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'le-1' AND status"
+				 " = 'settled'"),
+		  1);
+
+	/* Room for two 4 s leases but one micro. */
+	CHECK_I64(cu_create(t, 0, key, "lt-1", 1, 1024, 4, NULL, &r), 200);
+	CHECK_I64(cu_jint(r.json, "hold_micros"), hold);
+	apitest_resp_release(&r);
+	t0 = time(NULL);
+	push_sample_from(t, "h-lease", key, "lt-1", (long long)t0, "running", 0, 0);
+	wait_first_hold_swept(db, "lt-1");
+	CHECK_I64(cu_sql_int(db, "SELECT amount_micros FROM holds WHERE sandbox_id = 'lt-1' AND"
+				 " status = 'open' AND settles_at = lease_ends_at"),
+		  hold);
+	CHECK_I64(cu_create(t, 0, key, "lt-2", 1, 1024, 4, NULL, &r), 402);
+	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
+	CHECK_I64(cu_errint(&r, "day_held_micros"), hold);
+	apitest_resp_release(&r);
+	/* Metered past the lease end: the tail is spent, the rest let go. */
+	push_sample_from(t, "h-lease", key, "lt-1", (long long)t0 + 6, "running", 0, 0);
+	wait_first_hold_closed(db, "lt-1");
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'lt-1' AND status"
+				 " = 'settled'"),
+		  1);
+	CHECK_I64(cu_create(t, 0, key, "lt-2", 1, 1024, 4, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_held_mismatches(db), 0);
+	CHECK_I64(cu_over_limit(db), 0);
 }
 
 /* A lease crossing midnight left running: reported once, by its last day's
@@ -328,7 +427,10 @@ static void test_watch_midnight(struct apitest *t, const char *acc, const char *
 		 " AND day = '2099-12-31' FOR UPDATE",
 		 acc, key);
 	cu_sql(other, sql);
+	/* Never metered: each part is kept for its tail until the grace
+	 * (0 here) has passed, then closed by the settle sweep. */
 	cu_sql(db, "SELECT meter_holds_expire('2100-01-01', 1000)");
+	cu_sql(db, "SELECT meter_holds_settle('2100-01-01', 0, 1000)");
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'mx-1' AND"
 				 " status = 'open' AND day = '2099-12-31'"),
 		  1);
@@ -338,9 +440,10 @@ static void test_watch_midnight(struct apitest *t, const char *acc, const char *
 		  0);
 	cu_sql(other, "COMMIT");
 	cu_sql(db, "SELECT meter_holds_expire('2100-01-01', 1000)");
+	cu_sql(db, "SELECT meter_holds_settle('2100-01-01', 0, 1000)");
 	cu_sql(db, "SELECT meter_leases_outrun('2100-01-01', 0, 1000)");
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'mx-1' AND status ="
-				 " 'released'"),
+				 " 'settled'"),
 		  2);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE payload->>'sandbox_id'"
 				 " = 'mx-1'"),
@@ -484,39 +587,6 @@ static void test_berlin(void)
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
-}
-
-/* Pushes one sample of sandbox sb (1 vCPU, 1 GiB) taken at UTC second at. */
-static void push_sample(struct apitest *t, const char *key, const char *sb, long long at,
-			const char *state, long long cpu_usec, long long storage_mib)
-{
-	struct apitest_resp r;
-	char body[512], when[40];
-
-	cu_rfc3339((time_t)at, when, sizeof(when));
-	snprintf(body, sizeof(body),
-		 "{\"host_id\":\"h-tail\",\"sampled_at\":\"%s\",\"sandboxes\":[{\"sandbox_id\":"
-		 "\"%s\",\"key_id\":\"%s\",\"state\":\"%s\",\"vcpus\":1,\"memory_mib\":1024,"
-		 "\"storage_mib\":%lld,\"cpu_usec\":%lld}]}",
-		 when, sb, key, state, storage_mib, cpu_usec);
-	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
-	CHECK_I64(r.status, 200);
-	apitest_resp_release(&r);
-}
-
-/* Waits (up to 10 s) until the hold of sb placed first is closed. */
-static void wait_first_hold_closed(PGconn *db, const char *sb)
-{
-	for (int i = 0; i < 100; i++) {
-		if (cu_sql_int(db,
-			       "SELECT count(*) FROM holds WHERE sandbox_id = '%s' AND status <>"
-			       " 'open' AND hold_id = (SELECT min(hold_id) FROM holds WHERE"
-			       " sandbox_id = '%s')",
-			       sb, sb) == 1)
-			return;
-		cu_sleep_ms(100);
-	}
-	CHECK(!"the settling hold was closed");
 }
 
 /* A pause keeps the hold of its unmetered tail (the running time from the
@@ -806,7 +876,7 @@ int main(void)
 	test_max_cost(&t, key);
 	test_limit(&t, acc);
 	test_wake_and_events(&t, key);
-	test_lease_end(&t, key);
+	test_lease_end(&t, acc);
 	test_validation(&t, key);
 	test_day_starts(t.db.conn);
 	test_tail_host(&t, key);

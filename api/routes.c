@@ -278,14 +278,18 @@ enum route_match routes_match(const char *method, const char *path, struct http_
 				result = ROUTE_BAD_ID;
 			continue;
 		}
-		if (strcmp(routes[i].method, method) == 0) {
+		/* HEAD is a GET without the body (which the server does not
+		 * send for it). */
+		if (strcmp(routes[i].method, method) == 0 ||
+		    (strcmp(method, "HEAD") == 0 && strcmp(routes[i].method, "GET") == 0)) {
 			*out = &routes[i];
 			return ROUTE_FOUND;
 		}
 		result = ROUTE_NO_METHOD;
-		if (!strstr(allow, routes[i].method) && used + 8 < allowlen) {
-			int w = snprintf(allow + used, allowlen - used, "%s%s", used ? ", " : "",
-					 routes[i].method);
+		if (!strstr(allow, routes[i].method) && used + 14 < allowlen) {
+			int w = snprintf(allow + used, allowlen - used, "%s%s%s", used ? ", " : "",
+					 routes[i].method,
+					 strcmp(routes[i].method, "GET") == 0 ? ", HEAD" : "");
 			if (w > 0)
 				used += (size_t)w;
 		}

@@ -304,6 +304,9 @@ static bool route_request(struct http_req *req)
 	clen = http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (clen) {
 		int64_t n;
+		/* HTTP allows leading zeros here; parse_int64 does not. */
+		while (clen[0] == '0' && clen[1] >= '0' && clen[1] <= '9')
+			clen++;
 		if (parse_int64(clen, 0, INT64_MAX, &n) != METER_OK) {
 			http_reply_error(req, 400, "invalid_request", "bad Content-Length", NULL);
 			return false;

@@ -107,8 +107,30 @@ static bool path_params_agree(const char *path, const json_t *op, const json_t *
 	return want == got && declared == want;
 }
 
-/* Every "$ref" under v resolves to a member of doc ("#/a/b/c"). Recursive,
- * as deep as the checked-in document.
+/* The member of doc that ref ("#/a/b/c") names, or NULL. */
+static const json_t *resolve(const json_t *doc, const char *ref)
+{
+	const json_t *at = doc;
+	char part[128];
+
+	if (strncmp(ref, "#/", 2) != 0)
+		return NULL;
+	for (const char *p = ref + 2; *p && at;) {
+		size_t n = strcspn(p, "/");
+
+		snprintf(part, sizeof(part), "%.*s", (int)n, p);
+		at = json_object_get(at, part);
+		p += n + (p[n] == '/');
+	}
+	return at;
+}
+
+/* Every "$ref" under v resolves to a member of doc; and no member of an
+ * "allOf" (itself or the schema its $ref names) closes its object with
+ * "additionalProperties": false, which under JSON Schema 2020-12 refuses
+ * the properties of the other members: every instance of the whole would
+ * fail (close the whole with unevaluatedProperties instead). Recursive, as
+ * deep as the checked-in document.
  * NOLINTNEXTLINE(misc-no-recursion) */
 static void check_refs(const json_t *doc, const json_t *v, int *bad)
 {
@@ -121,27 +143,31 @@ static void check_refs(const json_t *doc, const json_t *v, int *bad)
 		{
 			if (strcmp(key, "$ref") == 0 && json_is_string(child)) {
 				const char *ref = json_string_value(child);
-				const json_t *at = doc;
-				char part[128];
 
-				if (strncmp(ref, "#/", 2) != 0) {
-					(*bad)++;
-					continue;
-				}
-				for (const char *p = ref + 2; *p && at;) {
-					size_t n = strcspn(p, "/");
-
-					snprintf(part, sizeof(part), "%.*s", (int)n, p);
-					at = json_object_get(at, part);
-					p += n + (p[n] == '/');
-				}
-				if (!at) {
+				if (!resolve(doc, ref)) {
 					fprintf(stderr, "unresolved $ref %s\n", ref);
 					(*bad)++;
 				}
-			} else {
-				check_refs(doc, child, bad);
+				continue;
 			}
+			if (strcmp(key, "allOf") == 0 && json_is_array(child)) {
+				size_t k;
+				json_t *m;
+
+				json_array_foreach(child, k, m)
+				{
+					const json_t *r = json_object_get(m, "$ref");
+					const json_t *s =
+					    r ? resolve(doc, json_string_value(r)) : m;
+
+					if (json_is_false(
+						json_object_get(s, "additionalProperties"))) {
+						fprintf(stderr, "allOf member %zu is closed\n", k);
+						(*bad)++;
+					}
+				}
+			}
+			check_refs(doc, child, bad);
 		}
 	} else if (json_is_array(v)) {
 		json_array_foreach((json_t *)v, i, child) check_refs(doc, child, bad);

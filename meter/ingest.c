@@ -3201,11 +3201,14 @@ static enum meter_rc ing_write_watermarks(struct ing_call *c)
 	hosts = calloc(c->nbatches ? c->nbatches : 1, sizeof(*hosts));
 	if (!hosts)
 		return METER_ENOMEM;
+	/* Every document moves its host's watermark: one with no sample
+	 * taken (no sandbox on the host, or only samples seen before) still
+	 * says the host has reported up to its time, which settling a
+	 * stopped sandbox's tail relies on (sql/0014 meter_tail_done).
+	 * batches counts the documents that brought something. */
 	for (size_t i = 0; i < c->nbatches; i++) {
 		const struct sample_batch *b = &c->batches[i];
 		size_t h;
-		if (!c->batch_accepted[i])
-			continue;
 		for (h = 0; h < nhosts; h++)
 			if (strcmp(hosts[h].host_id, b->host_id) == 0)
 				break;
@@ -3216,7 +3219,8 @@ static enum meter_rc ing_write_watermarks(struct ing_call *c)
 		}
 		if (b->sampled_at_usec > hosts[h].last_at)
 			hosts[h].last_at = b->sampled_at_usec;
-		hosts[h].batches++;
+		if (c->batch_accepted && c->batch_accepted[i])
+			hosts[h].batches++;
 	}
 	if (nhosts == 0)
 		goto out;
@@ -3535,7 +3539,13 @@ enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct samp
 	rc = ing_prepare(&c);
 	if (rc == METER_ENOMEM)
 		snprintf(err, errlen, "out of memory");
-	if (rc != METER_OK || c.nitems == 0)
+	if (rc == METER_OK && c.nitems == 0 && n > 0) {
+		/* No sample: only the hosts' watermarks, in a statement
+		 * (so a transaction) of their own. */
+		rc = ing_write_watermarks(&c);
+		goto out;
+	}
+	if (rc != METER_OK)
 		goto out;
 	for (size_t i = 0; i < c.nsbx; i++) {
 		c.sbx[i].version = ING_VERSION_NONE;

@@ -730,32 +730,50 @@ static void test_tail(void)
 
 /* A stopped sandbox reports no more samples: its tail's hold is released
  * lease_grace_s (2 s) after the stop only once its host has reported past
- * the stop without it; until then (the host may be behind) it stays. */
+ * the stop without it (a sample of another sandbox, or a document with
+ * none: the host has nothing left running); until then (the host may be
+ * behind) it stays. */
 static void test_tail_host(struct apitest *t, const char *key)
 {
 	struct apitest_resp r;
 	PGconn *db = t->db.conn;
 	time_t t0;
-	char at[40];
+	char at[40], body[256];
 
 	CHECK_I64(cu_create(t, 0, key, "gw-1", 1, 1024, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
 	CHECK_I64(cu_create(t, 0, key, "gw-2", 1, 1024, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
-	/* After the creates: the stop (t0 + 1) comes after both leases start. */
+	CHECK_I64(cu_create(t, 0, key, "gw-3", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	/* After the creates: the stop (t0 + 1) comes after the leases start. */
 	t0 = time(NULL);
 	push_sample(t, key, "gw-1", t0, "running", 0, 0);
+	push_sample_from(t, "h-empty", key, "gw-3", t0, "running", 0, 0);
 	cu_rfc3339(t0 + 1, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "gw-1", "stopped", at, &r), 200);
 	CHECK(cu_jint(r.json, "tail_held_micros") > 0);
 	apitest_resp_release(&r);
-	cu_sleep_ms(4500); /* the grace and more: the host is still at t0 */
-	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'gw-1' AND status"
-				 " = 'open' AND settles_at IS NOT NULL"),
-		  1);
+	CHECK_I64(cu_event(t, 0, "gw-3", "stopped", at, &r), 200);
+	CHECK(cu_jint(r.json, "tail_held_micros") > 0);
+	apitest_resp_release(&r);
+	cu_sleep_ms(4500); /* the grace and more: the hosts are still at t0 */
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id IN ('gw-1', 'gw-3')"
+				 " AND status = 'open' AND settles_at IS NOT NULL"),
+		  2);
 	push_sample(t, key, "gw-2", t0 + 2, "running", 0, 0);
 	wait_first_hold_closed(db, "gw-1");
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'gw-1' AND status"
+				 " = 'settled'"),
+		  1);
+	cu_rfc3339(t0 + 2, at, sizeof(at));
+	snprintf(body, sizeof(body),
+		 "{\"host_id\":\"h-empty\",\"sampled_at\":\"%s\",\"sandboxes\":[]}", at);
+	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	wait_first_hold_closed(db, "gw-3");
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'gw-3' AND status"
 				 " = 'settled'"),
 		  1);
 	CHECK_I64(cu_held_mismatches(db), 0);

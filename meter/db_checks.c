@@ -89,7 +89,7 @@ static const char sql_refused[] =
 
 static const char sql_event[] = "SELECT known, recorded, state, " DB_USEC(
     "state_since") ", holds_settled, released_micros, tail_held_micros"
-		   " FROM meter_sandbox_event($1, $2, $3::timestamptz)";
+		   " FROM meter_sandbox_event($1, $2, $3::timestamptz, $4::integer)";
 
 static const char sql_expire[] = "SELECT meter_holds_expire($1::timestamptz, $2::integer)";
 static const char sql_settle[] =
@@ -633,19 +633,20 @@ bool db_checks_timed_out(const char *sqlstate)
 }
 
 enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_id, const char *type,
-			      int64_t at_usec, struct db_event_result *out)
+			      int64_t at_usec, int64_t grace_s, struct db_event_result *out)
 {
-	char at_s[40], sqlstate[6];
-	const char *params[3] = {sandbox_id, type, at_s};
+	char at_s[40], grace[24], sqlstate[6];
+	const char *params[4] = {sandbox_id, type, at_s, grace};
 	PGresult *res = NULL;
 	enum meter_rc rc = METER_EDB;
 
 	memset(out, 0, sizeof(*out));
 	db_util_time_param(at_usec, at_s, sizeof(at_s));
+	snprintf(grace, sizeof(grace), "%lld", (long long)grace_s);
 	/* One statement: its own transaction. A deadlock with a concurrent
 	 * writer is retried. */
 	for (int attempt = 0; attempt < 5; attempt++) {
-		rc = db_util_exec(conn, "sandbox event", sql_event, 3, params, &res, sqlstate);
+		rc = db_util_exec(conn, "sandbox event", sql_event, 4, params, &res, sqlstate);
 		if (rc == METER_OK || !db_checks_retryable(sqlstate) ||
 		    PQstatus(conn) != CONNECTION_OK)
 			break;

@@ -214,9 +214,11 @@ struct db_event_result {
 };
 
 /* Records event type ("running", "paused", "stopped") of sandbox at at_usec
- * in its own transaction (pool connection). */
+ * in its own transaction (pool connection). A pause or stop within grace_s
+ * (lease_grace_s) after a hold's lease end settles it as at the lease end
+ * (sql/0016). */
 METER_MUSTCHECK enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_id,
-					      const char *type, int64_t at_usec,
+					      const char *type, int64_t at_usec, int64_t grace_s,
 					      struct db_event_result *out);
 
 /* Closes the open holds whose lease ended at or before now_usec (at most

@@ -602,8 +602,9 @@ static void test_berlin(void)
  *      past its amount: no hold_outrun (the lease ended with the pause).
  *   2. A sandbox paused and woken again before its tail is metered: the
  *      tail lands on the paused lease's hold, not on the new lease's.
- *   3. A pause after the lease end (not yet swept): the time past the end
- *      is an outrun and is reported. */
+ *   3. A pause after the lease end (not yet swept) by more than the grace:
+ *      the time past the end is an outrun and is reported.
+ *   4. One within the grace: settled as at the lease end, not reported. */
 static void test_tail(void)
 {
 	struct apitest t;
@@ -704,25 +705,49 @@ static void test_tail(void)
 		  0);
 	CHECK_I64(cu_held_mismatches(db), 0);
 
-	/* 3. A 60 s lease paused 120 s in, before the sweeper released it:
-	 * only the tail up to the lease end is kept, and the running time
-	 * after it outruns the hold, which is reported. */
+	/* 3. A 60 s lease paused 150 s in, before the sweeper came to it
+	 * (90 s past the lease end, more than the 60 s grace): only the tail
+	 * up to the lease end is kept, and the running time after it outruns
+	 * the hold, which is reported. */
 	CHECK_I64(cu_create(&t, 0, key2, "tl-4", 1, 1024, 60, NULL, &r), 200);
 	apitest_resp_release(&r);
 	l0 = cu_sql_int(db, "SELECT floor(extract(epoch FROM lease_starts_at)) FROM holds WHERE"
 			    " sandbox_id = 'tl-4'");
 	push_sample(&t, key2, "tl-4", l0 + 1, "running", 0, 0);
-	cu_rfc3339((time_t)(l0 + 120), at, sizeof(at));
+	cu_rfc3339((time_t)(l0 + 150), at, sizeof(at));
 	CHECK_I64(cu_event(&t, 0, "tl-4", "paused", at, &r), 200);
 	CHECK_I64(cu_jint(r.json, "tail_held_micros"),
 		  cu_sql_int(db, "SELECT amount_micros FROM holds WHERE sandbox_id = 'tl-4'"));
 	apitest_resp_release(&r);
-	push_sample(&t, key2, "tl-4", l0 + 130, "paused", 119000000, 0);
+	push_sample(&t, key2, "tl-4", l0 + 160, "paused", 149000000, 0);
 	wait_first_hold_closed(db, "tl-4");
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
 				 " AND payload->>'sandbox_id' = 'tl-4' AND payload->>'reason' ="
 				 " 'hold_consumed' AND (payload->>'outrun_micros')::bigint > 500"),
 		  1);
+
+	/* 4. The same, paused 30 s past the lease end (within the grace): a
+	 * control plane a moment late, not an outrun. The hold is settled as
+	 * at the lease end (as the sweeper would have), and the running time
+	 * after it is spent without a hold and not reported. */
+	CHECK_I64(cu_create(&t, 0, key2, "tl-5", 1, 1024, 60, NULL, &r), 200);
+	apitest_resp_release(&r);
+	l0 = cu_sql_int(db, "SELECT floor(extract(epoch FROM lease_starts_at)) FROM holds WHERE"
+			    " sandbox_id = 'tl-5'");
+	push_sample(&t, key2, "tl-5", l0 + 1, "running", 0, 0);
+	cu_rfc3339((time_t)(l0 + 90), at, sizeof(at));
+	CHECK_I64(cu_event(&t, 0, "tl-5", "paused", at, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'tl-5' AND"
+				 " settles_at = lease_ends_at"),
+		  1);
+	push_sample(&t, key2, "tl-5", l0 + 100, "paused", 89000000, 0);
+	wait_first_hold_closed(db, "tl-5");
+	CHECK(cu_sql_int(db, "SELECT consumed_micros - amount_micros FROM holds WHERE sandbox_id ="
+			     " 'tl-5'") > 0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				 " AND payload->>'sandbox_id' = 'tl-5'"),
+		  0);
 	CHECK_I64(cu_held_mismatches(db), 0);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);

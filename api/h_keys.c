@@ -44,7 +44,7 @@ void h_keys_list(struct http_req *req)
 	json_t *items;
 	enum meter_rc rc;
 
-	if (!hutil_query_allowed(req, query) || !hutil_scope_account(req, true, account))
+	if (!http_query_allowed(req, query) || !hutil_scope_account(req, true, account))
 		return;
 	if (!hutil_db_acquire(req, &conn))
 		return;
@@ -76,7 +76,7 @@ void h_key_get(struct http_req *req)
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 
-	if (!hutil_query_allowed(req, query) || !hutil_db_acquire(req, &conn))
+	if (!http_query_allowed(req, query) || !hutil_db_acquire(req, &conn))
 		return;
 	rc = db_key_get(conn, key_scope(req), req->params[0], &key);
 	if (rc != METER_OK)

@@ -34,7 +34,7 @@ void h_prices_get(struct http_req *req)
 	json_t *versions = NULL, *current = NULL;
 	enum meter_rc rc;
 
-	if (!hutil_query_allowed(req, query) || !hutil_db_acquire(req, &conn))
+	if (!http_query_allowed(req, query) || !hutil_db_acquire(req, &conn))
 		return;
 	rc = db_prices_list(conn, &v, &n);
 	if (rc != METER_OK) {

@@ -110,7 +110,7 @@ void h_sandboxes_list(struct http_req *req)
 	json_t *items;
 	enum meter_rc rc;
 
-	if (!hutil_query_allowed(req, query) || !hutil_scope_account(req, false, account) ||
+	if (!http_query_allowed(req, query) || !hutil_scope_account(req, false, account) ||
 	    !hutil_query_enum(req, "state", states, &state, &present) ||
 	    !hutil_query_id(req, "key_id", key, &present))
 		return;
@@ -180,7 +180,7 @@ void h_sandbox_get(struct http_req *req)
 	json_t *o;
 	enum meter_rc rc;
 
-	if (!hutil_query_allowed(req, query) ||
+	if (!http_query_allowed(req, query) ||
 	    !h_usage_range(req, H_USAGE_RANGE_MAX, &has_range, &from, &to) ||
 	    !hutil_db_acquire(req, &conn))
 		return;
@@ -228,7 +228,7 @@ void h_sandbox_usage(struct http_req *req)
 	json_t *arr;
 	enum meter_rc rc;
 
-	if (!hutil_query_allowed(req, query) ||
+	if (!http_query_allowed(req, query) ||
 	    !hutil_query_enum(req, "window", windows, &window, &present))
 		return;
 	if (window == 0) {

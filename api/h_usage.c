@@ -72,7 +72,7 @@ void h_usage_get(struct http_req *req)
 	json_t *arr, *out;
 	enum meter_rc rc;
 
-	if (!hutil_query_allowed(req, query) || !hutil_scope_account(req, false, account) ||
+	if (!http_query_allowed(req, query) || !hutil_scope_account(req, false, account) ||
 	    !hutil_query_enum(req, "window", windows, &window, &has_window) ||
 	    !hutil_query_enum(req, "group_by", groups, &group, &has_group) ||
 	    !h_usage_range(req, window == 0 ? H_USAGE_HOURLY_RANGE_MAX : H_USAGE_RANGE_MAX,

@@ -55,60 +55,6 @@ void hutil_bad(struct http_req *req, const char *field, const char *message)
 	http_reply_error(req, 400, "invalid_request", message, json_pack("{s:s}", "field", field));
 }
 
-/* State of the query-string scan. */
-struct query_scan {
-	const char *const *allowed;
-	const char *bad; /* first offending name, borrowed */
-	const char *why; /* static reason */
-	unsigned seen;	 /* bit i: allowed[i] seen */
-	char badname[PARSE_ID_MAX + 1];
-};
-
-static enum MHD_Result query_iter(void *cls, enum MHD_ValueKind kind, const char *key,
-				  size_t key_size, const char *value, size_t value_size)
-{
-	struct query_scan *s = cls;
-	size_t i;
-
-	(void)kind;
-	if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
-		s->why = "a NUL byte in the query string";
-		http_safe_name(key, s->badname);
-		return MHD_NO;
-	}
-	for (i = 0; s->allowed[i]; i++)
-		if (strcmp(s->allowed[i], key) == 0)
-			break;
-	if (!s->allowed[i]) {
-		s->why = "unknown query parameter";
-		http_safe_name(key, s->badname);
-		return MHD_NO;
-	}
-	if (i < 32 && (s->seen & (1u << i))) {
-		s->why = "query parameter given twice";
-		http_safe_name(key, s->badname);
-		return MHD_NO;
-	}
-	if (i < 32)
-		s->seen |= 1u << i;
-	return MHD_YES;
-}
-
-bool hutil_query_allowed(struct http_req *req, const char *const *allowed)
-{
-	struct query_scan s = {.allowed = allowed};
-
-	MHD_get_connection_values_n(req->conn, MHD_GET_ARGUMENT_KIND, query_iter, &s);
-	if (s.why) {
-		char msg[160];
-
-		snprintf(msg, sizeof(msg), "%s: %s", s.why, s.badname);
-		hutil_bad(req, s.badname, msg);
-		return false;
-	}
-	return true;
-}
-
 /* The query value of name, or NULL (then *present is false). An empty
  * value counts as given and is judged by the caller's parser. */
 static const char *query_value(struct http_req *req, const char *name, bool *present)

@@ -35,10 +35,6 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
 /* 400 invalid_request naming field, with message. */
 void hutil_bad(struct http_req *req, const char *field, const char *message);
 
-/* Rejects a query string holding a name not in allowed (NULL-terminated),
- * a name given twice, or a NUL byte in a name or value. */
-bool hutil_query_allowed(struct http_req *req, const char *const *allowed);
-
 /* Query argument name: absent leaves *present false. An RFC 3339 time
  * (hutil_time_parse) into *usec. */
 bool hutil_query_time(struct http_req *req, const char *name, int64_t *usec, bool *present);

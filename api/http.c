@@ -40,29 +40,41 @@ void http_safe_name(const char *s, char *out)
 
 struct query_check {
 	const char *const *allowed;
-	const char *unknown; /* the first name refused, borrowed */
-	bool nul;	     /* refused for a NUL byte in it or its value */
+	const char *bad; /* the first name refused, borrowed */
+	const char *why; /* static reason */
+	uint64_t seen;	 /* bit i: allowed[i] seen */
 };
 
 /* libmicrohttpd iterator over query arguments: stops at an unknown name,
- * or at a NUL byte (a C string would silently cut the value there). */
+ * a name given twice (which of the values was meant?), or a NUL byte (a C
+ * string would silently cut the value there). */
 static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const char *key,
 				       size_t key_size, const char *value, size_t value_size)
 {
 	struct query_check *qc = cls;
+	size_t i;
 
 	(void)kind;
-	qc->unknown = key;
+	qc->bad = key;
 	if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
-		qc->nul = true;
+		qc->why = "a NUL byte in query parameter";
 		return MHD_NO;
 	}
-	for (const char *const *a = qc->allowed; *a; a++)
-		if (strcmp(*a, key) == 0) {
-			qc->unknown = NULL;
-			return MHD_YES;
-		}
-	return MHD_NO;
+	for (i = 0; qc->allowed[i]; i++)
+		if (strcmp(qc->allowed[i], key) == 0)
+			break;
+	if (!qc->allowed[i]) {
+		qc->why = "unknown query parameter";
+		return MHD_NO;
+	}
+	if (i < 64 && (qc->seen & (UINT64_C(1) << i))) {
+		qc->why = "query parameter given twice";
+		return MHD_NO;
+	}
+	if (i < 64)
+		qc->seen |= UINT64_C(1) << i;
+	qc->bad = NULL;
+	return MHD_YES;
 }
 
 bool http_query_allowed(struct http_req *req, const char *const *allowed)
@@ -71,11 +83,10 @@ bool http_query_allowed(struct http_req *req, const char *const *allowed)
 	char msg[128], name[PARSE_ID_MAX + 1];
 
 	MHD_get_connection_values_n(req->conn, MHD_GET_ARGUMENT_KIND, query_check_one, &qc);
-	if (!qc.unknown)
+	if (!qc.why)
 		return true;
-	http_safe_name(qc.unknown, name);
-	snprintf(msg, sizeof(msg), "%s \"%s\"",
-		 qc.nul ? "a NUL byte in query parameter" : "unknown query parameter", name);
+	http_safe_name(qc.bad, name);
+	snprintf(msg, sizeof(msg), "%s \"%s\"", qc.why, name);
 	http_reply_error(req, 400, "invalid_request", msg, json_pack("{s:s}", "field", name));
 	return false;
 }

@@ -79,8 +79,8 @@ void http_reply_text(struct http_req *req, unsigned status, const char *content_
 void http_reply_response(struct http_req *req, unsigned status, struct MHD_Response *resp);
 
 /* Checks that every query-string argument is named in allowed (a NULL-
- * terminated list) and holds no NUL byte in its name or value. On an
- * unknown one or a NUL sets a 400 invalid_request reply naming it and
+ * terminated list), at most once, and holds no NUL byte in its name or
+ * value. Otherwise sets a 400 invalid_request reply naming it (field) and
  * returns false. */
 bool http_query_allowed(struct http_req *req, const char *const *allowed);
 

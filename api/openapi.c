@@ -7,7 +7,7 @@ void h_openapi(struct http_req *req)
 {
 	static const char *const query[] = {NULL};
 
-	if (!hutil_query_allowed(req, query))
+	if (!http_query_allowed(req, query))
 		return;
 	http_reply_text(req, 200, "application/json", openapi_json, openapi_json_len);
 }

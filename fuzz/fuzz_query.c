@@ -8,7 +8,7 @@
  * socket pair, and the handler here reads it as the API's handlers do:
  * first the check of the names, then each value.
  *
- * Invariants: hutil_query_allowed accepts exactly when every name is known,
+ * Invariants: http_query_allowed accepts exactly when every name is known,
  * given once and free of NUL bytes (and values too), as read here straight
  * from libmicrohttpd; http_query_allowed accepts only known names and no
  * NUL byte either (the report and dashboard routes use it); an accepted id
@@ -188,7 +188,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	FUZZ_CHECK(ok || s.unknown || s.nul);
 	if (!ok)
 		refused(&req);
-	ok = hutil_query_allowed(&req, allowed);
+	ok = http_query_allowed(&req, allowed);
 	FUZZ_CHECK(ok == (!s.unknown && !s.twice && !s.nul));
 	if (ok)
 		read_values(&req);

@@ -407,6 +407,17 @@ static void work_submit(struct http_req *req)
 }
 
 /* Starts the request workers (their lock and condition first). */
+/* Request workers for a pool of n connections: all but a quarter of them
+ * (at least one when n >= 2), which slow reads therefore never hold, so
+ * the handlers that run on the HTTP threads (key lookups of
+ * authentication, writes, lifecycle events, /readyz) always find one. */
+static int server_workers(int n)
+{
+	int reserved = n >= 2 ? (n / 4 > 1 ? n / 4 : 1) : 0;
+
+	return n - reserved;
+}
+
 static enum meter_rc work_start(struct http_server *srv, int n)
 {
 	if (pthread_mutex_init(&srv->work_lock, NULL) != 0)
@@ -577,7 +588,7 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 		free(srv);
 		return METER_ENOMEM;
 	}
-	if (work_start(srv, (int)cfg->db_pool_size) != METER_OK) {
+	if (work_start(srv, server_workers((int)cfg->db_pool_size)) != METER_OK) {
 		pthread_cond_destroy(&srv->watch_cond);
 		pthread_mutex_destroy(&srv->watch_lock);
 		freeaddrinfo(ai);

@@ -314,11 +314,6 @@ static enum meter_rc batch_prepare(struct checks_engine *e, struct batch *b, int
 			it->vcpus = r->sb_vcpus;
 			it->memory_mib = r->sb_memory_mib;
 		}
-		if (r->key_revoked) {
-			set_error(it, 403, "key_revoked", "the key is revoked",
-				  json_pack("{s:s}", "key_id", r->key_id));
-			continue;
-		}
 		if (r->idem_exists && !r->idem_stale) {
 			if (strcmp(r->idem_sha_hex, it->sha_hex) != 0 || !r->idem_response) {
 				set_error(it, 409, "idempotency_conflict",
@@ -331,6 +326,13 @@ static enum meter_rc batch_prepare(struct checks_engine *e, struct batch *b, int
 			it->replayed = true;
 			if (!it->body)
 				it->status = 0;
+			continue;
+		}
+		/* After the replay: a retry of a check answered before the
+		 * key was revoked gets that answer (its hold stands). */
+		if (r->key_revoked) {
+			set_error(it, 403, "key_revoked", "the key is revoked",
+				  json_pack("{s:s}", "key_id", r->key_id));
 			continue;
 		}
 		if (rq->op == CHECKS_CREATE && r->sb_exists) {

@@ -62,6 +62,33 @@ static void test_idempotency(struct apitest *t, const char *key)
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'idem-4'"), 1);
 }
 
+/* A revoked key: new checks are refused, a retry of one answered before
+ * the revocation gets its stored answer (its hold stands). */
+static void test_revoked(struct apitest *t, const char *acc)
+{
+	struct apitest_resp r;
+	char key[65], token[APITEST_TOKEN_MAX];
+
+	CHECK(apitest_create_key(t, acc, "full", -1, NULL, key, token) == 0);
+	CHECK_I64(cu_create(t, 0, key, "rv-1", 1, 1024, 60, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(
+	    cu_sql_int(t->db.conn,
+		       "UPDATE api_keys SET revoked_at = now() WHERE key_id = '%s' RETURNING 1",
+		       key),
+	    1);
+	CHECK_I64(cu_create(t, 0, key, "rv-1", 1, 1024, 60, NULL, &r), 200);
+	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "rv-2", 1, 1024, 60, NULL, &r), 403);
+	CHECK_STR(apitest_error_code(&r), "key_revoked");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "rv-1", 60, "\"idempotency_key\":\"rv-w\"", &r), 403);
+	CHECK_STR(apitest_error_code(&r), "key_revoked");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(t->db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key), 1);
+}
+
 static void test_max_cost(struct apitest *t, const char *key)
 {
 	struct apitest_resp r;
@@ -917,6 +944,7 @@ int main(void)
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
 	test_idempotency(&t, key);
 	test_max_cost(&t, key);
+	test_revoked(&t, acc);
 	test_limit(&t, acc);
 	test_wake_and_events(&t, key);
 	test_lease_end(&t, acc);

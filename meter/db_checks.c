@@ -25,10 +25,10 @@ static const char sql_read[] =
     "  k.key_id IS NOT NULL, k.revoked_at IS NOT NULL, k.account_id, k.key_id,"
     "  k.daily_limit_micros, k.time_zone,"
     "  ik.idempotency_key IS NOT NULL, encode(ik.request_sha256, 'hex'), ik.status_code,"
-    "  ik.response::text,"
+    "  ik.response,"
     "  (c.op = 'wake' AND c.idem = c.sandbox_id AND ik.idempotency_key IS NOT NULL"
     "   AND NOT COALESCE(sb.state = 'running' AND sb.lease_ends_at > $5::timestamptz"
-    "       AND sb.lease_ends_at = (ik.response->>'lease_ends_at')::timestamptz, false)),"
+    "       AND sb.lease_ends_at = (ik.response::jsonb->>'lease_ends_at')::timestamptz, false)),"
     "  ik.row_xmin"
     " FROM c"
     " LEFT JOIN sandboxes sb ON sb.sandbox_id = c.sandbox_id"
@@ -140,7 +140,15 @@ enum meter_rc db_checks_session(PGconn *conn, int64_t statement_timeout_ms)
 	     * sequential scans, so a plan made while the tables were small
 	     * stays right as they grow. */
 	    !session_exec(conn, "SET plan_cache_mode = force_generic_plan", PGRES_COMMAND_OK) ||
-	    !session_exec(conn, "SET enable_seqscan = off", PGRES_COMMAND_OK))
+	    !session_exec(conn, "SET enable_seqscan = off", PGRES_COMMAND_OK) ||
+	    /* Nor hashing or sorting a whole index to join it with a
+	     * batch's arrays: a plan made from statistics of a tiny table
+	     * would do that and keep doing it as the table grows. */
+	    !session_exec(conn, "SET enable_hashjoin = off", PGRES_COMMAND_OK) ||
+	    !session_exec(conn, "SET enable_mergejoin = off", PGRES_COMMAND_OK) ||
+	    /* A plan priced with a disabled node's cost must not be
+	     * compiled (hundreds of ms) for being "expensive". */
+	    !session_exec(conn, "SET jit = off", PGRES_COMMAND_OK))
 		return METER_EDB;
 	for (size_t i = 0; i < sizeof(prepared) / sizeof(prepared[0]); i++) {
 		PGresult *res = PQprepare(conn, prepared[i].name, prepared[i].sql, 0, NULL);

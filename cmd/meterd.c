@@ -160,6 +160,7 @@ int main(int argc, char **argv)
 		struct checks_options co = {.database_url = cfg.database_url,
 					    .statement_timeout_ms = cfg.db_statement_timeout_ms,
 					    .batch_max = (int)cfg.check_batch_max,
+					    .batchers = (int)cfg.check_connections,
 					    .clock_offset_s = cfg.clock_offset_s,
 					    .sweeper = true,
 					    .lease_grace_s = cfg.lease_grace_s};

@@ -9,9 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "agent_doc.h"
+#include "check_facts.h"
 #include "clock.h"
 #include "db.h"
 #include "db_checks.h"
@@ -25,6 +28,11 @@
 #define TZ_CACHE	  64
 #define SWEEP_INTERVAL_MS 1000
 #define SWEEP_MAX	  1000
+#define FAST_ATTEMPTS	  2 /* a fast batch decided again on the figures it met */
+#define PIPELINE_MAX	  2 /* fast batches in flight on one connection */
+/* Price-book versions read for this long ahead of a batch, so that the
+ * engine knows them for any lease it may decide later. */
+#define PRICES_AHEAD_USEC ((CHECKS_LEASE_SECONDS_MAX + INT64_C(3600)) * 1000000)
 
 /* One queued check and, while its batch runs, its decision. */
 struct item {
@@ -39,7 +47,8 @@ struct item {
 	char *body;	 /* owned JSON text */
 	bool replayed;
 	bool allowed;
-	bool pending; /* read, needs the ledger */
+	bool pending;  /* read, needs the ledger */
+	bool r_listed; /* refused: its idempotency key is in the DB_R_* arrays */
 	int64_t vcpus, memory_mib;
 	int64_t lease_max_micros;
 	int64_t lease_end_usec;
@@ -56,13 +65,25 @@ struct tz_entry {
 	int64_t bounds[LEDGER_BOUNDS];
 };
 
+/* One batcher thread and its own connection: while one batcher waits for
+ * its COMMIT, another reads and decides the next batch, so a hot key's
+ * batches follow each other with no round trip between them. */
+struct batcher {
+	struct checks_engine *e;
+	pthread_t thread;
+	bool started;
+	PGconn *conn;
+};
+
 struct checks_engine {
 	struct checks_options opt;
 	char *url;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;
+	pthread_cond_t work_cv;	 /* the queue has items, or stopping */
+	pthread_cond_t sweep_cv; /* stopping (the sweeper's sleep) */
 	struct item *head, *tail;
 	size_t queued;
+	int idle; /* batchers waiting on work_cv */
 	bool stopping;
 	bool joined;
 	/* Backoff while the database is unreachable (under mu). */
@@ -70,13 +91,17 @@ struct checks_engine {
 	int64_t next_attempt_ms;
 	int failures;
 	unsigned seed;
-	pthread_t batcher;
-	pthread_t sweeper;
-	bool sweeper_started;
-	/* Batcher-only state. */
-	PGconn *conn;
+	struct batcher *batchers;
+	int nbatchers;
+	struct check_facts *facts; /* what the batches read and wrote */
+	int32_t engine_id;	   /* random: the fast batches' tickets are (engine_id, n) */
+	int32_t ticket;		   /* the last ticket given (under the facts' lock) */
+	/* Day starts of the time zones met, shared by the batchers. */
+	pthread_mutex_t tz_mu;
 	struct tz_entry tzc[TZ_CACHE];
 	int tzc_n, tzc_next;
+	pthread_t sweeper;
+	bool sweeper_started;
 };
 
 int64_t checks_clock_usec(int64_t clock_offset_s)
@@ -178,32 +203,50 @@ static void request_hash(const struct checks_request *rq, char *hex)
 
 /* Time zones ------------------------------------------------------------------ */
 
-/* The cached day starts of tz around now, or fetched (inside the batch's
- * transaction) and cached. NULL with *rc set on failure. */
-static const struct tz_entry *tz_days(struct checks_engine *e, const char *tz, int64_t now,
-				      int64_t deadline, char *sqlstate, enum meter_rc *rc)
+/* True with *out filled when the day starts of tz around now are known. */
+static bool tz_known(struct checks_engine *e, const char *tz, int64_t now, struct tz_entry *out)
 {
-	struct tz_entry *t;
+	bool found = false;
 
-	for (int i = 0; i < e->tzc_n; i++) {
-		t = &e->tzc[i];
-		if (strcmp(t->tz, tz) == 0 && t->bounds[0] <= now && now < t->bounds[1])
-			return t;
+	pthread_mutex_lock(&e->tz_mu);
+	for (int i = 0; i < e->tzc_n && !found; i++) {
+		const struct tz_entry *t = &e->tzc[i];
+		if (strcmp(t->tz, tz) == 0 && t->bounds[0] <= now && now < t->bounds[1]) {
+			if (out)
+				*out = *t;
+			found = true;
+		}
 	}
-	t = &e->tzc[e->tzc_next];
+	pthread_mutex_unlock(&e->tz_mu);
+	return found;
+}
+
+/* The day starts of tz around now into *out: known, or fetched (inside
+ * the batch's transaction, on bt's connection) and remembered. METER_OK,
+ * or the failure. */
+static enum meter_rc tz_days(struct batcher *bt, const char *tz, int64_t now, int64_t deadline,
+			     char *sqlstate, struct tz_entry *out)
+{
+	struct checks_engine *e = bt->e;
+	enum meter_rc rc;
+
+	if (tz_known(e, tz, now, out))
+		return METER_OK;
+	if (!bt->conn)
+		return METER_EDB;
+	rc = db_checks_days(bt->conn, tz, now, out->days, out->bounds, deadline, sqlstate);
+	if (rc != METER_OK)
+		return rc;
+	if (!(out->bounds[0] <= now && now < out->bounds[1]))
+		return METER_EDB;
+	snprintf(out->tz, sizeof(out->tz), "%s", tz);
+	pthread_mutex_lock(&e->tz_mu);
+	e->tzc[e->tzc_next] = *out;
 	e->tzc_next = (e->tzc_next + 1) % TZ_CACHE;
 	if (e->tzc_n < TZ_CACHE)
 		e->tzc_n++;
-	t->tz[0] = '\0';
-	*rc = db_checks_days(e->conn, tz, now, t->days, t->bounds, deadline, sqlstate);
-	if (*rc != METER_OK)
-		return NULL;
-	if (!(t->bounds[0] <= now && now < t->bounds[1])) {
-		*rc = METER_EDB;
-		return NULL;
-	}
-	snprintf(t->tz, sizeof(t->tz), "%s", tz);
-	return t;
+	pthread_mutex_unlock(&e->tz_mu);
+	return METER_OK;
 }
 
 /* The price rates that bound a lease [start, end): the largest of each rate
@@ -238,6 +281,7 @@ struct batch {
 	size_t nrows;
 	struct db_price_version prices[DB_CHECKS_PRICES_MAX];
 	int nprices;
+	int64_t price_version; /* the newest version of the price book */
 	struct db_arr arrs[DB_BATCH_NARR];
 	int64_t now;
 };
@@ -253,6 +297,7 @@ static void batch_reset(struct batch *b)
 		it->replayed = false;
 		it->allowed = false;
 		it->pending = false;
+		it->r_listed = false;
 		it->nparts = 0;
 	}
 	db_check_read_release(b->rd, b->n);
@@ -285,14 +330,15 @@ static int batch_row(struct batch *b, const struct db_check_read *r, const char 
 /* Decides what can be decided from the reads alone (unknown key or
  * sandbox, stored answers, max cost) and prepares the ledger parts of the
  * rest. METER_OK, or the database's error. */
-static enum meter_rc batch_prepare(struct checks_engine *e, struct batch *b, int64_t deadline,
+static enum meter_rc batch_prepare(struct batcher *e, struct batch *b, int64_t deadline,
 				   char *sqlstate)
 {
 	for (size_t i = 0; i < b->n; i++) {
 		struct item *it = b->items[i];
 		const struct checks_request *rq = &it->rq;
 		struct db_check_read *r = &b->rd[i];
-		const struct tz_entry *tz;
+		struct tz_entry tzd;
+		const struct tz_entry *tz = &tzd;
 		struct price_rates rates;
 		enum meter_rc rc = METER_OK;
 		char msg[160];
@@ -366,8 +412,8 @@ static enum meter_rc batch_prepare(struct checks_engine *e, struct batch *b, int
 					    (json_int_t)rq->max_cost_micros));
 			continue;
 		}
-		tz = tz_days(e, r->time_zone, b->now, deadline, sqlstate, &rc);
-		if (!tz)
+		rc = tz_days(e, r->time_zone, b->now, deadline, sqlstate, &tzd);
+		if (rc != METER_OK)
 			return rc;
 		if (ledger_split(&rates, it->vcpus, it->memory_mib, b->now, it->lease_end_usec,
 				 tz->bounds, LEDGER_BOUNDS, it->parts, &it->nparts) != METER_OK) {
@@ -564,6 +610,7 @@ static void batch_decide(struct batch *b)
 				   it->rq.op == CHECKS_CREATE ? "create" : "wake");
 			db_arr_str(&b->arrs[DB_R_KEY], it->idem);
 			db_arr_str(&b->arrs[DB_R_XMIN], r->idem_exists ? r->idem_xmin : NULL);
+			it->r_listed = true;
 			continue;
 		}
 		it->allowed = true;
@@ -595,11 +642,13 @@ static void batch_decide(struct batch *b)
 
 /* Connection and backoff -------------------------------------------------------- */
 
-static void conn_drop(struct checks_engine *e)
+static void conn_drop(struct batcher *bt)
 {
-	if (e->conn)
-		PQfinish(e->conn);
-	e->conn = NULL;
+	struct checks_engine *e = bt->e;
+
+	if (bt->conn)
+		PQfinish(bt->conn);
+	bt->conn = NULL;
 	pthread_mutex_lock(&e->mu);
 	if (!e->down)
 		log_warn("checks: database connection lost; checks fail closed until it is back");
@@ -619,15 +668,16 @@ static void conn_drop(struct checks_engine *e)
 
 /* Makes sure the batcher has a connection; false (after backoff
  * bookkeeping) when the database cannot be reached now. */
-static bool conn_ensure(struct checks_engine *e)
+static bool conn_ensure(struct batcher *bt)
 {
+	struct checks_engine *e = bt->e;
 	char err[256];
 	PGconn *conn = NULL;
 
-	if (e->conn && PQstatus(e->conn) == CONNECTION_OK)
+	if (bt->conn && PQstatus(bt->conn) == CONNECTION_OK)
 		return true;
-	if (e->conn)
-		conn_drop(e);
+	if (bt->conn)
+		conn_drop(bt);
 	pthread_mutex_lock(&e->mu);
 	if (e->down && clock_mono_ms() < e->next_attempt_ms) {
 		pthread_mutex_unlock(&e->mu);
@@ -639,10 +689,10 @@ static bool conn_ensure(struct checks_engine *e)
 		if (conn)
 			PQfinish(conn);
 		log_debug("checks: cannot connect: %s", err);
-		conn_drop(e);
+		conn_drop(bt);
 		return false;
 	}
-	e->conn = conn;
+	bt->conn = conn;
 	pthread_mutex_lock(&e->mu);
 	if (e->down)
 		log_info("checks: database connected");
@@ -652,16 +702,350 @@ static bool conn_ensure(struct checks_engine *e)
 	return true;
 }
 
+/* Facts ---------------------------------------------------------------------- */
+
+/* What a committed classic batch read and wrote, for the fast path: the
+ * price book, its keys (a revoked one forgotten) and its ledger rows as
+ * written. */
+static void batch_learn(struct checks_engine *e, const struct batch *b)
+{
+	int64_t until = b->now + PRICES_AHEAD_USEC;
+
+	/* Versions past the last one read are unknown when the read was cut. */
+	if (b->nprices == DB_CHECKS_PRICES_MAX)
+		until = b->prices[DB_CHECKS_PRICES_MAX - 1].from_usec;
+	check_facts_prices_put(e->facts, b->prices, b->nprices, b->price_version, b->now, until);
+	for (size_t i = 0; i < b->n; i++) {
+		const struct db_check_read *r = &b->rd[i];
+		struct check_key_fact k = {.has_limit = r->has_limit,
+					   .limit_micros = r->limit_micros};
+
+		if (!r->key_exists)
+			continue;
+		if (r->key_revoked) {
+			check_facts_key_forget(e->facts, r->key_id);
+			continue;
+		}
+		/* The key's limit as the ledger rows had it after the locks. */
+		for (size_t j = 0; j < b->nrows; j++)
+			if (strcmp(b->rows[j].key_id, r->key_id) == 0) {
+				k.has_limit = b->rows[j].has_limit;
+				k.limit_micros = b->rows[j].limit_micros;
+				break;
+			}
+		snprintf(k.account_id, sizeof(k.account_id), "%s", r->account_id);
+		snprintf(k.time_zone, sizeof(k.time_zone), "%s", r->time_zone);
+		check_facts_key_put(e->facts, r->key_id, &k);
+	}
+}
+
+/* A classic batch's attempt on its ledger rows begins (begin) or ends
+ * (committed: the rows as it wrote them). */
+static void batch_classic_rows(struct checks_engine *e, const struct batch *b, bool begin,
+			       bool committed)
+{
+	for (size_t j = 0; j < b->nrows; j++) {
+		const struct db_ledger_row *lr = &b->rows[j];
+
+		if (begin)
+			check_facts_row_classic_begin(e->facts, lr->account_id, lr->key_id,
+						      lr->day);
+		else
+			check_facts_row_classic_end(e->facts, lr->account_id, lr->key_id, lr->day,
+						    committed ? &lr->state : NULL);
+	}
+}
+
+/* The fast path --------------------------------------------------------------- */
+
+/* Scratch of one fast batch, sized for n items. */
+struct fast_scratch {
+	struct db_fast_ticket ticket;
+	struct ledger_day *expect; /* per ledger row: the figures assumed */
+	int64_t *delta;		   /* per ledger row: the held added */
+	struct db_fast_key *keys;
+	size_t nkeys;
+	struct db_ledger_row *differ;
+	char (*differ_day)[11];
+	char (*differ_ids)[2][PARSE_ID_MAX + 1];
+};
+
+/* Fills b->rd from the facts for the items of b (creates), and b->prices:
+ * false when something is not known, or not in a way this batcher can
+ * use without asking the database. */
+static bool fast_facts(struct batcher *bt, struct batch *b)
+{
+	struct checks_engine *e = bt->e;
+	int64_t end = b->now;
+
+	for (size_t i = 0; i < b->n; i++) {
+		const struct checks_request *rq = &b->items[i]->rq;
+		struct db_check_read *r = &b->rd[i];
+		struct check_key_fact k;
+
+		if (rq->op != CHECKS_CREATE || !check_facts_key_get(e->facts, rq->key_id, &k) ||
+		    !tz_known(e, k.time_zone, b->now, NULL))
+			return false;
+		memset(r, 0, sizeof(*r));
+		r->key_exists = true;
+		snprintf(r->account_id, sizeof(r->account_id), "%s", k.account_id);
+		snprintf(r->key_id, sizeof(r->key_id), "%s", rq->key_id);
+		snprintf(r->time_zone, sizeof(r->time_zone), "%s", k.time_zone);
+		r->has_limit = k.has_limit;
+		r->limit_micros = k.limit_micros;
+		if (b->now + rq->lease_seconds * INT64_C(1000000) > end)
+			end = b->now + rq->lease_seconds * INT64_C(1000000);
+	}
+	return check_facts_prices_get(e->facts, b->now, end, b->prices, &b->nprices,
+				      &b->price_version);
+}
+
+/* Decides b on the facts' figures and reserves its held on them. False
+ * (nothing reserved) when a ledger row is not known. A row a classic
+ * batch is deciding on is waited for (up to deadline_ms), not guessed. */
+static bool fast_decide(struct checks_engine *e, struct batch *b, struct fast_scratch *x,
+			int64_t deadline_ms)
+{
+	int64_t now_ms = clock_mono_ms();
+
+	check_facts_lock(e->facts);
+	for (size_t j = 0; j < b->nrows; j++) {
+		struct db_ledger_row *lr = &b->rows[j];
+		enum check_facts_predict p = check_facts_row_predict_locked(
+		    e->facts, lr->account_id, lr->key_id, lr->day, now_ms, &x->expect[j]);
+
+		if (p == CHECK_FACTS_BUSY) {
+			if (!check_facts_wait_locked(e->facts, deadline_ms) &&
+			    clock_mono_ms() >= deadline_ms) {
+				check_facts_unlock(e->facts);
+				return false;
+			}
+			now_ms = clock_mono_ms();
+			j = (size_t)-1; /* every row again: they may have moved */
+			continue;
+		}
+		if (p != CHECK_FACTS_KNOWN) {
+			check_facts_unlock(e->facts);
+			return false;
+		}
+		/* As the classic path: the key's limit applies (and is written
+		 * to the row); the row is expected to hold its own. */
+		lr->found = true;
+		lr->state = x->expect[j];
+		lr->state.has_limit = lr->has_limit;
+		lr->state.limit_micros = lr->has_limit ? lr->limit_micros : 0;
+	}
+	batch_decide(b);
+	/* Tickets are positive int32: 1 .. 2^31 - 1, then round again. */
+	e->ticket = e->ticket % INT32_MAX + 1;
+	x->ticket = (struct db_fast_ticket){.engine = e->engine_id, .ticket = e->ticket};
+	for (size_t j = 0; j < b->nrows; j++) {
+		x->delta[j] = b->rows[j].state.held_micros - x->expect[j].held_micros;
+		check_facts_row_reserve_locked(e->facts, b->rows[j].account_id, b->rows[j].key_id,
+					       b->rows[j].day, x->delta[j], x->ticket.ticket,
+					       x->ticket.after, &x->ticket.nafter);
+	}
+	check_facts_unlock(e->facts);
+	/* Every other refusal too: an earlier attempt of a check may have been
+	 * allowed (the batch read no stored answer). */
+	for (size_t i = 0; i < b->n; i++) {
+		struct item *it = b->items[i];
+		const struct db_check_read *r = &b->rd[i];
+
+		if (it->allowed || it->replayed || it->r_listed || !it->status)
+			continue;
+		db_arr_str(&b->arrs[DB_R_ACCOUNT], r->account_id);
+		db_arr_str(&b->arrs[DB_R_OP], "create");
+		db_arr_str(&b->arrs[DB_R_KEY], it->idem);
+		db_arr_null(&b->arrs[DB_R_XMIN]);
+		it->r_listed = true;
+	}
+	/* The keys assumed, once each. */
+	x->nkeys = 0;
+	for (size_t i = 0; i < b->n; i++) {
+		const struct db_check_read *r = &b->rd[i];
+		bool seen = false;
+
+		for (size_t k = 0; k < x->nkeys && !seen; k++)
+			seen = strcmp(x->keys[k].key_id, r->key_id) == 0;
+		if (!seen)
+			x->keys[x->nkeys++] = (struct db_fast_key){.account_id = r->account_id,
+								   .key_id = r->key_id,
+								   .has_limit = r->has_limit,
+								   .limit_micros = r->limit_micros,
+								   .time_zone = r->time_zone};
+	}
+	return true;
+}
+
+/* A fast batch: decided on the facts and sent on the batcher's pipeline,
+ * its answer not read yet. */
+struct flight {
+	struct item **items; /* owned array, borrowed items */
+	size_t n;
+	int attempts;
+	bool reserved; /* its held is reserved on the facts' rows */
+	int64_t deadline_ms;
+	struct batch b;
+	struct fast_scratch x;
+};
+
+static void flight_free(struct flight *f)
+{
+	if (!f)
+		return;
+	db_check_read_release(f->b.rd, f->n);
+	for (int i = 0; i < DB_BATCH_NARR; i++)
+		db_arr_release(&f->b.arrs[i]);
+	free(f->b.rd);
+	free(f->b.rows);
+	free(f->x.expect);
+	free(f->x.delta);
+	free(f->x.keys);
+	free(f->x.differ);
+	free(f->x.differ_day);
+	free(f->x.differ_ids);
+	free(f->items);
+	free(f);
+}
+
+/* A flight for items[0..n) (copied), or NULL when out of memory. */
+static struct flight *flight_new(struct item **items, size_t n)
+{
+	struct flight *f = calloc(1, sizeof(*f));
+	size_t nrows_max = n * LEDGER_PARTS_MAX;
+
+	if (!f)
+		return NULL;
+	f->n = n;
+	f->items = calloc(n, sizeof(*f->items));
+	f->b.rd = calloc(n, sizeof(*f->b.rd));
+	f->b.rows = calloc(nrows_max, sizeof(*f->b.rows));
+	f->x.expect = calloc(nrows_max, sizeof(*f->x.expect));
+	f->x.delta = calloc(nrows_max, sizeof(*f->x.delta));
+	f->x.keys = calloc(n, sizeof(*f->x.keys));
+	f->x.differ = calloc(nrows_max, sizeof(*f->x.differ));
+	f->x.differ_day = calloc(nrows_max, sizeof(*f->x.differ_day));
+	f->x.differ_ids = calloc(nrows_max, sizeof(*f->x.differ_ids));
+	for (int i = 0; i < DB_BATCH_NARR; i++)
+		db_arr_init(&f->b.arrs[i]);
+	if (!f->items || !f->b.rd || !f->b.rows || !f->x.expect || !f->x.delta || !f->x.keys ||
+	    !f->x.differ || !f->x.differ_day || !f->x.differ_ids) {
+		flight_free(f);
+		return NULL;
+	}
+	memcpy(f->items, items, n * sizeof(*items));
+	f->b.items = f->items;
+	f->b.n = n;
+	return f;
+}
+
+/* Gives back what f reserved on its rows (if it still holds it):
+ * committed or not. */
+static void flight_release(struct checks_engine *e, struct flight *f, bool committed)
+{
+	if (!f->reserved)
+		return;
+	f->reserved = false;
+	for (size_t j = 0; j < f->b.nrows; j++)
+		check_facts_row_release(e->facts, f->b.rows[j].account_id, f->b.rows[j].key_id,
+					f->b.rows[j].day, f->x.delta[j], f->x.ticket.ticket,
+					committed);
+}
+
+enum launch {
+	LAUNCH_SENT,	/* in flight */
+	LAUNCH_CLASSIC, /* not decidable on the facts: nothing reserved or sent */
+	LAUNCH_BROKEN,	/* could not be sent: the connection is gone */
+};
+
+/* Decides f on the facts and sends it. */
+static enum launch flight_launch(struct batcher *bt, struct flight *f)
+{
+	struct checks_engine *e = bt->e;
+	char sqlstate[6] = "";
+
+	batch_reset(&f->b);
+	f->b.now = checks_now_usec(e);
+	f->attempts++;
+	if (!fast_facts(bt, &f->b) || batch_prepare(bt, &f->b, 0, sqlstate) != METER_OK ||
+	    !fast_decide(e, &f->b, &f->x, clock_mono_ms() + e->opt.statement_timeout_ms))
+		return LAUNCH_CLASSIC;
+	f->reserved = true;
+	f->deadline_ms = clock_mono_ms() + e->opt.statement_timeout_ms + DEADLINE_SLACK_MS;
+	if (db_checks_fast_send(bt->conn, f->b.now, f->b.price_version, &f->x.ticket, f->x.expect,
+				f->b.nrows, f->x.keys, f->x.nkeys, f->b.arrs) != METER_OK) {
+		flight_release(e, f, false);
+		return LAUNCH_BROKEN;
+	}
+	return LAUNCH_SENT;
+}
+
+enum landing {
+	LAND_DONE,    /* every item has its answer */
+	LAND_AGAIN,   /* other figures than expected: decide again (facts refreshed) */
+	LAND_CLASSIC, /* read and decide on the classic path */
+	LAND_BROKEN,  /* the connection failed or timed out: outcome unknown */
+};
+
+/* Reads the answer to f, the oldest flight. */
+static enum landing flight_land(struct batcher *bt, struct flight *f)
+{
+	struct checks_engine *e = bt->e;
+	char sqlstate[6] = "";
+	size_t ndiffer = 0;
+	enum meter_rc rc;
+
+	rc = db_checks_fast_recv(bt->conn, f->b.nrows, f->x.differ, &ndiffer, f->x.differ_day,
+				 f->x.differ_ids, f->deadline_ms, sqlstate);
+	flight_release(e, f, rc == METER_OK && ndiffer == 0);
+	if (rc == METER_OK && ndiffer == 0)
+		return LAND_DONE;
+	if (rc == METER_OK) {
+		/* Other figures than expected: nothing written. */
+		for (size_t j = 0; j < ndiffer; j++) {
+			const struct db_ledger_row *d = &f->x.differ[j];
+
+			if (d->found)
+				check_facts_row_put(e->facts, d->account_id, d->key_id, d->day,
+						    &d->state, true, clock_mono_ms());
+			else
+				check_facts_row_forget(e->facts, d->account_id, d->key_id, d->day);
+		}
+		log_debug("checks: fast batch of %zu met %zu ledger rows not as expected", f->n,
+			  ndiffer);
+		return f->attempts < FAST_ATTEMPTS ? LAND_AGAIN : LAND_CLASSIC;
+	}
+	if (rc == METER_EIO || PQstatus(bt->conn) != CONNECTION_OK)
+		return LAND_BROKEN;
+	if (db_checks_timed_out(sqlstate)) {
+		/* A ledger row held by a slow writer: the database's, as on
+		 * the classic path; reading it all again would wait as long
+		 * again while every other key's checks queue behind it. */
+		log_error("checks: fast batch of %zu failed (SQLSTATE %s)", f->n, sqlstate);
+		batch_reset(&f->b);
+		for (size_t i = 0; i < f->n; i++)
+			set_unavailable(f->items[i], "the metering database is unreachable");
+		return LAND_DONE;
+	}
+	/* Something else than assumed (MTR01: a key, the price book, a
+	 * sandbox or stored answer), or an error: the classic path reads
+	 * everything and decides again, or fails as it will. */
+	log_debug("checks: fast batch of %zu goes the classic way (SQLSTATE %s)", f->n,
+		  sqlstate[0] ? sqlstate : "none");
+	return LAND_CLASSIC;
+}
+
 /* Runs one batch of n >= 1 items to its answers (every item gets a status).
  * A poisoned batch reruns each item as a batch of one, which is never
  * poisoned: the recursion is one level deep. */
 /* NOLINTNEXTLINE(misc-no-recursion) */
-static void batch_run(struct checks_engine *e, struct item **items, size_t n)
+static void batch_run(struct batcher *bt, struct item **items, size_t n)
 {
+	struct checks_engine *e = bt->e;
 	struct batch b = {.items = items, .n = n};
 	char sqlstate[6] = "";
 	enum meter_rc rc = METER_EDB;
-	int64_t max_lease = 0;
 	bool poison = false;
 
 	assert(n > 0);
@@ -681,40 +1065,44 @@ static void batch_run(struct checks_engine *e, struct item **items, size_t n)
 					       .key_id = it->rq.key_id,
 					       .sandbox_id = it->rq.sandbox_id,
 					       .idem = it->idem};
-		if (it->rq.lease_seconds > max_lease)
-			max_lease = it->rq.lease_seconds;
 	}
 	for (int attempt = 0; attempt < BATCH_ATTEMPTS; attempt++) {
 		int64_t deadline;
 
 		batch_reset(&b);
-		if (!conn_ensure(e)) {
+		if (!conn_ensure(bt)) {
 			rc = METER_EDB;
 			break;
 		}
 		deadline = clock_mono_ms() + e->opt.statement_timeout_ms + DEADLINE_SLACK_MS;
 		b.now = checks_now_usec(e);
-		rc = db_checks_read(e->conn, b.in, n, b.now, b.now + max_lease * INT64_C(1000000),
-				    b.rd, b.prices, &b.nprices, deadline, sqlstate);
+		rc = db_checks_read(bt->conn, b.in, n, b.now, b.now + PRICES_AHEAD_USEC, b.rd,
+				    b.prices, &b.nprices, &b.price_version, deadline, sqlstate);
 		if (rc == METER_OK)
-			rc = batch_prepare(e, &b, deadline, sqlstate);
-		if (rc == METER_OK && b.nrows > 0)
-			rc = db_checks_lock(e->conn, b.rows, b.nrows, deadline, sqlstate);
+			rc = batch_prepare(bt, &b, deadline, sqlstate);
 		if (rc == METER_OK) {
-			batch_decide(&b);
-			rc = db_checks_apply(e->conn, b.now, b.arrs, deadline, sqlstate);
+			batch_classic_rows(e, &b, true, false);
+			if (b.nrows > 0)
+				rc = db_checks_lock(bt->conn, b.rows, b.nrows, deadline, sqlstate);
+			if (rc == METER_OK) {
+				batch_decide(&b);
+				rc = db_checks_apply(bt->conn, b.now, b.arrs, deadline, sqlstate);
+			}
+			batch_classic_rows(e, &b, false, rc == METER_OK);
 		}
-		if (rc == METER_OK)
+		if (rc == METER_OK) {
+			batch_learn(e, &b);
 			break;
-		if (rc == METER_EIO || !e->conn || PQstatus(e->conn) != CONNECTION_OK) {
+		}
+		if (rc == METER_EIO || !bt->conn || PQstatus(bt->conn) != CONNECTION_OK) {
 			/* The server stopped answering: whether a COMMIT in flight
 			 * landed is unknown; a retry with the same idempotency key
 			 * gets the stored answer if it did. */
-			conn_drop(e);
+			conn_drop(bt);
 			rc = METER_EDB;
 			break;
 		}
-		db_checks_rollback(e->conn);
+		db_checks_rollback(bt->conn);
 		if (!db_checks_retryable(sqlstate)) {
 			log_error("checks: batch of %zu failed (SQLSTATE %s)", n,
 				  sqlstate[0] ? sqlstate : "none");
@@ -733,7 +1121,7 @@ static void batch_run(struct checks_engine *e, struct item **items, size_t n)
 			/* One bad check must not fail its neighbours: decide
 			 * each alone. */
 			for (size_t i = 0; i < n; i++)
-				batch_run(e, &items[i], 1);
+				batch_run(bt, &items[i], 1);
 		} else {
 			for (size_t i = 0; i < n; i++)
 				set_unavailable(items[i], "the metering database is unreachable");
@@ -750,20 +1138,142 @@ out:
 
 /* Threads -------------------------------------------------------------------------- */
 
+/* The batcher's work between two takes from the queue: the fast batches
+ * in flight on its pipeline, oldest first, and the items bound for the
+ * classic path or for another fast attempt. */
+struct batcher_work {
+	struct flight *flights[PIPELINE_MAX];
+	int nflights;
+	struct item **classic; /* room for every item the batcher holds */
+	size_t nclassic;
+	struct flight *again[PIPELINE_MAX]; /* decide again once none is in flight */
+	int nagain;
+};
+
+/* Answers and frees what items[0..n) hold: the answer each has. */
+static void finish_all(struct item **items, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		finish(items[i]);
+}
+
+/* The connection failed with flights in flight: whether they committed is
+ * unknown, so they answer 503 (a retry with the same idempotency key gets
+ * the stored answer if one did). */
+static void batcher_broken(struct batcher *bt, struct batcher_work *w)
+{
+	for (int i = 0; i < w->nflights; i++) {
+		struct flight *f = w->flights[i];
+
+		flight_release(bt->e, f, false);
+		batch_reset(&f->b);
+		for (size_t j = 0; j < f->n; j++)
+			set_unavailable(f->items[j], "the metering database is unreachable");
+		finish_all(f->items, f->n);
+		flight_free(f);
+	}
+	w->nflights = 0;
+	if (bt->conn)
+		conn_drop(bt);
+}
+
+/* Moves f's items to the classic path and frees f. */
+static void flight_to_classic(struct batcher_work *w, struct flight *f)
+{
+	batch_reset(&f->b);
+	memcpy(w->classic + w->nclassic, f->items, f->n * sizeof(*f->items));
+	w->nclassic += f->n;
+	flight_free(f);
+}
+
+/* Launches f, or hands its items on. */
+static void batcher_launch(struct batcher *bt, struct batcher_work *w, struct flight *f)
+{
+	if (!conn_ensure(bt)) {
+		for (size_t j = 0; j < f->n; j++)
+			set_unavailable(f->items[j], "the metering database is unreachable");
+		finish_all(f->items, f->n);
+		flight_free(f);
+		return;
+	}
+	switch (flight_launch(bt, f)) {
+	case LAUNCH_SENT:
+		w->flights[w->nflights++] = f;
+		return;
+	case LAUNCH_CLASSIC:
+		flight_to_classic(w, f);
+		return;
+	case LAUNCH_BROKEN:
+		w->flights[w->nflights++] = f; /* answered 503 with the others */
+		batcher_broken(bt, w);
+		return;
+	}
+}
+
+/* Reads the answer to the oldest flight and acts on it. */
+static void batcher_land(struct batcher *bt, struct batcher_work *w)
+{
+	struct flight *f = w->flights[0];
+
+	memmove(w->flights, w->flights + 1, (size_t)(w->nflights - 1) * sizeof(*w->flights));
+	w->nflights--;
+	switch (flight_land(bt, f)) {
+	case LAND_DONE:
+		finish_all(f->items, f->n);
+		flight_free(f);
+		return;
+	case LAND_AGAIN:
+		w->again[w->nagain++] = f;
+		return;
+	case LAND_CLASSIC:
+		flight_to_classic(w, f);
+		return;
+	case LAND_BROKEN:
+		w->flights[w->nflights++] = f;
+		batcher_broken(bt, w);
+		return;
+	}
+}
+
+/* True when the queue has checks waiting. */
+static bool queue_waiting(struct checks_engine *e)
+{
+	bool waiting;
+
+	pthread_mutex_lock(&e->mu);
+	waiting = e->head != NULL;
+	pthread_mutex_unlock(&e->mu);
+	return waiting;
+}
+
+/* The batcher: takes what is queued (up to batch_max) whenever a fast
+ * batch can be sent, sends the creates of known keys as a fast batch on
+ * its pipeline (up to PIPELINE_MAX in flight, each decided on what the
+ * ones before it will leave), and runs the rest on the classic path once
+ * nothing is in flight. */
 static void *batcher_main(void *arg)
 {
-	struct checks_engine *e = arg;
-	struct item **items = calloc((size_t)e->opt.batch_max, sizeof(struct item *));
+	struct batcher *bt = arg;
+	struct checks_engine *e = bt->e;
+	size_t cap = (size_t)e->opt.batch_max;
+	struct item **items = calloc(cap, sizeof(*items));
+	struct batcher_work w = {.classic =
+				     calloc(cap * (2 * PIPELINE_MAX + 1), sizeof(struct item *))};
 
 	for (;;) {
-		size_t n = 0;
+		size_t n = 0, nf = 0;
 		bool stop;
+		struct check_key_fact k;
 
 		pthread_mutex_lock(&e->mu);
-		while (!e->head && !e->stopping)
-			pthread_cond_wait(&e->cv, &e->mu);
+		while (!e->head && w.nflights == 0 && !e->stopping) {
+			e->idle++;
+			pthread_cond_wait(&e->work_cv, &e->mu);
+			e->idle--;
+		}
 		stop = e->stopping;
-		while (e->head && n < (size_t)e->opt.batch_max && items) {
+		while (e->head && n < cap && items && w.classic &&
+		       (stop || (w.nflights < PIPELINE_MAX && w.nagain == 0 && w.nclassic == 0))) {
 			items[n++] = e->head;
 			e->head = e->head->next;
 			e->queued--;
@@ -771,7 +1281,7 @@ static void *batcher_main(void *arg)
 		if (!e->head)
 			e->tail = NULL;
 		pthread_mutex_unlock(&e->mu);
-		if (!items) {
+		if (!items || !w.classic) {
 			log_error("checks: out of memory; the engine stops");
 			pthread_mutex_lock(&e->mu);
 			e->stopping = true;
@@ -779,11 +1289,19 @@ static void *batcher_main(void *arg)
 			stop = true;
 		}
 		if (stop) {
-			/* Shutting down: answer what is queued, decide nothing new. */
-			for (size_t i = 0; i < n; i++) {
-				set_unavailable(items[i], "the service is shutting down");
-				finish(items[i]);
-			}
+			/* Shutting down: the flights' answers are real; what is
+			 * queued or waiting is answered 503, nothing new decided. */
+			while (w.nflights > 0)
+				batcher_land(bt, &w);
+			for (int i = 0; i < w.nagain; i++)
+				flight_to_classic(&w, w.again[i]);
+			w.nagain = 0;
+			for (size_t i = 0; i < n; i++)
+				w.classic[w.nclassic++] = items[i];
+			for (size_t i = 0; i < w.nclassic; i++)
+				set_unavailable(w.classic[i], "the service is shutting down");
+			finish_all(w.classic, w.nclassic);
+			w.nclassic = 0;
 			pthread_mutex_lock(&e->mu);
 			if (!e->head) {
 				pthread_mutex_unlock(&e->mu);
@@ -792,19 +1310,55 @@ static void *batcher_main(void *arg)
 			pthread_mutex_unlock(&e->mu);
 			continue;
 		}
-		{
-			int64_t t0 = clock_mono_ms();
-			batch_run(e, items, n);
-			log_debug("checks: batch of %zu decided in %lld ms", n,
-				  (long long)(clock_mono_ms() - t0));
+		/* Creates of keys the engine knows take the fast path; the
+		 * rest, and a fast batch that cannot be, the classic one. */
+		for (size_t i = 0; i < n; i++) {
+			if (items[i]->rq.op == CHECKS_CREATE &&
+			    check_facts_key_get(e->facts, items[i]->rq.key_id, &k))
+				items[nf++] = items[i];
+			else
+				w.classic[w.nclassic++] = items[i];
 		}
-		for (size_t i = 0; i < n; i++)
-			finish(items[i]);
+		if (nf > 0) {
+			struct flight *f = flight_new(items, nf);
+
+			if (f) {
+				batcher_launch(bt, &w, f);
+			} else {
+				memcpy(w.classic + w.nclassic, items, nf * sizeof(*items));
+				w.nclassic += nf;
+			}
+		}
+		/* Wait for the oldest flight when the pipeline is full, when
+		 * nothing else is queued, or when the classic path or another
+		 * attempt waits for the pipeline to be empty. */
+		while (w.nflights > 0 && (w.nflights == PIPELINE_MAX || w.nclassic > 0 ||
+					  w.nagain > 0 || !queue_waiting(e)))
+			batcher_land(bt, &w);
+		if (w.nflights > 0)
+			continue;
+		for (int i = 0; i < w.nagain; i++)
+			batcher_launch(bt, &w, w.again[i]);
+		w.nagain = 0;
+		if (w.nflights > 0)
+			continue;
+		if (w.nclassic > 0) {
+			int64_t t0 = clock_mono_ms();
+
+			if (bt->conn && !db_checks_fast_idle(bt->conn))
+				conn_drop(bt);
+			batch_run(bt, w.classic, w.nclassic);
+			log_debug("checks: classic batch of %zu decided in %lld ms", w.nclassic,
+				  (long long)(clock_mono_ms() - t0));
+			finish_all(w.classic, w.nclassic);
+			w.nclassic = 0;
+		}
 	}
 	free(items);
-	if (e->conn)
-		PQfinish(e->conn);
-	e->conn = NULL;
+	free(w.classic);
+	if (bt->conn)
+		PQfinish(bt->conn);
+	bt->conn = NULL;
 	return NULL;
 }
 
@@ -831,7 +1385,7 @@ static void *sweeper_main(void *arg)
 		until.tv_nsec %= 1000000000L;
 		pthread_mutex_lock(&e->mu);
 		while (!e->stopping) {
-			if (pthread_cond_timedwait(&e->cv, &e->mu, &until) == ETIMEDOUT)
+			if (pthread_cond_timedwait(&e->sweep_cv, &e->mu, &until) == ETIMEDOUT)
 				break;
 		}
 		if (e->stopping) {
@@ -894,16 +1448,49 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 		free(e);
 		return METER_ENOMEM;
 	}
-	e->seed = (unsigned)clock_mono_ms();
-	pthread_mutex_init(&e->mu, NULL);
-	pthread_cond_init(&e->cv, NULL);
-	if (pthread_create(&e->batcher, NULL, batcher_main, e) != 0) {
-		pthread_mutex_destroy(&e->mu);
-		pthread_cond_destroy(&e->cv);
+	if (e->opt.batchers < 1)
+		e->opt.batchers = CHECKS_BATCHERS_DEFAULT;
+	e->batchers = calloc((size_t)e->opt.batchers, sizeof(*e->batchers));
+	if (!e->batchers || check_facts_new(&e->facts) != METER_OK) {
+		free(e->batchers);
 		free(e->url);
 		free(e);
 		return METER_ENOMEM;
 	}
+	e->seed = (unsigned)clock_mono_ms();
+	{
+		uint32_t r = 0;
+
+		if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+			r = (uint32_t)clock_mono_ms() ^ (uint32_t)getpid();
+		e->engine_id = (int32_t)(r & 0x7fffffff);
+	}
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_mutex_init(&e->tz_mu, NULL);
+	pthread_cond_init(&e->work_cv, NULL);
+	pthread_cond_init(&e->sweep_cv, NULL);
+	for (int i = 0; i < e->opt.batchers; i++) {
+		struct batcher *bt = &e->batchers[i];
+
+		bt->e = e;
+		if (pthread_create(&bt->thread, NULL, batcher_main, bt) != 0)
+			break;
+		bt->started = true;
+		e->nbatchers++;
+	}
+	if (e->nbatchers == 0) {
+		pthread_mutex_destroy(&e->mu);
+		pthread_mutex_destroy(&e->tz_mu);
+		pthread_cond_destroy(&e->work_cv);
+		pthread_cond_destroy(&e->sweep_cv);
+		check_facts_free(e->facts);
+		free(e->batchers);
+		free(e->url);
+		free(e);
+		return METER_ENOMEM;
+	}
+	if (e->nbatchers < e->opt.batchers)
+		log_error("checks: only %d of %d batchers started", e->nbatchers, e->opt.batchers);
 	if (opt->sweeper) {
 		if (pthread_create(&e->sweeper, NULL, sweeper_main, e) == 0)
 			e->sweeper_started = true;
@@ -945,7 +1532,9 @@ void checks_submit(struct checks_engine *e, const struct checks_request *rq, che
 			e->head = it;
 		e->tail = it;
 		e->queued++;
-		pthread_cond_broadcast(&e->cv);
+		/* One idle batcher takes the queue; a busy one takes it next. */
+		if (e->idle > 0)
+			pthread_cond_signal(&e->work_cv);
 	}
 	pthread_mutex_unlock(&e->mu);
 	if (why) {
@@ -964,11 +1553,14 @@ void checks_engine_stop(struct checks_engine *e)
 	e->stopping = true;
 	joined = e->joined;
 	e->joined = true;
-	pthread_cond_broadcast(&e->cv);
+	pthread_cond_broadcast(&e->work_cv);
+	pthread_cond_broadcast(&e->sweep_cv);
 	pthread_mutex_unlock(&e->mu);
 	if (joined)
 		return;
-	pthread_join(e->batcher, NULL);
+	for (int i = 0; i < e->opt.batchers; i++)
+		if (e->batchers[i].started)
+			pthread_join(e->batchers[i].thread, NULL);
 	if (e->sweeper_started)
 		pthread_join(e->sweeper, NULL);
 }
@@ -979,7 +1571,11 @@ void checks_engine_free(struct checks_engine *e)
 		return;
 	checks_engine_stop(e);
 	pthread_mutex_destroy(&e->mu);
-	pthread_cond_destroy(&e->cv);
+	pthread_mutex_destroy(&e->tz_mu);
+	pthread_cond_destroy(&e->work_cv);
+	pthread_cond_destroy(&e->sweep_cv);
+	check_facts_free(e->facts);
+	free(e->batchers);
 	free(e->url);
 	free(e);
 }

@@ -40,6 +40,7 @@
 #define CHECKS_MEMORY_MIB_MAX	 16777216 /* 16 TiB */
 #define CHECKS_LEASE_SECONDS_MAX 86400	  /* one day */
 #define CHECKS_BATCH_MAX_DEFAULT 256
+#define CHECKS_BATCHERS_DEFAULT	 1
 
 enum checks_op {
 	CHECKS_CREATE,
@@ -76,6 +77,7 @@ struct checks_options {
 	const char *database_url; /* borrowed for the engine's life */
 	int64_t statement_timeout_ms;
 	int batch_max;		/* checks decided in one transaction */
+	int batchers;		/* batches in flight at once, each on its own connection */
 	int64_t clock_offset_s; /* TEST ONLY: shifts the engine's clock */
 	bool sweeper;		/* run the lease-end sweeper thread */
 	int64_t lease_grace_s;	/* run past lease end this long: hold_outrun; and

@@ -74,6 +74,8 @@ static const struct opt opts[] = {
 	    "1 when the dashboard is served over HTTPS (Secure cookie)"),
     INT_OPT("check_batch_max", check_batch_max, 1, 4096,
 	    "create/wake checks decided in one transaction"),
+    INT_OPT("check_connections", check_connections, 1, 16,
+	    "PostgreSQL connections of the check engine: batches in flight at once"),
     INT_OPT("lease_grace_s", lease_grace_s, 0, 86400,
 	    "seconds a sandbox may run past its lease end before hold_outrun is sent, and"
 	    " a pause or stop keeps its unmetered tail's hold with no later sample"),
@@ -116,6 +118,7 @@ void config_init(struct meter_config *cfg)
 	cfg->db_pool_size = 8;
 	cfg->db_statement_timeout_ms = 10000;
 	cfg->check_batch_max = 256;
+	cfg->check_connections = 1;
 	cfg->lease_grace_s = 30;
 	cfg->collector = true;
 	cfg->api = true;

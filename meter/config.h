@@ -31,6 +31,7 @@ struct meter_config {
 	char session_secret[256];	   /* secret: signs dashboard sessions; empty = random */
 	int64_t session_cookie_secure;	   /* 1: session cookie only over HTTPS */
 	int64_t check_batch_max;	   /* checks decided in one transaction */
+	int64_t check_connections;	   /* the check engine's connections: batches in flight */
 	int64_t lease_grace_s;		   /* run past lease end this long: hold_outrun;
 					    * a tail's hold kept this long unmetered */
 	int64_t clock_offset_s;		   /* TEST ONLY: shifts the check engine's clock */

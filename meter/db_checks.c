@@ -43,7 +43,8 @@ static const char sql_read[] =
 /* The price-book versions in force at some time in [$1, $2]. */
 static const char sql_prices[] = "SELECT " DB_USEC(
     "effective_from") ", cpu_micros_per_vcpu_hour,"
-		      " memory_micros_per_gib_hour, storage_micros_per_gib_hour, floor_millicores"
+		      " memory_micros_per_gib_hour, storage_micros_per_gib_hour, floor_millicores,"
+		      " (SELECT max(version) FROM price_book)"
 		      " FROM price_book WHERE effective_from <= $2::timestamptz"
 		      " AND effective_from >= (SELECT max(effective_from) FROM price_book"
 		      "  WHERE effective_from <= $1::timestamptz)"
@@ -87,6 +88,25 @@ static const char sql_refused[] =
     "  AND i.idempotency_key = v.k"
     " WHERE v.x IS NULL OR i.xmin::text <> v.x";
 
+/* A batch decided on the engine's figures (sql/0018): $1 the time, $2 the
+ * price version assumed, then the expected ledger figures, the keys, the
+ * refused checks' idempotency keys and meter_checks_apply's arrays. */
+static const char sql_fast[] =
+    "SELECT account_id, key_id, day::text, spent_micros, held_micros, limit_micros"
+    " FROM meter_checks_fast($1::timestamptz, $2::integer, $3::integer, $4::integer,"
+    " $5::integer[],"
+    " $6::bigint[], $7::bigint[], $8::bigint[],"
+    " $9::text[], $10::text[], $11::bigint[], $12::text[],"
+    " $13::text[], $14::text[], $15::text[],"
+    " $16::text[], $17::text[], $18::date[], $19::bigint[], $20::bigint[],"
+    " $21::text[], $22::text[], $23::text[], $24::text[],"
+    " $25::text[], $26::text[], $27::text[], $28::text[], $29::integer[], $30::text[],"
+    " $31::text[], $32::text[], $33::text[], $34::integer[], $35::bigint[], $36::bigint[],"
+    " $37::timestamptz[],"
+    " $38::text[], $39::text[], $40::timestamptz[],"
+    " $41::text[], $42::text[], $43::text[], $44::date[], $45::bigint[],"
+    " $46::timestamptz[])";
+
 static const char sql_event[] = "SELECT known, recorded, state, " DB_USEC(
     "state_since") ", holds_settled, released_micros, tail_held_micros"
 		   " FROM meter_sandbox_event($1, $2, $3::timestamptz, $4::integer)";
@@ -105,7 +125,7 @@ struct prepared {
 static const struct prepared prepared[] = {
     {"chk_read", sql_read},	  {"chk_prices", sql_prices}, {"chk_days", sql_days},
     {"chk_lock", sql_lock},	  {"chk_limits", sql_limits}, {"chk_apply", sql_apply},
-    {"chk_refused", sql_refused},
+    {"chk_refused", sql_refused}, {"chk_fast", sql_fast},
 };
 
 void db_check_read_release(struct db_check_read *rows, size_t n)
@@ -360,8 +380,8 @@ static void arr_from_in(struct db_arr *a, const struct db_check_in *in, size_t n
 
 enum meter_rc db_checks_read(PGconn *conn, const struct db_check_in *in, size_t n, int64_t now_usec,
 			     int64_t max_end_usec, struct db_check_read *rows,
-			     struct db_price_version *prices, int *nprices, int64_t deadline_ms,
-			     char *sqlstate)
+			     struct db_price_version *prices, int *nprices, int64_t *price_version,
+			     int64_t deadline_ms, char *sqlstate)
 {
 	struct db_arr arr[4];
 	char now_s[40], end_s[40];
@@ -435,7 +455,8 @@ enum meter_rc db_checks_read(PGconn *conn, const struct db_check_in *in, size_t 
 		    !col_i64(res[2], i, 1, &p->rates.cpu_micros_per_vcpu_hour) ||
 		    !col_i64(res[2], i, 2, &p->rates.memory_micros_per_gib_hour) ||
 		    !col_i64(res[2], i, 3, &p->rates.storage_micros_per_gib_hour) ||
-		    !col_i64(res[2], i, 4, &p->rates.floor_millicores))
+		    !col_i64(res[2], i, 4, &p->rates.floor_millicores) ||
+		    !col_i64(res[2], i, 5, price_version))
 			goto out;
 		*nprices = i + 1;
 	}
@@ -614,6 +635,145 @@ enum meter_rc db_checks_apply(PGconn *conn, int64_t now_usec, struct db_arr *arr
 	for (int i = 0; i < nq; i++)
 		PQclear(res[i]);
 	return rc;
+}
+
+enum meter_rc db_checks_fast_send(PGconn *conn, int64_t now_usec, int64_t price_version,
+				  const struct db_fast_ticket *ticket,
+				  const struct ledger_day *expect, size_t nexpect,
+				  const struct db_fast_key *keys, size_t nkeys, struct db_arr *arrs)
+{
+	enum { FAST_OWN = 11 }; /* the function's own arrays before apply's */
+	struct db_arr own[FAST_OWN];
+	const char *params[4 + FAST_OWN + DB_APPLY_NARR];
+	char now_s[40], ver_s[24], engine_s[24], ticket_s[24];
+	enum meter_rc rc = METER_ENOMEM;
+
+	for (int i = 0; i < FAST_OWN; i++)
+		db_arr_init(&own[i]);
+	for (int i = 0; i < ticket->nafter; i++)
+		db_arr_i64(&own[0], ticket->after[i]);
+	for (size_t i = 0; i < nexpect; i++) {
+		db_arr_i64(&own[1], expect[i].spent_micros);
+		db_arr_i64(&own[2], expect[i].held_micros);
+		if (expect[i].has_limit)
+			db_arr_i64(&own[3], expect[i].limit_micros);
+		else
+			db_arr_null(&own[3]);
+	}
+	for (size_t i = 0; i < nkeys; i++) {
+		db_arr_str(&own[4], keys[i].account_id);
+		db_arr_str(&own[5], keys[i].key_id);
+		if (keys[i].has_limit)
+			db_arr_i64(&own[6], keys[i].limit_micros);
+		else
+			db_arr_null(&own[6]);
+		db_arr_str(&own[7], keys[i].time_zone);
+	}
+	/* The refused checks' keys: meter_checks_fast takes them without the
+	 * row version (the batch read none). */
+	for (int i = 0; i < 3; i++) {
+		db_arr_close(&arrs[DB_R_ACCOUNT + i]);
+		own[8 + i] = arrs[DB_R_ACCOUNT + i];
+		db_arr_init(&arrs[DB_R_ACCOUNT + i]);
+	}
+	db_util_time_param(now_usec, now_s, sizeof(now_s));
+	db_util_i64_param(price_version, ver_s, sizeof(ver_s));
+	db_util_i64_param(ticket->engine, engine_s, sizeof(engine_s));
+	db_util_i64_param(ticket->ticket, ticket_s, sizeof(ticket_s));
+	params[0] = now_s;
+	params[1] = ver_s;
+	params[2] = engine_s;
+	params[3] = ticket_s;
+	if (!arrs_params(own, FAST_OWN, params + 4) ||
+	    !arrs_params(arrs, DB_APPLY_NARR, params + 4 + FAST_OWN))
+		goto out;
+	rc = METER_EDB;
+	/* One statement and a sync: an implicit transaction of its own,
+	 * committed (durably) at the sync, or rolled back there if the
+	 * statement failed; the next batch's runs on its own either way. */
+	if (PQpipelineStatus(conn) == PQ_PIPELINE_OFF && !PQenterPipelineMode(conn))
+		goto out;
+	if (!PQsendQueryPrepared(conn, "chk_fast", 4 + FAST_OWN + DB_APPLY_NARR, params, NULL, NULL,
+				 0) ||
+	    !PQpipelineSync(conn))
+		goto out;
+	rc = METER_OK;
+out:
+	for (int i = 0; i < FAST_OWN; i++)
+		db_arr_release(&own[i]);
+	return rc;
+}
+
+enum meter_rc db_checks_fast_recv(PGconn *conn, size_t nexpect, struct db_ledger_row *differ,
+				  size_t *ndiffer, char (*differ_day)[11],
+				  char (*differ_ids)[2][PARSE_ID_MAX + 1], int64_t deadline_ms,
+				  char *sqlstate)
+{
+	enum meter_rc rc = METER_OK;
+	PGresult *res = NULL, *r;
+
+	*ndiffer = 0;
+	if (sqlstate)
+		sqlstate[0] = '\0';
+	/* The statement's result, the NULL after it, then the sync. */
+	for (;;) {
+		if (wait_ready(conn, deadline_ms) != METER_OK)
+			goto broken;
+		r = PQgetResult(conn);
+		if (!r)
+			continue;
+		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			break;
+		}
+		switch (PQresultStatus(r)) {
+		case PGRES_TUPLES_OK:
+			if (!res) {
+				res = r;
+				r = NULL;
+			}
+			break;
+		case PGRES_PIPELINE_ABORTED:
+			rc = METER_EDB;
+			break;
+		default:
+			copy_state(r, sqlstate);
+			if (!sqlstate || sqlstate[0] == '\0')
+				log_warn("checks: statement failed: %s", PQresultErrorMessage(r));
+			rc = METER_EDB;
+			break;
+		}
+		PQclear(r);
+	}
+	if (rc == METER_OK && !res)
+		rc = METER_EDB;
+	for (int i = 0; rc == METER_OK && i < PQntuples(res) && (size_t)i < nexpect; i++) {
+		struct db_ledger_row *d = &differ[i];
+
+		snprintf(differ_ids[i][0], PARSE_ID_MAX + 1, "%s", PQgetvalue(res, i, 0));
+		snprintf(differ_ids[i][1], PARSE_ID_MAX + 1, "%s", PQgetvalue(res, i, 1));
+		snprintf(differ_day[i], 11, "%s", PQgetvalue(res, i, 2));
+		*d = (struct db_ledger_row){.account_id = differ_ids[i][0],
+					    .key_id = differ_ids[i][1],
+					    .day = differ_day[i]};
+		d->found = !PQgetisnull(res, i, 3);
+		col_i64(res, i, 3, &d->state.spent_micros);
+		col_i64(res, i, 4, &d->state.held_micros);
+		d->state.has_limit = col_i64(res, i, 5, &d->state.limit_micros);
+		(*ndiffer)++;
+	}
+	PQclear(res);
+	return rc;
+broken:
+	PQclear(res);
+	return METER_EIO;
+}
+
+bool db_checks_fast_idle(PGconn *conn)
+{
+	if (PQpipelineStatus(conn) == PQ_PIPELINE_OFF)
+		return true;
+	return PQexitPipelineMode(conn) == 1;
 }
 
 void db_checks_rollback(PGconn *conn)

@@ -79,13 +79,13 @@ METER_MUSTCHECK enum meter_rc db_checks_session(PGconn *conn, int64_t statement_
 /* BEGIN and the reads of a batch of n checks. rows[0..n) are filled (release
  * them with db_check_read_release even on failure). prices gets the
  * versions effective from the one in force at now_usec to max_end_usec,
- * oldest first (*nprices >= 1 on METER_OK). deadline_ms: CLOCK_MONOTONIC
+ * oldest first (*nprices >= 1 on METER_OK), and *price_version the newest
+ * version of the whole price book. deadline_ms: CLOCK_MONOTONIC
  * ms after which the server is given up on (METER_EIO, connection bad). */
-METER_MUSTCHECK enum meter_rc db_checks_read(PGconn *conn, const struct db_check_in *in, size_t n,
-					     int64_t now_usec, int64_t max_end_usec,
-					     struct db_check_read *rows,
-					     struct db_price_version *prices, int *nprices,
-					     int64_t deadline_ms, char *sqlstate);
+METER_MUSTCHECK enum meter_rc
+db_checks_read(PGconn *conn, const struct db_check_in *in, size_t n, int64_t now_usec,
+	       int64_t max_end_usec, struct db_check_read *rows, struct db_price_version *prices,
+	       int *nprices, int64_t *price_version, int64_t deadline_ms, char *sqlstate);
 
 /* The key's day of time zone tz at at_usec and the next LEDGER_BOUNDS - 1
  * days: days[i] ("YYYY-MM-DD") and their starts bounds[i] (UTC µs). */
@@ -190,6 +190,64 @@ enum db_apply_arr {
  * ran out of memory. */
 METER_MUSTCHECK enum meter_rc db_checks_apply(PGconn *conn, int64_t now_usec, struct db_arr *arrs,
 					      int64_t deadline_ms, char *sqlstate);
+
+/* A key as a fast batch assumed it (unrevoked, with this limit and zone). */
+struct db_fast_key {
+	const char *account_id; /* borrowed */
+	const char *key_id;	/* borrowed */
+	bool has_limit;
+	int64_t limit_micros;
+	const char *time_zone; /* borrowed */
+};
+
+/* The order of a fast batch among the engine's: its ticket (an advisory
+ * lock it holds to its end, (engine, ticket)) and those of the batches in
+ * flight before it on its rows, whose ends it waits for before it locks
+ * the rows. */
+#define DB_FAST_AFTER_MAX 8
+struct db_fast_ticket {
+	int32_t engine;
+	int32_t ticket;
+	int32_t after[DB_FAST_AFTER_MAX];
+	int nafter;
+};
+
+/* Sends a batch decided on the engine's own figures, one round trip in
+ * all, on conn's pipeline (entered if it is not): meter_checks_fast
+ * (sql/0018) and a sync, its own implicit transaction. Several may be in
+ * flight; each is answered by db_checks_fast_recv in the order sent.
+ * expect[0..nexpect) are the figures the batch expected of the ledger rows
+ * named by arrs[DB_L_ACCOUNT..DB_L_DAY] (same order); keys the keys it
+ * assumed; price_version the newest price-book version it knew; ticket its
+ * order among the engine's batches. arrs are the batch's arrays as for
+ * db_checks_apply (the refused checks' DB_R_* ones without their row
+ * versions); they are consumed. METER_EDB when it could not be sent (the
+ * connection is then to be dropped). */
+METER_MUSTCHECK enum meter_rc db_checks_fast_send(PGconn *conn, int64_t now_usec,
+						  int64_t price_version,
+						  const struct db_fast_ticket *ticket,
+						  const struct ledger_day *expect, size_t nexpect,
+						  const struct db_fast_key *keys, size_t nkeys,
+						  struct db_arr *arrs);
+
+/* The answer to the oldest batch in flight. On METER_OK with *ndiffer == 0
+ * the batch is written and durable. With *ndiffer > 0 nothing was
+ * written: differ[0..*ndiffer) are the rows that differ, as they are
+ * (found false: no such row), with their ids in differ_ids and differ_day
+ * (room for nexpect each). METER_EDB with a SQLSTATE: nothing was written
+ * (DB_CHECKS_SQLSTATE_CONFLICT: a key, the price book, a sandbox or a
+ * stored answer was not as assumed: read and decide again). METER_EIO at
+ * the deadline or when the connection failed: whether it committed is not
+ * known. */
+METER_MUSTCHECK enum meter_rc db_checks_fast_recv(PGconn *conn, size_t nexpect,
+						  struct db_ledger_row *differ, size_t *ndiffer,
+						  char (*differ_day)[11],
+						  char (*differ_ids)[2][PARSE_ID_MAX + 1],
+						  int64_t deadline_ms, char *sqlstate);
+
+/* Leaves pipeline mode once no batch is in flight, so that the classic
+ * path's statements can run: false when that failed. */
+bool db_checks_fast_idle(PGconn *conn);
 
 /* ROLLBACK of whatever is open (errors ignored: a broken connection is the
  * caller's to drop). */

@@ -14,6 +14,20 @@
 
 typedef void (*route_handler)(struct http_req *req);
 
+/* Where a route's handler runs. */
+enum route_lane {
+	/* On the HTTP thread that read the request: it never waits (or
+	 * parks the request and answers from elsewhere, as checks and
+	 * exports do). */
+	ROUTE_LANE_HTTP,
+	/* On a read worker: it waits on PostgreSQL and answers. */
+	ROUTE_LANE_READ,
+	/* On a write worker: the same, for what changes something, so that
+	 * no slow read holds it up. */
+	ROUTE_LANE_WRITE,
+	ROUTE_LANES
+};
+
 struct route {
 	const char *method; /* "GET", "POST", "PUT" */
 	const char *path;   /* pattern, e.g. "/v1/sandboxes/{id}" */
@@ -21,9 +35,9 @@ struct route {
 	size_t max_body;    /* body cap in bytes; 0 = no body accepted */
 	route_handler handler;
 	bool session; /* a dashboard session cookie may stand for the bearer token */
-	/* The handler waits on PostgreSQL and answers (it never parks the
-	 * request itself): it runs on the server's request workers. */
-	bool pooled;
+	/* Where the handler runs; ROUTE_LANE_HTTP (0) unless it waits on
+	 * PostgreSQL. Only handlers that run there may park the request. */
+	enum route_lane lane;
 };
 
 extern const struct route routes[];

@@ -34,6 +34,18 @@ struct conn_watch {
 	bool receiving;	    /* awaiting or reading a request, not handled yet */
 };
 
+/* One lane of request workers: a queue and the threads that empty it. */
+struct lane {
+	const char *name;
+	pthread_mutex_t lock; /* the queue, stopping */
+	pthread_cond_t cond;
+	struct http_req *head, *tail;
+	bool stopping;
+	bool ready; /* lock and cond made */
+	pthread_t *workers;
+	int nworkers; /* started */
+};
+
 struct http_server {
 	struct MHD_Daemon *daemon;
 	struct app *app;
@@ -47,17 +59,13 @@ struct http_server {
 	bool stopping;
 	bool sweeper_started;
 	pthread_t sweeper;
-	/* Request workers: the handlers of pooled routes, which wait on
-	 * PostgreSQL, run here in arrival order instead of on libmicrohttpd's
-	 * threads, so a slow page never holds up the other connections of the
-	 * thread that took it, and one thread's clients never wait behind each
-	 * other while another thread idles. */
-	pthread_mutex_t work_lock; /* the queue, work_stopping */
-	pthread_cond_t work_cond;
-	struct http_req *work_head, *work_tail;
-	bool work_stopping;
-	pthread_t *workers;
-	int nworkers; /* started */
+	/* Request workers: the handlers that wait on PostgreSQL run here in
+	 * arrival order instead of on libmicrohttpd's threads, so a slow page
+	 * or a large push never holds up the other connections of the thread
+	 * that took it, and one thread's clients never wait behind each other
+	 * while another thread idles. Reads and writes have lanes of their
+	 * own, so slow reads never hold up a write. */
+	struct lane lanes[ROUTE_LANES];
 };
 
 /* Marks conn's request as awaited from now (receiving) or as received. */
@@ -343,27 +351,27 @@ static void take_body(struct http_req *req, const char *data, size_t len)
 	req->body[req->body_len] = '\0';
 }
 
-/* Runs on the request workers: each pooled request's handler, then wakes
- * its connection, which libmicrohttpd then answers with the reply set. */
+/* Runs on a lane's workers: each request's handler, then wakes its
+ * connection, which libmicrohttpd then answers with the reply set. */
 static void *work_main(void *arg)
 {
-	struct http_server *srv = arg;
+	struct lane *l = arg;
 
 	for (;;) {
 		struct http_req *req;
 		bool stopping;
 
-		pthread_mutex_lock(&srv->work_lock);
-		while (!srv->work_head && !srv->work_stopping)
-			pthread_cond_wait(&srv->work_cond, &srv->work_lock);
-		req = srv->work_head;
+		pthread_mutex_lock(&l->lock);
+		while (!l->head && !l->stopping)
+			pthread_cond_wait(&l->cond, &l->lock);
+		req = l->head;
 		if (req) {
-			srv->work_head = req->work_next;
-			if (!srv->work_head)
-				srv->work_tail = NULL;
+			l->head = req->work_next;
+			if (!l->head)
+				l->tail = NULL;
 		}
-		stopping = srv->work_stopping;
-		pthread_mutex_unlock(&srv->work_lock);
+		stopping = l->stopping;
+		pthread_mutex_unlock(&l->lock);
 		if (!req)
 			break;
 		if (stopping)
@@ -371,33 +379,33 @@ static void *work_main(void *arg)
 					 "the service is shutting down", NULL);
 		else
 			req->route->handler(req);
-		/* A pooled handler answers: it never parks the request itself. */
+		/* A worker's handler answers: it never parks the request itself. */
 		req->suspended = false;
 		MHD_resume_connection(req->conn);
 	}
 	return NULL;
 }
 
-/* Called once a pooled request's connection is parked: queues it for the
- * workers (answered at once while shutting down). */
+/* Called once a request's connection is parked: queues it on its lane
+ * (answered at once while shutting down). */
 static void work_submit(struct http_req *req)
 {
-	struct http_server *srv = req->handler_ctx;
+	struct lane *l = req->handler_ctx;
 	bool stopping;
 
 	req->handler_ctx = NULL;
 	req->work_next = NULL;
-	pthread_mutex_lock(&srv->work_lock);
-	stopping = srv->work_stopping || srv->nworkers == 0;
+	pthread_mutex_lock(&l->lock);
+	stopping = l->stopping || l->nworkers == 0;
 	if (!stopping) {
-		if (srv->work_tail)
-			srv->work_tail->work_next = req;
+		if (l->tail)
+			l->tail->work_next = req;
 		else
-			srv->work_head = req;
-		srv->work_tail = req;
-		pthread_cond_signal(&srv->work_cond);
+			l->head = req;
+		l->tail = req;
+		pthread_cond_signal(&l->cond);
 	}
-	pthread_mutex_unlock(&srv->work_lock);
+	pthread_mutex_unlock(&l->lock);
 	if (stopping) {
 		http_reply_error(req, 503, "metering_unavailable", "the service is shutting down",
 				 NULL);
@@ -406,51 +414,96 @@ static void work_submit(struct http_req *req)
 	}
 }
 
-/* Starts the request workers (their lock and condition first). */
-/* Request workers for a pool of n connections: all but a quarter of them
- * (at least one when n >= 2), which slow reads therefore never hold, so
- * the handlers that run on the HTTP threads (key lookups of
- * authentication, writes, lifecycle events, /readyz) always find one. */
-static int server_workers(int n)
+/* The lanes' workers for a pool of n connections. Reads get all but a
+ * quarter of them (at least one when n >= 2), which they therefore never
+ * hold; the writes' workers (at least one) and what still runs on the
+ * HTTP threads (the key lookups of authentication) share that quarter,
+ * each holding a connection only while it runs, so slow reads cannot
+ * starve them. */
+static void server_workers(int n, int *reads, int *writes)
 {
 	int reserved = n >= 2 ? (n / 4 > 1 ? n / 4 : 1) : 0;
 
-	return n - reserved;
+	*reads = n - reserved;
+	*writes = reserved > 0 ? reserved : 1;
 }
 
-static enum meter_rc work_start(struct http_server *srv, int n)
+/* Starts n workers on lane l (its lock and condition first). */
+static enum meter_rc lane_start(struct lane *l, const char *name, int n)
 {
-	if (pthread_mutex_init(&srv->work_lock, NULL) != 0)
+	l->name = name;
+	if (pthread_mutex_init(&l->lock, NULL) != 0)
 		return METER_ENOMEM;
-	if (pthread_cond_init(&srv->work_cond, NULL) != 0) {
-		pthread_mutex_destroy(&srv->work_lock);
+	if (pthread_cond_init(&l->cond, NULL) != 0) {
+		pthread_mutex_destroy(&l->lock);
 		return METER_ENOMEM;
 	}
-	srv->workers = calloc((size_t)n, sizeof(*srv->workers));
-	for (int i = 0; srv->workers && i < n; i++) {
-		if (pthread_create(&srv->workers[i], NULL, work_main, srv) != 0)
+	l->ready = true;
+	l->workers = calloc((size_t)n, sizeof(*l->workers));
+	for (int i = 0; l->workers && i < n; i++) {
+		if (pthread_create(&l->workers[i], NULL, work_main, l) != 0)
 			break;
-		srv->nworkers++;
+		l->nworkers++;
 	}
-	if (srv->nworkers == 0)
-		log_warn("http: no request worker started; pooled routes answer 503");
+	if (l->nworkers == 0)
+		log_warn("http: no %s worker started; those routes answer 503", name);
 	return METER_OK;
 }
 
-/* Stops the workers: what is queued is answered 503, what runs finishes. */
+/* Stops a lane's workers: what is queued is answered 503, what runs
+ * finishes. */
+static void lane_stop(struct lane *l)
+{
+	if (!l->ready)
+		return;
+	pthread_mutex_lock(&l->lock);
+	l->stopping = true;
+	pthread_cond_broadcast(&l->cond);
+	pthread_mutex_unlock(&l->lock);
+	for (int i = 0; i < l->nworkers; i++)
+		pthread_join(l->workers[i], NULL);
+	pthread_mutex_lock(&l->lock);
+	l->nworkers = 0;
+	pthread_mutex_unlock(&l->lock);
+	free(l->workers);
+	l->workers = NULL;
+}
+
+static void lane_destroy(struct lane *l)
+{
+	if (!l->ready)
+		return;
+	pthread_cond_destroy(&l->cond);
+	pthread_mutex_destroy(&l->lock);
+	l->ready = false;
+}
+
+/* Starts both lanes for a pool of n connections. */
+static enum meter_rc work_start(struct http_server *srv, int n)
+{
+	int reads, writes;
+
+	server_workers(n, &reads, &writes);
+	if (lane_start(&srv->lanes[ROUTE_LANE_READ], "read", reads) != METER_OK)
+		return METER_ENOMEM;
+	if (lane_start(&srv->lanes[ROUTE_LANE_WRITE], "write", writes) != METER_OK) {
+		lane_stop(&srv->lanes[ROUTE_LANE_READ]);
+		lane_destroy(&srv->lanes[ROUTE_LANE_READ]);
+		return METER_ENOMEM;
+	}
+	return METER_OK;
+}
+
 static void work_stop(struct http_server *srv)
 {
-	pthread_mutex_lock(&srv->work_lock);
-	srv->work_stopping = true;
-	pthread_cond_broadcast(&srv->work_cond);
-	pthread_mutex_unlock(&srv->work_lock);
-	for (int i = 0; i < srv->nworkers; i++)
-		pthread_join(srv->workers[i], NULL);
-	pthread_mutex_lock(&srv->work_lock);
-	srv->nworkers = 0;
-	pthread_mutex_unlock(&srv->work_lock);
-	free(srv->workers);
-	srv->workers = NULL;
+	for (int i = 0; i < ROUTE_LANES; i++)
+		lane_stop(&srv->lanes[i]);
+}
+
+static void work_destroy(struct http_server *srv)
+{
+	for (int i = 0; i < ROUTE_LANES; i++)
+		lane_destroy(&srv->lanes[i]);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -497,8 +550,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			http_reply_error(
 			    req, 413, "payload_too_large", msg,
 			    json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
-		} else if (req->route->pooled) {
-			req->handler_ctx = srv;
+		} else if (req->route->lane != ROUTE_LANE_HTTP) {
+			req->handler_ctx = &srv->lanes[req->route->lane];
 			req->on_suspended = work_submit;
 			req->suspended = true;
 		} else {
@@ -588,7 +641,7 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 		free(srv);
 		return METER_ENOMEM;
 	}
-	if (work_start(srv, server_workers((int)cfg->db_pool_size)) != METER_OK) {
+	if (work_start(srv, (int)cfg->db_pool_size) != METER_OK) {
 		pthread_cond_destroy(&srv->watch_cond);
 		pthread_mutex_destroy(&srv->watch_lock);
 		freeaddrinfo(ai);
@@ -617,8 +670,7 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 		snprintf(err, errlen, "cannot listen on %s (address in use or not permitted?)",
 			 cfg->listen);
 		work_stop(srv);
-		pthread_cond_destroy(&srv->work_cond);
-		pthread_mutex_destroy(&srv->work_lock);
+		work_destroy(srv);
 		pthread_cond_destroy(&srv->watch_cond);
 		pthread_mutex_destroy(&srv->watch_lock);
 		free(srv);
@@ -654,15 +706,14 @@ void http_server_stop(struct http_server *srv)
 		pthread_mutex_unlock(&srv->watch_lock);
 		pthread_join(srv->sweeper, NULL);
 	}
-	/* No export and no pooled request may stay parked: libmicrohttpd
-	 * refuses to stop then. A pooled request arriving from here on is
+	/* No export and no request of a worker may stay parked:
+	 * libmicrohttpd refuses to stop then. One arriving from here on is
 	 * answered 503 at once. */
 	h_reports_stop();
 	work_stop(srv);
 	/* Every connection is closed here, and its watch entry freed. */
 	MHD_stop_daemon(srv->daemon);
-	pthread_cond_destroy(&srv->work_cond);
-	pthread_mutex_destroy(&srv->work_lock);
+	work_destroy(srv);
 	pthread_cond_destroy(&srv->watch_cond);
 	pthread_mutex_destroy(&srv->watch_lock);
 	free(srv);

@@ -53,7 +53,9 @@ static const struct opt opts[] = {
      .offset = offsetof(struct meter_config, log_level),
      .size = sizeof(((struct meter_config *)0)->log_level),
      .help = "debug, info, warn or error"},
-    INT_OPT("http_threads", http_threads, 1, 64, "HTTP worker threads"),
+    INT_OPT(
+	"http_threads", http_threads, 1, 64,
+	"HTTP threads (epoll): they read requests and answer; nothing on them waits on PostgreSQL"),
     INT_OPT("max_connections", max_connections, 1, 100000, "HTTP connection limit"),
     INT_OPT("per_ip_connections", per_ip_connections, 0, 100000,
 	    "HTTP connections from one address (0 = no limit)"),
@@ -110,7 +112,7 @@ void config_init(struct meter_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	snprintf(cfg->listen, sizeof(cfg->listen), "127.0.0.1:8080");
 	snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
-	cfg->http_threads = 8;
+	cfg->http_threads = 2;
 	cfg->max_connections = 1024;
 	cfg->per_ip_connections = 0;
 	cfg->connection_timeout_s = 30;

@@ -29,7 +29,7 @@ static void test_defaults(void)
 	config_init(&c);
 	CHECK_STR(c.listen, "127.0.0.1:8080");
 	CHECK_STR(c.database_url, "");
-	CHECK_I64(c.http_threads, 8);
+	CHECK_I64(c.http_threads, 2);
 }
 
 static void test_precedence(void)

@@ -34,10 +34,18 @@ static const char sql_read[] =
     " LEFT JOIN sandboxes sb ON sb.sandbox_id = c.sandbox_id"
     " LEFT JOIN api_keys k ON k.key_id = CASE WHEN c.op = 'create' THEN c.key_id"
     "  ELSE sb.key_id END"
-    /* LATERAL: so all three columns are the index condition. */
-    " LEFT JOIN LATERAL (SELECT x.*, x.xmin::text AS row_xmin FROM idempotency_keys x"
+    /* LATERAL: so all three columns are the index condition. A create's
+     * answer under the default key is on its sandbox row (sql/0017). */
+    " LEFT JOIN LATERAL (SELECT x.idempotency_key, x.request_sha256, x.status_code,"
+    "   x.response, x.xmin::text AS row_xmin FROM idempotency_keys x"
     "  WHERE x.account_id = k.account_id"
-    "  AND x.operation = c.op AND x.idempotency_key = c.idem LIMIT 1) ik ON true"
+    "  AND x.operation = c.op AND x.idempotency_key = c.idem"
+    "  AND NOT (c.op = 'create' AND c.idem = c.sandbox_id)"
+    "  UNION ALL"
+    "  SELECT sb.sandbox_id, sb.create_request_sha256, 200, sb.create_response,"
+    "   sb.xmin::text WHERE c.op = 'create' AND c.idem = c.sandbox_id"
+    "   AND sb.create_response IS NOT NULL AND sb.account_id = k.account_id"
+    "  LIMIT 1) ik ON true"
     " ORDER BY c.i";
 
 /* The price-book versions in force at some time in [$1, $2]. */
@@ -72,10 +80,10 @@ static const char sql_apply[] =
     " $7::text[], $8::text[], $9::text[], $10::text[],"
     " $11::text[], $12::text[], $13::text[], $14::text[], $15::integer[], $16::text[],"
     " $17::text[], $18::text[], $19::text[], $20::integer[], $21::bigint[], $22::bigint[],"
-    " $23::timestamptz[],"
-    " $24::text[], $25::text[], $26::timestamptz[],"
-    " $27::text[], $28::text[], $29::text[], $30::date[], $31::bigint[],"
-    " $32::timestamptz[])";
+    " $23::timestamptz[], $24::text[], $25::text[],"
+    " $26::text[], $27::text[], $28::timestamptz[],"
+    " $29::text[], $30::text[], $31::text[], $32::date[], $33::bigint[],"
+    " $34::timestamptz[])";
 
 /* A stored answer under a refused check's idempotency key that the batch
  * did not read (none was read, or another row version): raises MTR01. Run
@@ -84,9 +92,12 @@ static const char sql_apply[] =
 static const char sql_refused[] =
     "SELECT meter_checks_conflict('answer of a refused check')"
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(a, o, k, x)"
-    " JOIN idempotency_keys i ON i.account_id = v.a AND i.operation = v.o"
-    "  AND i.idempotency_key = v.k"
-    " WHERE v.x IS NULL OR i.xmin::text <> v.x";
+    " JOIN LATERAL (SELECT i.xmin::text AS xm FROM idempotency_keys i"
+    "   WHERE i.account_id = v.a AND i.operation = v.o AND i.idempotency_key = v.k"
+    "  UNION ALL"
+    "  SELECT s.xmin::text FROM sandboxes s WHERE v.o = 'create' AND s.sandbox_id = v.k"
+    "   AND s.account_id = v.a AND s.create_response IS NOT NULL) i ON true"
+    " WHERE v.x IS NULL OR i.xm <> v.x";
 
 /* A batch decided on the engine's figures (sql/0018): $1 the time, $2 the
  * price version assumed, then the expected ledger figures, the keys, the
@@ -102,10 +113,10 @@ static const char sql_fast[] =
     " $21::text[], $22::text[], $23::text[], $24::text[],"
     " $25::text[], $26::text[], $27::text[], $28::text[], $29::integer[], $30::text[],"
     " $31::text[], $32::text[], $33::text[], $34::integer[], $35::bigint[], $36::bigint[],"
-    " $37::timestamptz[],"
-    " $38::text[], $39::text[], $40::timestamptz[],"
-    " $41::text[], $42::text[], $43::text[], $44::date[], $45::bigint[],"
-    " $46::timestamptz[])";
+    " $37::timestamptz[], $38::text[], $39::text[],"
+    " $40::text[], $41::text[], $42::timestamptz[],"
+    " $43::text[], $44::text[], $45::text[], $46::date[], $47::bigint[],"
+    " $48::timestamptz[])";
 
 static const char sql_event[] = "SELECT known, recorded, state, " DB_USEC(
     "state_since") ", holds_settled, released_micros, tail_held_micros"

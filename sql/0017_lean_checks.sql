@@ -23,7 +23,11 @@
 --   * an id column that names another row is plain text: it can only hold
 --     an id that exists there, already checked by that row's domain. The
 --     ids a check brings (sandbox_id, idempotency_key) keep theirs;
---   * the stored answer is text, replayed byte for byte as first sent.
+--   * the stored answer is text, replayed byte for byte as first sent;
+--   * a create's answer under the default idempotency key (the sandbox id,
+--     unique already) is kept on the sandbox row it made instead of in a
+--     row and index of its own; idempotency_keys keeps the answers under
+--     other keys, and of wakes. check_answers shows them all as one.
 -- The foreign keys of samples, sandbox_meter, usage_hourly,
 -- key_day_ledger, lifecycle_events and api_keys are unchanged.
 
@@ -46,6 +50,30 @@ ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_account_id_fkey,
 	ALTER COLUMN response TYPE text USING response::text;
 -- Nothing reads the answers by age.
 DROP INDEX idempotency_keys_created_idx;
+
+ALTER TABLE sandboxes ADD COLUMN create_request_sha256 meter_sha256,
+	ADD COLUMN create_response text,
+	ADD CONSTRAINT sandboxes_create_answer
+		CHECK ((create_request_sha256 IS NULL) = (create_response IS NULL));
+COMMENT ON COLUMN sandboxes.create_response IS 'The first answer to its create under the default idempotency key (the sandbox id), replayed to retries; NULL when it was made under another key (idempotency_keys) or by metering.';
+UPDATE sandboxes s SET create_request_sha256 = i.request_sha256, create_response = i.response
+	FROM idempotency_keys i
+	WHERE i.account_id = s.account_id AND i.operation = 'create'
+	  AND i.idempotency_key = s.sandbox_id;
+DELETE FROM idempotency_keys i USING sandboxes s
+	WHERE i.account_id = s.account_id AND i.operation = 'create'
+	  AND i.idempotency_key = s.sandbox_id;
+
+-- Every stored first answer, wherever it is kept.
+CREATE VIEW check_answers AS
+	SELECT account_id, operation::text AS operation, idempotency_key::text AS idempotency_key,
+	       request_sha256, status_code, response, created_at
+	FROM idempotency_keys
+	UNION ALL
+	SELECT account_id, 'create', sandbox_id::text, create_request_sha256, 200, create_response,
+	       created_at
+	FROM sandboxes WHERE create_response IS NOT NULL;
+COMMENT ON VIEW check_answers IS 'Every first answer stored under an idempotency key: idempotency_keys, and creates under the default key on their sandbox row.';
 
 -- Raised for a row naming a key, account or sandbox that does not exist.
 CREATE FUNCTION meter_reference_missing(what text) RETURNS integer
@@ -172,15 +200,25 @@ CREATE TRIGGER api_keys_referred AFTER DELETE OR UPDATE OF account_id, key_id ON
 CREATE TRIGGER sandboxes_referred AFTER DELETE OR UPDATE OF account_id, sandbox_id ON sandboxes
 	FOR EACH ROW EXECUTE FUNCTION meter_referred();
 
--- As in 0011, with the answer stored as the text it was sent as.
-CREATE OR REPLACE FUNCTION meter_checks_apply(
+-- As in 0011, with the answer stored as the text it was sent as (c_sha and
+-- c_response: a create's under the default key, on its sandbox row; NULL
+-- when i_* has it), and the new rows inserted plainly: one another process
+-- inserted since the batch read is a unique violation (23505), which has
+-- the batch decided again as MTR01 did, without the cost of a speculative
+-- insertion per row.
+DROP FUNCTION meter_checks_apply(timestamptz, text[], text[], date[], bigint[], bigint[],
+				 text[], text[], text[], text[], text[], text[], text[], text[],
+				 integer[], text[], text[], text[], text[], integer[], bigint[],
+				 bigint[], timestamptz[], text[], text[], timestamptz[], text[],
+				 text[], text[], date[], bigint[], timestamptz[]);
+CREATE FUNCTION meter_checks_apply(
 	p_now timestamptz,
 	l_account text[], l_key text[], l_day date[], l_held bigint[], l_limit bigint[],
 	x_account text[], x_op text[], x_key text[], x_xmin text[],
 	i_account text[], i_op text[], i_key text[], i_sha text[], i_status integer[],
 	i_response text[],
 	c_account text[], c_sandbox text[], c_key text[], c_vcpus integer[], c_memory bigint[],
-	c_max_cost bigint[], c_lease_end timestamptz[],
+	c_max_cost bigint[], c_lease_end timestamptz[], c_sha text[], c_response text[],
 	w_account text[], w_sandbox text[], w_lease_end timestamptz[],
 	h_account text[], h_key text[], h_sandbox text[], h_day date[], h_amount bigint[],
 	h_lease_end timestamptz[])
@@ -213,25 +251,17 @@ BEGIN
 			SELECT v.a, v.o, v.k, decode(v.h, 'hex'), v.s, v.r, p_now
 			FROM unnest(i_account, i_op, i_key, i_sha, i_status, i_response)
 				AS v(a, o, k, h, s, r)
-			ORDER BY v.a, v.o, v.k
-		ON CONFLICT ON CONSTRAINT idempotency_keys_pkey DO NOTHING;
-		GET DIAGNOSTICS n = ROW_COUNT;
-		IF n <> cardinality(i_account) THEN
-			PERFORM meter_checks_conflict('idempotency key');
-		END IF;
+			ORDER BY v.a, v.o, v.k;
 	END IF;
 	IF cardinality(c_account) > 0 THEN
 		INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state,
-				       max_cost_micros, created_at, state_since, lease_ends_at)
-			SELECT v.a, v.s, v.k, v.c, v.m, 'running', v.x, p_now, p_now, v.e
+				       max_cost_micros, created_at, state_since, lease_ends_at,
+				       create_request_sha256, create_response)
+			SELECT v.a, v.s, v.k, v.c, v.m, 'running', v.x, p_now, p_now, v.e,
+			       decode(v.h, 'hex'), v.r
 			FROM unnest(c_account, c_sandbox, c_key, c_vcpus, c_memory, c_max_cost,
-				    c_lease_end) AS v(a, s, k, c, m, x, e)
-			ORDER BY v.s
-		ON CONFLICT DO NOTHING;
-		GET DIAGNOSTICS n = ROW_COUNT;
-		IF n <> cardinality(c_account) THEN
-			PERFORM meter_checks_conflict('sandbox');
-		END IF;
+				    c_lease_end, c_sha, c_response) AS v(a, s, k, c, m, x, e, h, r)
+			ORDER BY v.s;
 	END IF;
 	IF cardinality(w_account) > 0 THEN
 		UPDATE sandboxes s

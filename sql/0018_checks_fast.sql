@@ -40,7 +40,7 @@ CREATE FUNCTION meter_checks_fast(
 	i_account text[], i_op text[], i_key text[], i_sha text[], i_status integer[],
 	i_response text[],
 	c_account text[], c_sandbox text[], c_key text[], c_vcpus integer[], c_memory bigint[],
-	c_max_cost bigint[], c_lease_end timestamptz[],
+	c_max_cost bigint[], c_lease_end timestamptz[], c_sha text[], c_response text[],
 	w_account text[], w_sandbox text[], w_lease_end timestamptz[],
 	h_account text[], h_key text[], h_sandbox text[], h_day date[], h_amount bigint[],
 	h_lease_end timestamptz[])
@@ -64,9 +64,9 @@ BEGIN
 					   x_account, x_op, x_key, x_xmin,
 					   i_account, i_op, i_key, i_sha, i_status, i_response,
 					   c_account, c_sandbox, c_key, c_vcpus, c_memory,
-					   c_max_cost, c_lease_end, w_account, w_sandbox,
-					   w_lease_end, h_account, h_key, h_sandbox, h_day,
-					   h_amount, h_lease_end);
+					   c_max_cost, c_lease_end, c_sha, c_response,
+					   w_account, w_sandbox, w_lease_end, h_account, h_key,
+					   h_sandbox, h_day, h_amount, h_lease_end);
 		-- The batches in flight before this one on its rows, which it
 		-- was decided after: their ends (the row locks alone would let
 		-- this batch take a row first when its writes were quicker).
@@ -104,7 +104,10 @@ BEGIN
 		END IF;
 		IF EXISTS (SELECT 1 FROM unnest(r_account, r_op, r_key) AS v(a, o, k)
 			   JOIN idempotency_keys i ON i.account_id = v.a AND i.operation = v.o
-			    AND i.idempotency_key = v.k) THEN
+			    AND i.idempotency_key = v.k)
+		   OR EXISTS (SELECT 1 FROM unnest(r_account, r_op, r_key) AS v(a, o, k)
+			      JOIN sandboxes s ON s.sandbox_id = v.k AND s.account_id = v.a
+			      WHERE v.o = 'create' AND s.create_response IS NOT NULL) THEN
 			PERFORM meter_checks_conflict('answer of a refused check');
 		END IF;
 		UPDATE key_day_ledger l SET held_micros = v.h, limit_micros = v.m, updated_at = now()

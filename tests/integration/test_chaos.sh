@@ -271,7 +271,7 @@ digest() {
 	  UNION ALL SELECT format('h %s %s %s %s %s %s %s', account_id, key_id, sandbox_id, day,
 	    COALESCE(reserved_micros, amount_micros), consumed_micros, status) FROM holds
 	  UNION ALL SELECT format('i %s %s %s %s', account_id, operation, idempotency_key,
-	    status_code) FROM idempotency_keys
+	    status_code) FROM check_answers
 	  UNION ALL SELECT format('e %s %s %s', account_id, sandbox_id, type)
 	    FROM lifecycle_events) d"
 }

@@ -37,7 +37,7 @@ static void test_idempotency(struct apitest *t, const char *key)
 	apitest_resp_release(&r2);
 	apitest_resp_release(&r);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'idem-1'"), 1);
-	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = "
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM check_answers WHERE idempotency_key = "
 				 "'idem-1'"),
 		  1);
 
@@ -111,7 +111,7 @@ static void test_max_cost(struct apitest *t, const char *key)
 	apitest_resp_release(&r);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'mc-lt'"), 0);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'mc-lt'"), 0);
-	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = "
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM check_answers WHERE idempotency_key = "
 				 "'mc-lt'"),
 		  0);
 	CHECK_I64(cu_sql_int(db, "SELECT sum(held_micros) FROM key_day_ledger"), held + 20000);
@@ -160,7 +160,7 @@ static void test_limit(struct apitest *t, const char *acc)
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id IN ('lim-3', "
 				 "'lim-5')"),
 		  0);
-	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key IN "
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM check_answers WHERE idempotency_key IN "
 				 "('lim-3', 'lim-5')"),
 		  0);
 	/* Raise the limit: the same request is allowed now. */

@@ -125,7 +125,7 @@ static void test_exact_k(const char *acc)
 					     "SELECT (SELECT count(*) FROM holds WHERE sandbox_id ="
 					     " '%s') + (SELECT count(*) FROM sandboxes WHERE"
 					     " sandbox_id = '%s') + (SELECT count(*) FROM"
-					     " idempotency_keys WHERE idempotency_key = '%s')",
+					     " check_answers WHERE idempotency_key = '%s')",
 					     jobs[i].sandbox, jobs[i].sandbox, jobs[i].sandbox),
 				  0);
 		} else {
@@ -137,10 +137,10 @@ static void test_exact_k(const char *acc)
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key), K);
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM sandboxes WHERE key_id = '%s'", key),
 		  K);
-	CHECK_I64(cu_sql_int(
-		      t.db.conn,
-		      "SELECT count(*) FROM idempotency_keys WHERE idempotency_key LIKE 'race-%%'"),
-		  K);
+	CHECK_I64(
+	    cu_sql_int(t.db.conn,
+		       "SELECT count(*) FROM check_answers WHERE idempotency_key LIKE 'race-%%'"),
+	    K);
 	CHECK_I64(cu_sql_int(t.db.conn,
 			     "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'", key),
 		  (long long)K * LEASE_MICROS);
@@ -225,7 +225,7 @@ static void test_mixed(const char *acc)
 					     j->sandbox, j->sandbox),
 				  0);
 		CHECK_I64(cu_sql_int(t.db.conn,
-				     "SELECT count(*) FROM idempotency_keys WHERE idempotency_key"
+				     "SELECT count(*) FROM check_answers WHERE idempotency_key"
 				     " IN ('%s', '%s')",
 				     j->sandbox, j->idem[0] ? j->idem : "-"),
 			  j->op == OP_CREATE ? 0 : 1 /* the pre-created sandbox's create row */);
@@ -310,7 +310,7 @@ static void test_stale_wake_race(const char *acc)
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE sandbox_id = 'stale-1'"),
 		  3);
 	CHECK_I64(cu_sql_int(t.db.conn,
-			     "SELECT count(*) FROM idempotency_keys WHERE operation = 'wake'"
+			     "SELECT count(*) FROM check_answers WHERE operation = 'wake'"
 			     " AND idempotency_key = 'stale-1'"),
 		  1);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);

@@ -27,7 +27,7 @@
 #define DEADLINE_SLACK_MS 2000 /* beyond the statement timeout */
 #define TZ_CACHE	  64
 #define SWEEP_INTERVAL_MS 1000
-#define SWEEP_MAX	  1000
+#define SWEEP_MAX	  500 /* holds a sweep settles at once: it holds their ledger rows meanwhile */
 #define FAST_ATTEMPTS	  2 /* a fast batch decided again on the figures it met */
 #define PIPELINE_MAX	  2 /* fast batches in flight on one connection */
 /* Price-book versions read for this long ahead of a batch, so that the

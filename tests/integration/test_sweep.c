@@ -1,0 +1,227 @@
+/* Integration: the lease-end sweep settles many holds of one key-day as a
+ * set, a bounded number per call, exactly as the per-hold settlement of a
+ * lifecycle event at the lease end does.
+ *
+ * Two databases get the same fixture: one key (Europe/Paris) with 3,000
+ * holds on one day whose leases ended a minute ago (the sandboxes still
+ * running on them), a third of them metered past their end (closed at
+ * once), a third metered half-way (the rest kept for the tail), a third
+ * never metered (kept whole), and leases crossing the key's midnight (two
+ * parts). In one, meter_holds_expire(now, 500) is called until it settles
+ * nothing; in the other, every such hold goes through meter_hold_settle at
+ * its lease end, one by one, as sql/0015 did it. Every hold, the ledger
+ * and lease_watch must come out the same, each call must take at most 500
+ * holds, and held must equal the open holds' remainders throughout. The
+ * tail sweep (meter_holds_settle) then closes the kept holds of metered
+ * sandboxes in both, 500 at most a call. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "migrate.h"
+#include "testdb.h"
+
+#define HOLDS 3000
+#define MAX   500
+#define NOW   "timestamptz '2026-11-30 23:30:00+00'" /* the sweeps' time */
+
+static const char fixture[] =
+    "INSERT INTO accounts (account_id, name) VALUES ('acc', 'Sweep');"
+    "INSERT INTO api_keys (account_id, key_id, secret_hash, role, daily_limit_micros, time_zone)"
+    " VALUES ('acc', 'key', decode(repeat('ab', 32), 'hex'), 'full', NULL, 'Europe/Paris');"
+    /* Leases of 10 minutes that ended before the sweep's time (NOW,
+     * below); every tenth one crosses the key's midnight 2026-11-30/12-01
+     * (Paris, 23:00 UTC). */
+    "CREATE TEMP TABLE fx AS SELECT g,"
+    "  CASE WHEN g % 10 = 0 THEN timestamptz '2026-11-30 22:55:00+00'"
+    "       ELSE timestamptz '2026-11-30 23:15:00+00' + g % 60 * interval '1 s' END"
+    "   AS starts,"
+    "  CASE WHEN g % 10 = 0 THEN timestamptz '2026-11-30 23:05:00+00'"
+    "       ELSE timestamptz '2026-11-30 23:25:00+00' + g % 60 * interval '1 s' END AS ends"
+    "  FROM generate_series(1, 3000) g;"
+    "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state,"
+    "  created_at, state_since, lease_ends_at)"
+    " SELECT 'acc', 's' || g, 'key', 2, 4096, 'running', starts, starts, ends FROM fx;"
+    /* Metered past the end, half-way, or never. */
+    "INSERT INTO sandbox_meter (account_id, sandbox_id, last_sampled_at, last_state,"
+    "  last_cpu_usec, last_memory_mib, last_storage_mib, last_vcpus, price_version)"
+    " SELECT 'acc', 's' || g, CASE WHEN g % 3 = 0 THEN ends + interval '5 s'"
+    "  ELSE starts + (ends - starts) / 2 END, 'running', 0, 4096, 0, 2, 1"
+    " FROM fx WHERE g % 3 <> 2;"
+    /* One hold per day part, each the part's worst case as a check holds
+     * it (2 vCPU + 4 GiB: 20,000 micros per 900 s); some consumed. */
+    "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, consumed_micros,"
+    "  lease_starts_at, lease_ends_at, created_at)"
+    " SELECT 'acc', 'key', 's' || g, meter_key_day('Europe/Paris', p.s),"
+    "  ceil(20000 * extract(epoch FROM p.e - p.s) / 900)::bigint,"
+    "  CASE WHEN g % 7 = 0 THEN 100 ELSE 0 END, starts, ends, starts"
+    " FROM fx, LATERAL (SELECT starts AS s, LEAST(ends,"
+    "   meter_day_start('Europe/Paris', meter_key_day('Europe/Paris', starts) + 1)) AS e"
+    "  UNION ALL SELECT meter_day_start('Europe/Paris',"
+    "   meter_key_day('Europe/Paris', starts) + 1), ends"
+    "  WHERE meter_key_day('Europe/Paris', ends - interval '1 us')"
+    "    > meter_key_day('Europe/Paris', starts)) p;"
+    "INSERT INTO key_day_ledger (account_id, key_id, day, held_micros)"
+    " SELECT account_id, key_id, day, sum(amount_micros - consumed_micros)"
+    " FROM holds GROUP BY 1, 2, 3;";
+
+/* Every hold, the ledger rows and lease_watch, as text to compare. */
+static const char state_sql[] =
+    "SELECT md5(string_agg(x, '|' ORDER BY x)) || ' ' || count(*) FROM ("
+    " SELECT format('h %s %s %s %s %s %s %s %s', hold_id, sandbox_id, day, amount_micros,"
+    "  consumed_micros, status, settles_at, reserved_micros) AS x FROM holds"
+    " UNION ALL SELECT format('l %s %s %s', key_id, day, held_micros) FROM key_day_ledger"
+    " UNION ALL SELECT format('w %s %s %s %s', sandbox_id, lease_ends_at, hold_id, day)"
+    "  FROM lease_watch) d";
+
+/* held = the open holds' remainders, on every key-day. */
+static const char invariant_sql[] =
+    "SELECT count(*) FROM key_day_ledger l WHERE l.held_micros <> (SELECT"
+    " COALESCE(sum(GREATEST(h.amount_micros - h.consumed_micros, 0)), 0) FROM holds h"
+    " WHERE h.account_id = l.account_id AND h.key_id = l.key_id AND h.day = l.day"
+    " AND h.status = 'open')";
+
+static long long sql_int(PGconn *conn, const char *sql)
+{
+	PGresult *res = PQexec(conn, sql);
+	long long v = -1;
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+	    !PQgetisnull(res, 0, 0))
+		v = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	else
+		fprintf(stderr, "%s: %s\n", sql, PQresultErrorMessage(res));
+	PQclear(res);
+	return v;
+}
+
+static void sql_text(PGconn *conn, const char *sql, char *out, size_t len)
+{
+	PGresult *res = PQexec(conn, sql);
+
+	out[0] = '\0';
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+	else
+		fprintf(stderr, "%s: %s\n", sql, PQresultErrorMessage(res));
+	PQclear(res);
+}
+
+static int setup(struct testdb *db, const char *tag)
+{
+	char err[512] = "";
+	int applied = 0;
+
+	if (testdb_create(db, tag) != 0)
+		return -1;
+	if (migrate_apply(db->conn, &applied, err, sizeof(err)) != METER_OK) {
+		fprintf(stderr, "migrate: %s\n", err);
+		return -1;
+	}
+	if (strcmp(testdb_exec_state(db->conn, fixture), "00000") != 0) {
+		fprintf(stderr, "fixture: %s\n", PQerrorMessage(db->conn));
+		return -1;
+	}
+	return 0;
+}
+
+int main(void)
+{
+	struct testdb set = {0}, one = {0};
+	char a[128], b[128];
+	long long n, total = 0, most = 0, calls = 0, kept, open_before;
+
+	if (setup(&set, "sweepset") != 0 || setup(&one, "sweepone") != 0) {
+		CHECK(0);
+		return check_done();
+	}
+	open_before = sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'open'");
+	CHECK(open_before > HOLDS); /* the day parts */
+	sql_text(set.conn, state_sql, a, sizeof(a));
+	sql_text(one.conn, state_sql, b, sizeof(b));
+	CHECK_STR(a, b);
+
+	/* The set: bounded calls until nothing is due. */
+	do {
+		n = sql_int(set.conn, "SELECT meter_holds_expire(" NOW ", 500)");
+		CHECK(n >= 0 && n <= MAX);
+		if (n > most)
+			most = n;
+		total += n > 0 ? n : 0;
+		calls++;
+		CHECK_I64(sql_int(set.conn, invariant_sql), 0);
+	} while (n > 0 && calls < 100);
+	CHECK_I64(total, open_before);
+	CHECK_I64(most, MAX);
+	CHECK(calls >= open_before / MAX);
+
+	/* One by one, as an event at each lease end, and noted as 0015 did. */
+	CHECK_STR(testdb_exec_state(
+		      one.conn,
+		      "DO $$ DECLARE h record; BEGIN"
+		      " FOR h IN SELECT * FROM holds WHERE status = 'open' AND settles_at IS NULL"
+		      "  AND lease_ends_at <= " NOW " ORDER BY key_id, day, hold_id LOOP"
+		      "  IF (meter_hold_settle(h.account_id, h.hold_id, h.lease_ends_at,"
+		      "   'released')).released IS NOT NULL THEN"
+		      "   INSERT INTO lease_watch AS w (account_id, sandbox_id, lease_ends_at,"
+		      "    hold_id, day) SELECT s.account_id, s.sandbox_id, h.lease_ends_at,"
+		      "    h.hold_id, h.day FROM sandboxes s WHERE s.account_id = h.account_id"
+		      "    AND s.sandbox_id = h.sandbox_id AND s.state = 'running'"
+		      "    AND s.lease_ends_at = h.lease_ends_at"
+		      "   ON CONFLICT ON CONSTRAINT lease_watch_pkey DO UPDATE"
+		      "    SET hold_id = EXCLUDED.hold_id, day = EXCLUDED.day"
+		      "    WHERE EXCLUDED.day > w.day;"
+		      "  END IF; END LOOP; END $$"),
+		  "00000");
+	CHECK_I64(sql_int(one.conn, invariant_sql), 0);
+	/* settled_at is now() of each transaction: compared apart. */
+	sql_text(set.conn, state_sql, a, sizeof(a));
+	sql_text(one.conn, state_sql, b, sizeof(b));
+	CHECK_STR(a, b);
+	CHECK_I64(sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'released'"
+				    " AND settled_at IS NOT NULL"),
+		  sql_int(one.conn, "SELECT count(*) FROM holds WHERE status = 'released'"));
+	/* The three kinds all happened. */
+	kept = sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'open'"
+				 " AND settles_at IS NOT NULL");
+	CHECK(kept > HOLDS / 2);
+	CHECK(sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'released'") >
+	      HOLDS / 4);
+	CHECK(sql_int(set.conn, "SELECT count(*) FROM lease_watch") >= HOLDS);
+
+	/* The tail sweep: metered sandboxes' kept holds close once metering
+	 * passes their end; the never metered ones wait for the grace. */
+	CHECK_STR(testdb_exec_state(set.conn, "UPDATE sandbox_meter SET last_sampled_at = " NOW),
+		  "00000");
+	CHECK_STR(testdb_exec_state(one.conn, "UPDATE sandbox_meter SET last_sampled_at = " NOW),
+		  "00000");
+	total = 0;
+	calls = 0;
+	do {
+		n = sql_int(set.conn, "SELECT meter_holds_settle(" NOW ", 3600, 500)");
+		CHECK(n >= 0 && n <= MAX);
+		total += n > 0 ? n : 0;
+		calls++;
+		CHECK_I64(sql_int(set.conn, invariant_sql), 0);
+	} while (n > 0 && calls < 100);
+	CHECK(total > MAX);
+	CHECK_STR(testdb_exec_state(
+		      one.conn, "DO $$ DECLARE h record; BEGIN"
+				" FOR h IN SELECT * FROM holds WHERE status = 'open'"
+				"  AND settles_at IS NOT NULL AND meter_tail_done(account_id,"
+				"  sandbox_id, settles_at, " NOW ", 3600) ORDER BY hold_id LOOP"
+				"  PERFORM meter_hold_close(h.account_id, h.hold_id, 'settled');"
+				" END LOOP; END $$"),
+		  "00000");
+	sql_text(set.conn, state_sql, a, sizeof(a));
+	sql_text(one.conn, state_sql, b, sizeof(b));
+	CHECK_STR(a, b);
+	CHECK_I64(total, sql_int(one.conn, "SELECT count(*) FROM holds WHERE status = 'settled'"));
+	/* The never metered keep their whole remainder, as held. */
+	CHECK(sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'open'") > 0);
+
+	testdb_drop(&set);
+	testdb_drop(&one);
+	return check_done();
+}

@@ -565,8 +565,8 @@ static void batch_decide(struct batch *b)
 	for (size_t i = 0; i < b->n; i++) {
 		struct item *it = b->items[i];
 		const struct db_check_read *r = &b->rd[i];
-		struct ledger_day *days[LEDGER_PARTS_MAX];
-		int64_t amounts[LEDGER_PARTS_MAX];
+		struct ledger_day *days[LEDGER_PARTS_MAX] = {NULL};
+		int64_t amounts[LEDGER_PARTS_MAX] = {0};
 		const struct item *same;
 		int failed = 0;
 
@@ -596,11 +596,12 @@ static void batch_decide(struct batch *b)
 				  json_pack("{s:s}", "sandbox_id", it->rq.sandbox_id));
 			continue;
 		}
-		for (int p = 0; p < it->nparts; p++) {
+		const int nparts = it->nparts;
+		for (int p = 0; p < nparts; p++) {
 			days[p] = &b->rows[it->row[p]].state;
 			amounts[p] = it->parts[p].micros;
 		}
-		if (!ledger_place(days, amounts, it->nparts, &failed)) {
+		if (!ledger_place(days, amounts, nparts, &failed)) {
 			const struct ledger_day *d = days[failed];
 			set_error(it, 402, "spending_limit_reached",
 				  "the key's daily spending limit would be exceeded",
@@ -625,7 +626,7 @@ static void batch_decide(struct batch *b)
 		set_answer(it, 200, allowed_body(b, it, r));
 		if (it->status != 200) {
 			/* Could not build the answer: undo, answer 503. */
-			for (int p = 0; p < it->nparts; p++)
+			for (int p = 0; p < nparts; p++)
 				days[p]->held_micros -= amounts[p];
 			it->allowed = false;
 			set_unavailable(it, "out of memory");
@@ -926,7 +927,7 @@ static struct flight *flight_new(struct item **items, size_t n)
 	if (!f)
 		return NULL;
 	f->n = n;
-	f->items = calloc(n, sizeof(*f->items));
+	f->items = calloc(n, sizeof(struct item *));
 	f->b.rd = calloc(n, sizeof(*f->b.rd));
 	f->b.rows = calloc(nrows_max, sizeof(*f->b.rows));
 	f->x.expect = calloc(nrows_max, sizeof(*f->x.expect));
@@ -942,7 +943,7 @@ static struct flight *flight_new(struct item **items, size_t n)
 		flight_free(f);
 		return NULL;
 	}
-	memcpy(f->items, items, n * sizeof(*items));
+	memcpy(f->items, items, n * sizeof(struct item *));
 	f->b.items = f->items;
 	f->b.n = n;
 	return f;
@@ -1189,7 +1190,7 @@ static void batcher_broken(struct batcher *bt, struct batcher_work *w)
 static void flight_to_classic(struct batcher_work *w, struct flight *f)
 {
 	batch_reset(&f->b);
-	memcpy(w->classic + w->nclassic, f->items, f->n * sizeof(*f->items));
+	memcpy(w->classic + w->nclassic, f->items, f->n * sizeof(struct item *));
 	w->nclassic += f->n;
 	flight_free(f);
 }
@@ -1223,7 +1224,7 @@ static void batcher_land(struct batcher *bt, struct batcher_work *w)
 {
 	struct flight *f = w->flights[0];
 
-	memmove(w->flights, w->flights + 1, (size_t)(w->nflights - 1) * sizeof(*w->flights));
+	memmove(w->flights, w->flights + 1, (size_t)(w->nflights - 1) * sizeof(struct flight *));
 	w->nflights--;
 	switch (flight_land(bt, f)) {
 	case LAND_DONE:
@@ -1264,7 +1265,7 @@ static void *batcher_main(void *arg)
 	struct batcher *bt = arg;
 	struct checks_engine *e = bt->e;
 	size_t cap = (size_t)e->opt.batch_max;
-	struct item **items = calloc(cap, sizeof(*items));
+	struct item **items = calloc(cap, sizeof(struct item *));
 	struct batcher_work w = {.classic =
 				     calloc(cap * (2 * PIPELINE_MAX + 1), sizeof(struct item *))};
 
@@ -1333,7 +1334,7 @@ static void *batcher_main(void *arg)
 			if (f) {
 				batcher_launch(bt, &w, f);
 			} else {
-				memcpy(w.classic + w.nclassic, items, nf * sizeof(*items));
+				memcpy(w.classic + w.nclassic, items, nf * sizeof(struct item *));
 				w.nclassic += nf;
 			}
 		}

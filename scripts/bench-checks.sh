@@ -12,7 +12,10 @@
 #   (e) pgbench, 1 client: per transaction, lock a ledger row, insert 16 lean
 #       check rows (a primary key and nothing else), update the row, commit.
 # Durable throughout: fsync on, synchronous_commit on (PostgreSQL defaults,
-# and the engine sets it on its connection). A Release build into
+# and the engine sets it on its connection). Each run starts right after a
+# CHECKPOINT, so that none of them pays for the writes of the one before it
+# (the full-page images a checkpoint in the middle of a run makes every
+# first change of a page write to the WAL). A Release build into
 # build-bench/ and a PostgreSQL cluster of its own, removed at the end.
 #   scripts/bench-checks.sh [SECONDS]
 set -euo pipefail
@@ -83,7 +86,9 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 
+checkpoint() { psql "$url" -qAt -c CHECKPOINT; }
 run_wrk() {
+	checkpoint
 	METER_BENCH_TOKEN=$token wrk -t2 -c"$conns" -d"${secs}s" --latency \
 		-s "$root/scripts/bench/checks.lua" "http://127.0.0.1:$port" -- "$1" |
 		grep '^RESULT'
@@ -101,6 +106,7 @@ cat >"$work/naive.sql" <<'SQL'
 UPDATE naive_ledger SET held = held + 1000
 	WHERE key_id = 'hot' AND spent + held + 1000 <= lim;
 SQL
+checkpoint
 (cd "$work" && PGPASSWORD=$(cat "$METER_PG_DIR/password") "$pgbin/pgbench" -n -h 127.0.0.1 \
 	-p "$METER_PG_PORT" -U meter -c "$conns" -j 2 -T "$secs" -f "$work/naive.sql" -l \
 	--log-prefix="$work/pgb" meter >"$work/pgbench.out" 2>&1) ||
@@ -125,6 +131,7 @@ INSERT INTO lean_checks
 UPDATE naive_ledger SET held = held + 16000 WHERE key_id = 'hot';
 COMMIT;
 SQL
+checkpoint
 (cd "$work" && PGPASSWORD=$(cat "$METER_PG_DIR/password") "$pgbin/pgbench" -n -h 127.0.0.1 \
 	-p "$METER_PG_PORT" -U meter -c 1 -j 1 -T "$secs" -f "$work/lean.sql" meter \
 	>"$work/lean.out" 2>&1) || { cat "$work/lean.out" >&2; exit 1; }

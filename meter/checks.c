@@ -20,6 +20,7 @@
 #include "db_checks.h"
 #include "ledger.h"
 #include "log.h"
+#include "metrics.h"
 
 #define BACKOFF_MIN_MS	  100
 #define BACKOFF_MAX_MS	  5000
@@ -30,6 +31,7 @@
 #define SWEEP_MAX	  500 /* holds a sweep settles at once: it holds their ledger rows meanwhile */
 #define FAST_ATTEMPTS	  2 /* a fast batch decided again on the figures it met */
 #define PIPELINE_MAX	  2 /* fast batches in flight on one connection */
+#define CHECK_BATCHES	  "meter_check_batches_total" /* counter, by path */
 /* Price-book versions read for this long ahead of a batch, so that the
  * engine knows them for any lease it may decide later. */
 #define PRICES_AHEAD_USEC ((CHECKS_LEASE_SECONDS_MAX + INT64_C(3600)) * 1000000)
@@ -1008,9 +1010,12 @@ static enum landing flight_land(struct batcher *bt, struct flight *f)
 	rc = db_checks_fast_recv(bt->conn, f->b.nrows, f->x.differ, &ndiffer, f->x.differ_day,
 				 f->x.differ_ids, f->deadline_ms, sqlstate);
 	flight_release(e, f, rc == METER_OK && ndiffer == 0);
-	if (rc == METER_OK && ndiffer == 0)
+	if (rc == METER_OK && ndiffer == 0) {
+		metrics_counter_add(CHECK_BATCHES, "path=\"fast\"", 1);
 		return LAND_DONE;
+	}
 	if (rc == METER_OK) {
+		metrics_counter_add(CHECK_BATCHES, "path=\"fast_differed\"", 1);
 		/* Other figures than expected: nothing written. */
 		for (size_t j = 0; j < ndiffer; j++) {
 			const struct db_ledger_row *d = &f->x.differ[j];
@@ -1357,6 +1362,7 @@ static void *batcher_main(void *arg)
 			if (bt->conn && !db_checks_fast_idle(bt->conn))
 				conn_drop(bt);
 			batch_run(bt, w.classic, w.nclassic);
+			metrics_counter_add(CHECK_BATCHES, "path=\"classic\"", 1);
 			log_debug("checks: classic batch of %zu decided in %lld ms", w.nclassic,
 				  (long long)(clock_mono_ms() - t0));
 			finish_all(w.classic, w.nclassic);
@@ -1449,6 +1455,11 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 
 	if (!e)
 		return METER_ENOMEM;
+	metrics_describe(
+	    CHECK_BATCHES, METRICS_COUNTER,
+	    "Check batches, by path: fast (decided on what the engine knew, one round"
+	    " trip, committed), fast_differed (a ledger row was not as expected: nothing"
+	    " written, decided again), classic (read, lock, decide, write).");
 	e->opt = *opt;
 	if (e->opt.batch_max < 1)
 		e->opt.batch_max = CHECKS_BATCH_MAX_DEFAULT;

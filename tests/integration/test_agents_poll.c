@@ -53,11 +53,14 @@ static int64_t real_usec(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* Sleeps ms milliseconds (none when ms <= 0). */
 static void sleep_ms(int64_t ms)
 {
 	struct timespec ts = {.tv_sec = (time_t)(ms / 1000),
 			      .tv_nsec = (long)(ms % 1000) * 1000000};
 
+	if (ms <= 0)
+		return;
 	while (nanosleep(&ts, &ts) != 0)
 		;
 }
@@ -231,7 +234,7 @@ static void test_round_failures(void)
 	struct agent_round_stats st;
 	struct sample_batch *batches = NULL;
 	size_t nb = 0;
-	int64_t t0, elapsed;
+	int64_t t0, t1, elapsed;
 	int dead;
 
 	for (int i = 0; i < NA; i++) {
@@ -306,7 +309,9 @@ static void test_round_failures(void)
 	 * host is polled again and the slow host's document comes through. */
 	atomic_store(&agents[A_SLOW].slow, 0);
 	sleep_ms(1100);
+	t0 = mono_ms(); /* no host of round 3 fails before this */
 	CHECK(agent_poller_round(p, &batches, &nb, &st) == METER_OK);
+	t1 = mono_ms(); /* nor after this */
 	CHECK_I64(st.polled, NA + 1);
 	CHECK_I64(st.ok, 3);
 	CHECK_I64(st.failed, NA + 1 - 3);
@@ -323,10 +328,14 @@ static void test_round_failures(void)
 	CHECK_I64(st.polled, 3);
 	CHECK_I64(st.ok, 3);
 	CHECK_I64(st.skipped, NA + 1 - 3);
-	sleep_ms(500);
+	/* Still waiting: at least 1 s from each host's failure in round 3,
+	 * which came no sooner than round 3's start (a round lasts as long as
+	 * its slowest host, so a fixed sleep after round 4 could pass that). */
+	sleep_ms(t0 + 700 - mono_ms());
 	CHECK(agent_poller_round(p, &batches, &nb, &st) == METER_OK);
-	CHECK_I64(st.skipped, NA + 1 - 3); /* still waiting: at least 1 s */
-	sleep_ms(1600);
+	CHECK_I64(st.skipped, NA + 1 - 3);
+	/* Due: at most 2 s from each failure, all in by round 3's end. */
+	sleep_ms(t1 + 2100 - mono_ms());
 	CHECK(agent_poller_round(p, &batches, &nb, &st) == METER_OK);
 	CHECK_I64(st.polled, NA + 1);
 	CHECK_I64(find_batch(batches, nb, "slow"), 4);

@@ -234,6 +234,19 @@ static void copy_state(const PGresult *res, char *sqlstate)
 		memcpy(sqlstate, st, 6);
 }
 
+/* A statement's result that is not a success: records its SQLSTATE (the
+ * first one met) and logs it when it has none; a statement skipped after
+ * an earlier failure of its pipeline (PGRES_PIPELINE_ABORTED) adds
+ * nothing. */
+static void statement_failed(const PGresult *r, char *sqlstate)
+{
+	if (PQresultStatus(r) == PGRES_PIPELINE_ABORTED)
+		return;
+	copy_state(r, sqlstate);
+	if (!sqlstate || sqlstate[0] == '\0')
+		log_warn("checks: statement failed: %s", PQresultErrorMessage(r));
+}
+
 /* Sends qs[0..nq) in one pipeline with one sync and collects one result per
  * statement into res (caller PQclear()s each; NULL where none). METER_EDB
  * when a statement failed (sqlstate gets the first SQLSTATE) or the
@@ -277,19 +290,9 @@ static enum meter_rc pipe_run(PGconn *conn, const struct pipe_q *qs, int nq, PGr
 			goto out;
 		}
 		res[i] = r;
-		switch (PQresultStatus(r)) {
-		case PGRES_COMMAND_OK:
-		case PGRES_TUPLES_OK:
-			break;
-		case PGRES_PIPELINE_ABORTED:
+		if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+			statement_failed(r, sqlstate);
 			rc = METER_EDB;
-			break;
-		default:
-			copy_state(r, sqlstate);
-			if (!sqlstate || sqlstate[0] == '\0')
-				log_warn("checks: statement failed: %s", PQresultErrorMessage(r));
-			rc = METER_EDB;
-			break;
 		}
 		/* The NULL that ends this statement's results. */
 		rc = wait_ready(conn, deadline_ms) == METER_OK ? rc : METER_EIO;
@@ -737,22 +740,12 @@ enum meter_rc db_checks_fast_recv(PGconn *conn, size_t nexpect, struct db_ledger
 			PQclear(r);
 			break;
 		}
-		switch (PQresultStatus(r)) {
-		case PGRES_TUPLES_OK:
-			if (!res) {
-				res = r;
-				r = NULL;
-			}
-			break;
-		case PGRES_PIPELINE_ABORTED:
+		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+			statement_failed(r, sqlstate);
 			rc = METER_EDB;
-			break;
-		default:
-			copy_state(r, sqlstate);
-			if (!sqlstate || sqlstate[0] == '\0')
-				log_warn("checks: statement failed: %s", PQresultErrorMessage(r));
-			rc = METER_EDB;
-			break;
+		} else if (!res) {
+			res = r;
+			r = NULL;
 		}
 		PQclear(r);
 	}

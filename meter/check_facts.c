@@ -6,6 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "hash.h"
+
 #define ROW_WAYS 4 /* a row lives in one of this many slots of its set */
 
 struct key_slot {
@@ -41,21 +43,16 @@ struct check_facts {
 	int64_t prices_read_usec, prices_until_usec;
 };
 
-/* FNV-1a over the strings, each with its terminator. */
+/* FNV-1a over the strings, each with its terminator (which parts it from
+ * the next). */
 static uint64_t hash_of(const char *a, const char *b, const char *c)
 {
 	const char *parts[3] = {a, b, c};
-	uint64_t h = 1469598103934665603u;
+	uint64_t h = HASH_START;
 
-	for (int i = 0; i < 3; i++) {
-		if (!parts[i])
-			continue;
-		for (const char *p = parts[i];; p++) {
-			h = (h ^ (unsigned char)*p) * 1099511628211u;
-			if (!*p)
-				break;
-		}
-	}
+	for (int i = 0; i < 3; i++)
+		if (parts[i])
+			h = hash_byte(hash_str(h, parts[i]), 0);
 	return h;
 }
 

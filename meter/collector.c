@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "dbpool.h"
+#include "hash.h"
 #include "ingest.h"
 #include "log.h"
 #include "metrics.h"
@@ -334,11 +335,7 @@ static void *ingest_part_main(void *arg)
 
 static uint64_t str_hash(const char *s)
 {
-	uint64_t h = 14695981039346656037ULL; /* FNV-1a */
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-	return h;
+	return hash_str(HASH_START, s);
 }
 
 /* Part of each batch of l (by host, mod n) into part[], and whether some

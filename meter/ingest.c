@@ -36,6 +36,7 @@
 
 #include "clock.h"
 #include "dbpool.h"
+#include "hash.h"
 #include "log.h"
 #include "metrics.h"
 #include "parse.h"
@@ -979,11 +980,7 @@ static enum meter_rc ing_ts(const PGresult *res, int row, int col, int64_t *usec
 
 static uint64_t ing_hash(const char *s)
 {
-	uint64_t h = 1469598103934665603ULL;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-	return h;
+	return hash_str(HASH_START, s);
 }
 
 /* Index of sandbox id in c->sbx, or -1. */

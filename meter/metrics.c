@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
 #include "log.h"
 
 #define METRICS_NAME_MAX     100
@@ -60,14 +61,7 @@ static bool metrics_name_ok(const char *name)
 /* FNV-1a over name, a separator and labels. */
 static uint64_t metrics_hash(const char *name, const char *labels)
 {
-	uint64_t h = 1469598103934665603ULL;
-
-	for (const char *p = name; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-	h = (h ^ 0xffu) * 1099511628211ULL;
-	for (const char *p = labels; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-	return h;
+	return hash_str(hash_byte(hash_str(HASH_START, name), 0xff), labels);
 }
 
 /* Inserts s into a table of capacity cap (no duplicates, room guaranteed). */

@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hash.h"
 #include "log.h"
 #include "parse.h"
 
@@ -45,14 +46,7 @@ static size_t cg_nlogged;
 
 static uint64_t cg_hash(const char *a, const char *b)
 {
-	uint64_t h = 1469598103934665603u;
-
-	for (; *a; a++)
-		h = (h ^ (unsigned char)*a) * 1099511628211u;
-	h = (h ^ 0xff) * 1099511628211u;
-	for (; *b; b++)
-		h = (h ^ (unsigned char)*b) * 1099511628211u;
-	return h | 1;
+	return hash_str(hash_byte(hash_str(HASH_START, a), 0xff), b) | 1;
 }
 
 /* True the first time (name, reason) is seen. */

@@ -17,6 +17,7 @@
 #define CHECK_VIOLATION "23514"
 
 #define HASH_AB "decode(repeat('ab', 32), 'hex')"
+#define HEX_AB	"abababababababababababababababababababababababababababababababab"
 
 #define INS_ACCOUNT "INSERT INTO accounts (account_id, name) VALUES "
 #define INS_KEY                                                                                    \
@@ -47,6 +48,23 @@
 	"INSERT INTO idempotency_keys (account_id, operation, idempotency_key, request_sha256,"    \
 	" status_code, response) VALUES "
 #define INS_EVENT "INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES "
+/* A check batch's write (meter_checks_apply) of the idempotency answers I,
+ * created sandboxes C, woken sandboxes W and holds H given as array
+ * literals; no ledger rows, no answers replaced. */
+#define APPLY(I, C, W, H)                                                                          \
+	"SELECT meter_checks_apply('2026-11-30T01:00:00Z', '{}', '{}', '{}', '{}', '{}',"          \
+	" '{}', '{}', '{}', '{}', " I ", " C ", " W ", " H ")"
+#define APPLY_NO_I "'{}', '{}', '{}', '{}', '{}', '{}'"
+#define APPLY_NO_C "'{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}'"
+#define APPLY_NO_W "'{}', '{}', '{}'"
+#define APPLY_NO_H "'{}', '{}', '{}', '{}', '{}', '{}'"
+/* One created sandbox (account, sandbox, key) of 1 vCPU / 512 MiB. */
+#define APPLY_C(A, S, K)                                                                           \
+	"'{" A "}', '{" S "}', '{" K "}', '{1}', '{512}', '{NULL}', '{2026-11-30T01:15:00Z}',"     \
+	" '{" HEX_AB "}', '{\"{}\"}'"
+/* One hold (account, key, sandbox) of 100 µ$ on 2026-11-30. */
+#define APPLY_H(A, K, S)                                                                           \
+	"'{" A "}', '{" K "}', '{" S "}', '{2026-11-30}', '{100}', '{2026-11-30T01:15:00Z}'"
 #define INS_PRICE                                                                                  \
 	"INSERT INTO price_book (effective_from, cpu_micros_per_vcpu_hour,"                        \
 	" memory_micros_per_gib_hour, storage_micros_per_gib_hour, floor_millicores) VALUES "
@@ -248,6 +266,29 @@ static const struct sql_case cases[] = {
 			   " '2026-11-30T01:00:00Z', '2026-11-30T01:15:00Z', NULL)"},
     {FOREIGN_KEY, INS_HOLD "('acct_1', 'key_1', 'sbx_nope', '2026-11-30', 100, 0, 'open',"
 			   " '2026-11-30T01:00:00Z', '2026-11-30T01:15:00Z', NULL)"},
+    /* A check batch checks the references of its rows itself (the
+     * triggers pass over its inserts): each key of its account, each hold
+     * of a sandbox the batch creates or wakes, each answer's account. */
+    {FOREIGN_KEY, APPLY(APPLY_NO_I, APPLY_C("acct_1", "sbx_9", "key_2"), APPLY_NO_W, APPLY_NO_H)},
+    {FOREIGN_KEY,
+     APPLY(APPLY_NO_I, APPLY_C("acct_1", "sbx_9", "key_nope"), APPLY_NO_W, APPLY_NO_H)},
+    {FOREIGN_KEY, APPLY(APPLY_NO_I, APPLY_C("acct_1", "sbx_9", "key_1"), APPLY_NO_W,
+			APPLY_H("acct_1", "key_2", "sbx_9"))},
+    {FOREIGN_KEY, APPLY(APPLY_NO_I, APPLY_C("acct_1", "sbx_9", "key_1"), APPLY_NO_W,
+			APPLY_H("acct_1", "key_1", "sbx_1"))},
+    {FOREIGN_KEY, APPLY(APPLY_NO_I, APPLY_NO_C, APPLY_NO_W, APPLY_H("acct_1", "key_1", "sbx_1"))},
+    {FOREIGN_KEY, APPLY("'{acct_none}', '{create}', '{k9}', '{" HEX_AB "}', '{200}', '{\"{}\"}'",
+			APPLY_NO_C, APPLY_NO_W, APPLY_NO_H)},
+    /* A valid batch, and after it, in the same transaction, the triggers
+     * check other writers again. */
+    {FOREIGN_KEY,
+     APPLY(APPLY_NO_I, APPLY_C("acct_1", "sbx_8", "key_1"), APPLY_NO_W,
+	   APPLY_H("acct_1", "key_1",
+		   "sbx_8")) ";" INS_HOLD
+			     "('acct_1', 'key_1', 'sbx_nope', '2026-11-30', 100, 0, 'open',"
+			     " '2026-11-30T01:00:00Z', '2026-11-30T01:15:00Z', NULL)"},
+    {OK, APPLY(APPLY_NO_I, APPLY_C("acct_1", "sbx_8", "key_1"), APPLY_NO_W,
+	       APPLY_H("acct_1", "key_1", "sbx_8"))},
     {CHECK_VIOLATION, INS_HOLD "('acct_1', 'key_1', 'sbx_1', '2026-11-30', -1, 0, 'open',"
 			       " '2026-11-30T01:00:00Z', '2026-11-30T01:15:00Z', NULL)"},
     {CHECK_VIOLATION, INS_HOLD "('acct_1', 'key_1', 'sbx_1', '2026-11-30', 100, 0, 'settled',"
@@ -359,7 +400,7 @@ int main(void)
 	    " (SELECT count(*) FROM samples), (SELECT count(*) FROM holds),"
 	    " (SELECT count(*) FROM usage_hourly), (SELECT count(*) FROM lifecycle_events))",
 	    buf, sizeof(buf));
-	CHECK_STR(buf, "5 4 4 2 2 2 3");
+	CHECK_STR(buf, "5 4 5 2 3 2 3");
 	query_value(db.conn,
 		    "SELECT format('%s %s %s %s', status, consumed_micros, amount_micros,"
 		    " settled_at IS NOT NULL) FROM holds WHERE hold_id = 1",

@@ -254,8 +254,11 @@ static void test_round_failures(void)
 	CHECK_I64(o.backoff_max_ms, 60000);
 	CHECK_I64(o.max_parallel, 256);
 	o.timeout_ms = TIMEOUT_MS;
-	o.backoff_base_ms = 1000;
-	o.backoff_max_ms = 4000;
+	/* A first backoff of 1 to 2 s: longer than round 1 may take (under
+	 * 1 s, checked), so round 2 finds every failed host still waiting
+	 * however late in round 1 it failed. */
+	o.backoff_base_ms = 2000;
+	o.backoff_max_ms = 8000;
 	p = agent_poller_new(urls, NA + 1, &o);
 	CHECK(p != NULL);
 	if (!p)
@@ -268,7 +271,8 @@ static void test_round_failures(void)
 	 * not wait for its answer (1.5 s away). */
 	t0 = mono_ms();
 	CHECK(agent_poller_round(p, &batches, &nb, &st) == METER_OK);
-	elapsed = mono_ms() - t0;
+	t1 = mono_ms(); /* every failure of round 1 came before this */
+	elapsed = t1 - t0;
 	printf("round 1: %" PRId64 " ms, polled %" PRIu64 " ok %" PRIu64 " failed %" PRIu64
 	       " skipped %" PRIu64 "\n",
 	       elapsed, st.polled, st.ok, st.failed, st.skipped);
@@ -305,10 +309,11 @@ static void test_round_failures(void)
 	CHECK_I64(atomic_load(&agents[A_MALFORMED].requests), 1);
 	CHECK_I64(atomic_load(&agents[A_500].requests), 1);
 
-	/* The slow host turns fast; after the first backoff (at most 1 s) every
-	 * host is polled again and the slow host's document comes through. */
+	/* The slow host turns fast; after the first backoff (at most 2 s from
+	 * round 1's end) every host is polled again and the slow host's
+	 * document comes through. */
 	atomic_store(&agents[A_SLOW].slow, 0);
-	sleep_ms(1100);
+	sleep_ms(t1 + 2100 - mono_ms());
 	t0 = mono_ms(); /* no host of round 3 fails before this */
 	CHECK(agent_poller_round(p, &batches, &nb, &st) == METER_OK);
 	t1 = mono_ms(); /* nor after this */
@@ -323,19 +328,19 @@ static void test_round_failures(void)
 	CHECK_I64(atomic_load(&agents[A_MALFORMED].requests), 2);
 
 	/* Round 4, at once: the recovered slow host is due, the others wait
-	 * (second backoff: 1 to 2 s). */
+	 * (second backoff: 2 to 4 s). */
 	CHECK(agent_poller_round(p, &batches, &nb, &st) == METER_OK);
 	CHECK_I64(st.polled, 3);
 	CHECK_I64(st.ok, 3);
 	CHECK_I64(st.skipped, NA + 1 - 3);
-	/* Still waiting: at least 1 s from each host's failure in round 3,
+	/* Still waiting: at least 2 s from each host's failure in round 3,
 	 * which came no sooner than round 3's start (a round lasts as long as
 	 * its slowest host, so a fixed sleep after round 4 could pass that). */
-	sleep_ms(t0 + 700 - mono_ms());
+	sleep_ms(t0 + 1700 - mono_ms());
 	CHECK(agent_poller_round(p, &batches, &nb, &st) == METER_OK);
 	CHECK_I64(st.skipped, NA + 1 - 3);
-	/* Due: at most 2 s from each failure, all in by round 3's end. */
-	sleep_ms(t1 + 2100 - mono_ms());
+	/* Due: at most 4 s from each failure, all in by round 3's end. */
+	sleep_ms(t1 + 4100 - mono_ms());
 	CHECK(agent_poller_round(p, &batches, &nb, &st) == METER_OK);
 	CHECK_I64(st.polled, NA + 1);
 	CHECK_I64(find_batch(batches, nb, "slow"), 4);

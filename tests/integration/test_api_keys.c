@@ -12,19 +12,6 @@
 
 static struct apitest t;
 
-/* The one value of a one-row SQL query into out ("" on failure). */
-static void sql_value(const char *sql, char *out, size_t len)
-{
-	PGresult *res = PQexec(t.db.conn, sql);
-
-	out[0] = '\0';
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
-	else
-		fprintf(stderr, "sql failed: %s: %s", sql, PQerrorMessage(t.db.conn));
-	PQclear(res);
-}
-
 static void sql_exec(const char *sql)
 {
 	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
@@ -85,11 +72,11 @@ static void test_accounts_and_keys(void)
 		snprintf(hex + 2 * i, 3, "%02x", hash[i]);
 	snprintf(sql, sizeof(sql),
 		 "SELECT encode(secret_hash, 'hex') FROM api_keys WHERE key_id = '%s'", kf);
-	sql_value(sql, got, sizeof(got));
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
 	CHECK_STR(got, hex);
 	snprintf(sql, sizeof(sql),
 		 "SELECT count(*) FROM api_keys k WHERE position('%s' in k::text) > 0", secret);
-	sql_value(sql, got, sizeof(got));
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
 	CHECK_STR(got, "0");
 
 	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, kr, tr) == 0);
@@ -125,7 +112,8 @@ static void test_accounts_and_keys(void)
 	CHECK_I64(jint(r.json, "day_spent_micros"), 0);
 	CHECK_I64(jint(r.json, "day_held_micros"), 0);
 	CHECK_I64(jint(r.json, "day_remaining_micros"), 1000000);
-	sql_value("SELECT meter_key_day('Europe/Paris', now())::text", got, sizeof(got));
+	testdb_query_text(t.db.conn, "SELECT meter_key_day('Europe/Paris', now())::text", got,
+			  sizeof(got));
 	CHECK_STR(apitest_json_str(&r, "day"), got);
 	apitest_resp_release(&r);
 	snprintf(sql, sizeof(sql),
@@ -158,7 +146,7 @@ static void test_accounts_and_keys(void)
 		 "SELECT limit_micros FROM key_day_ledger WHERE key_id = '%s'"
 		 " AND day = meter_key_day('Europe/Paris', now())",
 		 kf);
-	sql_value(sql, got, sizeof(got));
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
 	CHECK_STR(got, "2000000");
 	CHECK(apitest_call(&t, 0, "PUT", path, t.operator_token, "{\"daily_limit_micros\":null}",
 			   &r) == 0);
@@ -166,8 +154,9 @@ static void test_accounts_and_keys(void)
 	CHECK_I64(jint(r.json, "daily_limit_micros"), -2);
 	CHECK_I64(jint(r.json, "day_remaining_micros"), -2);
 	apitest_resp_release(&r);
-	sql_value("SELECT count(*) FROM key_day_ledger WHERE limit_micros IS NULL", got,
-		  sizeof(got));
+	testdb_query_text(t.db.conn,
+			  "SELECT count(*) FROM key_day_ledger WHERE limit_micros IS NULL", got,
+			  sizeof(got));
 	CHECK_STR(got, "1");
 	CHECK(apitest_call(&t, 0, "PUT", path, tf, "{\"time_zone\":\"Mars/Olympus_Mons\"}", &r) ==
 	      0);
@@ -180,7 +169,8 @@ static void test_accounts_and_keys(void)
 	CHECK_I64(r.status, 200);
 	CHECK_STR(apitest_json_str(&r, "time_zone"), "Asia/Kolkata");
 	CHECK_I64(jint(r.json, "daily_limit_micros"), 5);
-	sql_value("SELECT meter_key_day('Asia/Kolkata', now())::text", got, sizeof(got));
+	testdb_query_text(t.db.conn, "SELECT meter_key_day('Asia/Kolkata', now())::text", got,
+			  sizeof(got));
 	CHECK_STR(apitest_json_str(&r, "day"), got);
 	apitest_resp_release(&r);
 	/* Today's row is made when missing (a check that read the old limit
@@ -190,7 +180,7 @@ static void test_accounts_and_keys(void)
 		 "SELECT count(*) FROM key_day_ledger WHERE key_id = '%s' AND limit_micros = 5"
 		 " AND day = meter_key_day('Asia/Kolkata', now())",
 		 kf);
-	sql_value(sql, got, sizeof(got));
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
 	CHECK_STR(got, "1");
 	snprintf(sql, sizeof(sql),
 		 "INSERT INTO key_day_ledger (account_id, key_id, day, held_micros, limit_micros)"
@@ -206,11 +196,11 @@ static void test_accounts_and_keys(void)
 		 " limit_micros, ',' ORDER BY day) FROM key_day_ledger WHERE key_id = '%s'"
 		 " AND day - meter_key_day('Asia/Kolkata', now()) IN (-3, 0, 1)",
 		 kf);
-	sql_value(sql, got, sizeof(got));
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
 	CHECK_STR(got, "-3:5,0:7,1:7");
 	/* A key with no ledger row yet gets today's. */
 	snprintf(sql, sizeof(sql), "SELECT count(*) FROM key_day_ledger WHERE key_id = '%s'", kr);
-	sql_value(sql, got, sizeof(got));
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
 	CHECK_STR(got, "0");
 	snprintf(sql, sizeof(sql), "/v1/keys/%s/limits", kr);
 	CHECK(apitest_call(&t, 0, "PUT", sql, t.operator_token, "{\"daily_limit_micros\":9}", &r) ==
@@ -221,7 +211,7 @@ static void test_accounts_and_keys(void)
 		 "SELECT l.limit_micros FROM key_day_ledger l JOIN api_keys k USING (account_id,"
 		 " key_id) WHERE l.key_id = '%s' AND l.day = meter_key_day(k.time_zone, now())",
 		 kr);
-	sql_value(sql, got, sizeof(got));
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
 	CHECK_STR(got, "9");
 	CHECK(apitest_call(&t, 0, "PUT", path, tf, "{}", &r) == 0);
 	CHECK_I64(r.status, 400);

@@ -359,19 +359,6 @@ static void run_case(PGconn *conn, const char *what, size_t i, const struct sql_
 	CHECK_STR(got, c->want);
 }
 
-/* The value of a one-row, one-column query ("" on failure). */
-static void query_value(PGconn *conn, const char *sql, char *out, size_t len)
-{
-	PGresult *res = PQexec(conn, sql);
-
-	out[0] = '\0';
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
-	else
-		fprintf(stderr, "query failed: %s: %s", sql, PQerrorMessage(conn));
-	PQclear(res);
-}
-
 int main(void)
 {
 	struct testdb db;
@@ -393,7 +380,7 @@ int main(void)
 		run_case(db.conn, "case", i, &cases[i]);
 
 	/* Nothing refused slipped in, nothing valid was lost. */
-	query_value(
+	testdb_query_text(
 	    db.conn,
 	    "SELECT format('%s %s %s %s %s %s %s', (SELECT count(*) FROM accounts),"
 	    " (SELECT count(*) FROM api_keys), (SELECT count(*) FROM sandboxes),"
@@ -401,15 +388,15 @@ int main(void)
 	    " (SELECT count(*) FROM usage_hourly), (SELECT count(*) FROM lifecycle_events))",
 	    buf, sizeof(buf));
 	CHECK_STR(buf, "5 4 5 2 3 2 3");
-	query_value(db.conn,
-		    "SELECT format('%s %s %s %s', status, consumed_micros, amount_micros,"
-		    " settled_at IS NOT NULL) FROM holds WHERE hold_id = 1",
-		    buf, sizeof(buf));
+	testdb_query_text(db.conn,
+			  "SELECT format('%s %s %s %s', status, consumed_micros, amount_micros,"
+			  " settled_at IS NOT NULL) FROM holds WHERE hold_id = 1",
+			  buf, sizeof(buf));
 	CHECK_STR(buf, "settled 25000 20000 t");
-	query_value(db.conn,
-		    "SELECT format('%s %s', hour, total_micros) FROM usage_hourly"
-		    " WHERE sandbox_id = 'sbx_1'",
-		    buf, sizeof(buf));
+	testdb_query_text(db.conn,
+			  "SELECT format('%s %s', hour, total_micros) FROM usage_hourly"
+			  " WHERE sandbox_id = 'sbx_1'",
+			  buf, sizeof(buf));
 	CHECK_STR(buf, "2026-11-30 01:00:00+00 31250");
 
 	testdb_drop(&db);

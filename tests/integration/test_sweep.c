@@ -82,30 +82,13 @@ static const char invariant_sql[] =
     " WHERE h.account_id = l.account_id AND h.key_id = l.key_id AND h.day = l.day"
     " AND h.status = 'open')";
 
+/* The value of a one-row integer query; -1 when NULL or on failure. */
 static long long sql_int(PGconn *conn, const char *sql)
 {
-	PGresult *res = PQexec(conn, sql);
-	long long v = -1;
+	char v[32];
 
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
-	    !PQgetisnull(res, 0, 0))
-		v = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-	else
-		fprintf(stderr, "%s: %s\n", sql, PQresultErrorMessage(res));
-	PQclear(res);
-	return v;
-}
-
-static void sql_text(PGconn *conn, const char *sql, char *out, size_t len)
-{
-	PGresult *res = PQexec(conn, sql);
-
-	out[0] = '\0';
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
-	else
-		fprintf(stderr, "%s: %s\n", sql, PQresultErrorMessage(res));
-	PQclear(res);
+	testdb_query_text(conn, sql, v, sizeof(v));
+	return v[0] ? strtoll(v, NULL, 10) : -1;
 }
 
 static int setup(struct testdb *db, const char *tag)
@@ -138,8 +121,8 @@ int main(void)
 	}
 	open_before = sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'open'");
 	CHECK(open_before > HOLDS); /* the day parts */
-	sql_text(set.conn, state_sql, a, sizeof(a));
-	sql_text(one.conn, state_sql, b, sizeof(b));
+	testdb_query_text(set.conn, state_sql, a, sizeof(a));
+	testdb_query_text(one.conn, state_sql, b, sizeof(b));
 	CHECK_STR(a, b);
 
 	/* The set: bounded calls until nothing is due. */
@@ -176,8 +159,8 @@ int main(void)
 		  "00000");
 	CHECK_I64(sql_int(one.conn, invariant_sql), 0);
 	/* settled_at is now() of each transaction: compared apart. */
-	sql_text(set.conn, state_sql, a, sizeof(a));
-	sql_text(one.conn, state_sql, b, sizeof(b));
+	testdb_query_text(set.conn, state_sql, a, sizeof(a));
+	testdb_query_text(one.conn, state_sql, b, sizeof(b));
 	CHECK_STR(a, b);
 	CHECK_I64(sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'released'"
 				    " AND settled_at IS NOT NULL"),
@@ -214,8 +197,8 @@ int main(void)
 				"  PERFORM meter_hold_close(h.account_id, h.hold_id, 'settled');"
 				" END LOOP; END $$"),
 		  "00000");
-	sql_text(set.conn, state_sql, a, sizeof(a));
-	sql_text(one.conn, state_sql, b, sizeof(b));
+	testdb_query_text(set.conn, state_sql, a, sizeof(a));
+	testdb_query_text(one.conn, state_sql, b, sizeof(b));
 	CHECK_STR(a, b);
 	CHECK_I64(total, sql_int(one.conn, "SELECT count(*) FROM holds WHERE status = 'settled'"));
 	/* The never metered keep their whole remainder, as held. */

@@ -243,3 +243,15 @@ const char *testdb_exec_state(PGconn *conn, const char *sql)
 	PQclear(res);
 	return state;
 }
+
+void testdb_query_text(PGconn *conn, const char *sql, char *out, size_t len)
+{
+	PGresult *res = PQexec(conn, sql);
+
+	out[0] = '\0';
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		snprintf(out, len, "%s", PQgetvalue(res, 0, 0));
+	else
+		fprintf(stderr, "query failed: %s: %s", sql, PQresultErrorMessage(res));
+	PQclear(res);
+}

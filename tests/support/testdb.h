@@ -3,6 +3,8 @@
 #ifndef METER_TEST_TESTDB_H
 #define METER_TEST_TESTDB_H
 
+#include <stddef.h>
+
 #include <libpq-fe.h>
 
 struct testdb {
@@ -20,5 +22,9 @@ void testdb_drop(struct testdb *db);
 
 /* Runs sql; returns its SQLSTATE ("00000" on success) in a static buffer. */
 const char *testdb_exec_state(PGconn *conn, const char *sql);
+
+/* The one value of a one-row query into out: "" when it is NULL, or when
+ * the query fails or returns another number of rows (then printed). */
+void testdb_query_text(PGconn *conn, const char *sql, char *out, size_t len);
 
 #endif

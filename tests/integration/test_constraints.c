@@ -136,6 +136,7 @@ static const struct sql_case cases[] = {
     {NOT_NULL, INS_KEY "('acct_1', 'key_9', " HASH_AB ", NULL, NULL, 'UTC')"},
     {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, 'Mars/Olympus')"},
     {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, '+05:00')"},
+    {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, 'utc')"},
     {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, '')"},
     {NOT_NULL, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, NULL)"},
     {CHECK_VIOLATION, "UPDATE api_keys SET time_zone = 'Nowhere/City' WHERE key_id = 'key_1'"},

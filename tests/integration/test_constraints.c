@@ -118,6 +118,10 @@ static const struct sql_case cases[] = {
     {CHECK_VIOLATION, INS_ACCOUNT "('', 'empty')"},
     {CHECK_VIOLATION, INS_ACCOUNT "(E'ab\\n', 'trailing newline')"},
     {CHECK_VIOLATION, INS_ACCOUNT "('caf\u00e9', 'not ASCII')"},
+    /* 32 characters, 64 bytes: the length is in characters only because
+     * every allowed character is one byte (sql/0022). */
+    {CHECK_VIOLATION, INS_ACCOUNT "(repeat('\u00e9', 32), 'two bytes each')"},
+    {CHECK_VIOLATION, INS_ACCOUNT "(E'a\tb', 'tab')"},
     {NOT_NULL, INS_ACCOUNT "(NULL, 'no id')"},
     {NOT_NULL, INS_ACCOUNT "('acct_3', NULL)"},
     {CHECK_VIOLATION, INS_ACCOUNT "('acct_3', '')"},

@@ -1377,6 +1377,17 @@ static void *batcher_main(void *arg)
 	return NULL;
 }
 
+/* True once checks_engine_stop() began. */
+static bool engine_stopping(struct checks_engine *e)
+{
+	bool stopping;
+
+	pthread_mutex_lock(&e->mu);
+	stopping = e->stopping;
+	pthread_mutex_unlock(&e->mu);
+	return stopping;
+}
+
 /* Every SWEEP_INTERVAL_MS: settles the holds of leases that ended without
  * an event as an event at the lease end would (sql/0015); closes the holds
  * kept for an unmetered tail, once metered (or lease_grace_s after the
@@ -1421,7 +1432,9 @@ static void *sweeper_main(void *arg)
 		}
 		if (!conn)
 			continue;
-		/* Each step again while it took a whole SWEEP_MAX. */
+		/* Each step again while it took a whole SWEEP_MAX, until the
+		 * engine stops (what is left is due at the next start): a hot
+		 * key's ended leases kept SIGTERM waiting for minutes. */
 		for (int step = 0; step < 3 && PQstatus(conn) == CONNECTION_OK; step++) {
 			static const char *const what[] = {"holds settled at lease end",
 							   "settling holds closed",
@@ -1437,7 +1450,7 @@ static void *sweeper_main(void *arg)
 					 : db_checks_outrun(conn, now, grace, SWEEP_MAX, &n);
 				if (rc == METER_OK && n > 0)
 					log_debug("checks: %lld %s", (long long)n, what[step]);
-			} while (rc == METER_OK && n >= SWEEP_MAX);
+			} while (rc == METER_OK && n >= SWEEP_MAX && !engine_stopping(e));
 		}
 		if (PQstatus(conn) != CONNECTION_OK) {
 			PQfinish(conn);

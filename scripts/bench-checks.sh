@@ -11,6 +11,12 @@
 #       HTTP path (auth, body, JSON) with wrk and no database work;
 #   (e) pgbench, 1 client: per transaction, lock a ledger row, insert 16 lean
 #       check rows (a primary key and nothing else), update the row, commit.
+# First a warm-up as long as one run (create checks on the hot key, with
+# leases that outlast the benchmark), so that the runs meet the cluster as
+# it runs for real rather than as initdb left it: a fresh cluster has no
+# WAL files to reuse and writes and flushes a new 16 MB one for about
+# every second of checks, and its tables go through one autovacuum after
+# another while they are small.
 # Durable throughout: fsync on, synchronous_commit on (PostgreSQL defaults,
 # and the engine sets it on its connection). Each run starts right after a
 # CHECKPOINT, so that none of them pays for the writes of the one before it
@@ -93,8 +99,8 @@ run_wrk() {
 		-s "$root/scripts/bench/checks.lua" "http://127.0.0.1:$port" -- "$1" |
 		grep '^RESULT'
 }
-echo "warm-up ..."
-METER_BENCH_TOKEN=$token wrk -t2 -c"$conns" -d2s -s "$root/scripts/bench/checks.lua" \
+echo "warm-up, ${secs}s ..."
+METER_BENCH_TOKEN=$token wrk -t2 -c"$conns" -d"${secs}s" -s "$root/scripts/bench/checks.lua" \
 	"http://127.0.0.1:$port" -- warm >/dev/null
 echo "(a) hot key, $conns connections, ${secs}s ..."
 hot=$(run_wrk hot)

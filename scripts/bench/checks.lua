@@ -2,7 +2,9 @@
 -- unique sandbox id per request (thread number + counter), either all on
 -- one hot key ("hot") or spread over 1,000 keys k0..k999 ("spread"); or
 -- ("invalid") the hot key's requests with vcpus 0, which meterd refuses
--- with 400 before any database work: its HTTP path alone.
+-- with 400 before any database work: its HTTP path alone. The warm-up
+-- ("warm") creates on the hot key with hour-long leases, so that none of
+-- its holds ends, and no sweep of them runs, during the measured runs.
 -- Prints one machine-readable line at the end:
 --   RESULT requests=<n> non2xx=<n> errors=<n> rps=<r> p50_ms=<x> p99_ms=<y>
 local threads = {}
@@ -32,9 +34,13 @@ function request()
 	if mode == "invalid" then
 		vcpus = 0
 	end
+	local lease = 60
+	if mode == "warm" then
+		lease = 3600
+	end
 	local body = string.format(
-		'{"key_id":"%s","sandbox_id":"b-%s-%d-%d","vcpus":%d,"memory_mib":1024,"lease_seconds":60}',
-		key, mode, tid, counter, vcpus)
+		'{"key_id":"%s","sandbox_id":"b-%s-%d-%d","vcpus":%d,"memory_mib":1024,"lease_seconds":%d}',
+		key, mode, tid, counter, vcpus, lease)
 	return wrk.format(nil, "/v1/checks/create", nil, body)
 end
 

@@ -28,9 +28,10 @@
 #define DEADLINE_SLACK_MS 2000 /* beyond the statement timeout */
 #define TZ_CACHE	  64
 #define SWEEP_INTERVAL_MS 1000
-#define SWEEP_MAX	  500 /* holds a sweep settles at once: it holds their ledger rows meanwhile */
-#define FAST_ATTEMPTS	  2 /* a fast batch decided again on the figures it met */
-#define PIPELINE_MAX	  2 /* fast batches in flight on one connection */
+#define SWEEP_MAX	  100 /* holds a sweep settles at once: it holds their ledger rows meanwhile */
+#define SWEEP_REST_MAX_MS 1000 /* the longest rest after a whole sweep */
+#define FAST_ATTEMPTS	  2    /* a fast batch decided again on the figures it met */
+#define PIPELINE_MAX	  2    /* fast batches in flight on one connection */
 #define CHECK_BATCHES	  "meter_check_batches_total" /* counter, by path */
 /* Price-book versions read for this long ahead of a batch, so that the
  * engine knows them for any lease it may decide later. */
@@ -1377,15 +1378,25 @@ static void *batcher_main(void *arg)
 	return NULL;
 }
 
-/* True once checks_engine_stop() began. */
-static bool engine_stopping(struct checks_engine *e)
+/* Waits ms (less once the engine stops): false when it is stopping. */
+static bool sweeper_pause(struct checks_engine *e, int64_t ms)
 {
+	struct timespec until;
 	bool stopping;
 
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += (time_t)(ms / 1000);
+	until.tv_nsec += (long)(ms % 1000) * 1000000L;
+	until.tv_sec += until.tv_nsec / 1000000000L;
+	until.tv_nsec %= 1000000000L;
 	pthread_mutex_lock(&e->mu);
+	while (!e->stopping) {
+		if (pthread_cond_timedwait(&e->sweep_cv, &e->mu, &until) == ETIMEDOUT)
+			break;
+	}
 	stopping = e->stopping;
 	pthread_mutex_unlock(&e->mu);
-	return stopping;
+	return !stopping;
 }
 
 /* Every SWEEP_INTERVAL_MS: settles the holds of leases that ended without
@@ -1402,23 +1413,10 @@ static void *sweeper_main(void *arg)
 	int failures = 0;
 
 	for (;;) {
-		struct timespec until;
 		char err[256];
 
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_nsec += (long)SWEEP_INTERVAL_MS * 1000000L;
-		until.tv_sec += until.tv_nsec / 1000000000L;
-		until.tv_nsec %= 1000000000L;
-		pthread_mutex_lock(&e->mu);
-		while (!e->stopping) {
-			if (pthread_cond_timedwait(&e->sweep_cv, &e->mu, &until) == ETIMEDOUT)
-				break;
-		}
-		if (e->stopping) {
-			pthread_mutex_unlock(&e->mu);
+		if (!sweeper_pause(e, SWEEP_INTERVAL_MS))
 			break;
-		}
-		pthread_mutex_unlock(&e->mu);
 		if (!conn && clock_mono_ms() >= next_connect) {
 			if (db_connect(e->url, &conn, err, sizeof(err)) != METER_OK) {
 				int64_t delay = BACKOFF_MIN_MS << (failures < 6 ? failures : 6);
@@ -1434,23 +1432,35 @@ static void *sweeper_main(void *arg)
 			continue;
 		/* Each step again while it took a whole SWEEP_MAX, until the
 		 * engine stops (what is left is due at the next start): a hot
-		 * key's ended leases kept SIGTERM waiting for minutes. */
+		 * key's ended leases kept SIGTERM waiting for minutes. A sweep
+		 * holds the ledger rows of its holds (waiting for them behind
+		 * the check batches on them) until it commits: after a whole
+		 * one, the sweeper rests as long as it took, so the checks of
+		 * a key with many ended leases get its row at least half the
+		 * time. */
 		for (int step = 0; step < 3 && PQstatus(conn) == CONNECTION_OK; step++) {
 			static const char *const what[] = {"holds settled at lease end",
 							   "settling holds closed",
 							   "leases past their end looked at"};
-			int64_t n = 0, now, grace = e->opt.lease_grace_s;
+			int64_t n = 0, now, took, grace = e->opt.lease_grace_s;
 			enum meter_rc rc;
 
-			do {
+			for (;;) {
+				took = clock_mono_ms();
 				now = checks_now_usec(e);
 				rc = step == 0 ? db_checks_expire(conn, now, SWEEP_MAX, &n)
 				     : step == 1
 					 ? db_checks_settle(conn, now, grace, SWEEP_MAX, &n)
 					 : db_checks_outrun(conn, now, grace, SWEEP_MAX, &n);
+				took = clock_mono_ms() - took;
 				if (rc == METER_OK && n > 0)
-					log_debug("checks: %lld %s", (long long)n, what[step]);
-			} while (rc == METER_OK && n >= SWEEP_MAX && !engine_stopping(e));
+					log_debug("checks: %lld %s in %lld ms", (long long)n,
+						  what[step], (long long)took);
+				if (rc != METER_OK || n < SWEEP_MAX ||
+				    !sweeper_pause(e, took < SWEEP_REST_MAX_MS ? took
+									       : SWEEP_REST_MAX_MS))
+					break;
+			}
 		}
 		if (PQstatus(conn) != CONNECTION_OK) {
 			PQfinish(conn);

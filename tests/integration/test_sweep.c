@@ -13,10 +13,17 @@
  * and lease_watch must come out the same, each call must take at most 500
  * holds, and held must equal the open holds' remainders throughout. The
  * tail sweep (meter_holds_settle) then closes the kept holds of metered
- * sandboxes in both, 500 at most a call. */
+ * sandboxes in both, 500 at most a call.
+ *
+ * A ledger row another transaction holds (a hot key's check batches hold
+ * it nearly all the time) is waited for, not passed by: the first call
+ * waits while a second connection holds the row and settles its 500 once
+ * the row is let go; a row held past the sweep's lock timeout (1 s) makes
+ * the call settle nothing and return 0, with nothing changed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "migrate.h"
@@ -91,6 +98,49 @@ static long long sql_int(PGconn *conn, const char *sql)
 	return v[0] ? strtoll(v, NULL, 10) : -1;
 }
 
+/* Milliseconds on the monotonic clock. */
+static long long mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sends meter_holds_expire(NOW, 500) on conn while locker holds the key's
+ * ledger row for hold_ms, then lets it go: the call's count, and how long
+ * it took (ms), or -1. */
+static long long expire_while_locked(PGconn *conn, PGconn *locker, long long hold_ms,
+				     long long *took_ms)
+{
+	struct timespec pause = {.tv_sec = hold_ms / 1000, .tv_nsec = hold_ms % 1000 * 1000000};
+	long long t0, n = -1;
+	PGresult *res;
+
+	CHECK_STR(testdb_exec_state(locker, "BEGIN; SELECT 1 FROM key_day_ledger FOR UPDATE"),
+		  "00000");
+	t0 = mono_ms();
+	if (!PQsendQuery(conn, "SELECT meter_holds_expire(" NOW ", 500)")) {
+		CHECK(0);
+		return -1;
+	}
+	nanosleep(&pause, NULL);
+	/* Still waiting for the row, or given up on it (past 1 s). */
+	CHECK(PQconsumeInput(conn));
+	if (hold_ms < 900)
+		CHECK(PQisBusy(conn));
+	CHECK_STR(testdb_exec_state(locker, "COMMIT"), "00000");
+	while ((res = PQgetResult(conn)) != NULL) {
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+			n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+		else
+			fprintf(stderr, "expire: %s\n", PQresultErrorMessage(res));
+		PQclear(res);
+	}
+	*took_ms = mono_ms() - t0;
+	return n;
+}
+
 static int setup(struct testdb *db, const char *tag)
 {
 	char err[512] = "";
@@ -113,7 +163,8 @@ int main(void)
 {
 	struct testdb set = {0}, one = {0};
 	char a[128], b[128];
-	long long n, total = 0, most = 0, calls = 0, kept, open_before;
+	long long n, total = 0, most = 0, calls = 0, kept, open_before, took;
+	PGconn *locker;
 
 	if (setup(&set, "sweepset") != 0 || setup(&one, "sweepone") != 0) {
 		CHECK(0);
@@ -124,6 +175,24 @@ int main(void)
 	testdb_query_text(set.conn, state_sql, a, sizeof(a));
 	testdb_query_text(one.conn, state_sql, b, sizeof(b));
 	CHECK_STR(a, b);
+
+	/* A row held past the lock timeout: nothing settled, nothing
+	 * changed, no error. Then one held for 300 ms: waited for, and its
+	 * holds settled once it is let go. */
+	locker = PQconnectdb(set.url);
+	CHECK(PQstatus(locker) == CONNECTION_OK);
+	n = expire_while_locked(set.conn, locker, 1500, &took);
+	CHECK_I64(n, 0);
+	CHECK(took >= 1000);
+	testdb_query_text(set.conn, state_sql, a, sizeof(a));
+	CHECK_STR(a, b);
+	n = expire_while_locked(set.conn, locker, 300, &took);
+	CHECK_I64(n, MAX);
+	CHECK(took >= 300);
+	CHECK_I64(sql_int(set.conn, invariant_sql), 0);
+	total = most = n;
+	calls = 1;
+	PQfinish(locker);
 
 	/* The set: bounded calls until nothing is due. */
 	do {

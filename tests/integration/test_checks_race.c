@@ -7,10 +7,13 @@
  *    create on each process first makes both know the key and its day, so
  *    the burst goes the fast way (one round trip a batch, on figures the
  *    other process makes stale), which /metrics shows.
- * 2. Mixed: creates, wakes and pause events (settlements) at once: the
+ * 2. Plain creates, one at a time on one process: each goes the short
+ *    fast way (sql/0024), none the classic way, rows as the general way
+ *    leaves them.
+ * 3. Mixed: creates, wakes and pause events (settlements) at once: the
  *    ledger's held equals what the open holds have left, committed stays
  *    within the limit, and every allowed check has exactly its hold.
- * 3. Two races made certain by holding the key's ledger row from a third
+ * 4. Two races made certain by holding the key's ledger row from a third
  *    connection while the checks wait for it:
  *    - a wake retried on the other process while its stored default-key
  *      answer is stale: one hold, one answer, replayed to the other;
@@ -119,6 +122,58 @@ static long long fast_batches(const struct apitest *tt)
 		apitest_resp_release(&r);
 	}
 	return n;
+}
+
+/* A counter of process i's /metrics (0 when absent). */
+static long long metric(const struct apitest *tt, int i, const char *name)
+{
+	struct apitest_resp r;
+	long long n = 0;
+	const char *at;
+
+	CHECK(apitest_call(tt, i, "GET", "/metrics", NULL, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	at = r.body ? strstr(r.body, name) : NULL;
+	if (at)
+		n = strtoll(at + strlen(name), NULL, 10);
+	apitest_resp_release(&r);
+	return n;
+}
+
+/* Plain creates (no idempotency key, every one allowed) on a key the
+ * process knows: each is a fast batch of its own, decided on the short
+ * way of sql/0024, none goes the classic way, and every row and figure is
+ * as the general way leaves it. */
+static void test_plain_creates(const char *acc)
+{
+	static const char fast[] = "meter_check_batches_total{path=\"fast\"} ";
+	static const char classic[] = "meter_check_batches_total{path=\"classic\"} ";
+	char key[65], token[APITEST_TOKEN_MAX];
+	long long fast0, classic0;
+	struct apitest_resp r;
+
+	CHECK(apitest_create_key(&t, acc, "full", 1000000000, NULL, key, token) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "plain-0", 1, 1024, 3600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	fast0 = metric(&t, 0, fast);
+	classic0 = metric(&t, 0, classic);
+	for (int i = 1; i <= 5; i++) {
+		char sb[32];
+
+		snprintf(sb, sizeof(sb), "plain-%d", i);
+		CHECK_I64(cu_create(&t, 0, key, sb, 1 + i % 2, 1024, 3600, NULL, &r), 200);
+		apitest_resp_release(&r);
+	}
+	CHECK_I64(metric(&t, 0, fast) - fast0, 5);
+	CHECK_I64(metric(&t, 0, classic) - classic0, 0);
+	CHECK_I64(cu_sql_int(t.db.conn,
+			     "SELECT count(*) FROM sandboxes s JOIN holds h USING (account_id,"
+			     " sandbox_id) WHERE s.key_id = '%s' AND h.key_id = '%s'"
+			     " AND s.create_response IS NOT NULL",
+			     key, key),
+		  6);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	CHECK_I64(cu_over_limit(t.db.conn), 0);
 }
 
 static void test_exact_k(const char *acc)
@@ -549,6 +604,7 @@ int main(void)
 	if (apitest_start(&t, "checks_race", 2, args, NULL) < 0)
 		return 1;
 	CHECK(apitest_create_account(&t, "Race", acc) == 0);
+	test_plain_creates(acc);
 	test_exact_k(acc);
 	test_mixed(acc);
 	test_stale_wake_race(acc);

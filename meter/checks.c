@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "agent_doc.h"
+#include "check_answer.h"
 #include "check_facts.h"
 #include "clock.h"
 #include "db.h"
@@ -122,13 +123,20 @@ int64_t checks_now_usec(const struct checks_engine *e)
 
 /* Answers ------------------------------------------------------------------ */
 
+/* Sets it's answer to status with text (stolen; NULL: out of memory). */
+static void set_answer_text(struct item *it, unsigned status, char *text)
+{
+	free(it->body);
+	it->body = text;
+	it->status = it->body ? status : 500;
+}
+
 /* Sets it's answer to status with body (stolen, serialised compactly). */
 static void set_answer(struct item *it, unsigned status, json_t *body)
 {
-	free(it->body);
-	it->body = body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	set_answer_text(it, status,
+			body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL);
 	json_decref(body);
-	it->status = it->body ? status : 500;
 }
 
 /* An error answer {"error":{"code","message",...extra}}; extra stolen. */
@@ -459,8 +467,9 @@ static bool batch_created(const struct batch *b, size_t upto, const char *sandbo
 	return false;
 }
 
-/* The allowed answer of it (ledger figures after its holds). */
-static json_t *allowed_body(const struct batch *b, const struct item *it,
+/* The allowed answer of it (ledger figures after its holds), with jansson:
+ * for a string check_answer_allowed() does not write. */
+static json_t *allowed_json(const struct batch *b, const struct item *it,
 			    const struct db_check_read *r)
 {
 	const struct ledger_day *d0 = &b->rows[it->row[0]].state;
@@ -487,6 +496,34 @@ static json_t *allowed_body(const struct batch *b, const struct item *it,
 			 (json_int_t)d0->spent_micros, "day_held_micros",
 			 (json_int_t)d0->held_micros, "daily_limit_micros", limit_json(d0),
 			 "lease_starts_at", start, "lease_ends_at", end, "parts", parts);
+}
+
+/* The allowed answer of it as text (NULL: out of memory). */
+static char *allowed_text(const struct batch *b, const struct item *it,
+			  const struct db_check_read *r)
+{
+	struct check_answer a = {.sandbox_id = it->rq.sandbox_id,
+				 .key_id = r->key_id,
+				 .lease_max_cost_micros = it->lease_max_micros,
+				 .nparts = it->nparts};
+	char start[40], end[40], *text;
+	json_t *body;
+
+	agent_doc_format_time(b->now, start, sizeof(start));
+	agent_doc_format_time(it->lease_end_usec, end, sizeof(end));
+	a.lease_starts_at = start;
+	a.lease_ends_at = end;
+	for (int p = 0; p < it->nparts && p < LEDGER_PARTS_MAX; p++)
+		a.parts[p] = (struct check_answer_part){.day = it->days[p],
+							.hold_micros = it->parts[p].micros,
+							.figures = b->rows[it->row[p]].state};
+	text = check_answer_allowed(&a);
+	if (text)
+		return text;
+	body = allowed_json(b, it, r);
+	text = body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(body);
+	return text;
 }
 
 /* Adds the writes of an allowed check to the batch's arrays. */
@@ -626,7 +663,7 @@ static void batch_decide(struct batch *b)
 			continue;
 		}
 		it->allowed = true;
-		set_answer(it, 200, allowed_body(b, it, r));
+		set_answer_text(it, 200, allowed_text(b, it, r));
 		if (it->status != 200) {
 			/* Could not build the answer: undo, answer 503. */
 			for (int p = 0; p < nparts; p++)

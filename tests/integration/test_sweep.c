@@ -117,6 +117,7 @@ static long long expire_while_locked(PGconn *conn, PGconn *locker, long long hol
 	long long t0, n = -1;
 	PGresult *res;
 
+	*took_ms = 0;
 	CHECK_STR(testdb_exec_state(locker, "BEGIN; SELECT 1 FROM key_day_ledger FOR UPDATE"),
 		  "00000");
 	t0 = mono_ms();

@@ -5,9 +5,9 @@
  * was about a third of the engine's own CPU per check on a hot key. This
  * writes the same bytes as json_dumps(JSON_COMPACT | JSON_PRESERVE_ORDER)
  * of that object (tests/unit/test_check_answer.c holds it to that), for
- * strings of printable ASCII other than '"' and '\\' (ids, days and times
- * always are); for any other string it declines and the caller builds the
- * answer with jansson. */
+ * strings of printable ASCII other than '"' and '\\': the engine's always
+ * are (ids follow the meter_id rule, days and times are its own). Any
+ * other string it declines, as it does when out of memory. */
 #ifndef METER_CHECK_ANSWER_H
 #define METER_CHECK_ANSWER_H
 

@@ -467,38 +467,9 @@ static bool batch_created(const struct batch *b, size_t upto, const char *sandbo
 	return false;
 }
 
-/* The allowed answer of it (ledger figures after its holds), with jansson:
- * for a string check_answer_allowed() does not write. */
-static json_t *allowed_json(const struct batch *b, const struct item *it,
-			    const struct db_check_read *r)
-{
-	const struct ledger_day *d0 = &b->rows[it->row[0]].state;
-	json_t *parts = json_array();
-	char start[40], end[40];
-	int64_t hold = 0;
-
-	agent_doc_format_time(b->now, start, sizeof(start));
-	agent_doc_format_time(it->lease_end_usec, end, sizeof(end));
-	for (int p = 0; p < it->nparts; p++) {
-		const struct ledger_day *d = &b->rows[it->row[p]].state;
-		hold += it->parts[p].micros;
-		json_array_append_new(parts,
-				      json_pack("{s:s,s:I,s:I,s:I,s:o}", "day", it->days[p],
-						"hold_micros", (json_int_t)it->parts[p].micros,
-						"day_spent_micros", (json_int_t)d->spent_micros,
-						"day_held_micros", (json_int_t)d->held_micros,
-						"daily_limit_micros", limit_json(d)));
-	}
-	return json_pack("{s:b,s:s,s:s,s:I,s:I,s:s,s:I,s:I,s:o,s:s,s:s,s:o}", "allowed", 1,
-			 "sandbox_id", it->rq.sandbox_id, "key_id", r->key_id, "hold_micros",
-			 (json_int_t)hold, "lease_max_cost_micros",
-			 (json_int_t)it->lease_max_micros, "day", it->days[0], "day_spent_micros",
-			 (json_int_t)d0->spent_micros, "day_held_micros",
-			 (json_int_t)d0->held_micros, "daily_limit_micros", limit_json(d0),
-			 "lease_starts_at", start, "lease_ends_at", end, "parts", parts);
-}
-
-/* The allowed answer of it as text (NULL: out of memory). */
+/* The allowed answer of it (ledger figures after its holds) as text; NULL
+ * when out of memory. Its strings are ids (meter_id: the parser's and the
+ * database's rule), days and times, none of which needs escaping. */
 static char *allowed_text(const struct batch *b, const struct item *it,
 			  const struct db_check_read *r)
 {
@@ -506,8 +477,7 @@ static char *allowed_text(const struct batch *b, const struct item *it,
 				 .key_id = r->key_id,
 				 .lease_max_cost_micros = it->lease_max_micros,
 				 .nparts = it->nparts};
-	char start[40], end[40], *text;
-	json_t *body;
+	char start[40], end[40];
 
 	agent_doc_format_time(b->now, start, sizeof(start));
 	agent_doc_format_time(it->lease_end_usec, end, sizeof(end));
@@ -517,13 +487,7 @@ static char *allowed_text(const struct batch *b, const struct item *it,
 		a.parts[p] = (struct check_answer_part){.day = it->days[p],
 							.hold_micros = it->parts[p].micros,
 							.figures = b->rows[it->row[p]].state};
-	text = check_answer_allowed(&a);
-	if (text)
-		return text;
-	body = allowed_json(b, it, r);
-	text = body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(body);
-	return text;
+	return check_answer_allowed(&a);
 }
 
 /* Adds the writes of an allowed check to the batch's arrays. */

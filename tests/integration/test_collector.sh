@@ -80,16 +80,22 @@ wait_for 10 test "$(q "SELECT count(DISTINCT host_id) FROM samples WHERE host_id
 [[ $(q "SELECT count(*) FROM usage_hourly WHERE key_id = 'kt1'") -gt 0 ]] && ok ||
 	fail "agents' usage not metered"
 # The gauges are set after each commit: give a loaded machine time to get there.
-lag_gauge() { curl -s "$base/metrics" | grep -q '^# TYPE meter_ingest_lag_seconds gauge'; }
+# (The text is searched as a here-string, not through a pipe: grep -q leaves
+# at its first match, and under pipefail a writer still writing to it then
+# fails the check with SIGPIPE.)
+lag_gauge() {
+	local m
+	m=$(curl -s "$base/metrics") && grep -q '^# TYPE meter_ingest_lag_seconds gauge' <<<"$m"
+}
 wait_for 10 lag_gauge || true
 metrics=$(curl -s "$base/metrics")
-echo "$metrics" | grep -q "^meter_agent_scrape_errors_total{host=\"$dead\"} [1-9]" && ok ||
+grep -q "^meter_agent_scrape_errors_total{host=\"$dead\"} [1-9]" <<<"$metrics" && ok ||
 	fail "dead agent's errors not counted"
-echo "$metrics" | grep "^meter_agent_scrape_errors_total" | grep -v "$dead" | grep -q . &&
-	fail "a live agent has scrape errors" || ok
-echo "$metrics" | grep -qE '^meter_samples_ingested_total [1-9]' && ok || fail "no samples_ingested"
-echo "$metrics" | grep -q '^# TYPE meter_ingest_lag_seconds gauge' && ok || fail "no lag gauge"
-echo "$metrics" | grep -qE '^meter_collector_rounds_total [1-9]' && ok || fail "no rounds"
+live_errors=$(grep '^meter_agent_scrape_errors_total' <<<"$metrics" | grep -vF "$dead" || true)
+[[ -z $live_errors ]] && ok || fail "a live agent has scrape errors: $live_errors"
+grep -qE '^meter_samples_ingested_total [1-9]' <<<"$metrics" && ok || fail "no samples_ingested"
+grep -q '^# TYPE meter_ingest_lag_seconds gauge' <<<"$metrics" && ok || fail "no lag gauge"
+grep -qE '^meter_collector_rounds_total [1-9]' <<<"$metrics" && ok || fail "no rounds"
 expect "ledger = rollups" "$(q "SELECT count(*) FROM key_day_ledger l WHERE spent_micros <>
   (SELECT COALESCE(sum(total_micros), 0) FROM usage_hourly u
    WHERE u.account_id = l.account_id AND u.key_id = l.key_id AND u.day = l.day)")" 0

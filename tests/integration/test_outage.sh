@@ -217,8 +217,9 @@ pg_crash() {
 # Recovery without a restart: an allowed check in the client's log after
 # the line count in client.at_up.
 recovered() {
-	awk -v n="$(wc -l <"$work/client.at_up")" 'NR > n && $1 == "create" && $3 == 200' \
-		"$work/client" | grep -q .
+	awk -v n="$(wc -l <"$work/client.at_up")" \
+		'NR > n && $1 == "create" && $3 == 200 {found = 1; exit} END {exit !found}' \
+		"$work/client"
 }
 # outage NAME STOP-COMMAND...: stops the database, keeps it down 4 s (probes
 # while it is down), starts it and waits until checks are allowed again.

@@ -131,3 +131,61 @@ char *check_answer_allowed(const struct check_answer *a)
 	*o.p = '\0';
 	return buf;
 }
+
+/* A YYYY-MM-DD day as yyyymmdd; -1 when it is not one. */
+static int64_t day_number(const char *day)
+{
+	int64_t n = 0;
+
+	if (!day || strlen(day) != 10 || day[4] != '-' || day[7] != '-')
+		return -1;
+	for (int i = 0; i < 10; i++) {
+		if (i == 4 || i == 7)
+			continue;
+		if (day[i] < '0' || day[i] > '9')
+			return -1;
+		n = n * 10 + (day[i] - '0');
+	}
+	return n;
+}
+
+bool check_answer_numbers(const struct check_answer *a, int64_t starts_usec, int64_t ends_usec,
+			  char out[CHECK_ANSWER_NUMBERS_MAX])
+{
+	int64_t days[LEDGER_PARTS_MAX];
+	struct out o;
+
+	if (a->nparts < 1 || a->nparts > LEDGER_PARTS_MAX)
+		return false;
+	for (int p = 0; p < a->nparts; p++)
+		if ((days[p] = day_number(a->parts[p].day)) < 0)
+			return false;
+	/* At most 23 numbers of 20 characters and 24 more: within the room. */
+	o.p = out;
+	*o.p++ = '{';
+	put_i64(&o, starts_usec);
+	*o.p++ = ',';
+	put_i64(&o, ends_usec);
+	*o.p++ = ',';
+	put_i64(&o, a->lease_max_cost_micros);
+	for (int p = 0; p < a->nparts; p++) {
+		const struct check_answer_part *pt = &a->parts[p];
+
+		*o.p++ = ',';
+		put_i64(&o, days[p]);
+		*o.p++ = ',';
+		put_i64(&o, pt->hold_micros);
+		*o.p++ = ',';
+		put_i64(&o, pt->figures.spent_micros);
+		*o.p++ = ',';
+		put_i64(&o, pt->figures.held_micros);
+		*o.p++ = ',';
+		if (pt->figures.has_limit)
+			put_i64(&o, pt->figures.limit_micros);
+		else
+			put(&o, "NULL");
+	}
+	*o.p++ = '}';
+	*o.p = '\0';
+	return true;
+}

@@ -38,4 +38,19 @@ struct check_answer {
  * when out of memory or when a string needs escaping. */
 char *check_answer_allowed(const struct check_answer *a);
 
+/* Room for check_answer_numbers(): 23 numbers of at most 20 characters,
+ * their commas and braces. */
+#define CHECK_ANSWER_NUMBERS_MAX 512
+
+/* The numbers of the answer, what a sandbox row keeps of its create's
+ * answer (sql/0025, where meter_create_answer() writes the same text as
+ * check_answer_allowed() back from them), as a PostgreSQL bigint[]
+ * literal: {starts_usec,ends_usec,lease_max_cost_micros, then per part
+ * its day as yyyymmdd, hold_micros, spent, held and limit (NULL: none)}.
+ * The times are the answer's lease_starts_at and lease_ends_at, in
+ * microseconds since 1970-01-01 UTC. False, with out untouched, when a
+ * day is not YYYY-MM-DD or the number of parts is out of range. */
+bool check_answer_numbers(const struct check_answer *a, int64_t starts_usec, int64_t ends_usec,
+			  char out[CHECK_ANSWER_NUMBERS_MAX]);
+
 #endif

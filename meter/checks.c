@@ -60,6 +60,8 @@ struct item {
 	struct ledger_part parts[LEDGER_PARTS_MAX];
 	int row[LEDGER_PARTS_MAX]; /* index of each part's key-day in the batch */
 	char days[LEDGER_PARTS_MAX][11];
+	/* An allowed create's answer as its sandbox row keeps it (sql/0025). */
+	char numbers[CHECK_ANSWER_NUMBERS_MAX];
 };
 
 /* Day starts of one time zone around "now", from PostgreSQL. */
@@ -467,11 +469,11 @@ static bool batch_created(const struct batch *b, size_t upto, const char *sandbo
 	return false;
 }
 
-/* The allowed answer of it (ledger figures after its holds) as text; NULL
- * when out of memory. Its strings are ids (meter_id: the parser's and the
- * database's rule), days and times, none of which needs escaping. */
-static char *allowed_text(const struct batch *b, const struct item *it,
-			  const struct db_check_read *r)
+/* Sets it's allowed answer (ledger figures after its holds) and, for a
+ * create, the answer's numbers its sandbox row keeps. False when out of
+ * memory. Its strings are ids (meter_id: the parser's and the database's
+ * rule), days and times, none of which needs escaping. */
+static bool set_allowed(const struct batch *b, struct item *it, const struct db_check_read *r)
 {
 	struct check_answer a = {.sandbox_id = it->rq.sandbox_id,
 				 .key_id = r->key_id,
@@ -487,7 +489,10 @@ static char *allowed_text(const struct batch *b, const struct item *it,
 		a.parts[p] = (struct check_answer_part){.day = it->days[p],
 							.hold_micros = it->parts[p].micros,
 							.figures = b->rows[it->row[p]].state};
-	return check_answer_allowed(&a);
+	set_answer_text(it, 200, check_answer_allowed(&a));
+	return it->status == 200 &&
+	       (it->rq.op != CHECKS_CREATE ||
+		check_answer_numbers(&a, b->now, it->lease_end_usec, it->numbers));
 }
 
 /* Adds the writes of an allowed check to the batch's arrays. */
@@ -505,7 +510,8 @@ static void batch_write(struct batch *b, size_t i)
 		db_arr_str(&a[DB_X_XMIN], r->idem_xmin);
 	}
 	/* A create's answer under the default key (the sandbox id) is kept on
-	 * the sandbox row it makes (sql/0017); every other in a row of its own. */
+	 * the sandbox row it makes (sql/0017), as its numbers (sql/0025);
+	 * every other in a row of its own. */
 	if (it->rq.op != CHECKS_CREATE || strcmp(it->idem, it->rq.sandbox_id) != 0) {
 		db_arr_str(&a[DB_I_ACCOUNT], r->account_id);
 		db_arr_str(&a[DB_I_OP], op);
@@ -518,7 +524,7 @@ static void batch_write(struct batch *b, size_t i)
 		bool default_key = strcmp(it->idem, it->rq.sandbox_id) == 0;
 
 		db_arr_str(&a[DB_C_SHA], default_key ? it->sha_hex : NULL);
-		db_arr_str(&a[DB_C_RESPONSE], default_key ? it->body : NULL);
+		db_arr_str(&a[DB_C_ANSWER], default_key ? it->numbers : NULL);
 		db_arr_str(&a[DB_C_ACCOUNT], r->account_id);
 		db_arr_str(&a[DB_C_SANDBOX], it->rq.sandbox_id);
 		db_arr_str(&a[DB_C_KEY], r->key_id);
@@ -627,8 +633,7 @@ static void batch_decide(struct batch *b)
 			continue;
 		}
 		it->allowed = true;
-		set_answer_text(it, 200, allowed_text(b, it, r));
-		if (it->status != 200) {
+		if (!set_allowed(b, it, r)) {
 			/* Could not build the answer: undo, answer 503. */
 			for (int p = 0; p < nparts; p++)
 				days[p]->held_micros -= amounts[p];

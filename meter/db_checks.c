@@ -35,16 +35,18 @@ static const char sql_read[] =
     " LEFT JOIN api_keys k ON k.key_id = CASE WHEN c.op = 'create' THEN c.key_id"
     "  ELSE sb.key_id END"
     /* LATERAL: so all three columns are the index condition. A create's
-     * answer under the default key is on its sandbox row (sql/0017). */
+     * answer under the default key is on its sandbox row (sql/0017), as
+     * its numbers since sql/0025. */
     " LEFT JOIN LATERAL (SELECT x.idempotency_key, x.request_sha256, x.status_code,"
     "   x.response, x.xmin::text AS row_xmin FROM idempotency_keys x"
     "  WHERE x.account_id = k.account_id"
     "  AND x.operation = c.op AND x.idempotency_key = c.idem"
     "  AND NOT (c.op = 'create' AND c.idem = c.sandbox_id)"
     "  UNION ALL"
-    "  SELECT sb.sandbox_id, sb.create_request_sha256, 200, sb.create_response,"
+    "  SELECT sb.sandbox_id, sb.create_request_sha256, 200, COALESCE(sb.create_response,"
+    "   meter_create_answer(sb.sandbox_id, sb.key_id, sb.create_answer)),"
     "   sb.xmin::text WHERE c.op = 'create' AND c.idem = c.sandbox_id"
-    "   AND sb.create_response IS NOT NULL AND sb.account_id = k.account_id"
+    "   AND sb.create_request_sha256 IS NOT NULL AND sb.account_id = k.account_id"
     "  LIMIT 1) ik ON true"
     " ORDER BY c.i";
 
@@ -96,7 +98,7 @@ static const char sql_refused[] =
     "   WHERE i.account_id = v.a AND i.operation = v.o AND i.idempotency_key = v.k"
     "  UNION ALL"
     "  SELECT s.xmin::text FROM sandboxes s WHERE v.o = 'create' AND s.sandbox_id = v.k"
-    "   AND s.account_id = v.a AND s.create_response IS NOT NULL) i ON true"
+    "   AND s.account_id = v.a AND s.create_request_sha256 IS NOT NULL) i ON true"
     " WHERE v.x IS NULL OR i.xm <> v.x";
 
 /* A batch decided on the engine's figures (sql/0018): $1 the time, $2 the
@@ -166,6 +168,9 @@ enum meter_rc db_checks_session(PGconn *conn, int64_t statement_timeout_ms)
 	snprintf(sql, sizeof(sql), "SET statement_timeout = %lld", (long long)statement_timeout_ms);
 	if (!session_exec(conn, sql, PGRES_COMMAND_OK) ||
 	    !session_exec(conn, "SET synchronous_commit = on", PGRES_COMMAND_OK) ||
+	    /* Days read as text go into answers and their stored numbers
+	     * as YYYY-MM-DD, whatever the server's default style. */
+	    !session_exec(conn, "SET DateStyle = ISO", PGRES_COMMAND_OK) ||
 	    /* The batch statements are point look-ups by key taking arrays:
 	     * planned once per connection (not per batch), and never as
 	     * sequential scans, so a plan made while the tables were small

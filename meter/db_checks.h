@@ -157,8 +157,8 @@ enum db_apply_arr {
 	DB_C_MEMORY,
 	DB_C_MAX_COST,
 	DB_C_LEASE_END,
-	DB_C_SHA,      /* the create's answer under the default key, */
-	DB_C_RESPONSE, /* on its sandbox row (else NULL: in DB_I_*) */
+	DB_C_SHA,    /* the create's answer under the default key, */
+	DB_C_ANSWER, /* its numbers, on its sandbox row (else NULL: in DB_I_*) */
 	DB_W_ACCOUNT,
 	DB_W_SANDBOX,
 	DB_W_LEASE_END,

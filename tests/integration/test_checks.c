@@ -16,6 +16,21 @@
 /* 2 vCPU / 4096 MiB for 900 s under the default book (DESIGN.md §2). */
 #define LEASE_20000 "\"vcpus\":2,\"memory_mib\":4096,\"lease_seconds\":900"
 
+/* The same create again: replayed, the first answer byte for byte (the
+ * sandbox row keeps its numbers and the database writes the text back). */
+static void check_replay(struct apitest *t, const char *key, const char *sandbox, int vcpus,
+			 int memory_mib, int lease_s, const struct apitest_resp *first)
+{
+	struct apitest_resp r;
+
+	CHECK_I64(cu_create(t, 0, key, sandbox, vcpus, memory_mib, lease_s, NULL, &r), 200);
+	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+	CHECK(r.body && first->body);
+	if (r.body && first->body)
+		CHECK_STR(r.body, first->body);
+	apitest_resp_release(&r);
+}
+
 static void test_idempotency(struct apitest *t, const char *key)
 {
 	struct apitest_resp r, r2;
@@ -31,6 +46,7 @@ static void test_idempotency(struct apitest *t, const char *key)
 	CHECK(r2.headers && strstr(r2.headers, "Idempotent-Replayed: true"));
 	CHECK(json_equal(r.json, r2.json));
 	apitest_resp_release(&r2);
+	check_replay(t, key, "idem-1", 2, 4096, 900, &r);
 	/* Same key (the sandbox id by default), other parameters: 409. */
 	CHECK_I64(cu_create(t, 0, key, "idem-1", 2, 4096, 901, NULL, &r2), 409);
 	CHECK_STR(apitest_error_code(&r2), "idempotency_conflict");
@@ -552,13 +568,18 @@ static void test_validation(struct apitest *t, const char *key)
 }
 
 /* Starts one meterd whose check engine reads target as "now". */
-static int start_at(struct apitest *t, const char *tag, time_t target)
+static int start_at_env(struct apitest *t, const char *tag, time_t target, const char *const *env)
 {
 	char off[32];
 	const char *args[] = {"--clock-offset-s", off, NULL};
 
 	snprintf(off, sizeof(off), "%lld", cu_offset_to(target));
-	return apitest_start(t, tag, 1, args, NULL);
+	return apitest_start(t, tag, 1, args, env);
+}
+
+static int start_at(struct apitest *t, const char *tag, time_t target)
+{
+	return start_at_env(t, tag, target, NULL);
 }
 
 /* UTC seconds of a civil UTC time. */
@@ -571,16 +592,19 @@ static time_t utc(int y, int mo, int d, int h, int mi)
 
 /* Europe/Berlin, 2026-10-24 23:30 local (21:30Z): a 24 h lease holds about
  * 30 min against the 24th and the rest against the 25th, a 25-hour day
- * (clocks go back at 03:00 CEST). 1 vCPU + 1 GiB = 32,500 µ$/h. */
+ * (clocks go back at 03:00 CEST). 1 vCPU + 1 GiB = 32,500 µ$/h. meterd's
+ * sessions start in another date style (libpq's PGDATESTYLE): the days
+ * are YYYY-MM-DD all the same. */
 static void test_berlin(void)
 {
+	static const char *const env[] = {"PGDATESTYLE=SQL, DMY", NULL};
 	struct apitest t;
 	struct apitest_resp r;
 	char acc[65], key[65], token[APITEST_TOKEN_MAX];
 	json_t *parts;
 	long long p0, p1;
 
-	if (start_at(&t, "chk_berlin", utc(2026, 10, 24, 21, 30)) < 0) {
+	if (start_at_env(&t, "chk_berlin", utc(2026, 10, 24, 21, 30), env) < 0) {
 		CHECK(0);
 		return;
 	}
@@ -602,6 +626,7 @@ static void test_berlin(void)
 	CHECK(p0 + p1 >= 780000 && p0 + p1 <= 780002);
 	CHECK_I64(cu_jint(r.json, "lease_max_cost_micros"), 780000);
 	CHECK_I64(cu_jint(r.json, "hold_micros"), p0 + p1);
+	check_replay(&t, key, "be-1", 1, 1024, 86400, &r);
 	apitest_resp_release(&r);
 	/* Each part held on its own day. */
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT held_micros FROM key_day_ledger WHERE day ="
@@ -858,6 +883,7 @@ static void test_new_york(void)
 	CHECK_STR(json_string_value(json_object_get(json_array_get(parts, 2), "day")),
 		  "2026-03-09");
 	CHECK_I64(cu_jint(json_array_get(parts, 1), "hold_micros"), 747500); /* 23 h exactly */
+	check_replay(&t, key, "ny-1", 1, 1024, 86400, &r);
 	apitest_resp_release(&r);
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(DISTINCT day) FROM holds"), 3);
 	/* Meter 792,500 on the 8th (the 747,500 hold consumed, 45,000 beyond

@@ -169,7 +169,7 @@ static void test_plain_creates(const char *acc)
 	CHECK_I64(cu_sql_int(t.db.conn,
 			     "SELECT count(*) FROM sandboxes s JOIN holds h USING (account_id,"
 			     " sandbox_id) WHERE s.key_id = '%s' AND h.key_id = '%s'"
-			     " AND s.create_response IS NOT NULL",
+			     " AND s.create_answer IS NOT NULL",
 			     key, key),
 		  6);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);

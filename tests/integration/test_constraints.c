@@ -61,7 +61,7 @@
 /* One created sandbox (account, sandbox, key) of 1 vCPU / 512 MiB. */
 #define APPLY_C(A, S, K)                                                                           \
 	"'{" A "}', '{" S "}', '{" K "}', '{1}', '{512}', '{NULL}', '{2026-11-30T01:15:00Z}',"     \
-	" '{" HEX_AB "}', '{\"{}\"}'"
+	" '{" HEX_AB "}', '{\"{1,2,3,20261130,100,0,100,NULL}\"}'"
 /* One hold (account, key, sandbox) of 100 µ$ on 2026-11-30. */
 #define APPLY_H(A, K, S)                                                                           \
 	"'{" A "}', '{" K "}', '{" S "}', '{2026-11-30}', '{100}', '{2026-11-30T01:15:00Z}'"
@@ -294,6 +294,29 @@ static const struct sql_case cases[] = {
 			     " '2026-11-30T01:00:00Z', '2026-11-30T01:15:00Z', NULL)"},
     {OK, APPLY(APPLY_NO_I, APPLY_C("acct_1", "sbx_8", "key_1"), APPLY_NO_W,
 	       APPLY_H("acct_1", "key_1", "sbx_8"))},
+    /* Its stored answer: the request's hash with its numbers (sql/0025)
+     * or, on rows from before, its text; never neither nor both, and
+     * numbers of an answer's shape. */
+    {CHECK_VIOLATION, "UPDATE sandboxes SET create_answer = NULL WHERE sandbox_id = 'sbx_8'"},
+    {CHECK_VIOLATION, "UPDATE sandboxes SET create_response = '{}' WHERE sandbox_id = 'sbx_8'"},
+    {CHECK_VIOLATION, "UPDATE sandboxes SET create_request_sha256 = NULL"
+		      " WHERE sandbox_id = 'sbx_8'"},
+    {CHECK_VIOLATION, "UPDATE sandboxes SET create_answer = '{1,2,3,20261130,100,0,100}'"
+		      " WHERE sandbox_id = 'sbx_8'"},
+    {CHECK_VIOLATION,
+     "UPDATE sandboxes SET create_answer = '{1,2,3,20261130,100,0,100,NULL,20261201}'"
+     " WHERE sandbox_id = 'sbx_8'"},
+    {CHECK_VIOLATION, "UPDATE sandboxes SET create_answer = '[0:7]={1,2,3,20261130,100,0,100,1}'"
+		      " WHERE sandbox_id = 'sbx_8'"},
+    {CHECK_VIOLATION, "UPDATE sandboxes SET create_answer = '{{1,2,3,4,5,6,7,8}}'"
+		      " WHERE sandbox_id = 'sbx_8'"},
+    {CHECK_VIOLATION, "UPDATE sandboxes SET create_answer = '{}' WHERE sandbox_id = 'sbx_8'"},
+    {CHECK_VIOLATION, "UPDATE sandboxes SET create_answer = NULL, create_request_sha256 = NULL,"
+		      " create_response = '{}' WHERE sandbox_id = 'sbx_8'"},
+    {OK, "UPDATE sandboxes SET create_answer = NULL, create_response = '{}'"
+	 " WHERE sandbox_id = 'sbx_8'"},
+    {OK, "UPDATE sandboxes SET create_answer = '{1,2,3,20261130,100,0,100,NULL,20261201,1,2,3,4}',"
+	 " create_response = NULL WHERE sandbox_id = 'sbx_8'"},
     {CHECK_VIOLATION, INS_HOLD "('acct_1', 'key_1', 'sbx_1', '2026-11-30', -1, 0, 'open',"
 			       " '2026-11-30T01:00:00Z', '2026-11-30T01:15:00Z', NULL)"},
     {CHECK_VIOLATION, INS_HOLD "('acct_1', 'key_1', 'sbx_1', '2026-11-30', 100, 0, 'settled',"
@@ -368,7 +391,7 @@ int main(void)
 {
 	struct testdb db;
 	char err[512] = "";
-	char buf[256];
+	char buf[256], answer[1024];
 	int applied = 0;
 
 	if (testdb_create(&db, "constraints") != 0) {
@@ -393,6 +416,20 @@ int main(void)
 	    " (SELECT count(*) FROM usage_hourly), (SELECT count(*) FROM lifecycle_events))",
 	    buf, sizeof(buf));
 	CHECK_STR(buf, "5 4 5 2 3 2 3");
+	/* A create's answer kept as numbers reads back as its text. */
+	testdb_query_text(db.conn,
+			  "SELECT response FROM check_answers WHERE idempotency_key = 'sbx_8'",
+			  answer, sizeof(answer));
+	CHECK_STR(answer,
+		  "{\"allowed\":true,\"sandbox_id\":\"sbx_8\",\"key_id\":\"key_1\","
+		  "\"hold_micros\":101,\"lease_max_cost_micros\":3,\"day\":\"2026-11-30\","
+		  "\"day_spent_micros\":0,\"day_held_micros\":100,\"daily_limit_micros\":null,"
+		  "\"lease_starts_at\":\"1970-01-01T00:00:00.000001Z\","
+		  "\"lease_ends_at\":\"1970-01-01T00:00:00.000002Z\",\"parts\":[{\"day\":"
+		  "\"2026-11-30\",\"hold_micros\":100,\"day_spent_micros\":0,"
+		  "\"day_held_micros\":100,\"daily_limit_micros\":null},{\"day\":"
+		  "\"2026-12-01\",\"hold_micros\":1,\"day_spent_micros\":2,"
+		  "\"day_held_micros\":3,\"daily_limit_micros\":4}]}");
 	testdb_query_text(db.conn,
 			  "SELECT format('%s %s %s %s', status, consumed_micros, amount_micros,"
 			  " settled_at IS NOT NULL) FROM holds WHERE hold_id = 1",

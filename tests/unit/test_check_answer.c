@@ -117,6 +117,15 @@ int main(void)
 		  "\"day_held_micros\":32500,\"daily_limit_micros\":1000000000000000}]}");
 	free(text);
 	same_as_jansson(&a);
+	/* Its numbers, as the sandbox row keeps them (sql/0025). */
+	{
+		char numbers[CHECK_ANSWER_NUMBERS_MAX];
+
+		CHECK(check_answer_numbers(&a, 1764657174620931, 1764660774620931, numbers));
+		CHECK_STR(numbers,
+			  "{1764657174620931,1764660774620931,32500,20261202,32500,0,32500,"
+			  "1000000000000000}");
+	}
 
 	/* Random figures, one to four parts, with and without limits. */
 	for (int i = 0; i < 20000; i++) {
@@ -152,6 +161,50 @@ int main(void)
 		b = a;
 		b.parts[1].day = bad[i];
 		CHECK(check_answer_allowed(&b) == NULL);
+	}
+	/* The numbers: no limit is NULL; the longest numbers of the most parts
+	 * fit the room; a day not YYYY-MM-DD is declined, out untouched. */
+	{
+		static const char *const bad_days[] = {"2026-1-02",  "2026-12-2",  "20261202",
+						       "2026/12/02", "2026-12-0x", "",
+						       "2026-12-021"};
+		char numbers[CHECK_ANSWER_NUMBERS_MAX];
+		struct check_answer b = a;
+
+		b.nparts = 2;
+		b.lease_max_cost_micros = 7;
+		b.parts[0] = (struct check_answer_part){.day = "2026-12-01", .hold_micros = 5};
+		b.parts[1] = (struct check_answer_part){
+		    .day = "0999-01-31",
+		    .hold_micros = 6,
+		    .figures = {.spent_micros = -1, .held_micros = 2, .has_limit = true}};
+		CHECK(check_answer_numbers(&b, 0, 1, numbers));
+		CHECK_STR(numbers, "{0,1,7,20261201,5,0,0,NULL,9990131,6,-1,2,0}");
+		b.nparts = LEDGER_PARTS_MAX;
+		b.lease_max_cost_micros = INT64_MIN;
+		for (int p = 0; p < b.nparts; p++)
+			b.parts[p] =
+			    (struct check_answer_part){.day = "9999-12-31",
+						       .hold_micros = INT64_MIN,
+						       .figures = {.spent_micros = INT64_MIN,
+								   .held_micros = INT64_MIN,
+								   .has_limit = true,
+								   .limit_micros = INT64_MIN}};
+		CHECK(check_answer_numbers(&b, INT64_MIN, INT64_MIN, numbers));
+		CHECK_I64((long long)strlen(numbers), 2 + 23 * 20 + 22 - 4 * 12);
+		for (size_t i = 0; i < sizeof(bad_days) / sizeof(bad_days[0]); i++) {
+			b.nparts = 2;
+			b.parts[1].day = bad_days[i];
+			snprintf(numbers, sizeof(numbers), "untouched");
+			CHECK(!check_answer_numbers(&b, 0, 1, numbers));
+			CHECK_STR(numbers, "untouched");
+		}
+		b.parts[1].day = NULL;
+		CHECK(!check_answer_numbers(&b, 0, 1, numbers));
+		b.nparts = 0;
+		CHECK(!check_answer_numbers(&b, 0, 1, numbers));
+		b.nparts = LEDGER_PARTS_MAX + 1;
+		CHECK(!check_answer_numbers(&b, 0, 1, numbers));
 	}
 	/* No part, or too many: declined. */
 	a.nparts = 0;

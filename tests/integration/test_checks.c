@@ -47,6 +47,13 @@ static void test_idempotency(struct apitest *t, const char *key)
 	CHECK(json_equal(r.json, r2.json));
 	apitest_resp_release(&r2);
 	check_replay(t, key, "idem-1", 2, 4096, 900, &r);
+	/* A row from before sql/0025 keeps the answer's text: replayed too. */
+	cu_sql(db, "UPDATE sandboxes SET create_response = meter_create_answer(sandbox_id, key_id,"
+		   " create_answer), create_answer = NULL WHERE sandbox_id = 'idem-1'");
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'idem-1'"
+				 " AND create_answer IS NULL AND create_response IS NOT NULL"),
+		  1);
+	check_replay(t, key, "idem-1", 2, 4096, 900, &r);
 	/* Same key (the sandbox id by default), other parameters: 409. */
 	CHECK_I64(cu_create(t, 0, key, "idem-1", 2, 4096, 901, NULL, &r2), 409);
 	CHECK_STR(apitest_error_code(&r2), "idempotency_conflict");

@@ -16,8 +16,8 @@
 --
 -- and meter_create_answer() writes the answer's text back from them, byte
 -- for byte what the engine answered (tests/integration/test_checks.c
--- compares a replay with the first answer, and test_constraints.c the
--- function with the engine's writer over random figures). Rows written
+-- compares replays with first answers, and test_answer_sql.c the function
+-- with the engine's writer over random answers). Rows written
 -- before keep their text in create_response; a row has one or the other.
 
 -- The constraints are written small: every INSERT statement reads its
@@ -39,9 +39,10 @@ COMMENT ON COLUMN sandboxes.create_answer IS 'The numbers of the first answer to
 
 -- A time of the answer, microseconds since 1970-01-01 UTC (the engine's
 -- clock: never before it), as the engine writes it:
--- 2026-12-02T13:20:11.000000Z (integer arithmetic only).
+-- 2026-12-02T13:20:11.000000Z (integer arithmetic only; STABLE as
+-- to_char is, though this pattern depends on no setting).
 CREATE FUNCTION meter_answer_time(u bigint) RETURNS text
-	LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+	LANGUAGE sql STABLE STRICT PARALLEL SAFE
 	AS $$
 	SELECT to_char(date '1970-01-01' + (u / 86400000000)::integer, 'YYYY-MM-DD')
 	       || 'T' || lpad((u % 86400000000 / 3600000000)::text, 2, '0')
@@ -62,7 +63,7 @@ $$;
 -- same text as check_answer_allowed() in meter/check_answer.c. Ids are
 -- meter_ids, which need no escaping in JSON.
 CREATE FUNCTION meter_create_answer(p_sandbox text, p_key text, a bigint[]) RETURNS text
-	LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
+	LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE
 	AS $$
 DECLARE
 	hold bigint := 0;

@@ -14,37 +14,11 @@
 #include "check_answer.h"
 #include "migrate.h"
 #include "testdb.h"
+#include "testrand.h"
 
 #define ROUNDS 3000
 
 static uint64_t state = 0x2545f4914f6cdd1du;
-
-static uint64_t next(void)
-{
-	state ^= state << 13;
-	state ^= state >> 7;
-	state ^= state << 17;
-	return state;
-}
-
-/* A figure: small, large, zero, negative or an end of int64. */
-static int64_t figure(void)
-{
-	switch (next() % 8) {
-	case 0:
-		return 0;
-	case 1:
-		return INT64_MAX;
-	case 2:
-		return INT64_MIN;
-	case 3:
-		return -(int64_t)(next() % 1000000);
-	case 4:
-		return (int64_t)(next() % 10);
-	default:
-		return (int64_t)(next() % 4000000000000000000u);
-	}
-}
 
 /* The database's text for a's numbers, or NULL (printed) on error. */
 static char *from_database(PGconn *conn, const struct check_answer *a, const char *numbers)
@@ -84,14 +58,16 @@ int main(void)
 	for (int i = 0; i < ROUNDS; i++) {
 		char days[LEDGER_PARTS_MAX][11], start[40], end[40];
 		char numbers[CHECK_ANSWER_NUMBERS_MAX];
-		/* Up to 2^53 microseconds: the 2250s. The first rounds: the
+		/* Up to 2^53 microseconds: the 2250s. The first round: the
 		 * ends of a day and of the epoch. */
-		int64_t t0 = i == 0 ? 0 : (int64_t)(next() % (UINT64_C(1) << 53));
-		int64_t t1 = i == 0 ? 86399999999 : t0 + 1 + (int64_t)(next() % 400000000000u);
-		struct check_answer a = {.sandbox_id = ids[next() % 4],
-					 .key_id = ids[next() % 4],
-					 .lease_max_cost_micros = figure(),
-					 .nparts = 1 + (int)(next() % LEDGER_PARTS_MAX)};
+		int64_t t0 = i == 0 ? 0 : (int64_t)(testrand_next(&state) % (UINT64_C(1) << 53));
+		int64_t t1 = i == 0 ? 86399999999
+				    : t0 + 1 + (int64_t)(testrand_next(&state) % 400000000000u);
+		struct check_answer a = {.sandbox_id = ids[testrand_next(&state) % 4],
+					 .key_id = ids[testrand_next(&state) % 4],
+					 .lease_max_cost_micros = testrand_figure(&state),
+					 .nparts =
+					     1 + (int)(testrand_next(&state) % LEDGER_PARTS_MAX)};
 		char *mine, *theirs;
 
 		agent_doc_format_time(t0, start, sizeof(start));
@@ -100,15 +76,17 @@ int main(void)
 		a.lease_ends_at = end;
 		for (int p = 0; p < a.nparts; p++) {
 			snprintf(days[p], sizeof(days[p]), "%04d-%02d-%02d",
-				 1970 + (int)(next() % 8030), 1 + (int)(next() % 12),
-				 1 + (int)(next() % 31));
+				 1970 + (int)(testrand_next(&state) % 8030),
+				 1 + (int)(testrand_next(&state) % 12),
+				 1 + (int)(testrand_next(&state) % 31));
 			a.parts[p].day = days[p];
 			/* Parts that sum without overflow, as a lease's do. */
-			a.parts[p].hold_micros = (int64_t)(next() % 1000000000000u);
-			a.parts[p].figures = (struct ledger_day){.spent_micros = figure(),
-								 .held_micros = figure(),
-								 .has_limit = next() % 3 != 0,
-								 .limit_micros = figure()};
+			a.parts[p].hold_micros = (int64_t)(testrand_next(&state) % 1000000000000u);
+			a.parts[p].figures =
+			    (struct ledger_day){.spent_micros = testrand_figure(&state),
+						.held_micros = testrand_figure(&state),
+						.has_limit = testrand_next(&state) % 3 != 0,
+						.limit_micros = testrand_figure(&state)};
 		}
 		mine = check_answer_allowed(&a);
 		CHECK(mine != NULL);

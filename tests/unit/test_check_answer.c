@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "check_answer.h"
+#include "testrand.h"
 
 /* The object as the engine built it with jansson (checks.c, allowed_json). */
 static char *with_jansson(const struct check_answer *a)
@@ -44,33 +45,6 @@ static char *with_jansson(const struct check_answer *a)
 }
 
 static uint64_t state = 0x9e3779b97f4a7c15u;
-
-static uint64_t next(void)
-{
-	state ^= state << 13;
-	state ^= state >> 7;
-	state ^= state << 17;
-	return state;
-}
-
-/* A figure: small, large, zero, negative or an end of int64. */
-static int64_t figure(void)
-{
-	switch (next() % 8) {
-	case 0:
-		return 0;
-	case 1:
-		return INT64_MAX;
-	case 2:
-		return INT64_MIN;
-	case 3:
-		return -(int64_t)(next() % 1000000);
-	case 4:
-		return (int64_t)(next() % 10);
-	default:
-		return (int64_t)(next() % 4000000000000000000u);
-	}
-}
 
 static void same_as_jansson(const struct check_answer *a)
 {
@@ -129,18 +103,19 @@ int main(void)
 
 	/* Random figures, one to four parts, with and without limits. */
 	for (int i = 0; i < 20000; i++) {
-		a.nparts = 1 + (int)(next() % LEDGER_PARTS_MAX);
-		a.sandbox_id = ids[next() % 4];
-		a.key_id = ids[next() % 4];
-		a.lease_max_cost_micros = figure();
+		a.nparts = 1 + (int)(testrand_next(&state) % LEDGER_PARTS_MAX);
+		a.sandbox_id = ids[testrand_next(&state) % 4];
+		a.key_id = ids[testrand_next(&state) % 4];
+		a.lease_max_cost_micros = testrand_figure(&state);
 		for (int p = 0; p < a.nparts; p++) {
 			a.parts[p].day = days[p];
 			/* Parts that sum without overflow, as a lease's do. */
-			a.parts[p].hold_micros = (int64_t)(next() % 1000000000000u);
-			a.parts[p].figures = (struct ledger_day){.spent_micros = figure(),
-								 .held_micros = figure(),
-								 .has_limit = next() % 3 != 0,
-								 .limit_micros = figure()};
+			a.parts[p].hold_micros = (int64_t)(testrand_next(&state) % 1000000000000u);
+			a.parts[p].figures =
+			    (struct ledger_day){.spent_micros = testrand_figure(&state),
+						.held_micros = testrand_figure(&state),
+						.has_limit = testrand_next(&state) % 3 != 0,
+						.limit_micros = testrand_figure(&state)};
 		}
 		same_as_jansson(&a);
 	}

@@ -15,6 +15,7 @@
 #define FOREIGN_KEY	"23503"
 #define UNIQUE		"23505"
 #define CHECK_VIOLATION "23514"
+#define CONFLICT	"MTR01" /* a check batch decided on figures that changed */
 
 #define HASH_AB "decode(repeat('ab', 32), 'hex')"
 #define HEX_AB	"abababababababababababababababababababababababababababababababab"
@@ -65,6 +66,20 @@
 /* One hold (account, key, sandbox) of 100 µ$ on 2026-11-30. */
 #define APPLY_H(A, K, S)                                                                           \
 	"'{" A "}', '{" K "}', '{" S "}', '{2026-11-30}', '{100}', '{2026-11-30T01:15:00Z}'"
+/* A fast check batch (meter_checks_fast) of plain creates on key_1's
+ * ledger row of 2026-11-30, decided on its figures as the cases before
+ * leave them (spent 2,000,000, held E, no limit) and leaving it held N,
+ * with the key's limit K_LIMIT assumed: creates C and holds H as for
+ * APPLY. */
+#define FAST(E, N, K_LIMIT, C, H)                                                                  \
+	"SELECT count(*) FROM meter_checks_fast('2026-11-30T01:00:00Z', 1, 7, 1, '{}',"            \
+	" '{2000000}', '{" E "}', '{NULL}', '{acct_1}', '{key_1}', '{" K_LIMIT "}',"               \
+	" '{Europe/Paris}', '{}', '{}', '{}', '{acct_1}', '{key_1}', '{2026-11-30}', '{" N "}',"   \
+	" '{NULL}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', " C ","            \
+	" '{}', '{}', '{}', " H ")"
+/* Fails with division by zero (22012) unless the statement's condition holds. */
+#define ASSERT_SQL(COND) "SELECT 1 / (" COND ")::integer"
+#define DIV_ZERO	 "22012"
 #define INS_PRICE                                                                                  \
 	"INSERT INTO price_book (effective_from, cpu_micros_per_vcpu_hour,"                        \
 	" memory_micros_per_gib_hour, storage_micros_per_gib_hour, floor_millicores) VALUES "
@@ -294,6 +309,31 @@ static const struct sql_case cases[] = {
 			     " '2026-11-30T01:00:00Z', '2026-11-30T01:15:00Z', NULL)"},
     {OK, APPLY(APPLY_NO_I, APPLY_C("acct_1", "sbx_8", "key_1"), APPLY_NO_W,
 	       APPLY_H("acct_1", "key_1", "sbx_8"))},
+    /* A fast batch of plain creates proves its references from its own
+     * arrays (sql/0026): every sandbox and hold of the one key checked,
+     * every hold of a sandbox it creates; a key not as assumed is a
+     * conflict; a ledger row that differs comes back and nothing is
+     * written. The valid batch writes one sandbox, one hold and the
+     * ledger's new figure. */
+    {FOREIGN_KEY, FAST("20000", "20100", "1000000", APPLY_C("acct_1", "sbx_f1", "key_2"),
+		       APPLY_H("acct_1", "key_1", "sbx_f1"))},
+    {FOREIGN_KEY, FAST("20000", "20100", "1000000", APPLY_C("acct_2", "sbx_f1", "key_1"),
+		       APPLY_H("acct_1", "key_1", "sbx_f1"))},
+    {FOREIGN_KEY, FAST("20000", "20100", "1000000", APPLY_C("acct_1", "sbx_f1", "key_1"),
+		       APPLY_H("acct_1", "key_2", "sbx_f1"))},
+    {FOREIGN_KEY, FAST("20000", "20100", "1000000", APPLY_C("acct_1", "sbx_f1", "key_1"),
+		       APPLY_H("acct_1", "key_1", "sbx_1"))},
+    {FOREIGN_KEY, FAST("20000", "20100", "1000000", APPLY_C("acct_1", "sbx_f1", "key_1"),
+		       APPLY_H("acct_2", "key_1", "sbx_f1"))},
+    {CONFLICT, FAST("20000", "20100", "5", APPLY_C("acct_1", "sbx_f1", "key_1"),
+		    APPLY_H("acct_1", "key_1", "sbx_f1"))},
+    {OK, ASSERT_SQL("(" FAST("19999", "20099", "1000000", APPLY_C("acct_1", "sbx_f1", "key_1"),
+			     APPLY_H("acct_1", "key_1", "sbx_f1")) ") = 1")},
+    {OK, ASSERT_SQL("NOT EXISTS (SELECT 1 FROM sandboxes WHERE sandbox_id = 'sbx_f1')")},
+    {OK, ASSERT_SQL("(" FAST("20000", "20100", "1000000", APPLY_C("acct_1", "sbx_f1", "key_1"),
+			     APPLY_H("acct_1", "key_1", "sbx_f1")) ") = 0")},
+    {OK, ASSERT_SQL("(SELECT held_micros FROM key_day_ledger" WHERE_LEDGER ") = 20100")},
+    {DIV_ZERO, ASSERT_SQL("false")},
     /* Its stored answer: the request's hash with its numbers (sql/0025)
      * or, on rows from before, its text; never neither nor both, and
      * numbers of an answer's shape. */
@@ -415,7 +455,7 @@ int main(void)
 	    " (SELECT count(*) FROM samples), (SELECT count(*) FROM holds),"
 	    " (SELECT count(*) FROM usage_hourly), (SELECT count(*) FROM lifecycle_events))",
 	    buf, sizeof(buf));
-	CHECK_STR(buf, "5 4 5 2 3 2 3");
+	CHECK_STR(buf, "5 4 6 2 4 2 3");
 	/* A create's answer kept as numbers reads back as its text. */
 	testdb_query_text(db.conn,
 			  "SELECT response FROM check_answers WHERE idempotency_key = 'sbx_8'",

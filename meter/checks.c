@@ -469,7 +469,7 @@ static bool batch_created(const struct batch *b, size_t upto, const char *sandbo
 	return false;
 }
 
-/* Sets it's allowed answer (ledger figures after its holds) and, for a
+/* Sets its allowed answer (ledger figures after its holds) and, for a
  * create, the answer's numbers its sandbox row keeps. False when out of
  * memory. Its strings are ids (meter_id: the parser's and the database's
  * rule), days and times, none of which needs escaping. */

@@ -567,6 +567,35 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	return queue(req);
 }
 
+#define ACCESS_PATH_MAX 200 /* characters of a path the access line keeps */
+
+/* in (at most ACCESS_PATH_MAX bytes of it) for the access line's quoted
+ * path: '"' and '\\' escaped with a backslash, any other byte outside
+ * printable ASCII as \\xNN, so that a path (decoded, so it may hold any
+ * byte) cannot end the quotes and write fields of its own. */
+static void access_quote(const char *in, char *out, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+
+	for (size_t i = 0; in[i] && i < ACCESS_PATH_MAX && o + 5 <= len; i++) {
+		unsigned char c = (unsigned char)in[i];
+
+		if (c == '"' || c == '\\') {
+			out[o++] = '\\';
+			out[o++] = (char)c;
+		} else if (c < 0x20 || c >= 0x7f) {
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		} else {
+			out[o++] = (char)c;
+		}
+	}
+	out[o] = '\0';
+}
+
 /* The last callback of every request: the access-log line, then free. */
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 			 enum MHD_RequestTerminationCode toe)
@@ -575,6 +604,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	struct http_req *req = *req_cls;
 	const union MHD_ConnectionInfo *ci;
 	char addr[INET6_ADDRSTRLEN] = "-";
+	char path[ACCESS_PATH_MAX * 4 + 1];
 
 	/* A kept-alive connection awaits its next request from now. */
 	conn_watch_mark(srv, conn, true);
@@ -592,9 +622,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 				  &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, addr,
 				  sizeof(addr));
 	}
-	log_info("access rid=%s ip=%s method=%s path=\"%.200s\" status=%u dur_us=%lld%s",
-		 req->request_id, addr, req->method ? req->method : "-",
-		 req->path ? req->path : "-", req->queued ? req->status : 0,
+	access_quote(req->path ? req->path : "-", path, sizeof(path));
+	log_info("access rid=%s ip=%s method=%s path=\"%s\" status=%u dur_us=%lld%s",
+		 req->request_id, addr, req->method ? req->method : "-", path,
+		 req->queued ? req->status : 0,
 		 (long long)(http_now_usec() - req->start_usec),
 		 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
 	if (req->resp)

@@ -43,6 +43,10 @@ curl -s -D "$work/h" -o /dev/null "$base/healthz"
 grep -qiE '^X-Request-Id: [0-9a-f]{16}' "$work/h" && ok || fail "no X-Request-Id"
 grep -q 'access rid=.* method=GET path="/healthz" status=200' "$work/meterd.log" && ok ||
 	fail "no access-log line"
+# A path cannot end the access line's quotes and write fields of its own.
+expect "quote in a path" "$(http_status "$base/nope%22%20status=200%20x%5C%01")" 404
+grep -q 'access rid=.* path="/nope\\" status=200 x\\\\\\x01" status=404 ' "$work/meterd.log" && ok ||
+	fail "a path's quote not escaped in the access line"
 
 kill -TERM "$pid"
 status=0

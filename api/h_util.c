@@ -347,7 +347,9 @@ enum meter_rc hutil_time_parse(const char *s, int64_t *usec)
 	    h > 23 || mi > 59 || sec > 59)
 		return METER_EINVAL;
 	t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - (oh * 3600 + om * 60);
-	if (t < 0)
+	/* The instant itself in 1970..9999 UTC: an offset may carry the
+	 * written date out of it (9999-12-31T23:59:59-23:59 is in 10000). */
+	if (t < 0 || t >= days_from_civil(10000, 1, 1) * 86400)
 		return METER_EINVAL;
 	*usec = t * 1000000 + frac;
 	return METER_OK;

@@ -32,6 +32,12 @@ struct conn_watch {
 	int fd;
 	int64_t since_usec; /* monotonic: the request has been awaited since */
 	bool receiving;	    /* awaiting or reading a request, not handled yet */
+	/* The request on_uri made and on_completed has not freed yet. When
+	 * libmicrohttpd refuses a request before any handler saw it (headers
+	 * or query over the connection's memory: 431 or 414), it never calls
+	 * on_completed; the connection's close frees it instead. Only the
+	 * connection's own thread touches it. */
+	struct http_req *req;
 };
 
 /* One lane of request workers: a queue and the threads that empty it. */
@@ -68,12 +74,21 @@ struct http_server {
 	struct lane lanes[ROUTE_LANES];
 };
 
-/* Marks conn's request as awaited from now (receiving) or as received. */
-static void conn_watch_mark(struct http_server *srv, struct MHD_Connection *conn, bool receiving)
+static void req_finish(struct MHD_Connection *conn, struct http_req *req, bool aborted);
+
+/* conn's watch, or NULL (not watched: out of memory). */
+static struct conn_watch *conn_watch_of(struct MHD_Connection *conn)
 {
 	const union MHD_ConnectionInfo *ci =
 	    MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-	struct conn_watch *w = ci ? ci->socket_context : NULL;
+
+	return ci ? ci->socket_context : NULL;
+}
+
+/* Marks conn's request as awaited from now (receiving) or as received. */
+static void conn_watch_mark(struct http_server *srv, struct MHD_Connection *conn, bool receiving)
+{
+	struct conn_watch *w = conn_watch_of(conn);
 
 	if (!w)
 		return;
@@ -116,6 +131,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	w = *socket_context;
 	if (!w)
 		return;
+	if (w->req)
+		req_finish(conn, w->req, true);
 	/* libmicrohttpd closes the socket only after this returns: while the
 	 * sweeper holds the lock, every listed descriptor is still ours. */
 	pthread_mutex_lock(&srv->watch_lock);
@@ -220,6 +237,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
 	struct http_server *srv = cls;
 	struct http_req *req = calloc(1, sizeof(*req));
+	struct conn_watch *w;
 	uint64_t n;
 
 	if (!req)
@@ -232,6 +250,9 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	snprintf(req->request_id, sizeof(req->request_id), "%08llx%08llx",
 		 (unsigned long long)(srv->rid_prefix & 0xffffffffu),
 		 (unsigned long long)(n & 0xffffffffu));
+	w = conn_watch_of(conn);
+	if (w)
+		w->req = req;
 	return req;
 }
 
@@ -596,20 +617,17 @@ static void access_quote(const char *in, char *out, size_t len)
 	out[o] = '\0';
 }
 
-/* The last callback of every request: the access-log line, then free. */
-static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
-			 enum MHD_RequestTerminationCode toe)
+/* The access-log line of req, then free it (and forget it on its
+ * connection). aborted: it did not complete normally. */
+static void req_finish(struct MHD_Connection *conn, struct http_req *req, bool aborted)
 {
-	struct http_server *srv = cls;
-	struct http_req *req = *req_cls;
 	const union MHD_ConnectionInfo *ci;
+	struct conn_watch *w = conn_watch_of(conn);
 	char addr[INET6_ADDRSTRLEN] = "-";
 	char path[ACCESS_PATH_MAX * 4 + 1];
 
-	/* A kept-alive connection awaits its next request from now. */
-	conn_watch_mark(srv, conn, true);
-	if (!req)
-		return;
+	if (w && w->req == req)
+		w->req = NULL;
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
 	if (ci && ci->client_addr) {
 		const struct sockaddr *sa = ci->client_addr;
@@ -626,13 +644,27 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	log_info("access rid=%s ip=%s method=%s path=\"%s\" status=%u dur_us=%lld%s",
 		 req->request_id, addr, req->method ? req->method : "-", path,
 		 req->queued ? req->status : 0,
-		 (long long)(http_now_usec() - req->start_usec),
-		 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
+		 (long long)(http_now_usec() - req->start_usec), aborted ? " aborted=1" : "");
 	if (req->resp)
 		MHD_destroy_response(req->resp);
 	free(req->body);
 	free(req->auth);
 	free(req);
+}
+
+/* The last callback of every request a handler saw: the access-log line,
+ * then free. */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct http_server *srv = cls;
+	struct http_req *req = *req_cls;
+
+	/* A kept-alive connection awaits its next request from now. */
+	conn_watch_mark(srv, conn, true);
+	if (!req)
+		return;
+	req_finish(conn, req, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
 	*req_cls = NULL;
 }
 

@@ -443,6 +443,16 @@ static enum meter_rc batch_prepare(struct batcher *e, struct batch *b, int64_t d
 	return METER_OK;
 }
 
+/* True when it's answer is kept on the sandbox row it makes: a create
+ * under the default key (the sandbox id, sql/0017). Every other answer is
+ * kept in idempotency_keys, so the two are separate key spaces: a create
+ * of s2 under the explicit key "s1" is not the default key of s1's create,
+ * in one batch as across batches (the database reads each in its own). */
+static bool key_on_sandbox(const struct item *it)
+{
+	return it->rq.op == CHECKS_CREATE && strcmp(it->idem, it->rq.sandbox_id) == 0;
+}
+
 /* An earlier allowed check of this batch under the same idempotency key, or
  * NULL. */
 static const struct item *batch_same_key(const struct batch *b, size_t upto,
@@ -451,6 +461,7 @@ static const struct item *batch_same_key(const struct batch *b, size_t upto,
 	for (size_t j = 0; j < upto; j++) {
 		const struct item *o = b->items[j];
 		if (o->allowed && o->rq.op == it->rq.op && strcmp(o->idem, it->idem) == 0 &&
+		    key_on_sandbox(o) == key_on_sandbox(it) &&
 		    strcmp(b->rd[j].account_id, r->account_id) == 0)
 			return o;
 	}
@@ -512,7 +523,7 @@ static void batch_write(struct batch *b, size_t i)
 	/* A create's answer under the default key (the sandbox id) is kept on
 	 * the sandbox row it makes (sql/0017), as its numbers (sql/0025);
 	 * every other in a row of its own. */
-	if (it->rq.op != CHECKS_CREATE || strcmp(it->idem, it->rq.sandbox_id) != 0) {
+	if (!key_on_sandbox(it)) {
 		db_arr_str(&a[DB_I_ACCOUNT], r->account_id);
 		db_arr_str(&a[DB_I_OP], op);
 		db_arr_str(&a[DB_I_KEY], it->idem);
@@ -521,7 +532,7 @@ static void batch_write(struct batch *b, size_t i)
 		db_arr_str(&a[DB_I_RESPONSE], it->body);
 	}
 	if (it->rq.op == CHECKS_CREATE) {
-		bool default_key = strcmp(it->idem, it->rq.sandbox_id) == 0;
+		bool default_key = key_on_sandbox(it);
 
 		db_arr_str(&a[DB_C_SHA], default_key ? it->sha_hex : NULL);
 		db_arr_str(&a[DB_C_ANSWER], default_key ? it->numbers : NULL);

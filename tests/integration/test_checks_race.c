@@ -416,6 +416,61 @@ static void test_stale_wake_race(const char *acc)
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 }
 
+/* The default key of a create (its sandbox id) and an explicit key of the
+ * same text are separate keys, in one batch as across batches: a create
+ * of "ns-b" under the explicit key "ns-a" is allowed beside "ns-a"'s own
+ * create under its default key, whichever batch each lands in. Here both
+ * go in one: they queue behind a check waiting for the key's ledger row. */
+static void test_key_spaces(const char *acc)
+{
+	char key[65], token[APITEST_TOKEN_MAX];
+	struct call first, calls[2];
+	pthread_t th0, th[2];
+	struct apitest_resp r;
+	PGconn *lk;
+
+	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "ns-0", 1, 1024, 3600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	/* Across batches: the default key of ns-1, then ns-2 under "ns-1". */
+	CHECK_I64(cu_create(&t, 0, key, "ns-1", 1, 1024, 3600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(&t, 0, key, "ns-2", 1, 1024, 3600, "\"idempotency_key\":\"ns-1\"", &r),
+		  200);
+	apitest_resp_release(&r);
+	/* In one batch. */
+	lk = cu_lock_day(t.db.url, acc, key, today);
+	first = (struct call){.server = 0, .path = "/v1/checks/create"};
+	snprintf(first.body, sizeof(first.body),
+		 "{\"key_id\":\"%s\",\"sandbox_id\":\"ns-w\",\"vcpus\":1,\"memory_mib\":1024,"
+		 "\"lease_seconds\":3600}",
+		 key);
+	pthread_create(&th0, NULL, run_call, &first);
+	cu_await_lock_waiters(t.db.conn, 1);
+	for (int i = 0; i < 2; i++) {
+		calls[i] = (struct call){.server = 0, .path = "/v1/checks/create"};
+		snprintf(calls[i].body, sizeof(calls[i].body),
+			 "{\"key_id\":\"%s\",\"sandbox_id\":\"ns-%c\",\"vcpus\":1,"
+			 "\"memory_mib\":1024,\"lease_seconds\":3600%s}",
+			 key, i == 0 ? 'a' : 'b', i == 0 ? "" : ",\"idempotency_key\":\"ns-a\"");
+		pthread_create(&th[i], NULL, run_call, &calls[i]);
+		cu_sleep_ms(100); /* queued in this order, behind the waiting batch */
+	}
+	cu_sql(lk, "COMMIT");
+	PQfinish(lk);
+	pthread_join(th0, NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	CHECK_I64(first.status, 200);
+	CHECK_I64(calls[0].status, 200);
+	CHECK_I64(calls[1].status, 200);
+	CHECK_STR(calls[1].code, "");
+	CHECK_I64(cu_sql_int(t.db.conn,
+			     "SELECT count(*) FROM sandboxes WHERE sandbox_id IN ('ns-a', 'ns-b')"),
+		  2);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+}
+
 static void test_retry_race(const char *acc)
 {
 	char key[65], token[APITEST_TOKEN_MAX];
@@ -608,6 +663,7 @@ int main(void)
 	test_exact_k(acc);
 	test_mixed(acc);
 	test_stale_wake_race(acc);
+	test_key_spaces(acc);
 	test_retry_race(acc);
 	test_limit_race(acc);
 	test_new_row_order(acc);

@@ -643,8 +643,8 @@ static void req_finish(struct MHD_Connection *conn, struct http_req *req, bool a
 	access_quote(req->path ? req->path : "-", path, sizeof(path));
 	log_info("access rid=%s ip=%s method=%s path=\"%s\" status=%u dur_us=%lld%s",
 		 req->request_id, addr, req->method ? req->method : "-", path,
-		 req->queued ? req->status : 0,
-		 (long long)(http_now_usec() - req->start_usec), aborted ? " aborted=1" : "");
+		 req->queued ? req->status : 0, (long long)(http_now_usec() - req->start_usec),
+		 aborted ? " aborted=1" : "");
 	if (req->resp)
 		MHD_destroy_response(req->resp);
 	free(req->body);

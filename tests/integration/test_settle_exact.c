@@ -96,42 +96,45 @@ int main(void)
 		testdb_query_text(db.conn, sql, got_ceil, sizeof(got_ceil));
 		CHECK_I64(strtoll(got_ceil, NULL, 10), want - 1);
 
-		snprintf(sql, sizeof(sql),
-			 "SELECT meter_share_up(%lld, %lld * interval '1 us', %lld * interval '1 us')",
-			 (long long)a, (long long)t, (long long)PART);
+		snprintf(
+		    sql, sizeof(sql),
+		    "SELECT meter_share_up(%lld, %lld * interval '1 us', %lld * interval '1 us')",
+		    (long long)a, (long long)t, (long long)PART);
 		CHECK_I64(sql_int(db.conn, sql), want);
 
 		/* A pause at part start + t: the one-hold settlement keeps the
 		 * share of the unmetered tail (nothing metered). */
-		snprintf(sql, sizeof(sql),
-			 "DELETE FROM holds; DELETE FROM key_day_ledger;"
-			 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-			 "  state, created_at, state_since, lease_ends_at)"
-			 " VALUES ('acc', 'p%zu', 'key', 1, 1024, 'running',"
-			 "  '2026-11-30 00:00:00.000001+00', '2026-11-30 00:00:00.000001+00',"
-			 "  '2026-12-01 00:00:00+00'),"
-			 " ('acc', 'e%zu', 'key', 1, 1024, 'running',"
-			 "  '2026-11-30 00:00:00.000001+00', '2026-11-30 00:00:00.000001+00',"
-			 "  '2026-12-01 00:00:00+00');"
-			 "INSERT INTO sandbox_meter (account_id, sandbox_id, last_sampled_at,"
-			 "  last_state, last_cpu_usec, last_memory_mib, last_storage_mib, last_vcpus,"
-			 "  price_version)"
-			 " VALUES ('acc', 'e%zu', timestamptz '2026-12-01 00:00:00+00'"
-			 "  - %lld * interval '1 us', 'running', 0, 1024, 0, 1, 1);"
-			 "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
-			 "  lease_starts_at, lease_ends_at, created_at)"
-			 " SELECT 'acc', 'key', s, '2026-11-30', %lld, '2026-11-30 00:00:00.000001+00',"
-			 "  '2026-12-01 00:00:00+00', '2026-11-30 00:00:00.000001+00'"
-			 " FROM unnest(ARRAY['p%zu', 'e%zu']) s;"
-			 "INSERT INTO key_day_ledger (account_id, key_id, day, held_micros)"
-			 " VALUES ('acc', 'key', '2026-11-30', 2 * %lld::bigint)",
-			 i, i, i, (long long)t, (long long)a, i, i, (long long)a);
+		snprintf(
+		    sql, sizeof(sql),
+		    "DELETE FROM holds; DELETE FROM key_day_ledger;"
+		    "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		    "  state, created_at, state_since, lease_ends_at)"
+		    " VALUES ('acc', 'p%zu', 'key', 1, 1024, 'running',"
+		    "  '2026-11-30 00:00:00.000001+00', '2026-11-30 00:00:00.000001+00',"
+		    "  '2026-12-01 00:00:00+00'),"
+		    " ('acc', 'e%zu', 'key', 1, 1024, 'running',"
+		    "  '2026-11-30 00:00:00.000001+00', '2026-11-30 00:00:00.000001+00',"
+		    "  '2026-12-01 00:00:00+00');"
+		    "INSERT INTO sandbox_meter (account_id, sandbox_id, last_sampled_at,"
+		    "  last_state, last_cpu_usec, last_memory_mib, last_storage_mib, last_vcpus,"
+		    "  price_version)"
+		    " VALUES ('acc', 'e%zu', timestamptz '2026-12-01 00:00:00+00'"
+		    "  - %lld * interval '1 us', 'running', 0, 1024, 0, 1, 1);"
+		    "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
+		    "  lease_starts_at, lease_ends_at, created_at)"
+		    " SELECT 'acc', 'key', s, '2026-11-30', %lld, '2026-11-30 00:00:00.000001+00',"
+		    "  '2026-12-01 00:00:00+00', '2026-11-30 00:00:00.000001+00'"
+		    " FROM unnest(ARRAY['p%zu', 'e%zu']) s;"
+		    "INSERT INTO key_day_ledger (account_id, key_id, day, held_micros)"
+		    " VALUES ('acc', 'key', '2026-11-30', 2 * %lld::bigint)",
+		    i, i, i, (long long)t, (long long)a, i, i, (long long)a);
 		CHECK_STR(testdb_exec_state(db.conn, sql), "00000");
-		snprintf(sql, sizeof(sql),
-			 "SELECT (meter_hold_settle('acc', hold_id, timestamptz"
-			 " '2026-11-30 00:00:00.000001+00' + %lld * interval '1 us', 'settled')).kept"
-			 " FROM holds WHERE sandbox_id = 'p%zu'",
-			 (long long)t, i);
+		snprintf(
+		    sql, sizeof(sql),
+		    "SELECT (meter_hold_settle('acc', hold_id, timestamptz"
+		    " '2026-11-30 00:00:00.000001+00' + %lld * interval '1 us', 'settled')).kept"
+		    " FROM holds WHERE sandbox_id = 'p%zu'",
+		    (long long)t, i);
 		CHECK_I64(sql_int(db.conn, sql), want);
 		snprintf(sql, sizeof(sql),
 			 "SELECT amount_micros FROM holds WHERE sandbox_id = 'p%zu'", i);

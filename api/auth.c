@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "app.h"
@@ -247,7 +248,8 @@ bool auth_authorize(struct http_req *req)
 			return false;
 		}
 	} else {
-		if (!h || strncmp(h, "Bearer ", 7) != 0 || h[7] == '\0') {
+		/* The scheme's name is case-insensitive (RFC 9110, 11.1). */
+		if (!h || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0') {
 			http_reply_error(req, 401, "unauthorized",
 					 "missing or malformed bearer token", NULL);
 			return false;

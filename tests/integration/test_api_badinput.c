@@ -525,6 +525,14 @@ int main(void)
 		CHECK_I64((long long)rr.body_len, 0);
 		CHECK(rr.head && rawhttp_header(&rr, "X-Request-Id", id, sizeof(id)) != NULL);
 		rawhttp_resp_release(&rr);
+		/* The scheme's name in any case (RFC 9110, 11.1). */
+		n = snprintf(req, sizeof(req),
+			     "GET /v1/keys HTTP/1.1\r\nHost: x\r\nAuthorization: bEARER %s\r\n"
+			     "Connection: close\r\n\r\n",
+			     tok_ro);
+		CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
+		CHECK_I64(rr.status, 200);
+		rawhttp_resp_release(&rr);
 		n = snprintf(req, sizeof(req),
 			     "PUT /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
 			     "Connection: close\r\n\r\n");

@@ -16,8 +16,6 @@
 #include "db_util.h"
 #include "log.h"
 
-#define BATCH 16
-
 struct webhook {
 	struct webhook_options opt;
 	char *db_url, *url, *secret;
@@ -27,26 +25,46 @@ struct webhook {
 	pthread_t thread;
 };
 
+/* Takes the most overdue event for WEBHOOK_CLAIM_MS ($1): one statement,
+ * committed when it returns, so no transaction is open during the POST.
+ * SKIP LOCKED and the re-check of a row another process claimed meanwhile
+ * (its next_attempt_at moved on) give each event to one process at a time.
+ * attempts counts the requests begun (a claim given back unused, see
+ * claim_came_late, is taken off again). */
 static const char sql_claim[] =
-    "SELECT account_id, event_id::text, attempts,"
-    " jsonb_build_object('event_id', event_id::text, 'type', type, 'account_id', account_id,"
-    "  'key_id', key_id, 'created_at',"
-    "  to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
-    "  'data', payload)::text"
-    " FROM webhook_outbox WHERE delivered_at IS NULL AND next_attempt_at <= now()"
-    " ORDER BY next_attempt_at LIMIT 16 FOR UPDATE SKIP LOCKED";
+    "WITH due AS (SELECT account_id, event_id FROM webhook_outbox"
+    " WHERE delivered_at IS NULL AND next_attempt_at <= now()"
+    " ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    " UPDATE webhook_outbox o SET attempts = o.attempts + 1,"
+    " next_attempt_at = clock_timestamp() + $1::integer * interval '1 millisecond'"
+    " FROM due WHERE o.account_id = due.account_id AND o.event_id = due.event_id"
+    " RETURNING o.account_id, o.event_id::text, o.attempts,"
+    " jsonb_build_object('event_id', o.event_id::text, 'type', o.type,"
+    "  'account_id', o.account_id, 'key_id', o.key_id, 'created_at',"
+    "  to_char(o.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
+    "  'data', o.payload)::text";
 
-/* clock_timestamp(), not now(): the round's transaction is as old as the
- * deliveries before this one (up to BATCH x the timeout), and a retry
- * delay counts from the failed attempt. */
+/* Whoever holds the claim, a 2xx is the truth: recorded even if the claim
+ * lapsed meanwhile (the statement commits by itself). */
 static const char sql_done[] =
-    "UPDATE webhook_outbox SET delivered_at = clock_timestamp(), attempts = attempts + 1,"
-    " last_error = NULL WHERE account_id = $1 AND event_id = $2::uuid";
+    "UPDATE webhook_outbox SET delivered_at = clock_timestamp(), last_error = NULL"
+    " WHERE account_id = $1 AND event_id = $2::uuid AND delivered_at IS NULL";
 
+/* Only under the claim made ($3: attempts as it set them), so a failure
+ * whose claim lapsed cannot shorten another process's claim. The delay
+ * counts from the failed attempt. */
 static const char sql_retry[] =
-    "UPDATE webhook_outbox SET attempts = attempts + 1,"
-    " next_attempt_at = clock_timestamp() + $3::integer * interval '1 second', last_error = $4"
-    " WHERE account_id = $1 AND event_id = $2::uuid";
+    "UPDATE webhook_outbox"
+    " SET next_attempt_at = clock_timestamp() + $4::integer * interval '1 second',"
+    " last_error = $5"
+    " WHERE account_id = $1 AND event_id = $2::uuid AND attempts = $3::integer"
+    " AND delivered_at IS NULL";
+
+/* A claim given back unused (see claim_came_late): due again at once. */
+static const char sql_unclaim[] =
+    "UPDATE webhook_outbox SET attempts = attempts - 1, next_attempt_at = clock_timestamp()"
+    " WHERE account_id = $1 AND event_id = $2::uuid AND attempts = $3::integer"
+    " AND delivered_at IS NULL";
 
 static bool is_stopping(struct webhook *w)
 {
@@ -163,53 +181,78 @@ out:
 	return ok;
 }
 
-/* One round: claims the due events and delivers them, until told to stop
- * (what is left stays due). Returns how many were claimed (-1 when the
- * database failed: the caller backs off, and reconnects if it must). */
-static int deliver_round(struct webhook *w, PGconn *conn)
+/* CLOCK_MONOTONIC in ms. */
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* True when a claim asked for at sent_ms (mono_ms) came back too late for
+ * a POST started now to end within it. The claim runs until at least
+ * sent_ms + WEBHOOK_CLAIM_MS (the database set it after we asked), and the
+ * POST takes at most WEBHOOK_TIMEOUT_MS; a second to spare for signing and
+ * the like. Then no other process can send the event while this one does. */
+static bool claim_came_late(int64_t sent_ms)
+{
+	return mono_ms() - sent_ms > WEBHOOK_CLAIM_MS - WEBHOOK_TIMEOUT_MS - 1000;
+}
+
+/* Claims the most overdue event, POSTs it and records the answer: each
+ * step its own committed statement, none open during the POST, so a crash
+ * or a failed statement loses at most the record of the one event in
+ * flight (sent again once its claim lapses: at least once). Returns 1 when
+ * an event was claimed and its answer recorded, 0 when none is due, -1 when
+ * the database failed (the caller backs off, and reconnects if it must). */
+static int deliver_one(struct webhook *w, PGconn *conn)
 {
 	PGresult *res = NULL;
-	int n, ret = -1;
+	const char *acc, *id, *body;
+	char claim_ms[24], attempts_s[24], delay_s[24], why[200] = "";
+	int64_t attempts = 0, sent_ms = mono_ms();
+	int ret = -1;
 
-	if (db_util_begin(conn) != METER_OK)
-		return -1;
-	if (db_util_exec(conn, "claim webhook events", sql_claim, 0, NULL, &res, NULL) != METER_OK)
-		goto out;
-	n = PQntuples(res);
-	for (int i = 0; i < n; i++) {
-		const char *acc = PQgetvalue(res, i, 0), *id = PQgetvalue(res, i, 1),
-			   *body = PQgetvalue(res, i, 3);
-		int64_t attempts = 0;
-		char why[200] = "", delay_s[24];
-
-		if (db_util_i64(res, i, 2, &attempts, NULL) != METER_OK)
+	db_util_i64_param(WEBHOOK_CLAIM_MS, claim_ms, sizeof(claim_ms));
+	{
+		const char *p[1] = {claim_ms};
+		if (db_util_exec(conn, "claim webhook event", sql_claim, 1, p, &res, NULL) !=
+		    METER_OK)
 			goto out;
-		if (is_stopping(w))
-			break;
-		if (post_event(w, id, body, why, sizeof(why))) {
-			const char *p[2] = {acc, id};
-			if (db_util_exec(conn, "webhook delivered", sql_done, 2, p, NULL, NULL) !=
-			    METER_OK)
-				goto out;
-			log_info("webhook: event %s delivered", id);
-		} else {
-			const char *p[4] = {acc, id, delay_s, why};
-			db_util_i64_param(webhook_retry_delay_s(attempts + 1), delay_s,
-					  sizeof(delay_s));
-			if (db_util_exec(conn, "webhook retry", sql_retry, 4, p, NULL, NULL) !=
-			    METER_OK)
-				goto out;
-			log_warn("webhook: event %s not delivered (%s); retry in %s s", id, why,
-				 delay_s);
-		}
 	}
-	if (db_util_commit(conn) != METER_OK)
+	if (PQntuples(res) == 0) {
+		ret = 0;
 		goto out;
-	ret = n;
+	}
+	acc = PQgetvalue(res, 0, 0);
+	id = PQgetvalue(res, 0, 1);
+	body = PQgetvalue(res, 0, 3);
+	if (db_util_i64(res, 0, 2, &attempts, NULL) != METER_OK)
+		goto out;
+	db_util_i64_param(attempts, attempts_s, sizeof(attempts_s));
+	if (claim_came_late(sent_ms)) {
+		const char *p[3] = {acc, id, attempts_s};
+		if (db_util_exec(conn, "webhook unclaim", sql_unclaim, 3, p, NULL, NULL) ==
+		    METER_OK)
+			log_warn("webhook: claim of event %s came back too late; not sent", id);
+		goto out; /* the database is slow: back off */
+	}
+	if (post_event(w, id, body, why, sizeof(why))) {
+		const char *p[2] = {acc, id};
+		if (db_util_exec(conn, "webhook delivered", sql_done, 2, p, NULL, NULL) != METER_OK)
+			goto out;
+		log_info("webhook: event %s delivered", id);
+	} else {
+		const char *p[5] = {acc, id, attempts_s, delay_s, why};
+		db_util_i64_param(webhook_retry_delay_s(attempts), delay_s, sizeof(delay_s));
+		if (db_util_exec(conn, "webhook retry", sql_retry, 5, p, NULL, NULL) != METER_OK)
+			goto out;
+		log_warn("webhook: event %s not delivered (%s); retry in %s s", id, why, delay_s);
+	}
+	ret = 1;
 out:
 	PQclear(res);
-	if (ret < 0)
-		db_util_rollback(conn);
 	return ret;
 }
 
@@ -257,14 +300,15 @@ static void *deliver_main(void *arg)
 		}
 		backoff = 0;
 		do {
-			n = deliver_round(w, conn);
-		} while (n == BATCH && !is_stopping(w));
+			n = deliver_one(w, conn);
+		} while (n == 1 && !is_stopping(w));
 		if (n >= 0) {
 			failures = 0;
 			continue;
 		}
-		/* The round was rolled back (its deliveries will be sent
-		 * again: at least once): wait longer each time, never spin. */
+		/* A statement failed (an event claimed and not recorded is
+		 * sent again once its claim lapses: at least once): wait
+		 * longer each time, never spin. */
 		backoff = failures < 5 ? (int64_t)200 << failures : 5000;
 		failures++;
 		if (PQstatus(conn) != CONNECTION_OK) {

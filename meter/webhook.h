@@ -2,23 +2,31 @@
  *
  * Triggers of sql/0005_checks.sql put events in webhook_outbox whoever
  * writes the ledger or the holds: spend_limit_crossed (a key-day's metered
- * spend reached its limit; once per key-day) and hold_outrun (a hold's
- * consumption went past its amount; once per hold). The lease-end sweeper
- * (meter/checks.c, sql/0013) adds hold_outrun for a sandbox still running
- * lease_grace_s after its lease ended, once per lease. A deliverer thread
- * claims due events with FOR UPDATE SKIP LOCKED (several meterd processes
- * share the work, never the same event at once), POSTs each as JSON
+ * spend reached its limit; once per crossing, sql/0028: the limit raised
+ * and reached again is a new event, more spend over the same limit is
+ * not) and hold_outrun (a hold's consumption went past its amount; once
+ * per hold). The lease-end sweeper (meter/checks.c, sql/0013) adds
+ * hold_outrun for a sandbox still running lease_grace_s after its lease
+ * ended, once per lease. A deliverer thread takes one due event at a time:
+ * it claims it (attempts + 1, next_attempt_at moved WEBHOOK_CLAIM_MS on;
+ * FOR UPDATE SKIP LOCKED, committed at once, so several meterd processes
+ * share the work and no two send one event at the same time), POSTs it as
+ * JSON
  *
  *   {"event_id":"<uuid>","type":"...","account_id":"...","key_id":"...",
  *    "created_at":"<RFC 3339>","data":{...}}
  *
  * with headers Meter-Event-Id: <uuid> and
  *   Meter-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>
- * and sets delivered_at in the same transaction after a 2xx answer. Any
- * other answer (or none within 5 s) is retried after 1, 2, 4, ... seconds
- * (at most an hour apart). Delivery is at least once: a crash between the
- * 2xx and the commit sends the event again, so receivers deduplicate by
- * Meter-Event-Id. */
+ * and then commits its outcome by itself: delivered_at after a 2xx answer;
+ * any other answer (or none within WEBHOOK_TIMEOUT_MS) is retried after
+ * 1, 2, 4, ... seconds (at most an hour apart, counted from the failed
+ * attempt). No transaction is open during a POST. Delivery is at least
+ * once: if meterd dies or the database fails between a 2xx answer and the
+ * commit of delivered_at, that one event (the one in flight, never one
+ * already recorded as delivered) is sent again with the same event id once
+ * its claim lapses (WEBHOOK_CLAIM_MS after it was claimed), by this or
+ * another process, so receivers deduplicate by Meter-Event-Id. */
 #ifndef METER_WEBHOOK_H
 #define METER_WEBHOOK_H
 
@@ -27,8 +35,11 @@
 
 #include "rc.h"
 
-#define WEBHOOK_TIMEOUT_MS  5000
+#define WEBHOOK_TIMEOUT_MS  5000 /* a whole POST, connecting included */
 #define WEBHOOK_RETRY_MAX_S 3600
+/* How long a claimed event is left to its process: more than a POST, with
+ * room to record its answer. */
+#define WEBHOOK_CLAIM_MS 15000
 
 struct webhook_options {
 	const char *database_url; /* borrowed for the deliverer's life */
@@ -45,7 +56,8 @@ struct webhook;
 METER_MUSTCHECK enum meter_rc webhook_start(const struct webhook_options *opt,
 					    struct webhook **out);
 
-/* Stops the thread after the delivery in flight and frees w (NULL fine). */
+/* Stops the thread after the delivery in flight (its answer recorded) and
+ * frees w (NULL fine). What is not claimed yet stays due. */
 void webhook_stop(struct webhook *w);
 
 /* The v1 signature: lower-case hex HMAC-SHA256(secret, "<t>.<body>") into

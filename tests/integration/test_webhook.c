@@ -1,12 +1,14 @@
 /* API: the control plane's webhook. A receiver of the test's own (an
  * in-process libmicrohttpd server) gets the events two meterd processes
- * deliver from the outbox: spend_limit_crossed once per key-day,
- * hold_outrun once per hold; every request signed (Meter-Signature:
- * t=...,v1=HMAC-SHA256(secret, "t.body")) and carrying Meter-Event-Id; a
- * failing receiver is retried with backoff; after a restart nothing is
- * delivered twice and nothing is lost; with a slow receiver and more due
- * events than a round takes, meterd still stops on SIGTERM after the
- * delivery in flight. */
+ * deliver from the outbox: spend_limit_crossed once per crossing of a
+ * key-day's limit (a limit raised and reached again is a new event, more
+ * spend over it is not), hold_outrun once per hold; every request signed
+ * (Meter-Signature: t=...,v1=HMAC-SHA256(secret, "t.body")) and carrying
+ * Meter-Event-Id; a failing receiver is retried with backoff; after a
+ * restart nothing is delivered twice and nothing is lost; with a slow
+ * receiver and many due events, meterd still stops on SIGTERM after the
+ * delivery in flight; and killed (SIGKILL) there, it has recorded every
+ * event answered 2xx but the one in flight, which alone is sent again. */
 #include <microhttpd.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -20,9 +22,10 @@
 #include <unistd.h>
 
 #include "checks_util.h"
+#include "webhook.h"
 
 #define SECRET	"whsec-test-0123456789abcdefghijklmn"
-#define MAX_REQ 64
+#define MAX_REQ 256
 
 struct received {
 	char event_id[64];
@@ -285,6 +288,207 @@ static void test_lease_ended(struct apitest *t, const char *acc)
 	apitest_resp_release(&r);
 }
 
+/* Sets key's daily limit (PUT /v1/keys/{id}/limits, as the operator). */
+static void set_limit(struct apitest *t, const char *key, long long micros)
+{
+	struct apitest_resp r;
+	char path[128], body[64];
+
+	snprintf(path, sizeof(path), "/v1/keys/%s/limits", key);
+	snprintf(body, sizeof(body), "{\"daily_limit_micros\":%lld}", micros);
+	CHECK(apitest_call(t, 0, "PUT", path, t->operator_token, body, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+}
+
+static long long crossings(PGconn *db, const char *key)
+{
+	return cu_sql_int(db,
+			  "SELECT count(*) FROM webhook_outbox WHERE type = 'spend_limit_crossed'"
+			  " AND key_id = '%s'",
+			  key);
+}
+
+/* Every crossing of a key-day's limit is an event of its own; more spend
+ * while over a limit already reported is none. Limit 10,000: spend 12,000
+ * crosses it; raised to 50,000, spend 57,000 crosses that (sql/0005 keyed
+ * the event by key-day: no second event). Lowered back to 10,000 (reported
+ * already), nothing; raised to 100,000 (under), lowered to 58,000 below the
+ * spend (never reported): one event at the next spend; raised to 100,000
+ * and reached: one more. */
+static void test_crossings(struct apitest *t, const char *acc)
+{
+	static const long long want[4][2] = {
+	    {10000, 12000}, {50000, 57000}, {58000, 58700}, {100000, 100000}};
+	const char *day = "current_date + 10";
+	char key[65], token[APITEST_TOKEN_MAX], ids[4][64] = {"", "", "", ""};
+	PGconn *db = t->db.conn;
+	int seen = 0, per[4] = {0, 0, 0, 0};
+
+	CHECK(apitest_create_key(t, acc, "full", 10000, NULL, key, token) == 0);
+	spend(db, acc, key, "wh-cross", day, 12000);
+	CHECK_I64(crossings(db, key), 1);
+	spend(db, acc, key, "wh-cross", day, 1000); /* 13,000: still over 10,000 */
+	CHECK_I64(crossings(db, key), 1);
+	set_limit(t, key, 50000);
+	spend(db, acc, key, "wh-cross", day, 30000); /* 43,000: under */
+	CHECK_I64(crossings(db, key), 1);
+	spend(db, acc, key, "wh-cross", day, 14000); /* 57,000: crossed again */
+	CHECK_I64(crossings(db, key), 2);
+	spend(db, acc, key, "wh-cross", day, 500);
+	spend(db, acc, key, "wh-cross", day, 100);
+	CHECK_I64(crossings(db, key), 2);
+	set_limit(t, key, 10000);
+	spend(db, acc, key, "wh-cross", day, 100); /* 57,700 */
+	CHECK_I64(crossings(db, key), 2);
+	set_limit(t, key, 100000);
+	spend(db, acc, key, "wh-cross", day, 900); /* 58,600: under */
+	CHECK_I64(crossings(db, key), 2);
+	set_limit(t, key, 58000);
+	spend(db, acc, key, "wh-cross", day, 100); /* 58,700 */
+	CHECK_I64(crossings(db, key), 3);
+	spend(db, acc, key, "wh-cross", day, 100);
+	CHECK_I64(crossings(db, key), 3);
+	set_limit(t, key, 100000);
+	spend(db, acc, key, "wh-cross", day, 41200); /* 100,000: reached */
+	CHECK_I64(crossings(db, key), 4);
+	spend(db, acc, key, "wh-cross", day, 1);
+	CHECK_I64(crossings(db, key), 4);
+	CHECK_I64(wait_delivered(db, 10000), 0);
+
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < nreqs; i++) {
+		json_t *b = json_loads(reqs[i].body, 0, NULL);
+		json_t *data = json_object_get(b, "data");
+		const char *k = json_string_value(json_object_get(b, "key_id"));
+
+		if (reqs[i].status == 200 && k && strcmp(k, key) == 0) {
+			CHECK(signature_ok(&reqs[i]));
+			CHECK_STR(json_string_value(json_object_get(b, "type")),
+				  "spend_limit_crossed");
+			for (int j = 0; j < 4; j++) {
+				if (cu_jint(data, "limit_micros") != want[j][0])
+					continue;
+				CHECK_I64(cu_jint(data, "spent_micros"), want[j][1]);
+				snprintf(ids[j], sizeof(ids[j]), "%.63s", reqs[i].event_id);
+				per[j]++;
+			}
+			seen++;
+		}
+		json_decref(b);
+	}
+	pthread_mutex_unlock(&mu);
+	/* Delivered in any order (two processes): one of each, ids apart. */
+	CHECK_I64(seen, 4);
+	for (int i = 0; i < 4; i++) {
+		CHECK_I64(per[i], 1);
+		CHECK_I64(delivered(ids[i]), 1);
+		for (int j = 0; j < i; j++)
+			CHECK(strcmp(ids[i], ids[j]) != 0);
+	}
+}
+
+#define KILL_EVENTS 48
+
+/* SIGKILL while the receiver is slow (0.5 s an answer), after four events
+ * were answered 2xx: every event answered before the kill is recorded as
+ * delivered but at most one (the one in flight), and after a restart only
+ * that one is sent again (same event id, once its claim lapses); none is
+ * lost. The events: ten of the test's own and whatever the SIGTERM case
+ * left due. No meterd may be running. */
+static void test_kill(struct apitest *t, const char *hook_url, const char *acc, const char *key)
+{
+	char sql[512], log[512], ids[KILL_EVENTS][40];
+	int base[KILL_EVENTS], answered = 0, recorded = 0, again = 0, n = 0, status = -1;
+	bool done[KILL_EVENTS];
+	PGconn *db = t->db.conn;
+	PGresult *res;
+	pid_t pid;
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
+		 " SELECT '%s', '%s', 'spend_limit_crossed', 'kill-' || g, '{}'"
+		 " FROM generate_series(1, 10) g",
+		 acc, key);
+	cu_sql(db, sql);
+	res = PQexec(db, "SELECT event_id FROM webhook_outbox WHERE delivered_at IS NULL");
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		for (n = 0; n < PQntuples(res) && n < KILL_EVENTS; n++) {
+			snprintf(ids[n], sizeof(ids[n]), "%s", PQgetvalue(res, n, 0));
+			base[n] = delivered(ids[n]);
+		}
+	CHECK(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == n && n >= 10);
+	PQclear(res);
+
+	pthread_mutex_lock(&mu);
+	slow_ms = 500;
+	pthread_mutex_unlock(&mu);
+	snprintf(log, sizeof(log), "%s/test-webhook-kill-%d.log", getenv("METER_BIN_DIR") ?: "/tmp",
+		 (int)getpid());
+	pid = spawn_meterd(t, hook_url, log);
+	CHECK(pid > 0);
+	for (int waited = 0; waited < 30000 && answered < 4; waited += 50) {
+		cu_sleep_ms(50);
+		answered = 0;
+		for (int i = 0; i < n; i++)
+			answered += delivered(ids[i]) > base[i];
+	}
+	CHECK(answered >= 4);
+	cu_sleep_ms(250); /* the next request is in flight */
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	}
+	cu_sleep_ms(1000); /* the receiver answers it, to nobody */
+	pthread_mutex_lock(&mu);
+	slow_ms = 0;
+	pthread_mutex_unlock(&mu);
+	answered = 0;
+	for (int i = 0; i < n; i++) {
+		done[i] = cu_sql_int(db,
+				     "SELECT count(*) FROM webhook_outbox WHERE event_id = '%s'"
+				     " AND delivered_at IS NOT NULL",
+				     ids[i]) == 1;
+		answered += delivered(ids[i]) > base[i];
+		recorded += done[i];
+		CHECK(!done[i] || delivered(ids[i]) > base[i]);
+	}
+	printf("webhook: killed after %d of %d events were answered 2xx; %d recorded as"
+	       " delivered\n",
+	       answered, n, recorded);
+	CHECK(answered >= 4);
+	CHECK(recorded >= answered - 1);
+
+	/* Restarted: what was recorded is not sent again, the rest is sent,
+	 * the one in flight too once its claim has lapsed. */
+	snprintf(log, sizeof(log), "%s/test-webhook-restart-%d.log",
+		 getenv("METER_BIN_DIR") ?: "/tmp", (int)getpid());
+	pid = spawn_meterd(t, hook_url, log);
+	CHECK(pid > 0);
+	CHECK_I64(wait_delivered(db, WEBHOOK_CLAIM_MS + 15000), 0);
+	cu_sleep_ms(500);
+	for (int i = 0; i < n; i++) {
+		int d = delivered(ids[i]) - base[i];
+
+		CHECK(d >= 1);
+		if (done[i])
+			CHECK_I64(d, 1);
+		if (d > 1) {
+			CHECK_I64(d, 2);
+			again++;
+		}
+	}
+	printf("webhook: after the restart %d event(s) sent again\n", again);
+	CHECK_I64(again, answered - recorded);
+	CHECK(again <= 1);
+	if (pid > 0) {
+		kill(pid, SIGTERM);
+		waitpid(pid, &status, 0);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+}
+
 int main(void)
 {
 	struct apitest t;
@@ -365,6 +569,7 @@ int main(void)
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), 2);
 
 	test_lease_ended(&t, acc);
+	test_crossings(&t, acc);
 
 	/* Restart: stop both servers, start another; nothing is sent again. */
 	CHECK(apitest_stop(&t) == 0);
@@ -379,8 +584,12 @@ int main(void)
 	}
 	/* A new event (the next day's spend passes its limit at once) is
 	 * delivered by the new process, once. */
-	spend(db, acc, key, "wh-1", "current_date + 5", 100000);
-	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), 5);
+	{
+		long long events = cu_sql_int(db, "SELECT count(*) FROM webhook_outbox");
+
+		spend(db, acc, key, "wh-1", "current_date + 5", 100000);
+		CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), events + 1);
+	}
 	CHECK_I64(wait_delivered(db, 10000), 0);
 	{
 		char id[64] = "";
@@ -392,8 +601,8 @@ int main(void)
 		cu_sleep_ms(1000);
 		CHECK_I64(delivered(id), 1);
 	}
-	/* A slow receiver (3 s an answer) and 20 due events: a round would
-	 * take 16 x 3 s, but SIGTERM stops meterd after the one in flight. */
+	/* A slow receiver (3 s an answer) and 20 due events: sending them all
+	 * takes a minute, but SIGTERM stops meterd after the one in flight. */
 	pthread_mutex_lock(&mu);
 	slow_ms = 3000;
 	pthread_mutex_unlock(&mu);
@@ -428,6 +637,7 @@ int main(void)
 	pthread_mutex_lock(&mu);
 	slow_ms = 0;
 	pthread_mutex_unlock(&mu);
+	test_kill(&t, hook_url, acc, key);
 	apitest_drop(&t);
 	MHD_stop_daemon(d);
 	pthread_mutex_lock(&mu);

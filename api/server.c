@@ -599,7 +599,7 @@ static void access_quote(const char *in, char *out, size_t len)
 	static const char hex[] = "0123456789abcdef";
 	size_t o = 0;
 
-	for (size_t i = 0; in[i] && i < ACCESS_PATH_MAX && o + 5 <= len; i++) {
+	for (size_t i = 0; i < ACCESS_PATH_MAX && in[i] && o + 5 <= len; i++) {
 		unsigned char c = (unsigned char)in[i];
 
 		if (c == '"' || c == '\\') {

@@ -157,6 +157,13 @@ static const struct sql_case cases[] = {
     {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, '+05:00')"},
     {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, 'utc')"},
     {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, '')"},
+    /* Names in the zone directory that are not a place's zone (sql/0031). */
+    {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, 'localtime')"},
+    {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, 'Factory')"},
+    {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, 'posixrules')"},
+    {CHECK_VIOLATION,
+     INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, 'posix/Europe/Paris')"},
+    {OK, INS_KEY "('acct_1', 'key_cst', " HASH_AB ", 'full', NULL, 'CST6CDT')"},
     {NOT_NULL, INS_KEY "('acct_1', 'key_9', " HASH_AB ", 'full', NULL, NULL)"},
     {CHECK_VIOLATION, "UPDATE api_keys SET time_zone = 'Nowhere/City' WHERE key_id = 'key_1'"},
     {CHECK_VIOLATION, INS_KEY "('acct_1', 'key_9', decode(repeat('ab', 31), 'hex'), 'full',"
@@ -455,7 +462,7 @@ int main(void)
 	    " (SELECT count(*) FROM samples), (SELECT count(*) FROM holds),"
 	    " (SELECT count(*) FROM usage_hourly), (SELECT count(*) FROM lifecycle_events))",
 	    buf, sizeof(buf));
-	CHECK_STR(buf, "5 4 6 2 4 2 3");
+	CHECK_STR(buf, "5 5 6 2 4 2 3");
 	/* A create's answer kept as numbers reads back as its text. */
 	testdb_query_text(db.conn,
 			  "SELECT response FROM check_answers WHERE idempotency_key = 'sbx_8'",

@@ -140,12 +140,32 @@ bool h_key_create_parse(struct http_req *req, json_t *body, struct h_key_fields 
 	return key_tz_shape(req, out->time_zone);
 }
 
+/* 409 for a change of time zone refused (see db_key_set_limits): the key
+ * has open holds, with their number and the latest lease end; or another
+ * change of its zone kept committing meanwhile. */
+static void key_tz_busy(struct http_req *req, const struct db_key_tz_busy *busy)
+{
+	if (busy->open_holds <= 0) {
+		http_reply_error(req, 409, "conflict",
+				 "the key's time zone changed meanwhile; send the change again",
+				 NULL);
+		return;
+	}
+	http_reply_error(req, 409, "open_holds",
+			 "the key has open holds: its time zone can change once their leases are"
+			 " settled",
+			 json_pack("{s:I,s:o}", "open_holds", (json_int_t)busy->open_holds,
+				   "latest_lease_ends_at",
+				   hutil_time_json(busy->latest_lease_end_usec)));
+}
+
 /* Query parameters are refused for every write route by the server. */
 void h_key_limits(struct http_req *req)
 {
 	json_t *body = NULL;
 	struct h_key_fields f;
 	struct db_key key;
+	struct db_key_tz_busy busy;
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 
@@ -155,9 +175,11 @@ void h_key_limits(struct http_req *req)
 	if (!h_key_limits_parse(req, body, &f) || !hutil_db_acquire(req, &conn))
 		goto out;
 	rc = db_key_set_limits(conn, key_scope(req), req->params[0], f.limit_given, f.has_limit,
-			       f.daily_limit_micros, f.time_zone, &key);
+			       f.daily_limit_micros, f.time_zone, &key, &busy);
 	if (rc == METER_EINVAL)
 		hutil_bad(req, "time_zone", "time_zone is not a known IANA time zone");
+	else if (rc == METER_ECONFLICT)
+		key_tz_busy(req, &busy);
 	else if (rc != METER_OK)
 		hutil_reply_rc(req, conn, rc, "no such key");
 	else

@@ -7,7 +7,8 @@
 
 #include "db_util.h"
 
-#define DB_KEY_ID_TRIES 4
+#define DB_KEY_ID_TRIES	    4
+#define DB_KEY_LIMITS_TRIES 4 /* attempts while the zone changes under a change */
 
 /* The columns of struct db_key, from api_keys k with today's ledger row. */
 /* clang-format off */
@@ -203,96 +204,181 @@ out:
 	return rc;
 }
 
-enum meter_rc db_key_set_limits(PGconn *conn, const char *account_id, const char *key_id,
-				bool set_limit, bool has_limit, int64_t limit_micros,
-				const char *time_zone, struct db_key *out)
+/* The key's ledger rows a change of its limits holds until it commits,
+ * made when missing and locked in day order in one statement (the order
+ * of every ledger writer):
+ *   - when the limit changes ($6): today's in the resulting zone ($3) and
+ *     every later one (the part of a lease crossing midnight, whose limit
+ *     the spend_limit_crossed trigger compares with); these get the new
+ *     limit ($5);
+ *   - when the zone changes ($7): the old zone's ($4) days from an hour
+ *     ago to an hour ahead, locked as they are. A check that read the old
+ *     zone holds against one of them first (its day at its own clock,
+ *     within a statement timeout or two of now), and holds that row from
+ *     before its holds can commit until they do.
+ * A row made here gets the limit the key will have. */
+static const char sql_limits_rows[] =
+    "INSERT INTO key_day_ledger AS l (account_id, key_id, day, limit_micros)"
+    " SELECT $1, $2, d.day, CASE WHEN $6::boolean THEN $5::bigint"
+    "  ELSE (SELECT k.daily_limit_micros FROM api_keys k"
+    "   WHERE k.account_id = $1 AND k.key_id = $2) END"
+    " FROM (SELECT meter_key_day($3, now()) AS day WHERE $6::boolean"
+    "  UNION SELECT x.day FROM key_day_ledger x WHERE $6::boolean AND x.account_id = $1"
+    "  AND x.key_id = $2 AND x.day > meter_key_day($3, now())"
+    "  UNION SELECT w.lo + g FROM"
+    "   (SELECT meter_key_day($4, now() - interval '1 hour') AS lo,"
+    "    meter_key_day($4, now() + interval '1 hour') AS hi) w,"
+    "   generate_series(0, w.hi - w.lo) g WHERE $7::boolean) d"
+    " ORDER BY d.day"
+    " ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO UPDATE"
+    " SET limit_micros = CASE WHEN $6::boolean AND l.day >= meter_key_day($3, now())"
+    "  THEN EXCLUDED.limit_micros ELSE l.limit_micros END,"
+    " updated_at = CASE WHEN $6::boolean AND l.day >= meter_key_day($3, now())"
+    "  THEN now() ELSE l.updated_at END";
+
+/* The key row, after the ledger rows, while its zone is still the one read
+ * ($6): no row when another change of the zone committed meanwhile. */
+static const char sql_limits_key[] =
+    "UPDATE api_keys SET time_zone = $3,"
+    " daily_limit_micros = CASE WHEN $4::boolean THEN $5::bigint ELSE daily_limit_micros END"
+    " WHERE account_id = $1 AND key_id = $2 AND time_zone = $6 RETURNING 1";
+
+/* The key's open holds, read after the ledger rows are held: every hold of
+ * a check that took one of them first has committed. */
+static const char sql_limits_holds[] = "SELECT count(*), " DB_USEC(
+    "max(lease_ends_at)") " FROM holds"
+			  " WHERE account_id = $1 AND key_id = $2 AND status = 'open'";
+
+/* What one attempt of db_key_set_limits found. */
+enum limits_step { LIMITS_DONE, LIMITS_AGAIN, LIMITS_BUSY };
+
+/* One attempt of db_key_set_limits in a transaction of its own: committed
+ * when *step is LIMITS_DONE, rolled back otherwise (and on an error). acc
+ * (PARSE_ID_MAX + 1 bytes) gets the key's account. */
+static enum meter_rc limits_attempt(PGconn *conn, const char *account_id, const char *key_id,
+				    bool set_limit, const char *limit, const char *time_zone,
+				    char *acc, struct db_key_tz_busy *busy, enum limits_step *step)
 {
-	char acc[PARSE_ID_MAX + 1], tz[DB_KEY_TZ_MAX + 1], limit[24], state[6];
+	char old_tz[DB_KEY_TZ_MAX + 1], tz[DB_KEY_TZ_MAX + 1], state[6] = "";
 	const char *p1[] = {account_id, key_id};
 	PGresult *res = NULL;
+	bool changing;
 	enum meter_rc rc;
 
-	db_util_i64_param(limit_micros, limit, sizeof(limit));
+	*step = LIMITS_AGAIN;
 	rc = db_util_begin(conn);
 	if (rc != METER_OK)
 		return rc;
 	rc = db_util_exec(conn, "key limits",
 			  "SELECT account_id, time_zone FROM api_keys"
 			  " WHERE key_id = $2 AND ($1::text IS NULL OR account_id = $1)",
-			  2, p1, &res, NULL);
+			  2, p1, &res, state);
 	if (rc != METER_OK)
 		goto out;
 	if (PQntuples(res) != 1) {
 		rc = METER_ENOTFOUND;
 		goto out;
 	}
-	db_util_str(res, 0, 0, acc, sizeof(acc));
-	db_util_str(res, 0, 1, tz, sizeof(tz));
+	db_util_str(res, 0, 0, acc, PARSE_ID_MAX + 1);
+	db_util_str(res, 0, 1, old_tz, sizeof(old_tz));
 	PQclear(res);
 	res = NULL;
-	if (time_zone) {
-		const char *p[] = {time_zone};
+	snprintf(tz, sizeof(tz), "%s", time_zone ? time_zone : old_tz);
+	changing = strcmp(tz, old_tz) != 0;
+	if (set_limit || changing) {
+		const char *p[] = {
+		    acc, key_id, tz, old_tz, limit, set_limit ? "t" : "f", changing ? "t" : "f"};
 
-		rc = db_util_exec(conn, "key limits", "SELECT meter_is_time_zone($1)", 1, p, &res,
-				  NULL);
-		if (rc != METER_OK)
-			goto out;
-		if (!db_util_bool(res, 0, 0)) {
-			rc = METER_EINVAL;
-			goto out;
-		}
-		PQclear(res);
-		res = NULL;
-		snprintf(tz, sizeof(tz), "%s", time_zone);
-	}
-	if (set_limit) {
-		/* The ledger rows first (the lock order of every ledger
-		 * writer): today's, made if missing, so that a check which
-		 * read the old limit and makes or locks the row after this
-		 * finds the new one there and reads the limit again; and any
-		 * later day's (the part of a lease crossing midnight), whose
-		 * limit the spend_limit_crossed trigger compares with. In day
-		 * order, in one statement. */
-		const char *p[] = {acc, key_id, tz, has_limit ? limit : NULL};
-
-		rc = db_util_exec(
-		    conn, "key limits",
-		    "INSERT INTO key_day_ledger (account_id, key_id, day,"
-		    " limit_micros)"
-		    " SELECT $1, $2, d.day, $4::bigint FROM"
-		    " (SELECT meter_key_day($3, now()) AS day"
-		    "  UNION SELECT x.day FROM key_day_ledger x WHERE x.account_id = $1"
-		    "  AND x.key_id = $2 AND x.day > meter_key_day($3, now())) d"
-		    " ORDER BY d.day"
-		    " ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO UPDATE"
-		    " SET limit_micros = EXCLUDED.limit_micros, updated_at = now()",
-		    4, p, NULL, state);
+		rc = db_util_exec(conn, "key limits", sql_limits_rows, 7, p, NULL, state);
 		if (rc != METER_OK)
 			goto out;
 	}
 	{
-		const char *p[] = {acc, key_id, tz, set_limit ? "t" : "f",
-				   has_limit ? limit : NULL};
+		const char *p[] = {acc, key_id, tz, set_limit ? "t" : "f", limit, old_tz};
 
-		rc = db_util_exec(conn, "key limits",
-				  "UPDATE api_keys SET time_zone = $3,"
-				  " daily_limit_micros = CASE WHEN $4::boolean THEN $5::bigint"
-				  " ELSE daily_limit_micros END"
-				  " WHERE account_id = $1 AND key_id = $2",
-				  5, p, NULL, state);
+		rc = db_util_exec(conn, "key limits", sql_limits_key, 6, p, &res, state);
 		if (rc != METER_OK) {
 			if (strncmp(state, "23", 2) == 0 || strncmp(state, "22", 2) == 0)
 				rc = METER_EINVAL;
+			goto out;
+		}
+		if (PQntuples(res) != 1)
+			goto out; /* the zone changed meanwhile (or the key went): again */
+		PQclear(res);
+		res = NULL;
+	}
+	if (changing) {
+		const char *p[] = {acc, key_id};
+		bool no_end; /* no open hold */
+
+		rc = db_util_exec(conn, "key limits", sql_limits_holds, 2, p, &res, state);
+		if (rc != METER_OK)
+			goto out;
+		rc = db_util_i64(res, 0, 0, &busy->open_holds, NULL);
+		if (rc == METER_OK)
+			rc = db_util_i64(res, 0, 1, &busy->latest_lease_end_usec, &no_end);
+		if (rc != METER_OK)
+			goto out;
+		PQclear(res);
+		res = NULL;
+		if (busy->open_holds > 0) {
+			*step = LIMITS_BUSY;
 			goto out;
 		}
 	}
 	rc = db_util_commit(conn);
 	if (rc != METER_OK)
 		goto out;
-	rc = db_key_get(conn, acc, key_id, out);
-	return rc;
+	*step = LIMITS_DONE;
+	return METER_OK;
 out:
 	PQclear(res);
 	db_util_rollback(conn);
+	/* A deadlock with another writer of the rows: again. */
+	if (rc == METER_EDB && strcmp(state, "40P01") == 0) {
+		rc = METER_OK;
+		*step = LIMITS_AGAIN;
+	}
 	return rc;
+}
+
+enum meter_rc db_key_set_limits(PGconn *conn, const char *account_id, const char *key_id,
+				bool set_limit, bool has_limit, int64_t limit_micros,
+				const char *time_zone, struct db_key *out,
+				struct db_key_tz_busy *busy)
+{
+	char acc[PARSE_ID_MAX + 1], limit[24];
+	enum limits_step step = LIMITS_AGAIN;
+	enum meter_rc rc;
+
+	memset(busy, 0, sizeof(*busy));
+	db_util_i64_param(limit_micros, limit, sizeof(limit));
+	if (time_zone) {
+		const char *p[] = {time_zone};
+		PGresult *res = NULL;
+		bool known;
+
+		rc = db_util_exec(conn, "key limits", "SELECT meter_is_time_zone($1)", 1, p, &res,
+				  NULL);
+		if (rc != METER_OK)
+			return rc;
+		known = db_util_bool(res, 0, 0);
+		PQclear(res);
+		if (!known)
+			return METER_EINVAL;
+	}
+	for (int i = 0; i < DB_KEY_LIMITS_TRIES && step == LIMITS_AGAIN; i++) {
+		memset(busy, 0, sizeof(*busy));
+		rc = limits_attempt(conn, account_id, key_id, set_limit,
+				    set_limit && has_limit ? limit : NULL, time_zone, acc, busy,
+				    &step);
+		if (rc != METER_OK)
+			return rc;
+	}
+	if (step != LIMITS_DONE) {
+		if (step == LIMITS_AGAIN)
+			memset(busy, 0, sizeof(*busy));
+		return METER_ECONFLICT;
+	}
+	return db_key_get(conn, acc, key_id, out);
 }

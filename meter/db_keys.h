@@ -61,16 +61,42 @@ METER_MUSTCHECK enum meter_rc db_key_get(PGconn *conn, const char *account_id, c
 METER_MUSTCHECK enum meter_rc db_key_list(PGconn *conn, const char *account_id, struct db_key **out,
 					  size_t *n);
 
+/* Why a key's time zone could not change (METER_ECONFLICT from
+ * db_key_set_limits). */
+struct db_key_tz_busy {
+	int64_t open_holds;	       /* the key's open holds; 0: the zone changed meanwhile */
+	int64_t latest_lease_end_usec; /* the latest lease end among them (UTC µs) */
+};
+
 /* Sets the key's limits in one transaction: the daily limit when set_limit
  * (none when !has_limit), the time zone when time_zone is not NULL. Today's
- * key_day_ledger row (today in the resulting time zone), when there is one,
- * gets the new limit too, taken before the key row (the ledger's lock
- * order). account_id NULL: any account. Fills *out with the result.
- * METER_ENOTFOUND: no such key (in that account); METER_EINVAL: bad time
- * zone. */
+ * key_day_ledger row (today in the resulting time zone, made when missing)
+ * and any later day's get the new limit, taken before the key row (the
+ * ledger's lock order), so a check that read the old limit and then takes
+ * the row reads the limit again.
+ *
+ * A time zone other than the key's (another name) changes only while the
+ * key has no open hold: its holds and ledger rows are on the old zone's
+ * days, and metering files spend under the zone it reads. Otherwise
+ * METER_ECONFLICT with *busy filled, and nothing changes (not the limit
+ * either). The holds are counted after the key's ledger rows of the old
+ * zone's days from an hour ago to an hour ahead are held (made when
+ * missing, in day order with the rows above), then the key row: a check
+ * of the old zone holds the row of its first day from before its holds
+ * can commit until they do, so a check that took it first has committed
+ * and is counted, and one that takes it after waits for this change to
+ * commit (the check must then read the key again after its locks, and
+ * decide on the new zone's days). Same zone, or none given: as before. A change
+ * of the zone committed by another request between the read and the key
+ * row starts the transaction again; busy->open_holds is 0 when that kept
+ * happening.
+ *
+ * account_id NULL: any account. Fills *out with the result, or *busy on
+ * METER_ECONFLICT. METER_ENOTFOUND: no such key (in that account);
+ * METER_EINVAL: bad time zone. */
 METER_MUSTCHECK enum meter_rc db_key_set_limits(PGconn *conn, const char *account_id,
 						const char *key_id, bool set_limit, bool has_limit,
 						int64_t limit_micros, const char *time_zone,
-						struct db_key *out);
+						struct db_key *out, struct db_key_tz_busy *busy);
 
 #endif

@@ -336,6 +336,7 @@ static int batch_row(struct batch *b, const struct db_check_read *r, const char 
 	    .day = day,
 	    .has_limit = r->has_limit,
 	    .limit_micros = r->limit_micros,
+	    .time_zone = r->time_zone,
 	};
 	return (int)b->nrows++;
 }

@@ -69,10 +69,10 @@ static const char sql_lock[] =
     "SELECT account_id, key_id, day::text, spent_micros, held_micros, limit_micros"
     " FROM meter_checks_lock($1::text[], $2::text[], $3::date[], $4::bigint[])";
 
-/* The keys' daily limits now: run after the ledger rows are locked, in a
- * statement (so a snapshot) of its own. */
+/* The keys' daily limits and zones now: run after the ledger rows are
+ * locked, in a statement (so a snapshot) of its own. */
 static const char sql_limits[] =
-    "SELECT k.account_id, k.key_id, k.daily_limit_micros FROM api_keys k"
+    "SELECT k.account_id, k.key_id, k.daily_limit_micros, k.time_zone FROM api_keys k"
     " JOIN (SELECT DISTINCT * FROM unnest($1::text[], $2::text[])) v(a, k)"
     "  ON k.account_id = v.a AND k.key_id = v.k";
 
@@ -519,33 +519,41 @@ out:
 	return rc;
 }
 
-/* Reads the keys' limits again (after the locks) into rows[0..n);
- * params: the lock's account and key arrays of the same rows. */
-static enum meter_rc limits_reread(PGconn *conn, struct db_ledger_row *rows, size_t n,
-				   const char *const *params, int64_t deadline_ms, char *sqlstate)
+/* The keys as chk_limits read them after the locks (res): each row's
+ * current limit into rows[0..n); DB_CHECKS_SQLSTATE_CONFLICT when a key's
+ * zone is not the one the batch read (or the key is gone). */
+static enum meter_rc keys_now(const PGresult *res, struct db_ledger_row *rows, size_t n,
+			      char *sqlstate)
 {
-	struct pipe_q q = {.stmt = "chk_limits", .n = 2, .params = params};
-	PGresult *res = NULL;
-	enum meter_rc rc;
+	size_t seen = 0;
 
-	rc = pipe_run(conn, &q, 1, &res, deadline_ms, sqlstate);
-	if (rc != METER_OK)
-		goto out;
 	for (int r = 0; r < PQntuples(res); r++) {
 		int64_t limit = 0;
 		bool has = col_i64(res, r, 2, &limit);
 
-		for (size_t i = 0; i < n; i++)
-			if (strcmp(rows[i].account_id, PQgetvalue(res, r, 0)) == 0 &&
-			    strcmp(rows[i].key_id, PQgetvalue(res, r, 1)) == 0) {
-				rows[i].has_limit = has;
-				rows[i].limit_micros = limit;
+		for (size_t i = 0; i < n; i++) {
+			if (strcmp(rows[i].account_id, PQgetvalue(res, r, 0)) != 0 ||
+			    strcmp(rows[i].key_id, PQgetvalue(res, r, 1)) != 0)
+				continue;
+			seen++;
+			if (!rows[i].time_zone ||
+			    strcmp(rows[i].time_zone, PQgetvalue(res, r, 3)) != 0) {
+				log_debug("checks: a key's time zone changed while its ledger rows"
+					  " were awaited; read again");
+				if (sqlstate)
+					memcpy(sqlstate, DB_CHECKS_SQLSTATE_CONFLICT, 6);
+				return METER_EDB;
 			}
+			rows[i].has_limit = has;
+			rows[i].limit_micros = limit;
+		}
 	}
-	log_debug("checks: a key's limit changed while its ledger rows were awaited; read again");
-out:
-	PQclear(res);
-	return rc;
+	if (seen != n) {
+		if (sqlstate)
+			memcpy(sqlstate, DB_CHECKS_SQLSTATE_CONFLICT, 6);
+		return METER_EDB;
+	}
+	return METER_OK;
 }
 
 enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
@@ -553,12 +561,10 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 {
 	struct db_arr arr[4];
 	const char *params[4];
-	struct pipe_q q = {.stmt = "chk_lock", .n = 4, .params = params};
-	PGresult *res = NULL;
+	struct pipe_q qs[2] = {{.stmt = "chk_lock", .n = 4, .params = params},
+			       {.stmt = "chk_limits", .n = 2, .params = params}};
+	PGresult *res[2] = {NULL, NULL};
 	enum meter_rc rc = METER_ENOMEM;
-	bool stale = false;
-	int64_t stored = 0;
-	bool stored_has;
 
 	for (int i = 0; i < 4; i++)
 		db_arr_init(&arr[i]);
@@ -574,12 +580,14 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 	}
 	if (!arrs_params(arr, 4, params))
 		goto out;
-	rc = pipe_run(conn, &q, 1, &res, deadline_ms, sqlstate);
+	/* The locks, then the keys in a statement of its own (a snapshot
+	 * taken once the locks are held), in one round trip. */
+	rc = pipe_run(conn, qs, 2, res, deadline_ms, sqlstate);
 	if (rc != METER_OK)
 		goto out;
-	for (int r = 0; r < PQntuples(res); r++) {
-		const char *a = PQgetvalue(res, r, 0), *k = PQgetvalue(res, r, 1),
-			   *d = PQgetvalue(res, r, 2);
+	for (int r = 0; r < PQntuples(res[0]); r++) {
+		const char *a = PQgetvalue(res[0], r, 0), *k = PQgetvalue(res[0], r, 1),
+			   *d = PQgetvalue(res[0], r, 2);
 
 		for (size_t i = 0; i < n; i++) {
 			struct db_ledger_row *lr = &rows[i];
@@ -587,29 +595,20 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 			if (lr->found || strcmp(lr->account_id, a) != 0 ||
 			    strcmp(lr->key_id, k) != 0 || strcmp(lr->day, d) != 0)
 				continue;
-			col_i64(res, r, 3, &lr->state.spent_micros);
-			col_i64(res, r, 4, &lr->state.held_micros);
-			stored_has = col_i64(res, r, 5, &stored);
-			/* A row holding another limit than the key's as read: a
-			 * limit change may have committed while the lock was
-			 * awaited (PUT .../limits sets today's row first), or the
-			 * row was made before one. */
-			if (stored_has != lr->has_limit ||
-			    (stored_has && stored != lr->limit_micros))
-				stale = true;
+			col_i64(res[0], r, 3, &lr->state.spent_micros);
+			col_i64(res[0], r, 4, &lr->state.held_micros);
 			lr->found = true;
 			break;
 		}
 	}
-	rc = METER_OK;
 	for (size_t i = 0; i < n; i++)
 		if (!rows[i].found) {
 			log_error("checks: ledger row %s/%s/%s not locked", rows[i].account_id,
 				  rows[i].key_id, rows[i].day);
 			rc = METER_EDB;
 		}
-	if (rc == METER_OK && stale)
-		rc = limits_reread(conn, rows, n, params, deadline_ms, sqlstate);
+	if (rc == METER_OK)
+		rc = keys_now(res[1], rows, n, sqlstate);
 	/* The key's current limit is the one that applies (and is written to
 	 * the rows). */
 	for (size_t i = 0; rc == METER_OK && i < n; i++) {
@@ -617,7 +616,8 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 		rows[i].state.limit_micros = rows[i].has_limit ? rows[i].limit_micros : 0;
 	}
 out:
-	PQclear(res);
+	PQclear(res[0]);
+	PQclear(res[1]);
 	for (int i = 0; i < 4; i++)
 		db_arr_release(&arr[i]);
 	return rc;

@@ -100,15 +100,18 @@ struct db_ledger_row {
 	const char *day;	/* in: "YYYY-MM-DD", borrowed */
 	bool has_limit;		/* in: the key's limit as read; out: the current one */
 	int64_t limit_micros;
+	const char *time_zone;	 /* in: the key's zone as read, borrowed */
 	bool found;		 /* out: locked and read */
 	struct ledger_day state; /* out: spent and held as stored, the key's limit */
 };
 
 /* Creates the missing rows[0..n) and locks them all in (account, key, day)
- * order, filling the out fields. When a locked row holds another limit
- * than the one read for its key (a limit change committed while the lock
- * was awaited, or the row predates one), the keys' limits are read again
- * after the locks, so the current limit applies. rows must be distinct. */
+ * order, filling the out fields, then reads the keys again (a statement
+ * after the locks, in the same round trip): the current limit applies,
+ * and a key whose time zone is not the one read (a change committed while
+ * the lock was awaited: PUT .../limits holds the old zone's rows until it
+ * commits) fails the batch with DB_CHECKS_SQLSTATE_CONFLICT, so it is read
+ * and decided again on the new zone's days. rows must be distinct. */
 METER_MUSTCHECK enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 					     int64_t deadline_ms, char *sqlstate);
 

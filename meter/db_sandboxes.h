@@ -57,7 +57,11 @@ struct db_sandbox {
 	struct db_usage month;			/* only the cost fields are filled */
 };
 
-/* One page of sandboxes per q: *out a new array of *n (caller frees). */
+/* One page of sandboxes per q: *out a new array of *n (caller frees).
+ * Usage and cost are computed for the page's sandboxes only. DB_SORT_ID
+ * reads the page off an index, and so does DB_SORT_CREATED within one
+ * account (every account's sandboxes are sorted); DB_SORT_COST first ranks
+ * every sandbox q matches by its range's total (an index look-up each). */
 METER_MUSTCHECK enum meter_rc db_sandbox_list(PGconn *conn, const struct db_sandbox_query *q,
 					      struct db_sandbox **out, size_t *n);
 

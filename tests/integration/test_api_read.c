@@ -22,28 +22,6 @@ static void sql_exec(const char *sql)
 	CHECK_STR(st, "00000");
 }
 
-/* Member path a.b.c (dots) of o as an integer; -1 when absent. */
-static long long jpath(json_t *o, const char *path)
-{
-	char part[64];
-
-	while (*path) {
-		size_t n = strcspn(path, ".");
-
-		snprintf(part, sizeof(part), "%.*s", (int)n, path);
-		o = json_object_get(o, part);
-		path += n + (path[n] == '.');
-	}
-	return json_is_integer(o) ? json_integer_value(o) : -1;
-}
-
-static const char *jstr(json_t *o, const char *name)
-{
-	const char *s = json_string_value(json_object_get(o, name));
-
-	return s ? s : "";
-}
-
 /* GET path with token; status into *status; returns the response (release). */
 static struct apitest_resp get(const char *path, const char *token)
 {
@@ -122,18 +100,18 @@ static void test_usage(void)
 
 	r = get("/v1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z", tf);
 	CHECK_I64(r.status, 200);
-	CHECK_I64(jpath(r.json, "cost.total_micros"), 160500);
-	CHECK_I64(jpath(r.json, "cost.cpu_micros"), 77500);
-	CHECK_I64(jpath(r.json, "cost.memory_micros"), 82500);
-	CHECK_I64(jpath(r.json, "cost.storage_micros"), 500);
-	CHECK_I64(jpath(r.json, "usage.running_seconds"), 12600);
-	CHECK_I64(jpath(r.json, "usage.paused_seconds"), 3600);
-	CHECK_I64(jpath(r.json, "usage.cpu_used_millicore_seconds"), 11016000);
-	CHECK_I64(jpath(r.json, "usage.cpu_billed_millicore_seconds"), 11160000);
-	CHECK_I64(jpath(r.json, "usage.memory_mib_seconds"), 40550400);
-	CHECK_I64(jpath(r.json, "usage.storage_mib_seconds"), 18432000);
-	CHECK_STR(jstr(r.json, "from"), "2026-01-10T00:00:00Z");
-	CHECK_STR(jstr(r.json, "time_zone"), "UTC");
+	CHECK_I64(apitest_jpath(r.json, "cost.total_micros"), 160500);
+	CHECK_I64(apitest_jpath(r.json, "cost.cpu_micros"), 77500);
+	CHECK_I64(apitest_jpath(r.json, "cost.memory_micros"), 82500);
+	CHECK_I64(apitest_jpath(r.json, "cost.storage_micros"), 500);
+	CHECK_I64(apitest_jpath(r.json, "usage.running_seconds"), 12600);
+	CHECK_I64(apitest_jpath(r.json, "usage.paused_seconds"), 3600);
+	CHECK_I64(apitest_jpath(r.json, "usage.cpu_used_millicore_seconds"), 11016000);
+	CHECK_I64(apitest_jpath(r.json, "usage.cpu_billed_millicore_seconds"), 11160000);
+	CHECK_I64(apitest_jpath(r.json, "usage.memory_mib_seconds"), 40550400);
+	CHECK_I64(apitest_jpath(r.json, "usage.storage_mib_seconds"), 18432000);
+	CHECK_STR(apitest_jstr(r.json, "from"), "2026-01-10T00:00:00Z");
+	CHECK_STR(apitest_jstr(r.json, "time_zone"), "UTC");
 	CHECK_I64(json_array_size(json_object_get(r.json, "items")), 1);
 	apitest_resp_release(&r);
 
@@ -145,16 +123,16 @@ static void test_usage(void)
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 4);
 	for (size_t i = 0; i < json_array_size(items); i++)
-		sum += jpath(json_array_get(items, i), "cost.total_micros");
+		sum += apitest_jpath(json_array_get(items, i), "cost.total_micros");
 	CHECK_I64(sum, 160500);
-	CHECK_STR(jstr(json_array_get(items, 0), "period_start"), "2026-01-10T00:00:00Z");
-	CHECK_STR(jstr(json_array_get(items, 0), "period_end"), "2026-01-11T00:00:00Z");
-	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a1");
-	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 111250);
-	CHECK_STR(jstr(json_array_get(items, 2), "sandbox_id"), "sbx_p");
-	CHECK_I64(jpath(json_array_get(items, 2), "cost.total_micros"), 32500);
-	CHECK_STR(jstr(json_array_get(items, 3), "period_start"), "2026-01-11T00:00:00Z");
-	CHECK_I64(jpath(json_array_get(items, 3), "cost.total_micros"), 16250);
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "period_start"), "2026-01-10T00:00:00Z");
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "period_end"), "2026-01-11T00:00:00Z");
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a1");
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cost.total_micros"), 111250);
+	CHECK_STR(apitest_jstr(json_array_get(items, 2), "sandbox_id"), "sbx_p");
+	CHECK_I64(apitest_jpath(json_array_get(items, 2), "cost.total_micros"), 32500);
+	CHECK_STR(apitest_jstr(json_array_get(items, 3), "period_start"), "2026-01-11T00:00:00Z");
+	CHECK_I64(apitest_jpath(json_array_get(items, 3), "cost.total_micros"), 16250);
 	apitest_resp_release(&r);
 
 	/* Per key. */
@@ -162,8 +140,8 @@ static void test_usage(void)
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 2);
 	for (size_t i = 0; i < json_array_size(items); i++) {
-		const char *k = jstr(json_array_get(items, i), "key_id");
-		long long v = jpath(json_array_get(items, i), "cost.total_micros");
+		const char *k = apitest_jstr(json_array_get(items, i), "key_id");
+		long long v = apitest_jpath(json_array_get(items, i), "cost.total_micros");
 
 		CHECK(strcmp(k, kf) == 0 ? v == 128000 : strcmp(k, kp) == 0 && v == 32500);
 	}
@@ -172,19 +150,19 @@ static void test_usage(void)
 	/* Days of the Kolkata key: split exactly at its midnight (18:30Z). */
 	r = get("/v1/usage?from=2026-01-09T18:30:00Z&to=2026-01-11T18:30:00Z&window=day", tp);
 	CHECK_I64(r.status, 200);
-	CHECK_STR(jstr(r.json, "time_zone"), "Asia/Kolkata");
+	CHECK_STR(apitest_jstr(r.json, "time_zone"), "Asia/Kolkata");
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 2);
-	CHECK_STR(jstr(json_array_get(items, 0), "period_start"), "2026-01-09T18:30:00Z");
-	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 128000);
-	CHECK_STR(jstr(json_array_get(items, 1), "period_start"), "2026-01-10T18:30:00Z");
-	CHECK_I64(jpath(json_array_get(items, 1), "cost.total_micros"), 32500);
-	CHECK_I64(jpath(r.json, "cost.total_micros"), 160500);
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "period_start"), "2026-01-09T18:30:00Z");
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cost.total_micros"), 128000);
+	CHECK_STR(apitest_jstr(json_array_get(items, 1), "period_start"), "2026-01-10T18:30:00Z");
+	CHECK_I64(apitest_jpath(json_array_get(items, 1), "cost.total_micros"), 32500);
+	CHECK_I64(apitest_jpath(r.json, "cost.total_micros"), 160500);
 	apitest_resp_release(&r);
 
 	/* The operator sees every account, or one. */
 	r = get("/v1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z", t.operator_token);
-	CHECK_I64(jpath(r.json, "cost.total_micros"), 160500 + 99999);
+	CHECK_I64(apitest_jpath(r.json, "cost.total_micros"), 160500 + 99999);
 	apitest_resp_release(&r);
 	{
 		char path[256];
@@ -194,7 +172,7 @@ static void test_usage(void)
 			 "&account_id=%s",
 			 accb);
 		r = get(path, t.operator_token);
-		CHECK_I64(jpath(r.json, "cost.total_micros"), 99999);
+		CHECK_I64(apitest_jpath(r.json, "cost.total_micros"), 99999);
 		apitest_resp_release(&r);
 		r = get(path, tf); /* a key naming another account */
 		CHECK_I64(r.status, 404);
@@ -203,7 +181,7 @@ static void test_usage(void)
 	/* Today (the default range) has nothing yet. */
 	r = get("/v1/usage", tf);
 	CHECK_I64(r.status, 200);
-	CHECK_I64(jpath(r.json, "cost.total_micros"), 0);
+	CHECK_I64(apitest_jpath(r.json, "cost.total_micros"), 0);
 	apitest_resp_release(&r);
 }
 
@@ -216,22 +194,22 @@ static void test_sandboxes(void)
 	r = get("/v1/sandboxes/sbx_a1?from=2026-01-10T00:00:00Z&to=2026-01-11T00:00:00Z", tr);
 	CHECK_I64(r.status, 200);
 	o = r.json;
-	CHECK_STR(jstr(o, "sandbox_id"), "sbx_a1");
-	CHECK_STR(jstr(o, "key_id"), kf);
-	CHECK_STR(jstr(o, "state"), "running");
-	CHECK_I64(jpath(o, "vcpus"), 2);
-	CHECK_I64(jpath(o, "memory_mib"), 4096);
-	CHECK_I64(jpath(o, "max_cost_micros"), 20000);
-	CHECK_STR(jstr(o, "created_at"), "2026-01-10T09:00:00Z");
-	CHECK_I64(jpath(o, "cost.total_micros"), 111250);
-	CHECK_I64(jpath(o, "cost.cpu_micros"), 51250);
-	CHECK_I64(jpath(o, "cost.memory_micros"), 60000);
-	CHECK_I64(jpath(o, "usage.running_seconds"), 7200);
-	CHECK_I64(jpath(o, "breakdown.cpu.used_micros"), 50250);
-	CHECK_I64(jpath(o, "breakdown.cpu.floor_topup_micros"), 1000);
-	CHECK_I64(jpath(o, "breakdown.cpu.floor_topup_millicore_seconds"), 144000);
-	CHECK_I64(jpath(o, "breakdown.cpu.micros"), 51250);
-	CHECK_I64(jpath(o, "breakdown.memory.micros"), 60000);
+	CHECK_STR(apitest_jstr(o, "sandbox_id"), "sbx_a1");
+	CHECK_STR(apitest_jstr(o, "key_id"), kf);
+	CHECK_STR(apitest_jstr(o, "state"), "running");
+	CHECK_I64(apitest_jpath(o, "vcpus"), 2);
+	CHECK_I64(apitest_jpath(o, "memory_mib"), 4096);
+	CHECK_I64(apitest_jpath(o, "max_cost_micros"), 20000);
+	CHECK_STR(apitest_jstr(o, "created_at"), "2026-01-10T09:00:00Z");
+	CHECK_I64(apitest_jpath(o, "cost.total_micros"), 111250);
+	CHECK_I64(apitest_jpath(o, "cost.cpu_micros"), 51250);
+	CHECK_I64(apitest_jpath(o, "cost.memory_micros"), 60000);
+	CHECK_I64(apitest_jpath(o, "usage.running_seconds"), 7200);
+	CHECK_I64(apitest_jpath(o, "breakdown.cpu.used_micros"), 50250);
+	CHECK_I64(apitest_jpath(o, "breakdown.cpu.floor_topup_micros"), 1000);
+	CHECK_I64(apitest_jpath(o, "breakdown.cpu.floor_topup_millicore_seconds"), 144000);
+	CHECK_I64(apitest_jpath(o, "breakdown.cpu.micros"), 51250);
+	CHECK_I64(apitest_jpath(o, "breakdown.memory.micros"), 60000);
 	apitest_resp_release(&r);
 
 	/* Sorted by cost over the range, paginated. */
@@ -241,48 +219,48 @@ static void test_sandboxes(void)
 	CHECK_I64(r.status, 200);
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 2);
-	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a1");
-	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 127500);
-	CHECK_STR(jstr(json_array_get(items, 1), "sandbox_id"), "sbx_p");
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a1");
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cost.total_micros"), 127500);
+	CHECK_STR(apitest_jstr(json_array_get(items, 1), "sandbox_id"), "sbx_p");
 	CHECK(json_is_string(json_object_get(r.json, "next_cursor")));
 	snprintf(path, sizeof(path),
 		 "/v1/sandboxes?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z&sort=cost"
 		 "&limit=2&cursor=%s",
-		 jstr(r.json, "next_cursor"));
+		 apitest_jstr(r.json, "next_cursor"));
 	apitest_resp_release(&r);
 	r = get(path, tr);
 	CHECK_I64(r.status, 200);
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 1);
-	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a2");
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a2");
 	CHECK(json_is_null(json_object_get(r.json, "next_cursor")));
 	apitest_resp_release(&r);
 
 	r = get("/v1/sandboxes?sort=created", tf);
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 3);
-	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a2");
-	CHECK_STR(jstr(json_array_get(items, 2), "sandbox_id"), "sbx_p");
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a2");
+	CHECK_STR(apitest_jstr(json_array_get(items, 2), "sandbox_id"), "sbx_p");
 	/* Default range: each sandbox's key's current day. */
-	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 0);
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cost.total_micros"), 0);
 	apitest_resp_release(&r);
 	r = get("/v1/sandboxes?state=paused", tf);
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 1);
-	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a2");
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a2");
 	apitest_resp_release(&r);
 	snprintf(path, sizeof(path), "/v1/sandboxes?key_id=%s", kp);
 	r = get(path, tf);
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 1);
-	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_p");
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "sandbox_id"), "sbx_p");
 	apitest_resp_release(&r);
 
 	/* Another account sees only its own. */
 	r = get("/v1/sandboxes", tx);
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 1);
-	CHECK_STR(jstr(json_array_get(items, 0), "sandbox_id"), "sbx_b1");
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "sandbox_id"), "sbx_b1");
 	apitest_resp_release(&r);
 	r = get("/v1/sandboxes/sbx_a1", tx);
 	CHECK_I64(r.status, 404);
@@ -298,24 +276,24 @@ static void test_sandboxes(void)
 	/* The series of the Kolkata sandbox: both parts of the 18:00Z hour. */
 	r = get("/v1/sandboxes/sbx_p/usage?from=2026-01-10T18:00:00Z&to=2026-01-10T19:00:00Z", tr);
 	CHECK_I64(r.status, 200);
-	CHECK_STR(jstr(r.json, "window"), "hour");
+	CHECK_STR(apitest_jstr(r.json, "window"), "hour");
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 1);
-	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 32500);
-	CHECK_I64(jpath(json_array_get(items, 0), "cpu_used_millicores"), 1000);
-	CHECK_I64(jpath(json_array_get(items, 0), "cpu_billed_millicores"), 1000);
-	CHECK_I64(jpath(json_array_get(items, 0), "memory_mib"), 1024);
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cost.total_micros"), 32500);
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cpu_used_millicores"), 1000);
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cpu_billed_millicores"), 1000);
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "memory_mib"), 1024);
 	apitest_resp_release(&r);
 	r = get("/v1/sandboxes/sbx_a1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z"
 		"&window=hour",
 		tr);
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 3);
-	CHECK_I64(jpath(json_array_get(items, 0), "cpu_used_millicores"), 10);
-	CHECK_I64(jpath(json_array_get(items, 0), "cpu_billed_millicores"), 50);
-	CHECK_I64(jpath(json_array_get(items, 0), "cost.total_micros"), 31250);
-	CHECK_I64(jpath(json_array_get(items, 1), "cost.total_micros"), 80000);
-	CHECK_I64(jpath(r.json, "cost.total_micros"), 127500);
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cpu_used_millicores"), 10);
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cpu_billed_millicores"), 50);
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cost.total_micros"), 31250);
+	CHECK_I64(apitest_jpath(json_array_get(items, 1), "cost.total_micros"), 80000);
+	CHECK_I64(apitest_jpath(r.json, "cost.total_micros"), 127500);
 	apitest_resp_release(&r);
 }
 

@@ -63,28 +63,6 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Member path a.b (dots) of o as an integer; -1 when absent. */
-static long long jpath(json_t *o, const char *path)
-{
-	char part[64];
-
-	while (*path) {
-		size_t n = strcspn(path, ".");
-
-		snprintf(part, sizeof(part), "%.*s", (int)n, path);
-		o = json_object_get(o, part);
-		path += n + (path[n] == '.');
-	}
-	return json_is_integer(o) ? json_integer_value(o) : -1;
-}
-
-static const char *jstr(json_t *o, const char *name)
-{
-	const char *s = json_string_value(json_object_get(o, name));
-
-	return s ? s : "";
-}
-
 /* GET path with the read-only key; checks 200 within ANSWER_MS_MAX. */
 static struct apitest_resp get(const char *path)
 {
@@ -210,11 +188,11 @@ static void check_item(json_t *it, const struct ref *want, bool month)
 		CHECK(want != NULL);
 		return;
 	}
-	CHECK_STR(jstr(it, "sandbox_id"), want->id);
-	CHECK_I64(jpath(it, "cost.total_micros"), want->total);
-	CHECK_I64(jpath(it, "usage.running_seconds"), want->running_s);
+	CHECK_STR(apitest_jstr(it, "sandbox_id"), want->id);
+	CHECK_I64(apitest_jpath(it, "cost.total_micros"), want->total);
+	CHECK_I64(apitest_jpath(it, "usage.running_seconds"), want->running_s);
 	if (month)
-		CHECK_I64(jpath(it, "month_cost.total_micros"), want->month_total);
+		CHECK_I64(apitest_jpath(it, "month_cost.total_micros"), want->month_total);
 }
 
 static void setup(void)
@@ -324,7 +302,7 @@ static void test_default_range(struct ref *before, struct ref *after, struct ref
 			for (size_t i = 0; i < json_array_size(id); i++) {
 				json_t *it = json_array_get(id, i);
 
-				CHECK_STR(jstr(it, "sandbox_id"), created[i].id);
+				CHECK_STR(apitest_jstr(it, "sandbox_id"), created[i].id);
 				check_item(it, ref_find(before, created[i].id), true);
 			}
 			CHECK(json_is_string(json_object_get(rc.json, "next_cursor")));
@@ -358,10 +336,10 @@ static void test_walk(const char *sort, const struct ref *by_cost, const struct 
 		for (size_t i = 0; i < json_array_size(items) && n < SANDBOXES; i++, n++) {
 			json_t *it = json_array_get(items, i);
 
-			if (strcmp(jstr(it, "sandbox_id"), order[n].id) != 0) {
+			if (strcmp(apitest_jstr(it, "sandbox_id"), order[n].id) != 0) {
 				fprintf(stderr, "sort=%s item %d: %s, want %s\n", sort, n,
-					jstr(it, "sandbox_id"), order[n].id);
-				CHECK_STR(jstr(it, "sandbox_id"), order[n].id);
+					apitest_jstr(it, "sandbox_id"), order[n].id);
+				CHECK_STR(apitest_jstr(it, "sandbox_id"), order[n].id);
 				apitest_resp_release(&r);
 				return;
 			}

@@ -510,6 +510,27 @@ const char *apitest_json_str(const struct apitest_resp *r, const char *name)
 	return json_string_value(json_object_get(r->json, name));
 }
 
+long long apitest_jpath(json_t *o, const char *path)
+{
+	char part[64];
+
+	while (*path) {
+		size_t n = strcspn(path, ".");
+
+		snprintf(part, sizeof(part), "%.*s", (int)n, path);
+		o = json_object_get(o, part);
+		path += n + (path[n] == '.');
+	}
+	return json_is_integer(o) ? json_integer_value(o) : -1;
+}
+
+const char *apitest_jstr(json_t *o, const char *name)
+{
+	const char *s = json_string_value(json_object_get(o, name));
+
+	return s ? s : "";
+}
+
 /* Copies a string member of r->json into out (size len); -1 when absent
  * or too long. */
 static int apitest_copy_str(const struct apitest_resp *r, const char *name, char *out, size_t len)

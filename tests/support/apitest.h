@@ -117,6 +117,13 @@ const char *apitest_error_code(const struct apitest_resp *r);
 /* A string member of r->json (top level), borrowed, or NULL. */
 const char *apitest_json_str(const struct apitest_resp *r, const char *name);
 
+/* The member at path a.b.c (names joined by dots) of o as an integer; -1
+ * when absent or not an integer. */
+long long apitest_jpath(json_t *o, const char *path);
+
+/* A string member of o, borrowed, or "" when absent or not a string. */
+const char *apitest_jstr(json_t *o, const char *name);
+
 /* Creates an account named name through POST /v1/accounts (operator) on
  * server 0; its id goes to account_id (65 bytes). Returns 0 or -1. */
 int apitest_create_account(const struct apitest *t, const char *name, char *account_id);

@@ -877,18 +877,29 @@ static bool fast_decide(struct checks_engine *e, struct batch *b, struct fast_sc
 	}
 	check_facts_unlock(e->facts);
 	/* Every other refusal too: an earlier attempt of a check may have been
-	 * allowed (the batch read no stored answer). */
+	 * allowed (the batch read no stored answer). And every refused
+	 * create's sandbox id: the batch read no sandbox either, and one that
+	 * exists, made however and in whatever account, is 409 sandbox_exists
+	 * on the classic path whatever the create's figures (sql/0033). */
 	for (size_t i = 0; i < b->n; i++) {
 		struct item *it = b->items[i];
 		const struct db_check_read *r = &b->rd[i];
 
-		if (it->allowed || it->replayed || it->r_listed || !it->status)
+		if (it->allowed || it->replayed || !it->status)
 			continue;
-		db_arr_str(&b->arrs[DB_R_ACCOUNT], r->account_id);
-		db_arr_str(&b->arrs[DB_R_OP], "create");
-		db_arr_str(&b->arrs[DB_R_KEY], it->idem);
-		db_arr_null(&b->arrs[DB_R_XMIN]);
-		it->r_listed = true;
+		if (!it->r_listed) {
+			db_arr_str(&b->arrs[DB_R_ACCOUNT], r->account_id);
+			db_arr_str(&b->arrs[DB_R_OP], "create");
+			db_arr_str(&b->arrs[DB_R_KEY], it->idem);
+			db_arr_null(&b->arrs[DB_R_XMIN]);
+			it->r_listed = true;
+		}
+		if (!key_on_sandbox(it)) {
+			db_arr_str(&b->arrs[DB_R_ACCOUNT], r->account_id);
+			db_arr_str(&b->arrs[DB_R_OP], "create");
+			db_arr_str(&b->arrs[DB_R_KEY], it->rq.sandbox_id);
+			db_arr_null(&b->arrs[DB_R_XMIN]);
+		}
 	}
 	/* The keys assumed, once each. */
 	x->nkeys = 0;

@@ -78,6 +78,17 @@ static void test_idempotency(struct apitest *t, const char *key)
 		  409);
 	CHECK_STR(apitest_error_code(&r), "sandbox_exists");
 	apitest_resp_release(&r);
+	/* Refused on its own figures too (max cost, decided in the engine on
+	 * a fast batch), a create of a sandbox id taken is 409 sandbox_exists,
+	 * as the classic path answers: under the default key and another. */
+	CHECK_I64(cu_create(t, 0, key, "idem-2", 1, 1024, 60, "\"max_cost_micros\":1", &r), 409);
+	CHECK_STR(apitest_error_code(&r), "sandbox_exists");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "idem-2", 1, 1024, 60,
+			    "\"max_cost_micros\":1,\"idempotency_key\":\"op-9\"", &r),
+		  409);
+	CHECK_STR(apitest_error_code(&r), "sandbox_exists");
+	apitest_resp_release(&r);
 
 	/* Concurrent duplicates land in one batch or two: one hold either way. */
 	CHECK_I64(cu_create(t, 0, key, "idem-4", 1, 1024, 60, NULL, &r), 200);

@@ -880,7 +880,7 @@ static bool fast_decide(struct checks_engine *e, struct batch *b, struct fast_sc
 	 * allowed (the batch read no stored answer). And every refused
 	 * create's sandbox id: the batch read no sandbox either, and one that
 	 * exists, made however and in whatever account, is 409 sandbox_exists
-	 * on the classic path whatever the create's figures (sql/0033). */
+	 * on the classic path whatever the create's figures (sql/0032). */
 	for (size_t i = 0; i < b->n; i++) {
 		struct item *it = b->items[i];
 		const struct db_check_read *r = &b->rd[i];

@@ -14,7 +14,30 @@
 -- snapshot taken once the row is held), and raises MTR01 when it is not
 -- the one assumed: the engine then reads everything again (the classic
 -- path) on the new zone's days. The general branch already read the keys
--- after its locks. As in 0026 otherwise.
+-- after its locks.
+--
+-- Also: a create refused on a fast batch whose sandbox exists goes the
+-- classic way, which answers 409 sandbox_exists, as it does for the same
+-- request on its own.
+--
+-- The classic path checks that a create's sandbox id is free before it
+-- looks at the create's worst case or the key's budget, so a create of a
+-- sandbox that exists is 409 sandbox_exists whatever its figures. The fast
+-- path decides max_cost_exceeded and spending_limit_reached in the engine,
+-- and its guard for a refused create (0018 to 0026) only looked for a
+-- sandbox of that id made under the default key in the same account (its
+-- stored answer): a sandbox made under a key of the caller's own, by
+-- metering, or in another account slipped through, and the same request
+-- was 402 on a fast batch and 409 on a classic one. Nothing was written
+-- either way.
+--
+-- The engine now lists a refused create under its sandbox id too (besides
+-- its idempotency key), and the guard takes any sandbox of a listed id,
+-- made however and in whatever account (sandbox ids are unique across
+-- accounts, so this is the unique index's look-up): MTR01, and the batch
+-- is read and decided again on the classic path. A listed idempotency key
+-- that happens to name a sandbox does the same, which costs that batch a
+-- classic round and changes no answer. As in 0026 otherwise.
 
 CREATE OR REPLACE FUNCTION meter_checks_fast(
 	p_now timestamptz, p_price_version integer,
@@ -164,9 +187,9 @@ BEGIN
 			   JOIN idempotency_keys i ON i.account_id = v.a AND i.operation = v.o
 			    AND i.idempotency_key = v.k)
 		   OR EXISTS (SELECT 1 FROM unnest(r_account, r_op, r_key) AS v(a, o, k)
-			      JOIN sandboxes s ON s.sandbox_id = v.k AND s.account_id = v.a
-			      WHERE v.o = 'create' AND s.create_request_sha256 IS NOT NULL) THEN
-			PERFORM meter_checks_conflict('answer of a refused check');
+			      JOIN sandboxes s ON s.sandbox_id = v.k
+			      WHERE v.o = 'create') THEN
+			PERFORM meter_checks_conflict('answer of a refused check or its sandbox');
 		END IF;
 		UPDATE key_day_ledger l SET held_micros = v.h, limit_micros = v.m, updated_at = now()
 		FROM unnest(l_account, l_key, l_day, l_held, l_limit) AS v(a, k, d, h, m)

@@ -104,39 +104,17 @@ static void run_all(struct job *jobs)
  * (meter_check_batches_total, paths fast and fast_differed). */
 static long long fast_batches(const struct apitest *tt)
 {
-	static const char *const names[] = {"meter_check_batches_total{path=\"fast\"} ",
-					    "meter_check_batches_total{path=\"fast_differed\"} "};
+	static const char *const names[] = {"meter_check_batches_total{path=\"fast\"}",
+					    "meter_check_batches_total{path=\"fast_differed\"}"};
 	long long n = 0;
 
-	for (int i = 0; i < 2; i++) {
-		struct apitest_resp r;
+	for (int i = 0; i < 2; i++)
+		for (size_t j = 0; j < sizeof(names) / sizeof(names[0]); j++) {
+			long long v = apitest_metric(tt, i, names[j]);
 
-		CHECK(apitest_call(tt, i, "GET", "/metrics", NULL, NULL, &r) == 0);
-		CHECK_I64(r.status, 200);
-		for (size_t j = 0; r.body && j < sizeof(names) / sizeof(names[0]); j++) {
-			const char *at = strstr(r.body, names[j]);
-
-			if (at)
-				n += strtoll(at + strlen(names[j]), NULL, 10);
+			CHECK(v >= 0);
+			n += v;
 		}
-		apitest_resp_release(&r);
-	}
-	return n;
-}
-
-/* A counter of process i's /metrics (0 when absent). */
-static long long metric(const struct apitest *tt, int i, const char *name)
-{
-	struct apitest_resp r;
-	long long n = 0;
-	const char *at;
-
-	CHECK(apitest_call(tt, i, "GET", "/metrics", NULL, NULL, &r) == 0);
-	CHECK_I64(r.status, 200);
-	at = r.body ? strstr(r.body, name) : NULL;
-	if (at)
-		n = strtoll(at + strlen(name), NULL, 10);
-	apitest_resp_release(&r);
 	return n;
 }
 
@@ -146,8 +124,8 @@ static long long metric(const struct apitest *tt, int i, const char *name)
  * as the general way leaves it. */
 static void test_plain_creates(const char *acc)
 {
-	static const char fast[] = "meter_check_batches_total{path=\"fast\"} ";
-	static const char classic[] = "meter_check_batches_total{path=\"classic\"} ";
+	static const char fast[] = "meter_check_batches_total{path=\"fast\"}";
+	static const char classic[] = "meter_check_batches_total{path=\"classic\"}";
 	char key[65], token[APITEST_TOKEN_MAX];
 	long long fast0, classic0;
 	struct apitest_resp r;
@@ -155,8 +133,8 @@ static void test_plain_creates(const char *acc)
 	CHECK(apitest_create_key(&t, acc, "full", 1000000000, NULL, key, token) == 0);
 	CHECK_I64(cu_create(&t, 0, key, "plain-0", 1, 1024, 3600, NULL, &r), 200);
 	apitest_resp_release(&r);
-	fast0 = metric(&t, 0, fast);
-	classic0 = metric(&t, 0, classic);
+	fast0 = apitest_metric(&t, 0, fast);
+	classic0 = apitest_metric(&t, 0, classic);
 	for (int i = 1; i <= 5; i++) {
 		char sb[32];
 
@@ -164,8 +142,8 @@ static void test_plain_creates(const char *acc)
 		CHECK_I64(cu_create(&t, 0, key, sb, 1 + i % 2, 1024, 3600, NULL, &r), 200);
 		apitest_resp_release(&r);
 	}
-	CHECK_I64(metric(&t, 0, fast) - fast0, 5);
-	CHECK_I64(metric(&t, 0, classic) - classic0, 0);
+	CHECK_I64(apitest_metric(&t, 0, fast) - fast0, 5);
+	CHECK_I64(apitest_metric(&t, 0, classic) - classic0, 0);
 	CHECK_I64(cu_sql_int(t.db.conn,
 			     "SELECT count(*) FROM sandboxes s JOIN holds h USING (account_id,"
 			     " sandbox_id) WHERE s.key_id = '%s' AND h.key_id = '%s'"

@@ -531,6 +531,27 @@ const char *apitest_jstr(json_t *o, const char *name)
 	return s ? s : "";
 }
 
+long long apitest_metric(const struct apitest *t, int i, const char *series)
+{
+	struct apitest_resp r;
+	long long v = -1;
+	size_t n = strlen(series);
+
+	if (apitest_call(t, i, "GET", "/metrics", NULL, NULL, &r) == 0 && r.status == 200 &&
+	    r.body) {
+		v = 0;
+		/* A line that starts with the series and a space. */
+		for (const char *at = r.body; (at = strstr(at, series)) != NULL; at += n) {
+			if ((at == r.body || at[-1] == '\n') && at[n] == ' ') {
+				v = strtoll(at + n + 1, NULL, 10);
+				break;
+			}
+		}
+	}
+	apitest_resp_release(&r);
+	return v;
+}
+
 /* Copies a string member of r->json into out (size len); -1 when absent
  * or too long. */
 static int apitest_copy_str(const struct apitest_resp *r, const char *name, char *out, size_t len)

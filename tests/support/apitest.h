@@ -124,6 +124,12 @@ long long apitest_jpath(json_t *o, const char *path);
 /* A string member of o, borrowed, or "" when absent or not a string. */
 const char *apitest_jstr(json_t *o, const char *name);
 
+/* The value of a series in server i's GET /metrics, at its integer part:
+ * series is the name with its labels, e.g. `meter_x_total{outcome="ok"}`
+ * (the whole text before the value); 0 when the series is absent (as a
+ * counter not yet counted), -1 when the scrape fails. */
+long long apitest_metric(const struct apitest *t, int i, const char *series);
+
 /* Creates an account named name through POST /v1/accounts (operator) on
  * server 0; its id goes to account_id (65 bytes). Returns 0 or -1. */
 int apitest_create_account(const struct apitest *t, const char *name, char *account_id);

@@ -15,6 +15,7 @@
 #include "db.h"
 #include "db_util.h"
 #include "log.h"
+#include "metrics.h"
 
 struct webhook {
 	struct webhook_options opt;
@@ -24,6 +25,16 @@ struct webhook {
 	bool stopping;
 	pthread_t thread;
 };
+
+/* What is not delivered yet: how many, and the age in µs of the oldest
+ * (0 when none). The partial index of due events covers it. */
+static const char sql_backlog[] =
+    "SELECT count(*), COALESCE((EXTRACT(EPOCH FROM clock_timestamp() - min(created_at))"
+    " * 1000000)::bigint, 0) FROM webhook_outbox WHERE delivered_at IS NULL";
+
+#define DELIVERIES	    "meter_webhook_deliveries_total"
+#define PENDING_EVENTS	    "meter_webhook_pending_events"
+#define OLDEST_PENDING_SECS "meter_webhook_oldest_pending_seconds"
 
 /* Takes the most overdue event for WEBHOOK_CLAIM_MS ($1): one statement,
  * committed when it returns, so no transaction is open during the POST.
@@ -242,9 +253,11 @@ static int deliver_one(struct webhook *w, PGconn *conn)
 		const char *p[2] = {acc, id};
 		if (db_util_exec(conn, "webhook delivered", sql_done, 2, p, NULL, NULL) != METER_OK)
 			goto out;
+		metrics_counter_add(DELIVERIES, "outcome=\"delivered\"", 1);
 		log_info("webhook: event %s delivered", id);
 	} else {
 		const char *p[5] = {acc, id, attempts_s, delay_s, why};
+		metrics_counter_add(DELIVERIES, "outcome=\"failed\"", 1);
 		db_util_i64_param(webhook_retry_delay_s(attempts), delay_s, sizeof(delay_s));
 		if (db_util_exec(conn, "webhook retry", sql_retry, 5, p, NULL, NULL) != METER_OK)
 			goto out;
@@ -254,6 +267,28 @@ static int deliver_one(struct webhook *w, PGconn *conn)
 out:
 	PQclear(res);
 	return ret;
+}
+
+/* Counts what is not delivered yet into the gauges, at most every
+ * WEBHOOK_BACKLOG_MS (*last_ms: mono_ms of the last count, 0 before the
+ * first). A failure leaves the gauges as they were; the next delivery
+ * finds out about the connection. */
+static void count_backlog(PGconn *conn, int64_t *last_ms)
+{
+	PGresult *res = NULL;
+	int64_t pending, oldest_us;
+
+	if (*last_ms != 0 && mono_ms() - *last_ms < WEBHOOK_BACKLOG_MS)
+		return;
+	*last_ms = mono_ms();
+	if (db_util_exec(conn, "count webhook backlog", sql_backlog, 0, NULL, &res, NULL) ==
+		METER_OK &&
+	    PQntuples(res) == 1 && db_util_i64(res, 0, 0, &pending, NULL) == METER_OK &&
+	    db_util_i64(res, 0, 1, &oldest_us, NULL) == METER_OK) {
+		metrics_gauge_set(PENDING_EVENTS, NULL, pending);
+		metrics_gauge_set_fixed(OLDEST_PENDING_SECS, NULL, oldest_us, 6);
+	}
+	PQclear(res);
 }
 
 /* Sleeps ms unless stopped; true when stopping. */
@@ -282,7 +317,7 @@ static void *deliver_main(void *arg)
 {
 	struct webhook *w = arg;
 	PGconn *conn = NULL;
-	int64_t backoff = 0;
+	int64_t backoff = 0, counted_ms = 0;
 	int failures = 0;
 
 	while (!nap(w, backoff > 0 ? backoff : w->opt.poll_ms)) {
@@ -300,6 +335,7 @@ static void *deliver_main(void *arg)
 		}
 		backoff = 0;
 		do {
+			count_backlog(conn, &counted_ms);
 			n = deliver_one(w, conn);
 		} while (n == 1 && !is_stopping(w));
 		if (n >= 0) {
@@ -330,6 +366,14 @@ enum meter_rc webhook_start(const struct webhook_options *opt, struct webhook **
 	w->opt = *opt;
 	if (w->opt.poll_ms <= 0)
 		w->opt.poll_ms = 500;
+	metrics_describe(DELIVERIES, METRICS_COUNTER,
+			 "Webhook POSTs by this process, by outcome: delivered (a 2xx answer) or "
+			 "failed (any other answer or none; retried).");
+	metrics_describe(PENDING_EVENTS, METRICS_GAUGE,
+			 "Webhook events not delivered yet, of every process (counted every 5 s).");
+	metrics_describe(OLDEST_PENDING_SECS, METRICS_GAUGE,
+			 "Age of the oldest webhook event not delivered yet, 0 when none (counted "
+			 "every 5 s).");
 	w->db_url = strdup(opt->database_url);
 	w->url = strdup(opt->url);
 	w->secret = strdup(opt->secret ? opt->secret : "");

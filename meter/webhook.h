@@ -26,7 +26,15 @@
  * commit of delivered_at, that one event (the one in flight, never one
  * already recorded as delivered) is sent again with the same event id once
  * its claim lapses (WEBHOOK_CLAIM_MS after it was claimed), by this or
- * another process, so receivers deduplicate by Meter-Event-Id. */
+ * another process, so receivers deduplicate by Meter-Event-Id.
+ *
+ * /metrics: meter_webhook_deliveries_total{outcome="delivered"|"failed"}
+ * counts this process's POSTs by their outcome; every WEBHOOK_BACKLOG_MS
+ * the deliverer also sets meter_webhook_pending_events and
+ * meter_webhook_oldest_pending_seconds from the outbox (every process's
+ * events, so each process shows the same figures): what an operator
+ * alerts on when the control plane stops taking events, which are kept
+ * and retried until it does. */
 #ifndef METER_WEBHOOK_H
 #define METER_WEBHOOK_H
 
@@ -40,6 +48,9 @@
 /* How long a claimed event is left to its process: more than a POST, with
  * room to record its answer. */
 #define WEBHOOK_CLAIM_MS 15000
+/* How often the deliverer counts what is not delivered yet, for /metrics
+ * (meter_webhook_pending_events, meter_webhook_oldest_pending_seconds). */
+#define WEBHOOK_BACKLOG_MS 5000
 
 struct webhook_options {
 	const char *database_url; /* borrowed for the deliverer's life */

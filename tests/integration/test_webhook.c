@@ -8,7 +8,9 @@
  * restart nothing is delivered twice and nothing is lost; with a slow
  * receiver and many due events, meterd still stops on SIGTERM after the
  * delivery in flight; and killed (SIGKILL) there, it has recorded every
- * event answered 2xx but the one in flight, which alone is sent again. */
+ * event answered 2xx but the one in flight, which alone is sent again.
+ * /metrics counts the POSTs by outcome and shows the events not delivered
+ * yet and the age of the oldest. */
 #include <microhttpd.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -164,6 +166,81 @@ static long long wait_delivered(PGconn *db, int timeout_ms)
 		cu_sleep_ms(100);
 	}
 	return pending;
+}
+
+/* Polls server i's gauge until it is at least min and at most max (or
+ * timeout_ms); returns the last value read. */
+static long long wait_gauge(struct apitest *t, int i, const char *series, long long min,
+			    long long max, int timeout_ms)
+{
+	long long v = -1;
+
+	for (int waited = 0; waited <= timeout_ms; waited += 200) {
+		v = apitest_metric(t, i, series);
+		if (v >= min && v <= max)
+			break;
+		cu_sleep_ms(200);
+	}
+	return v;
+}
+
+/* /metrics: the POSTs so far by outcome, summed over both processes, are
+ * the receiver's answers; an event the receiver keeps refusing shows as
+ * pending with its age, and once delivered no longer. */
+static void test_metrics(struct apitest *t, const char *acc, const char *key)
+{
+	static const char delivered_s[] = "meter_webhook_deliveries_total{outcome=\"delivered\"}";
+	static const char failed_s[] = "meter_webhook_deliveries_total{outcome=\"failed\"}";
+	static const char pending_s[] = "meter_webhook_pending_events";
+	static const char oldest_s[] = "meter_webhook_oldest_pending_seconds";
+	long long ok = 0, refused = 0, sum_ok = 0, sum_failed = 0, failed0;
+	PGconn *db = t->db.conn;
+	char sql[512];
+
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < nreqs; i++) {
+		if (reqs[i].status >= 200 && reqs[i].status < 300)
+			ok++;
+		else
+			refused++;
+	}
+	pthread_mutex_unlock(&mu);
+	for (int i = 0; i < 2; i++) {
+		sum_ok += apitest_metric(t, i, delivered_s);
+		sum_failed += apitest_metric(t, i, failed_s);
+	}
+	CHECK(ok > 0 && refused > 0);
+	CHECK_I64(sum_ok, ok);
+	CHECK_I64(sum_failed, refused);
+	failed0 = apitest_metric(t, 0, failed_s) + apitest_metric(t, 1, failed_s);
+
+	/* An event made 100 s ago that the receiver refuses. */
+	pthread_mutex_lock(&mu);
+	fail_next = 1000000;
+	pthread_mutex_unlock(&mu);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload,"
+		 " created_at) VALUES ('%s', '%s', 'spend_limit_crossed', 'metrics-1', '{}',"
+		 " now() - interval '100 seconds')",
+		 acc, key);
+	cu_sql(db, sql);
+	for (int i = 0; i < 2; i++) {
+		CHECK_I64(wait_gauge(t, i, pending_s, 1, 1, 15000), 1);
+		CHECK(wait_gauge(t, i, oldest_s, 100, 200, 15000) >= 100);
+	}
+	CHECK(apitest_metric(t, 0, failed_s) + apitest_metric(t, 1, failed_s) > failed0);
+
+	/* The receiver takes it (due at once): nothing pending, on both. */
+	pthread_mutex_lock(&mu);
+	fail_next = 0;
+	pthread_mutex_unlock(&mu);
+	cu_sql(db, "UPDATE webhook_outbox SET next_attempt_at = now() WHERE delivered_at IS NULL");
+	CHECK_I64(wait_delivered(db, 10000), 0);
+	for (int i = 0; i < 2; i++) {
+		CHECK_I64(wait_gauge(t, i, pending_s, 0, 0, 15000), 0);
+		CHECK_I64(wait_gauge(t, i, oldest_s, 0, 0, 15000), 0);
+	}
+	CHECK_I64(apitest_metric(t, 0, delivered_s) + apitest_metric(t, 1, delivered_s), ok + 1);
 }
 
 static void spend(PGconn *db, const char *acc, const char *key, const char *sandbox,
@@ -568,6 +645,7 @@ int main(void)
 	spend(db, acc, key, "wh-1", day, 1000);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox"), 2);
 
+	test_metrics(&t, acc, key);
 	test_lease_ended(&t, acc);
 	test_crossings(&t, acc);
 

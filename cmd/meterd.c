@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,6 +66,12 @@ int main(int argc, char **argv)
 	bool help;
 	int status = 1;
 
+	/* No core dump and no tracing by other processes of this user: the
+	 * process holds the tokens and secrets, in its memory and its
+	 * environment (/proc/PID/environ becomes root's alone). */
+	if (prctl(PR_SET_DUMPABLE, 0L, 0L, 0L, 0L) != 0)
+		fprintf(stderr, "meterd: cannot make the process undumpable: %s\n",
+			strerror(errno));
 	if (config_load(&cfg, argc, argv, environ, &help, err, sizeof(err)) != METER_OK) {
 		fprintf(stderr, "meterd: %s\n", err);
 		return 2;
@@ -78,6 +85,11 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_set_level((enum log_level)log_level_parse(cfg.log_level));
+	if (cfg.secrets_on_command_line[0])
+		log_warn("secret options on the command line (%s): every local user can read a "
+			 "command line until it is overwritten, as meterd has now done; set them "
+			 "in the environment or the config file",
+			 cfg.secrets_on_command_line);
 	raise_nofile(&cfg);
 	if (!cfg.api && !cfg.collector) {
 		fprintf(stderr, "meterd: api and collector are both off: nothing to run\n");

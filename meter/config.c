@@ -374,7 +374,8 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 	if (rc != METER_OK)
 		return rc;
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *value, *eq;
+		const char *a = argv[i], *eq;
+		char *value;
 		const struct opt *o;
 		size_t len;
 
@@ -401,7 +402,7 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 			return METER_ENOTFOUND;
 		}
 		if (eq) {
-			value = eq + 1;
+			value = argv[i] + 2 + len + 1;
 		} else if (i + 1 < argc) {
 			value = argv[++i];
 		} else {
@@ -411,6 +412,14 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 		rc = opt_apply(cfg, o, value, err, errlen);
 		if (rc != METER_OK)
 			return rc;
+		if (o->secret) {
+			size_t used = strlen(cfg->secrets_on_command_line);
+
+			memset(value, 'x', strlen(value));
+			snprintf(cfg->secrets_on_command_line + used,
+				 sizeof(cfg->secrets_on_command_line) - used, "%s%s",
+				 used ? "," : "", o->name);
+		}
 	}
 	return METER_OK;
 }

@@ -51,6 +51,9 @@ struct meter_config {
 	int64_t collector_backlog_max;	  /* samples kept while the database is down */
 	int64_t collector_connections;	  /* ingestion connections, hosts split among them */
 	int64_t ingest_cache_sandboxes;	  /* meter rows ingestion keeps between calls; 0 = none */
+	/* Not an option: the secret options config_load found among the
+	 * flags, comma-separated (empty: none), for a warning. */
+	char secrets_on_command_line[256];
 };
 
 /* Fills cfg with the defaults. */
@@ -74,7 +77,10 @@ METER_MUSTCHECK enum meter_rc config_load_env(struct meter_config *cfg, char *co
 
 /* The whole sequence: defaults, then the file from --config or
  * METER_CONFIG, then the environment, then flags --name value or
- * --name=value from argv[1..]. --help sets *help and stops. */
+ * --name=value from argv[1..]. --help sets *help and stops. The value of
+ * a secret option given as a flag is overwritten with 'x' in argv once
+ * applied (a process's command line is readable by every local user) and
+ * its name listed in cfg->secrets_on_command_line. */
 METER_MUSTCHECK enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv,
 					  char *const *envp, bool *help, char *err, size_t errlen);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # meterd as it runs: health and readiness, routing fallbacks, request ids,
 # an outage of its database (start-up while down, loss, recovery without a
-# restart), and a clean stop on SIGTERM.
+# restart), a clean stop on SIGTERM, and secrets kept from other processes.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib.sh"
 work=$bin/test-meterd-$$
@@ -64,6 +64,33 @@ wait "$pid" || status=$?
 pid=
 expect "exit status after SIGTERM" "$status" 0
 grep -q "meterd stopped" "$work/meterd.log" && ok || fail "no clean-stop line"
+
+# Secrets: a token given as a flag still works, is gone from the command
+# line (every local user can read one) and is warned about; and the process
+# is not dumpable, so another process of its own user cannot read its
+# environment (where the other token is) or its memory. Run as nobody, as
+# a root process could read them anyway.
+port=$(free_port)
+METER_DATABASE_URL=$url METER_OPERATOR_TOKEN=op-env-secret-0123456789 \
+	setpriv --reuid=nobody --regid=nogroup --clear-groups "$bin/meterd" \
+	--listen "127.0.0.1:$port" --collector 0 \
+	--control-plane-token cp-argv-secret-0123456789 >"$work/secrets.log" 2>&1 &
+pid=$!
+base=http://127.0.0.1:$port
+wait_for 10 curl -fs "$base/healthz" || { cat "$work/secrets.log" >&2; fail "meterd as nobody did not start"; }
+expect "flag token works" \
+	"$(http_status -H 'Authorization: Bearer cp-argv-secret-0123456789' "$base/v1/prices")" 200
+tr '\0' ' ' </proc/"$pid"/cmdline | grep -q 'cp-argv-secret' &&
+	fail "the token is still in the command line" || ok
+grep -q 'secret options on the command line (control_plane_token)' "$work/secrets.log" && ok ||
+	fail "no warning about a secret flag"
+setpriv --reuid=nobody --regid=nogroup --clear-groups cat /proc/"$pid"/environ >/dev/null 2>&1 &&
+	fail "another process of meterd's user read its environment" || ok
+kill -TERM "$pid"
+status=0
+wait "$pid" || status=$?
+pid=
+expect "exit status of meterd as nobody" "$status" 0
 
 # A webhook without a secret, or with a short one, is refused at start:
 # its events could be forged.

@@ -103,6 +103,35 @@ static void test_errors(void)
 	}
 }
 
+/* A secret given as a flag is applied, then overwritten in argv (a command
+ * line is readable by every local user) and named for the warning; other
+ * flags are left as they are. */
+static void test_secret_flags(void)
+{
+	struct meter_config c;
+	char err[256];
+	bool help;
+	char a0[] = "meterd", a1[] = "--operator-token", a2[] = "op-secret-0123",
+	     a3[] = "--webhook_secret=wh-secret-4567", a4[] = "--listen", a5[] = "127.0.0.1:9004";
+	char *argv[] = {a0, a1, a2, a3, a4, a5, NULL};
+	char *env_none[] = {NULL};
+	char l0[] = "meterd", l1[] = "--listen=127.0.0.1:9005";
+	char *plain[] = {l0, l1, NULL};
+
+	CHECK(config_load(&c, 6, argv, env_none, &help, err, sizeof(err)) == METER_OK);
+	CHECK_STR(c.operator_token, "op-secret-0123");
+	CHECK_STR(c.webhook_secret, "wh-secret-4567");
+	CHECK_STR(c.listen, "127.0.0.1:9004");
+	CHECK_STR(a2, "xxxxxxxxxxxxxx");
+	CHECK_STR(a3, "--webhook_secret=xxxxxxxxxxxxxx");
+	CHECK_STR(a1, "--operator-token");
+	CHECK_STR(a5, "127.0.0.1:9004");
+	CHECK_STR(c.secrets_on_command_line, "operator_token,webhook_secret");
+	CHECK(config_load(&c, 2, plain, env_none, &help, err, sizeof(err)) == METER_OK);
+	CHECK_STR(c.secrets_on_command_line, "");
+	CHECK_STR(l1, "--listen=127.0.0.1:9005");
+}
+
 static void test_listen(void)
 {
 	char host[64];
@@ -126,6 +155,7 @@ int main(void)
 	test_defaults();
 	test_precedence();
 	test_errors();
+	test_secret_flags();
 	test_listen();
 	return check_done();
 }

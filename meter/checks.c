@@ -32,7 +32,7 @@
 #define SWEEP_MAX	  100 /* holds a sweep settles at once: it holds their ledger rows meanwhile */
 #define SWEEP_REST_MAX_MS 1000 /* the longest rest after a whole sweep */
 #define FAST_ATTEMPTS	  2    /* a fast batch decided again on the figures it met */
-#define PIPELINE_MAX	  2    /* fast batches in flight on one connection */
+#define PIPELINE_MAX	  2    /* fast batches in flight on one connection (see batcher_may_send) */
 #define CHECK_BATCHES	  "meter_check_batches_total" /* counter, by path */
 /* Price-book versions read for this long ahead of a batch, so that the
  * engine knows them for any lease it may decide later. */
@@ -927,6 +927,12 @@ struct flight {
 	int attempts;
 	bool reserved; /* its held is reserved on the facts' rows */
 	int64_t deadline_ms;
+	/* Its statement's result read (db_checks_fast_executed): decided
+	 * in the database, the commit still to come; what it said. */
+	bool executed;
+	enum meter_rc exec_rc;
+	size_t ndiffer;
+	char sqlstate[6];
 	struct batch b;
 	struct fast_scratch x;
 };
@@ -1009,6 +1015,10 @@ static enum launch flight_launch(struct batcher *bt, struct flight *f)
 	batch_reset(&f->b);
 	f->b.now = checks_now_usec(e);
 	f->attempts++;
+	f->executed = false;
+	f->exec_rc = METER_OK;
+	f->ndiffer = 0;
+	f->sqlstate[0] = '\0';
 	if (!fast_facts(bt, &f->b) || batch_prepare(bt, &f->b, 0, sqlstate) != METER_OK ||
 	    !fast_decide(e, &f->b, &f->x, clock_mono_ms() + e->opt.statement_timeout_ms))
 		return LAUNCH_CLASSIC;
@@ -1029,16 +1039,48 @@ enum landing {
 	LAND_BROKEN,  /* the connection failed or timed out: outcome unknown */
 };
 
-/* Reads the answer to f, the oldest flight. */
+/* Reads the result of f's statement (f the oldest flight not executed),
+ * which comes before its commit. */
+static void flight_execute(struct batcher *bt, struct flight *f)
+{
+	if (f->executed)
+		return;
+	f->exec_rc =
+	    db_checks_fast_executed(bt->conn, f->b.nrows, f->x.differ, &f->ndiffer, f->x.differ_day,
+				    f->x.differ_ids, f->deadline_ms, f->sqlstate);
+	f->executed = true;
+}
+
+/* True when f's statement wrote its batch, which its sync then commits:
+ * the next batch, decided on what f leaves, may go. */
+static bool flight_wrote(const struct flight *f)
+{
+	return f->executed && f->exec_rc == METER_OK && f->ndiffer == 0;
+}
+
+/* Reads the answer to f, the oldest flight: its statement's result if not
+ * read yet, then its sync. */
 static enum landing flight_land(struct batcher *bt, struct flight *f)
 {
 	struct checks_engine *e = bt->e;
-	char sqlstate[6] = "";
-	size_t ndiffer = 0;
+	char *sqlstate = f->sqlstate;
+	size_t ndiffer;
 	enum meter_rc rc;
 
-	rc = db_checks_fast_recv(bt->conn, f->b.nrows, f->x.differ, &ndiffer, f->x.differ_day,
-				 f->x.differ_ids, f->deadline_ms, sqlstate);
+	flight_execute(bt, f);
+	rc = f->exec_rc;
+	ndiffer = f->ndiffer;
+	if (rc != METER_EIO) {
+		char synced_state[6] = "";
+		enum meter_rc synced =
+		    db_checks_fast_synced(bt->conn, f->deadline_ms, synced_state);
+
+		if (synced == METER_EIO || (rc == METER_OK && synced != METER_OK)) {
+			rc = synced;
+			ndiffer = 0;
+			memcpy(f->sqlstate, synced_state, sizeof(synced_state));
+		}
+	}
 	flight_release(e, f, rc == METER_OK && ndiffer == 0);
 	if (rc == METER_OK && ndiffer == 0) {
 		metrics_counter_add(CHECK_BATCHES, "path=\"fast\"", 1);
@@ -1279,6 +1321,26 @@ static void batcher_land(struct batcher *bt, struct batcher_work *w)
 	}
 }
 
+/* True when a new fast batch may be sent: none in flight, or one whose
+ * statement wrote its batch and whose commit is under way (the
+ * database's flush of the WAL, during which the next batch reaches it).
+ * A batch sent any earlier would wait in the database behind a whole
+ * batch, and the checks that come meanwhile a whole batch more. */
+static bool batcher_may_send(const struct batcher_work *w)
+{
+	return w->nflights == 0 || (w->nflights == 1 && flight_wrote(w->flights[0]));
+}
+
+/* Reads what comes next on the pipeline: the oldest flight's statement
+ * result when it has not come, else its sync (and lands it). */
+static void batcher_step(struct batcher *bt, struct batcher_work *w)
+{
+	if (!w->flights[0]->executed)
+		flight_execute(bt, w->flights[0]);
+	else
+		batcher_land(bt, w);
+}
+
 /* True when the queue has checks waiting. */
 static bool queue_waiting(struct checks_engine *e)
 {
@@ -1292,9 +1354,9 @@ static bool queue_waiting(struct checks_engine *e)
 
 /* The batcher: takes what is queued (up to batch_max) whenever a fast
  * batch can be sent, sends the creates of known keys as a fast batch on
- * its pipeline (up to PIPELINE_MAX in flight, each decided on what the
- * ones before it will leave), and runs the rest on the classic path once
- * nothing is in flight. */
+ * its pipeline (when the batch ahead has written and is committing, see
+ * batcher_may_send; each decided on what the ones before it will leave),
+ * and runs the rest on the classic path once nothing is in flight. */
 static void *batcher_main(void *arg)
 {
 	struct batcher *bt = arg;
@@ -1317,7 +1379,7 @@ static void *batcher_main(void *arg)
 		}
 		stop = e->stopping;
 		while (e->head && n < cap && items && w.classic &&
-		       (stop || (w.nflights < PIPELINE_MAX && w.nagain == 0 && w.nclassic == 0))) {
+		       (stop || (batcher_may_send(&w) && w.nagain == 0 && w.nclassic == 0))) {
 			items[n++] = e->head;
 			e->head = e->head->next;
 			e->queued--;
@@ -1373,12 +1435,12 @@ static void *batcher_main(void *arg)
 				w.nclassic += nf;
 			}
 		}
-		/* Wait for the oldest flight when the pipeline is full, when
-		 * nothing else is queued, or when the classic path or another
-		 * attempt waits for the pipeline to be empty. */
-		while (w.nflights > 0 && (w.nflights == PIPELINE_MAX || w.nclassic > 0 ||
-					  w.nagain > 0 || !queue_waiting(e)))
-			batcher_land(bt, &w);
+		/* Read the pipeline until the next batch may go and checks
+		 * wait for it; to its end when nothing is queued, or when the
+		 * classic path or another attempt waits for it to be empty. */
+		while (w.nflights > 0 && !(batcher_may_send(&w) && w.nclassic == 0 &&
+					   w.nagain == 0 && queue_waiting(e)))
+			batcher_step(bt, &w);
 		if (w.nflights > 0)
 			continue;
 		for (int i = 0; i < w.nagain; i++)

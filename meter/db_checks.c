@@ -709,12 +709,15 @@ enum meter_rc db_checks_fast_send(PGconn *conn, int64_t now_usec, int64_t price_
 	rc = METER_EDB;
 	/* One statement and a sync: an implicit transaction of its own,
 	 * committed (durably) at the sync, or rolled back there if the
-	 * statement failed; the next batch's runs on its own either way. */
+	 * statement failed; the next batch's runs on its own either way.
+	 * Between them a flush request: the server sends the statement's
+	 * result as soon as it has it, while the commit's WAL flush is still
+	 * to come, so the engine can send the next batch then. */
 	if (PQpipelineStatus(conn) == PQ_PIPELINE_OFF && !PQenterPipelineMode(conn))
 		goto out;
 	if (!PQsendQueryPrepared(conn, "chk_fast", 4 + FAST_OWN + DB_APPLY_NARR, params, NULL, NULL,
 				 0) ||
-	    !PQpipelineSync(conn))
+	    !PQsendFlushRequest(conn) || !PQpipelineSync(conn))
 		goto out;
 	rc = METER_OK;
 out:
@@ -723,40 +726,33 @@ out:
 	return rc;
 }
 
-enum meter_rc db_checks_fast_recv(PGconn *conn, size_t nexpect, struct db_ledger_row *differ,
-				  size_t *ndiffer, char (*differ_day)[11],
-				  char (*differ_ids)[2][PARSE_ID_MAX + 1], int64_t deadline_ms,
-				  char *sqlstate)
+enum meter_rc db_checks_fast_executed(PGconn *conn, size_t nexpect, struct db_ledger_row *differ,
+				      size_t *ndiffer, char (*differ_day)[11],
+				      char (*differ_ids)[2][PARSE_ID_MAX + 1], int64_t deadline_ms,
+				      char *sqlstate)
 {
-	enum meter_rc rc = METER_OK;
-	PGresult *res = NULL, *r;
+	PGresult *res = NULL;
+	int nulls = 0;
 
 	*ndiffer = 0;
 	if (sqlstate)
 		sqlstate[0] = '\0';
-	/* The statement's result, the NULL after it, then the sync. */
-	for (;;) {
+	/* The statement's result, flushed by the server at the batch's
+	 * flush request, before the sync commits. More than one NULL first
+	 * would be a pipeline out of step: as a broken connection. */
+	while (!res) {
 		if (wait_ready(conn, deadline_ms) != METER_OK)
-			goto broken;
-		r = PQgetResult(conn);
-		if (!r)
-			continue;
-		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
-			PQclear(r);
-			break;
-		}
-		if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-			statement_failed(r, sqlstate);
-			rc = METER_EDB;
-		} else if (!res) {
-			res = r;
-			r = NULL;
-		}
-		PQclear(r);
+			return METER_EIO;
+		res = PQgetResult(conn);
+		if (!res && ++nulls > 1)
+			return METER_EIO;
 	}
-	if (rc == METER_OK && !res)
-		rc = METER_EDB;
-	for (int i = 0; rc == METER_OK && i < PQntuples(res) && (size_t)i < nexpect; i++) {
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		statement_failed(res, sqlstate);
+		PQclear(res);
+		return METER_EDB;
+	}
+	for (int i = 0; i < PQntuples(res) && (size_t)i < nexpect; i++) {
 		struct db_ledger_row *d = &differ[i];
 
 		snprintf(differ_ids[i][0], PARSE_ID_MAX + 1, "%s", PQgetvalue(res, i, 0));
@@ -772,10 +768,33 @@ enum meter_rc db_checks_fast_recv(PGconn *conn, size_t nexpect, struct db_ledger
 		(*ndiffer)++;
 	}
 	PQclear(res);
-	return rc;
-broken:
-	PQclear(res);
-	return METER_EIO;
+	return METER_OK;
+}
+
+enum meter_rc db_checks_fast_synced(PGconn *conn, int64_t deadline_ms, char *sqlstate)
+{
+	enum meter_rc rc = METER_OK;
+
+	if (sqlstate)
+		sqlstate[0] = '\0';
+	/* The NULL that ends the statement's results, then the sync; an
+	 * error in between is the commit's. */
+	for (;;) {
+		PGresult *r;
+
+		if (wait_ready(conn, deadline_ms) != METER_OK)
+			return METER_EIO;
+		r = PQgetResult(conn);
+		if (!r)
+			continue;
+		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			return rc;
+		}
+		statement_failed(r, sqlstate);
+		rc = METER_EDB;
+		PQclear(r);
+	}
 }
 
 bool db_checks_fast_idle(PGconn *conn)

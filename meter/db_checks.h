@@ -220,7 +220,8 @@ struct db_fast_ticket {
 /* Sends a batch decided on the engine's own figures, one round trip in
  * all, on conn's pipeline (entered if it is not): meter_checks_fast
  * (sql/0018) and a sync, its own implicit transaction. Several may be in
- * flight; each is answered by db_checks_fast_recv in the order sent.
+ * flight; each is answered by db_checks_fast_executed and then
+ * db_checks_fast_synced, in the order sent.
  * expect[0..nexpect) are the figures the batch expected of the ledger rows
  * named by arrs[DB_L_ACCOUNT..DB_L_DAY] (same order); keys the keys it
  * assumed; price_version the newest price-book version it knew; ticket its
@@ -235,20 +236,28 @@ METER_MUSTCHECK enum meter_rc db_checks_fast_send(PGconn *conn, int64_t now_usec
 						  const struct db_fast_key *keys, size_t nkeys,
 						  struct db_arr *arrs);
 
-/* The answer to the oldest batch in flight. On METER_OK with *ndiffer == 0
- * the batch is written and durable. With *ndiffer > 0 nothing was
- * written: differ[0..*ndiffer) are the rows that differ, as they are
- * (found false: no such row), with their ids in differ_ids and differ_day
- * (room for nexpect each). METER_EDB with a SQLSTATE: nothing was written
- * (DB_CHECKS_SQLSTATE_CONFLICT: a key, the price book, a sandbox or a
- * stored answer was not as assumed: read and decide again). METER_EIO at
- * the deadline or when the connection failed: whether it committed is not
- * known. */
-METER_MUSTCHECK enum meter_rc db_checks_fast_recv(PGconn *conn, size_t nexpect,
-						  struct db_ledger_row *differ, size_t *ndiffer,
-						  char (*differ_day)[11],
-						  char (*differ_ids)[2][PARSE_ID_MAX + 1],
-						  int64_t deadline_ms, char *sqlstate);
+/* The oldest batch in flight, in two steps. First its statement's result,
+ * which the server sends before it commits: on METER_OK with
+ * *ndiffer == 0 the batch is written, to be committed at its sync. With
+ * *ndiffer > 0 nothing was written: differ[0..*ndiffer) are the rows that
+ * differ, as they are (found false: no such row), with their ids in
+ * differ_ids and differ_day (room for nexpect each). METER_EDB with a
+ * SQLSTATE: nothing was written (DB_CHECKS_SQLSTATE_CONFLICT: a key, the
+ * price book, a sandbox or a stored answer was not as assumed: read and
+ * decide again). METER_EIO at the deadline or when the connection failed:
+ * whether it committed is not known. */
+METER_MUSTCHECK enum meter_rc db_checks_fast_executed(PGconn *conn, size_t nexpect,
+						      struct db_ledger_row *differ, size_t *ndiffer,
+						      char (*differ_day)[11],
+						      char (*differ_ids)[2][PARSE_ID_MAX + 1],
+						      int64_t deadline_ms, char *sqlstate);
+
+/* Then, whatever the first step said, its sync: METER_OK once the batch's
+ * transaction has ended (committed, durably, when the first step was
+ * METER_OK; rolled back otherwise); METER_EDB with the SQLSTATE when the
+ * commit failed (nothing written); METER_EIO as above. */
+METER_MUSTCHECK enum meter_rc db_checks_fast_synced(PGconn *conn, int64_t deadline_ms,
+						    char *sqlstate);
 
 /* Leaves pipeline mode once no batch is in flight, so that the classic
  * path's statements can run: false when that failed. */

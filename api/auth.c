@@ -157,6 +157,11 @@ enum meter_rc auth_verify_token(struct app *app, const char *token, struct auth 
 		a->role = ROLE_CONTROL_PLANE;
 		return METER_OK;
 	}
+	if (token_equal(token, cfg->agent_token)) {
+		a->kind = AUTH_AGENT;
+		a->role = ROLE_AGENT;
+		return METER_OK;
+	}
 	switch (auth_key(app, token, a)) {
 	case AUTH_KEY_OK:
 		a->kind = AUTH_KEY;

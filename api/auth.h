@@ -18,7 +18,8 @@ enum auth_kind {
 	AUTH_NONE, /* no credentials (public routes only) */
 	AUTH_OPERATOR,
 	AUTH_CONTROL_PLANE,
-	AUTH_KEY, /* an account key; role ROLE_FULL or ROLE_READ_ONLY */
+	AUTH_AGENT, /* a host agent pushing samples */
+	AUTH_KEY,   /* an account key; role ROLE_FULL or ROLE_READ_ONLY */
 };
 
 struct auth {

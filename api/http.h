@@ -27,6 +27,7 @@ enum http_role {
 	ROLE_CONTROL_PLANE = 1u << 2, /* the control plane's token */
 	ROLE_FULL = 1u << 3,	      /* an account key with role full */
 	ROLE_READ_ONLY = 1u << 4,     /* an account key with role read_only */
+	ROLE_AGENT = 1u << 5,	      /* a host agent's token: pushes samples, nothing else */
 };
 
 struct app;

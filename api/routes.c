@@ -49,7 +49,7 @@ const struct route routes[] = {
     /* Push ingestion: an agent document can be far above 64 KiB. */
     {.method = "POST",
      .path = "/v1/samples",
-     .roles = ROLE_CONTROL_PLANE | ROLE_OPERATOR,
+     .roles = ROLE_AGENT | ROLE_CONTROL_PLANE | ROLE_OPERATOR,
      .max_body = H_SAMPLES_MAX_BODY,
      .handler = h_samples_push,
      .lane = ROUTE_LANE_WRITE},

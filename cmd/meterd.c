@@ -7,6 +7,7 @@
  * with backoff in the background. SIGTERM or SIGINT stop it cleanly. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -105,6 +106,22 @@ int main(int argc, char **argv)
 		fprintf(stderr, "meterd: webhook_url needs a webhook_secret of at least 32 "
 				"characters\n");
 		return 2;
+	}
+	/* One token per caller: a token given to two would carry the
+	 * rights of the first that matches. */
+	{
+		const char *tokens[3] = {cfg.operator_token, cfg.control_plane_token,
+					 cfg.agent_token};
+		const char *names[3] = {"operator_token", "control_plane_token", "agent_token"};
+
+		for (int i = 0; i < 3; i++)
+			for (int j = i + 1; j < 3; j++)
+				if (tokens[i][0] && strlen(tokens[i]) == strlen(tokens[j]) &&
+				    CRYPTO_memcmp(tokens[i], tokens[j], strlen(tokens[i])) == 0) {
+					fprintf(stderr, "meterd: %s and %s are the same token\n",
+						names[i], names[j]);
+					return 2;
+				}
 	}
 	if (session_init(cfg.session_secret) != METER_OK) {
 		fprintf(stderr, "meterd: cannot set up dashboard sessions\n");

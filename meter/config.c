@@ -68,6 +68,8 @@ static const struct opt opts[] = {
     STR_OPT("operator_token", operator_token, true, "bearer token of the operator (secret)"),
     STR_OPT("control_plane_token", control_plane_token, true,
 	    "bearer token of the control plane (secret)"),
+    STR_OPT("agent_token", agent_token, true,
+	    "bearer token of host agents that push samples; POST /v1/samples only (secret)"),
     INT_OPT("db_statement_timeout_ms", db_statement_timeout_ms, 100, 600000,
 	    "PostgreSQL statement timeout, milliseconds"),
     STR_OPT("session_secret", session_secret, true,

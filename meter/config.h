@@ -28,6 +28,7 @@ struct meter_config {
 	int64_t db_statement_timeout_ms;   /* per statement, on every pool connection */
 	char operator_token[256];	   /* secret; empty = no operator access */
 	char control_plane_token[256];	   /* secret; empty = no control-plane access */
+	char agent_token[256];		   /* secret: host agents' pushes; empty = none */
 	char session_secret[256];	   /* secret: signs dashboard sessions; empty = random */
 	int64_t session_cookie_secure;	   /* 1: session cookie only over HTTPS */
 	int64_t check_batch_max;	   /* checks decided in one transaction */

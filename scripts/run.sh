@@ -52,6 +52,9 @@ if [[ ! -f $run/secrets.env ]]; then
 		} >"$run/secrets.env"
 	)
 fi
+# The agents' token, added to secrets made before there was one.
+grep -q '^METER_AGENT_TOKEN=' "$run/secrets.env" ||
+	echo "METER_AGENT_TOKEN=ag_$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')" >>"$run/secrets.env"
 set -a
 # shellcheck disable=SC1091
 source "$run/secrets.env"
@@ -97,7 +100,7 @@ now=$(date -u +%s)
 start=$(date -u -d "@$((now - now % 300 - 86400))" +%Y-%m-%dT%H:%M:%SZ)
 echo "pushing the fleet's last 24 hours ..."
 "$build/meterctl" simulate "${fleet[@]}" --push "http://$listen/v1/samples" \
-	--token "$METER_CONTROL_PLANE_TOKEN" --start "$start" --speed 0 --period-s 300 \
+	--token "$METER_AGENT_TOKEN" --start "$start" --speed 0 --period-s 300 \
 	--steps 288 >>"$run/simulate.log" 2>&1
 
 # 2. The same fleet, live: host agents the collector reads every 10 s.
@@ -122,7 +125,7 @@ metering a simulated fleet of 100 sandboxes on 4 host agents.
   read-only key:  $DEMO_READ_ONLY_TOKEN
   account:        $DEMO_ACCOUNT
   health:         curl http://$listen/healthz
-  operator and control-plane tokens: $run/secrets.env
+  operator, control-plane and agent tokens: $run/secrets.env
 
 stop it with: scripts/run.sh stop
 MSG

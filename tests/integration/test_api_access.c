@@ -206,6 +206,7 @@ static void test_roles(void)
 	} callers[] = {
 	    {ROLE_OPERATOR, t.operator_token},
 	    {ROLE_CONTROL_PLANE, t.control_plane_token},
+	    {ROLE_AGENT, t.agent_token},
 	    {ROLE_FULL, tf},
 	    {ROLE_READ_ONLY, tr},
 	};

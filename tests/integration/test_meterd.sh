@@ -104,6 +104,16 @@ for secret in "" "short-secret"; do
 		fail "no webhook_secret message"
 done
 
+# One token per caller: the same token for two is refused at start (it
+# would carry the rights of whichever is checked first).
+status=0
+METER_DATABASE_URL=$url METER_CONTROL_PLANE_TOKEN=same-token-0123456789 \
+	METER_AGENT_TOKEN=same-token-0123456789 "$bin/meterd" --listen 127.0.0.1:0 >"$work/same.log" 2>&1 ||
+	status=$?
+expect "the same token for two callers refused" "$status" 2
+grep -q "control_plane_token and agent_token are the same token" "$work/same.log" && ok ||
+	fail "no same-token message"
+
 # Configuration from a file, below the environment and flags.
 # The file says warn, so no access lines (info) may be logged.
 printf 'listen = 127.0.0.1:1\ndatabase_url = %s\nlog_level = warn\n' "$url" >"$work/meter.conf"

@@ -96,7 +96,7 @@ static int push_fleet(const struct apitest *t, const char *keys, const char *sta
 	snprintf(bin, sizeof(bin), "%s/meterctl", dir ? dir : ".");
 	pid = fork();
 	if (pid == 0) {
-		execl(bin, "meterctl", "simulate", "--push", url, "--token", t->control_plane_token,
+		execl(bin, "meterctl", "simulate", "--push", url, "--token", t->agent_token,
 		      "--hosts", "3", "--sandboxes-per-host", "8", "--seed", "42", "--key-ids",
 		      keys, "--start", start, "--speed", "0", "--period-s", "120", "--steps", "721",
 		      (char *)NULL);

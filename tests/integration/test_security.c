@@ -1277,6 +1277,7 @@ static void secrets_check(void)
 
 	secrets[n++] = t.operator_token;
 	secrets[n++] = t.control_plane_token;
+	secrets[n++] = t.agent_token;
 	secrets[n++] = session_secret;
 	secrets[n++] = webhook_secret;
 	secrets[n++] = secret_of(tf);

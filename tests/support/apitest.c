@@ -131,8 +131,8 @@ static int apitest_spawn(struct apitest *t, int i, const char *const *extra_args
 {
 	struct apitest_server *s = &t->servers[i];
 	const char *bindir = getenv("METER_BIN_DIR");
-	char exe[1024], url_env[4200], op_env[96], cp_env[96];
-	const char *ours[] = {url_env, op_env, cp_env, "METER_LISTEN=127.0.0.1:0", NULL};
+	char exe[1024], url_env[4200], op_env[96], cp_env[96], ag_env[96];
+	const char *ours[] = {url_env, op_env, cp_env, ag_env, "METER_LISTEN=127.0.0.1:0", NULL};
 	const char *argv[64];
 	const char *envp[APITEST_ENV_MAX];
 	size_t na = 0, ne = 0;
@@ -153,6 +153,7 @@ static int apitest_spawn(struct apitest *t, int i, const char *const *extra_args
 	snprintf(url_env, sizeof(url_env), "METER_DATABASE_URL=%s", t->db.url);
 	snprintf(op_env, sizeof(op_env), "METER_OPERATOR_TOKEN=%s", t->operator_token);
 	snprintf(cp_env, sizeof(cp_env), "METER_CONTROL_PLANE_TOKEN=%s", t->control_plane_token);
+	snprintf(ag_env, sizeof(ag_env), "METER_AGENT_TOKEN=%s", t->agent_token);
 
 	argv[na++] = exe;
 	argv[na++] = "--listen";
@@ -267,7 +268,8 @@ int apitest_start(struct apitest *t, const char *tag, int nservers, const char *
 		return -1;
 	}
 	if (apitest_random_hex(t->operator_token) < 0 ||
-	    apitest_random_hex(t->control_plane_token) < 0) {
+	    apitest_random_hex(t->control_plane_token) < 0 ||
+	    apitest_random_hex(t->agent_token) < 0) {
 		fprintf(stderr, "apitest: getrandom failed\n");
 		return -1;
 	}

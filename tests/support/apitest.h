@@ -48,6 +48,7 @@ struct apitest {
 	struct testdb db; /* db.url, db.conn: use db.conn to insert rows by SQL */
 	char operator_token[65];
 	char control_plane_token[65];
+	char agent_token[65];
 	int nservers;
 	struct apitest_server servers[APITEST_SERVERS_MAX];
 };

@@ -16,7 +16,7 @@ static const struct {
 } role_names[] = {
     {ROLE_OPERATOR, "operator"}, {ROLE_CONTROL_PLANE, "control_plane"},
     {ROLE_FULL, "full"},	 {ROLE_READ_ONLY, "read_only"},
-    {ROLE_PUBLIC, "public"},
+    {ROLE_PUBLIC, "public"},	 {ROLE_AGENT, "agent"},
 };
 
 static const char *const methods[] = {"get", "put", "post", "delete", "patch", "head", NULL};

@@ -89,15 +89,18 @@ static int64_t agent_clamp(int64_t v, int64_t lo, int64_t hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* A copy of url[0..len) without userinfo ("http://user:secret@host/x" is
- * shown "http://host/x"): what labels and log lines name, so that
- * credentials in an agent's URL reach neither /metrics nor the log. The URL
- * is read as libcurl reads it for the requests; one without userinfo is kept
- * as written, one libcurl cannot read is not shown at all. */
+/* A copy of url[0..len) without userinfo, query or fragment
+ * ("http://user:secret@host/x?t=1" is shown "http://host/x"): what labels
+ * and log lines name, so that credentials in an agent's URL reach neither
+ * /metrics nor the log (agent_urls_split refuses a query or fragment; this
+ * holds for any URL). The URL is read as libcurl reads it for the
+ * requests; one without those parts is kept as written, one libcurl cannot
+ * read is not shown at all. */
 static char *agent_url_shown(const char *url, size_t len, size_t index)
 {
 	char hidden[64];
-	char *copy = strndup(url, len), *user = NULL, *pass = NULL, *opts = NULL, *out = NULL;
+	char *copy = strndup(url, len), *user = NULL, *pass = NULL, *opts = NULL, *query = NULL;
+	char *fragment = NULL, *out = NULL;
 	char *shown = NULL;
 	CURLU *u = curl_url();
 
@@ -111,7 +114,9 @@ static char *agent_url_shown(const char *url, size_t len, size_t index)
 	(void)curl_url_get(u, CURLUPART_USER, &user, 0);
 	(void)curl_url_get(u, CURLUPART_PASSWORD, &pass, 0);
 	(void)curl_url_get(u, CURLUPART_OPTIONS, &opts, 0);
-	if (!user && !pass && !opts) {
+	(void)curl_url_get(u, CURLUPART_QUERY, &query, 0);
+	(void)curl_url_get(u, CURLUPART_FRAGMENT, &fragment, 0);
+	if (!user && !pass && !opts && !query && !fragment) {
 		shown = copy;
 		copy = NULL;
 		goto out;
@@ -119,6 +124,8 @@ static char *agent_url_shown(const char *url, size_t len, size_t index)
 	if (curl_url_set(u, CURLUPART_USER, NULL, 0) == CURLUE_OK &&
 	    curl_url_set(u, CURLUPART_PASSWORD, NULL, 0) == CURLUE_OK &&
 	    curl_url_set(u, CURLUPART_OPTIONS, NULL, 0) == CURLUE_OK &&
+	    curl_url_set(u, CURLUPART_QUERY, NULL, 0) == CURLUE_OK &&
+	    curl_url_set(u, CURLUPART_FRAGMENT, NULL, 0) == CURLUE_OK &&
 	    curl_url_get(u, CURLUPART_URL, &out, 0) == CURLUE_OK)
 		shown = strdup(out);
 	else
@@ -127,6 +134,8 @@ out:
 	curl_free(user);
 	curl_free(pass);
 	curl_free(opts);
+	curl_free(query);
+	curl_free(fragment);
 	curl_free(out);
 	curl_url_cleanup(u);
 	free(copy);
@@ -506,6 +515,15 @@ static enum meter_rc agent_url_add(struct agent_url_list *l, const char *text, s
 	if (!((len > 7 && strncmp(text, "http://", 7) == 0) ||
 	      (len > 8 && strncmp(text, "https://", 8) == 0))) {
 		(void)snprintf(err, errlen, "%s: URL must start with http:// or https://", where);
+		return METER_EINVAL;
+	}
+	/* The agent's document is at the URL's path + /v1/usage: a query or
+	 * fragment would swallow that path (and a token in one would show
+	 * wherever the URL is named). */
+	if (memchr(text, '?', len) || memchr(text, '#', len)) {
+		(void)snprintf(err, errlen,
+			       "%s: URL has a query or fragment (meter adds /v1/usage to its path)",
+			       where);
 		return METER_EINVAL;
 	}
 	if (l->n >= AGENT_URLS_MAX) {

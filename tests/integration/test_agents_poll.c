@@ -413,6 +413,8 @@ static void test_url_lists(void)
 	    "http://a b",
 	    "http://a,http://a/",
 	    "http://\xc3\xa9",
+	    "http://a/h1?token=s3cret",
+	    "http://a/h1#part",
 	};
 	char err[512];
 	char **urls = NULL;
@@ -432,19 +434,23 @@ static void test_url_lists(void)
 	agent_urls_free(urls);
 	{
 		/* Credentials in a URL never reach labels or log lines. */
-		static const char *const cred[] = {
-		    "http://user:s3cret@127.0.0.1:9/h1/", "https://tok@x.example:8443?q=a@b",
-		    "http://h/p@q", "http://u:p%23w@[::1]:8080/x", "http://u:p#w@h/"};
-		struct agent_poller *p = agent_poller_new(cred, 5, NULL);
+		static const char *const cred[] = {"http://user:s3cret@127.0.0.1:9/h1/",
+						   "https://tok@x.example:8443?q=a@b",
+						   "http://h/p@q",
+						   "http://u:p%23w@[::1]:8080/x",
+						   "http://u:p#w@h/",
+						   "http://h/h2?token=s3cret#f"};
+		struct agent_poller *p = agent_poller_new(cred, 6, NULL);
 		CHECK(p != NULL);
 		if (p) {
 			CHECK_STR(agent_poller_host_url(p, 0), "http://127.0.0.1:9/h1");
-			CHECK_STR(agent_poller_host_url(p, 1), "https://x.example:8443/?q=a@b");
+			CHECK_STR(agent_poller_host_url(p, 1), "https://x.example:8443/");
 			CHECK_STR(agent_poller_host_url(p, 2), "http://h/p@q");
 			CHECK_STR(agent_poller_host_url(p, 3), "http://[::1]:8080/x");
 			/* Host "u", port "p": not a URL libcurl reads; not shown. */
 			CHECK_STR(agent_poller_host_url(p, 4),
 				  "(agent 4: a URL that cannot be parsed)");
+			CHECK_STR(agent_poller_host_url(p, 5), "http://h/h2");
 		}
 		agent_poller_free(p);
 	}

@@ -48,6 +48,8 @@ void h_keys_list(struct http_req *req)
 		return;
 	if (!hutil_db_acquire(req, &conn))
 		return;
+	if (!hutil_account_known(req, conn, account))
+		goto out;
 	rc = db_key_list(conn, account, &keys, &n);
 	if (rc != METER_OK) {
 		hutil_reply_rc(req, conn, rc, "keys");

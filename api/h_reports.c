@@ -27,6 +27,7 @@
 #include "auth.h"
 #include "db.h"
 #include "export.h"
+#include "h_util.h"
 #include "log.h"
 #include "statement.h"
 
@@ -370,6 +371,8 @@ static void usage_export(struct http_req *req, enum export_format format)
 				 json_pack("{s:s}", "field", field));
 		return;
 	}
+	if (!hutil_account_known(req, NULL, p.account_id))
+		return;
 	st = calloc(1, sizeof(*st));
 	if (!st || pthread_mutex_init(&st->lock, NULL) != 0) {
 		free(st);

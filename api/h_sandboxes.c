@@ -131,6 +131,8 @@ void h_sandboxes_list(struct http_req *req)
 	q.limit = (int)limit + 1; /* one more tells whether there is a next page */
 	if (!hutil_db_acquire(req, &conn))
 		return;
+	if (!hutil_account_known(req, conn, account))
+		goto out;
 	rc = db_sandbox_list(conn, &q, &v, &n);
 	if (rc != METER_OK) {
 		hutil_reply_rc(req, conn, rc, "sandboxes");

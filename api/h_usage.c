@@ -80,6 +80,8 @@ void h_usage_get(struct http_req *req)
 		return;
 	if (!hutil_db_acquire(req, &conn))
 		return;
+	if (!hutil_account_known(req, conn, account))
+		goto out;
 	/* The caller's day and time zone (the operator's: UTC). */
 	rc = db_usage_today(conn, req->auth->kind == AUTH_KEY ? req->auth->account_id : NULL,
 			    req->auth->kind == AUTH_KEY ? req->auth->key_id : NULL, &today_from,

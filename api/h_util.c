@@ -8,6 +8,7 @@
 #include "agent_doc.h"
 #include "app.h"
 #include "auth.h"
+#include "db_accounts.h"
 #include "dbpool.h"
 #include "log.h"
 
@@ -48,6 +49,25 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
 		http_reply_error(req, 500, "internal", "internal error", NULL);
 		return;
 	}
+}
+
+bool hutil_account_known(struct http_req *req, PGconn *conn, const char *account)
+{
+	PGconn *own = NULL;
+	enum meter_rc rc;
+
+	if (req->auth->kind == AUTH_KEY || !account || !account[0])
+		return true;
+	if (!conn) {
+		if (!hutil_db_acquire(req, &own))
+			return false;
+		conn = own;
+	}
+	rc = db_account_exists(conn, account);
+	if (rc != METER_OK)
+		hutil_reply_rc(req, conn, rc, "no such account");
+	hutil_db_release(req, own);
+	return rc == METER_OK;
 }
 
 void hutil_bad(struct http_req *req, const char *field, const char *message)

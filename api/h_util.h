@@ -32,6 +32,13 @@ void hutil_db_release(struct http_req *req, PGconn *conn);
  * connection failed or a statement timed out, anything else 500 internal. */
 void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const char *what);
 
+/* For the operator, who names the account of a read (account non-empty):
+ * 404 not_found when there is no such account, as for a key naming
+ * another account's id, instead of an empty answer. A key's own account,
+ * or no account named, passes. conn may be NULL (one is taken from the
+ * pool for the look-up). False after a reply. */
+bool hutil_account_known(struct http_req *req, PGconn *conn, const char *account);
+
 /* 400 invalid_request naming field, with message. */
 void hutil_bad(struct http_req *req, const char *field, const char *message);
 

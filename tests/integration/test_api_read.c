@@ -345,6 +345,43 @@ static void test_bad_queries(void)
 	}
 }
 
+/* The operator naming an account that does not exist gets 404 not_found
+ * on every read of one account, as a key naming another account's id
+ * does, not an empty answer; the same reads of a real account answer
+ * 200. */
+static void test_unknown_account(void)
+{
+	static const char *const reads[] = {
+	    "/v1/keys?account_id=",
+	    "/v1/sandboxes?account_id=",
+	    "/v1/usage?account_id=",
+	    "/v1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z&group_by=key&account_id=",
+	    "/v1/reports/usage.csv?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z&account_id=",
+	    ("/v1/reports/usage.ndjson?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z"
+	     "&account_id="),
+	    "/v1/reports/statement.csv?month=2026-01&account_id=",
+	};
+
+	for (size_t i = 0; i < sizeof(reads) / sizeof(reads[0]); i++) {
+		char path[512];
+		struct apitest_resp r;
+
+		snprintf(path, sizeof(path), "%s%s", reads[i], "acc_0000000000000000");
+		r = get(path, t.operator_token);
+		if (r.status != 404)
+			fprintf(stderr, "unknown account, %s: %ld %s\n", path, r.status, r.body);
+		CHECK_I64(r.status, 404);
+		CHECK_STR(apitest_error_code(&r), "not_found");
+		apitest_resp_release(&r);
+		snprintf(path, sizeof(path), "%s%s", reads[i], acc);
+		r = get(path, t.operator_token);
+		if (r.status != 200)
+			fprintf(stderr, "account, %s: %ld %s\n", path, r.status, r.body);
+		CHECK_I64(r.status, 200);
+		apitest_resp_release(&r);
+	}
+}
+
 int main(void)
 {
 	if (apitest_start(&t, "api_read", 1, NULL, NULL) < 0)
@@ -353,6 +390,7 @@ int main(void)
 	test_usage();
 	test_sandboxes();
 	test_bad_queries();
+	test_unknown_account();
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

@@ -252,6 +252,31 @@ static void statement_failed(const PGresult *r, char *sqlstate)
 		log_warn("checks: statement failed: %s", PQresultErrorMessage(r));
 }
 
+/* Reads a pipeline up to its sync: the NULLs that end statements' results,
+ * and any error result on the way (statement_failed() records it; *failed
+ * set, if failed is not NULL). METER_OK at the sync, METER_EIO at the
+ * deadline or when the connection failed. */
+static enum meter_rc await_sync(PGconn *conn, int64_t deadline_ms, char *sqlstate, bool *failed)
+{
+	for (;;) {
+		PGresult *r;
+
+		if (wait_ready(conn, deadline_ms) != METER_OK)
+			return METER_EIO;
+		r = PQgetResult(conn);
+		if (!r)
+			continue;
+		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+			PQclear(r);
+			return METER_OK;
+		}
+		statement_failed(r, sqlstate);
+		if (failed)
+			*failed = true;
+		PQclear(r);
+	}
+}
+
 /* Sends qs[0..nq) in one pipeline with one sync and collects one result per
  * statement into res (caller PQclear()s each; NULL where none). METER_EDB
  * when a statement failed (sqlstate gets the first SQLSTATE) or the
@@ -313,24 +338,11 @@ static enum meter_rc pipe_run(PGconn *conn, const struct pipe_q *qs, int nq, PGr
 		}
 	}
 	/* The sync. */
-	for (;;) {
-		PGresult *r;
-
-		if (wait_ready(conn, deadline_ms) != METER_OK) {
-			rc = METER_EIO;
-			goto out;
-		}
-		r = PQgetResult(conn);
-		if (!r)
-			continue;
-		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
-			PQclear(r);
-			synced = true;
-			break;
-		}
-		copy_state(r, sqlstate);
-		PQclear(r);
+	if (await_sync(conn, deadline_ms, sqlstate, NULL) != METER_OK) {
+		rc = METER_EIO;
+		goto out;
 	}
+	synced = true;
 out:
 	if (synced) {
 		if (!PQexitPipelineMode(conn))
@@ -773,28 +785,15 @@ enum meter_rc db_checks_fast_executed(PGconn *conn, size_t nexpect, struct db_le
 
 enum meter_rc db_checks_fast_synced(PGconn *conn, int64_t deadline_ms, char *sqlstate)
 {
-	enum meter_rc rc = METER_OK;
+	bool failed = false;
 
 	if (sqlstate)
 		sqlstate[0] = '\0';
 	/* The NULL that ends the statement's results, then the sync; an
 	 * error in between is the commit's. */
-	for (;;) {
-		PGresult *r;
-
-		if (wait_ready(conn, deadline_ms) != METER_OK)
-			return METER_EIO;
-		r = PQgetResult(conn);
-		if (!r)
-			continue;
-		if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
-			PQclear(r);
-			return rc;
-		}
-		statement_failed(r, sqlstate);
-		rc = METER_EDB;
-		PQclear(r);
-	}
+	if (await_sync(conn, deadline_ms, sqlstate, &failed) != METER_OK)
+		return METER_EIO;
+	return failed ? METER_EDB : METER_OK;
 }
 
 bool db_checks_fast_idle(PGconn *conn)

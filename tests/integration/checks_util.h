@@ -193,4 +193,14 @@ static inline long long cu_offset_to(time_t target)
 	return (long long)target - (long long)time(NULL);
 }
 
+/* A fixed-offset zone whose date now is not the date of the zone m hours
+ * ahead of UTC where it is midday (apitest_midday_offset): 13 hours further
+ * ahead (01:00 to 02:00 the next day) or, where there is no such zone, 14
+ * hours behind (22:00 to 23:00 the day before). Either is an hour or more
+ * from its midnight. */
+static inline const char *cu_other_day_zone(char *buf, size_t len, int m)
+{
+	return apitest_fixed_zone(buf, len, m + 13 <= 14 ? m + 13 : m - 14);
+}
+
 #endif

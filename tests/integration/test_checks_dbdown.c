@@ -56,7 +56,7 @@ int main(void)
 {
 	struct apitest t;
 	struct apitest_resp r;
-	char url_file[600], acc[65], key[65], token[APITEST_TOKEN_MAX], sb[64];
+	char url_file[600], acc[65], key[65], token[APITEST_TOKEN_MAX], sb[64], zone[16];
 	const char *bin = getenv("METER_BIN_DIR");
 	double t0;
 	int recovered = 0;
@@ -74,7 +74,8 @@ int main(void)
 		return 1;
 	}
 	CHECK(apitest_create_account(&t, "Outage", acc) == 0);
-	CHECK(apitest_create_key(&t, acc, "full", 10000000, NULL, key, token) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 10000000, apitest_midday_zone(zone, sizeof(zone)),
+				 key, token) == 0);
 	CHECK_I64(cu_create(&t, 0, key, "up-1", 1, 1024, 600, NULL, &r), 200);
 	apitest_resp_release(&r);
 

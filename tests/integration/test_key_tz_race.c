@@ -31,14 +31,6 @@ static void *create_thread(void *arg)
 	return NULL;
 }
 
-static const char *other_zone(PGconn *db)
-{
-	return cu_sql_int(db, "SELECT (meter_key_day('Pacific/Kiritimati', now())"
-			      " <> meter_key_day('UTC', now()))::int") == 1
-		   ? "Pacific/Kiritimati"
-		   : "Pacific/Pago_Pago";
-}
-
 /* meter_check_batches_total{path="fast"} of server 0. */
 static long long fast_batches(const struct apitest *t)
 {
@@ -89,10 +81,14 @@ static void test_classic(struct apitest *t, const char *acc)
 	char key[65], token[APITEST_TOKEN_MAX];
 	struct create_call c = {.t = t, .sb = "race-c", .vcpus = 1, .mib = 1024, .lease = 60};
 	PGconn *x = PQconnectdb(t->db.url), *db = t->db.conn;
-	const char *zone = other_zone(db);
+	char own[16], zone[16];
+	int m = apitest_midday_offset();
 	pthread_t th;
 
-	CHECK(apitest_create_key(t, acc, "full", 100000, NULL, key, token) == 0);
+	/* The key at its midday, the new zone on another date. */
+	apitest_fixed_zone(own, sizeof(own), m);
+	cu_other_day_zone(zone, sizeof(zone), m);
+	CHECK(apitest_create_key(t, acc, "full", 100000, own, key, token) == 0);
 	c.key = key;
 	{
 		/* The engine's one connection made (it prepares chk_prices). */
@@ -128,11 +124,14 @@ static void test_fast(struct apitest *t, const char *acc)
 	struct apitest_resp r;
 	struct create_call c = {.t = t, .sb = "race-f", .vcpus = 2, .mib = 4096, .lease = 900};
 	PGconn *y = PQconnectdb(t->db.url), *db = t->db.conn;
-	const char *zone = other_zone(db);
+	char own[16], zone[16];
+	int m = apitest_midday_offset();
 	pthread_t th;
 	long long n0;
 
-	CHECK(apitest_create_key(t, acc, "full", 20000, NULL, key, token) == 0);
+	apitest_fixed_zone(own, sizeof(own), m);
+	cu_other_day_zone(zone, sizeof(zone), m);
+	CHECK(apitest_create_key(t, acc, "full", 20000, own, key, token) == 0);
 	c.key = key;
 	/* The engine learns the key and its row, then the row as it is after
 	 * the stop (a refused create). */

@@ -30,6 +30,11 @@ pgsh=$here/../../scripts/pg.sh
 token=outage-control-plane-token-0123456789
 kk1_secret=outageKeySecret0123456789abcdefghijklmn
 limit=300000
+# The check keys' zone: a fixed offset at which it is now 12:00 to 13:00, so
+# no 600 s lease of the run crosses their midnight (a lease that did would
+# hold each day's part on a hold of its own), whatever the hour it runs at.
+ahead=$((12 - 10#$(date -u +%H)))
+if ((ahead == 0)); then kzone=Etc/GMT; else kzone=$(printf 'Etc/GMT%+d' $((-ahead))); fi
 pid=
 refpid=
 client=
@@ -55,7 +60,7 @@ cleanup_fns+=(stop_all)
 
 # setup URL: schema, the fleet's account acct_c (kc1 UTC, kc2 Asia/Kolkata)
 # and the checks' account acct_k (kk1: a daily limit and a known secret;
-# kk2: no limit).
+# kk2: no limit; both in $kzone).
 setup() {
 	"$bin/meterctl" migrate --database-url "$1" >/dev/null 2>&1 || { fail "migrate"; finish; }
 	psql "$1" -Atq -v ON_ERROR_STOP=1 \
@@ -63,8 +68,8 @@ setup() {
 		-c "INSERT INTO api_keys (account_id, key_id, secret_hash, role, daily_limit_micros, time_zone) VALUES
 		    ('acct_c', 'kc1', sha256('unused1'::bytea), 'full', NULL, 'UTC'),
 		    ('acct_c', 'kc2', sha256('unused2'::bytea), 'full', NULL, 'Asia/Kolkata'),
-		    ('acct_k', 'kk1', sha256('$kk1_secret'::bytea), 'full', $limit, 'UTC'),
-		    ('acct_k', 'kk2', sha256('unused3'::bytea), 'full', NULL, 'UTC')"
+		    ('acct_k', 'kk1', sha256('$kk1_secret'::bytea), 'full', $limit, '$kzone'),
+		    ('acct_k', 'kk2', sha256('unused3'::bytea), 'full', NULL, '$kzone')"
 }
 
 # start_meterd URL PORT LOG VAR: meterd with a 1 s statement timeout and a

@@ -286,10 +286,11 @@ static void test_lease_ended(struct apitest *t, const char *acc)
 	static const char *const sandboxes[] = {"wh-late", "wh-paused", "wh-renewed", "wh-both"};
 	struct apitest_resp r;
 	PGconn *db = t->db.conn;
-	char key[65], token[APITEST_TOKEN_MAX], now[40], day[40] = "";
+	char key[65], token[APITEST_TOKEN_MAX], now[40], day[40] = "", zone[16];
 	long long late_hold, both_hold, n = 0;
 
-	CHECK(apitest_create_key(t, acc, "full", -1, NULL, key, token) == 0);
+	CHECK(apitest_create_key(t, acc, "full", -1, apitest_midday_zone(zone, sizeof(zone)), key,
+				 token) == 0);
 	for (int i = 0; i < 4; i++) {
 		CHECK_I64(cu_create(t, i % 2, key, sandboxes[i], 1, 1024, i == 3 ? 2 : 1, NULL, &r),
 			  200);
@@ -572,7 +573,8 @@ int main(void)
 	struct apitest_resp r;
 	struct MHD_Daemon *d;
 	const union MHD_DaemonInfo *info;
-	char hook_url[128], env_url[160], acc[65], key[65], token[APITEST_TOKEN_MAX], day[40];
+	char hook_url[128], env_url[160], acc[65], key[65], token[APITEST_TOKEN_MAX], day[40],
+	    zone[16];
 	char ids[2][64] = {"", ""}, log[512];
 	const char *env[4] = {env_url, "METER_WEBHOOK_SECRET=" SECRET, "METER_LEASE_GRACE_S=3",
 			      NULL};
@@ -593,7 +595,8 @@ int main(void)
 	}
 	db = t.db.conn;
 	CHECK(apitest_create_account(&t, "Hooked", acc) == 0);
-	CHECK(apitest_create_key(&t, acc, "full", 100000, NULL, key, token) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 100000, apitest_midday_zone(zone, sizeof(zone)),
+				 key, token) == 0);
 	CHECK_I64(cu_create(&t, 0, key, "wh-1", 2, 4096, 900, NULL, &r), 200); /* hold 20,000 */
 	snprintf(day, sizeof(day), "'%s'::date", apitest_json_str(&r, "day") ?: "");
 	apitest_resp_release(&r);

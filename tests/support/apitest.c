@@ -589,6 +589,25 @@ int apitest_create_account(const struct apitest *t, const char *name, char *acco
 	return ret;
 }
 
+const char *apitest_fixed_zone(char *buf, size_t len, int utc_offset_h)
+{
+	if (utc_offset_h == 0)
+		snprintf(buf, len, "Etc/GMT");
+	else
+		snprintf(buf, len, "Etc/GMT%+d", -utc_offset_h);
+	return buf;
+}
+
+int apitest_midday_offset(void)
+{
+	return 12 - (int)(time(NULL) % 86400 / 3600);
+}
+
+const char *apitest_midday_zone(char *buf, size_t len)
+{
+	return apitest_fixed_zone(buf, len, apitest_midday_offset());
+}
+
 int apitest_create_key(const struct apitest *t, const char *account_id, const char *role,
 		       long long daily_limit_micros, const char *time_zone, char *key_id,
 		       char *token)

@@ -143,6 +143,17 @@ int apitest_create_key(const struct apitest *t, const char *account_id, const ch
 		       long long daily_limit_micros, const char *time_zone, char *key_id,
 		       char *token);
 
+/* Fixed-offset time zones, for tests whose holds must not meet a key's
+ * midnight, whatever the hour they run at. apitest_fixed_zone writes the
+ * name of the zone utc_offset_h hours ahead of UTC (-12 to 14) into buf (16
+ * bytes at least) and returns buf: an "Etc/GMT" name, whose sign POSIX
+ * inverts (Etc/GMT-5 is UTC+5). apitest_midday_offset is the offset (-11 to
+ * 12) at which it is now between 12:00 and 13:00, and apitest_midday_zone
+ * that zone: a key in it sees no midnight for eleven hours. */
+const char *apitest_fixed_zone(char *buf, size_t len, int utc_offset_h);
+int apitest_midday_offset(void);
+const char *apitest_midday_zone(char *buf, size_t len);
+
 /* The whole log of server i, malloc'd and NUL-terminated (caller frees), or
  * NULL. */
 char *apitest_read_log(const struct apitest *t, int i);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "auth.h"
+#include "clock.h"
 #include "h_reports.h"
 #include "http.h"
 #include "log.h"
@@ -174,12 +175,7 @@ static void *sweeper_main(void *arg)
 				 "(request_timeout_s)",
 				 cut, (long long)(srv->request_timeout_usec / 1000000));
 		}
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_nsec += SWEEP_INTERVAL_MS * 1000000L;
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
+		until = clock_mono_after_ms(SWEEP_INTERVAL_MS);
 		(void)pthread_cond_timedwait(&srv->watch_cond, &srv->watch_lock, &until);
 	}
 	pthread_mutex_unlock(&srv->watch_lock);
@@ -189,20 +185,9 @@ static void *sweeper_main(void *arg)
 /* Sets up the sweeper's lock and condition (on the monotonic clock). */
 static enum meter_rc watch_init(struct http_server *srv)
 {
-	pthread_condattr_t ca;
-	int r;
-
 	if (pthread_mutex_init(&srv->watch_lock, NULL) != 0)
 		return METER_ENOMEM;
-	if (pthread_condattr_init(&ca) != 0) {
-		pthread_mutex_destroy(&srv->watch_lock);
-		return METER_ENOMEM;
-	}
-	r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	if (r == 0)
-		r = pthread_cond_init(&srv->watch_cond, &ca);
-	pthread_condattr_destroy(&ca);
-	if (r != 0) {
+	if (clock_mono_cond_init(&srv->watch_cond) != 0) {
 		pthread_mutex_destroy(&srv->watch_lock);
 		return METER_ENOMEM;
 	}

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "hash.h"
 
 #define ROW_WAYS 4 /* a row lives in one of this many slots of its set */
@@ -66,21 +67,10 @@ enum meter_rc check_facts_new(struct check_facts **out)
 		free(f);
 		return METER_ENOMEM;
 	}
-	{
-		pthread_condattr_t ca;
-		int r = pthread_condattr_init(&ca);
-
-		if (r == 0) {
-			r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-			if (r == 0)
-				r = pthread_cond_init(&f->classic_done, &ca);
-			pthread_condattr_destroy(&ca);
-		}
-		if (r != 0) {
-			pthread_mutex_destroy(&f->mu);
-			free(f);
-			return METER_ENOMEM;
-		}
+	if (clock_mono_cond_init(&f->classic_done) != 0) {
+		pthread_mutex_destroy(&f->mu);
+		free(f);
+		return METER_ENOMEM;
 	}
 	*out = f;
 	return METER_OK;

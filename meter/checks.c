@@ -1472,14 +1472,9 @@ static void *batcher_main(void *arg)
 /* Waits ms (less once the engine stops): false when it is stopping. */
 static bool sweeper_pause(struct checks_engine *e, int64_t ms)
 {
-	struct timespec until;
+	struct timespec until = clock_mono_after_ms(ms);
 	bool stopping;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += (time_t)(ms / 1000);
-	until.tv_nsec += (long)(ms % 1000) * 1000000L;
-	until.tv_sec += until.tv_nsec / 1000000000L;
-	until.tv_nsec %= 1000000000L;
 	pthread_mutex_lock(&e->mu);
 	while (!e->stopping) {
 		if (pthread_cond_timedwait(&e->sweep_cv, &e->mu, &until) == ETIMEDOUT)
@@ -1602,7 +1597,7 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_mutex_init(&e->tz_mu, NULL);
 	pthread_cond_init(&e->work_cv, NULL);
-	pthread_cond_init(&e->sweep_cv, NULL);
+	clock_mono_cond_init(&e->sweep_cv); /* sweeper_pause()'s, on CLOCK_MONOTONIC */
 	for (int i = 0; i < e->opt.batchers; i++) {
 		struct batcher *bt = &e->batchers[i];
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dbpool.h"
 #include "hash.h"
 #include "ingest.h"
@@ -684,14 +685,11 @@ enum meter_rc collector_start(const struct collector_opts *o, struct collector *
 		snprintf(err, errlen, "out of memory");
 		return METER_ENOMEM;
 	}
-	{
-		/* Waits are on the monotonic clock, like the rounds' schedule. */
-		pthread_condattr_t ca;
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&c->wake, &ca);
-		pthread_cond_init(&c->ready, &ca);
-		pthread_condattr_destroy(&ca);
+	/* Waits are on the monotonic clock, like the rounds' schedule. */
+	if (clock_mono_cond_init(&c->wake) != 0 || clock_mono_cond_init(&c->ready) != 0) {
+		snprintf(err, errlen, "cannot make the collector's condition variables");
+		free(c);
+		return METER_ENOMEM;
 	}
 	pthread_mutex_init(&c->mu, NULL);
 	c->o = *o;

@@ -53,8 +53,13 @@ struct db_pool *db_pool_new(const char *url, int size, int64_t statement_timeout
 	p->size = size;
 	p->statement_timeout_ms = statement_timeout_ms;
 	p->seed = (unsigned)clock_mono_ms();
+	if (clock_mono_cond_init(&p->freed) != 0) {
+		free(p->url);
+		free(p->slots);
+		free(p);
+		return NULL;
+	}
 	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->freed, NULL);
 	return p;
 }
 
@@ -129,19 +134,12 @@ static enum meter_rc slot_connect(struct db_pool *p, PGconn **out, char *err, si
 
 enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out)
 {
-	struct timespec deadline;
+	struct timespec deadline = clock_mono_after_ms(wait_ms);
 	struct db_slot *slot = NULL;
 	char err[256];
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 
-	clock_gettime(CLOCK_REALTIME, &deadline);
-	deadline.tv_sec += wait_ms / 1000;
-	deadline.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-	if (deadline.tv_nsec >= 1000000000L) {
-		deadline.tv_sec++;
-		deadline.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&pool->mu);
 	for (;;) {
 		/* Prefer a slot that is already connected. */

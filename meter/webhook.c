@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "db.h"
 #include "db_util.h"
 #include "log.h"
@@ -294,16 +295,9 @@ static void count_backlog(PGconn *conn, int64_t *last_ms)
 /* Sleeps ms unless stopped; true when stopping. */
 static bool nap(struct webhook *w, int64_t ms)
 {
-	struct timespec until;
+	struct timespec until = clock_mono_after_ms(ms);
 	bool stop;
 
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += ms / 1000;
-	until.tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&w->mu);
 	while (!w->stopping)
 		if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT)
@@ -381,8 +375,9 @@ enum meter_rc webhook_start(const struct webhook_options *opt, struct webhook **
 		goto fail;
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		goto fail;
+	if (clock_mono_cond_init(&w->cv) != 0)
+		goto fail;
 	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
 	if (pthread_create(&w->thread, NULL, deliver_main, w) != 0) {
 		pthread_mutex_destroy(&w->mu);
 		pthread_cond_destroy(&w->cv);

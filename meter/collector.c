@@ -520,9 +520,8 @@ static void *collector_ingest_main(void *arg)
 		bool ok;
 
 		if (failed && !c->stop_ingest) {
-			struct timespec until;
-			clock_gettime(CLOCK_MONOTONIC, &until);
-			collector_add_ms(&until, 1000);
+			struct timespec until = clock_mono_after_ms(1000);
+
 			while (!c->stop_ingest)
 				if (pthread_cond_timedwait(&c->ready, &c->mu, &until) == ETIMEDOUT)
 					break;

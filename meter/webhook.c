@@ -193,23 +193,14 @@ out:
 	return ok;
 }
 
-/* CLOCK_MONOTONIC in ms. */
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* True when a claim asked for at sent_ms (mono_ms) came back too late for
+/* True when a claim asked for at sent_ms (clock_mono_ms()) came back too late for
  * a POST started now to end within it. The claim runs until at least
  * sent_ms + WEBHOOK_CLAIM_MS (the database set it after we asked), and the
  * POST takes at most WEBHOOK_TIMEOUT_MS; a second to spare for signing and
  * the like. Then no other process can send the event while this one does. */
 static bool claim_came_late(int64_t sent_ms)
 {
-	return mono_ms() - sent_ms > WEBHOOK_CLAIM_MS - WEBHOOK_TIMEOUT_MS - 1000;
+	return clock_mono_ms() - sent_ms > WEBHOOK_CLAIM_MS - WEBHOOK_TIMEOUT_MS - 1000;
 }
 
 /* Claims the most overdue event, POSTs it and records the answer: each
@@ -223,7 +214,7 @@ static int deliver_one(struct webhook *w, PGconn *conn)
 	PGresult *res = NULL;
 	const char *acc, *id, *body;
 	char claim_ms[24], attempts_s[24], delay_s[24], why[200] = "";
-	int64_t attempts = 0, sent_ms = mono_ms();
+	int64_t attempts = 0, sent_ms = clock_mono_ms();
 	int ret = -1;
 
 	db_util_i64_param(WEBHOOK_CLAIM_MS, claim_ms, sizeof(claim_ms));
@@ -271,7 +262,7 @@ out:
 }
 
 /* Counts what is not delivered yet into the gauges, at most every
- * WEBHOOK_BACKLOG_MS (*last_ms: mono_ms of the last count, 0 before the
+ * WEBHOOK_BACKLOG_MS (*last_ms: clock_mono_ms() of the last count, 0 before the
  * first). A failure leaves the gauges as they were; the next delivery
  * finds out about the connection. */
 static void count_backlog(PGconn *conn, int64_t *last_ms)
@@ -279,9 +270,9 @@ static void count_backlog(PGconn *conn, int64_t *last_ms)
 	PGresult *res = NULL;
 	int64_t pending, oldest_us;
 
-	if (*last_ms != 0 && mono_ms() - *last_ms < WEBHOOK_BACKLOG_MS)
+	if (*last_ms != 0 && clock_mono_ms() - *last_ms < WEBHOOK_BACKLOG_MS)
 		return;
-	*last_ms = mono_ms();
+	*last_ms = clock_mono_ms();
 	if (db_util_exec(conn, "count webhook backlog", sql_backlog, 0, NULL, &res, NULL) ==
 		METER_OK &&
 	    PQntuples(res) == 1 && db_util_i64(res, 0, 0, &pending, NULL) == METER_OK &&

@@ -34,16 +34,7 @@ static void *create_thread(void *arg)
 /* meter_check_batches_total{path="fast"} of server 0. */
 static long long fast_batches(const struct apitest *t)
 {
-	struct apitest_resp r;
-	const char *m;
-	long long n = 0;
-
-	apitest_call(t, 0, "GET", "/metrics", NULL, NULL, &r);
-	m = r.body ? strstr(r.body, "meter_check_batches_total{path=\"fast\"} ") : NULL;
-	if (m)
-		n = strtoll(m + strlen("meter_check_batches_total{path=\"fast\"} "), NULL, 10);
-	apitest_resp_release(&r);
-	return n;
+	return apitest_metric(t, 0, "meter_check_batches_total{path=\"fast\"}");
 }
 
 static long put_zone(const struct apitest *t, const char *key, const char *zone)

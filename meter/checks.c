@@ -1558,9 +1558,32 @@ static void *sweeper_main(void *arg)
 	return NULL;
 }
 
+/* The engine's locks and conditions, in the order checks_engine_start
+ * makes them: engine_release() undoes the first `made` of them. */
+enum { ENGINE_SYNC_ALL = 4 };
+
+/* Frees what checks_engine_start made (its threads are joined or were
+ * never started). */
+static void engine_release(struct checks_engine *e, int made)
+{
+	if (made > 3)
+		pthread_cond_destroy(&e->sweep_cv);
+	if (made > 2)
+		pthread_cond_destroy(&e->work_cv);
+	if (made > 1)
+		pthread_mutex_destroy(&e->tz_mu);
+	if (made > 0)
+		pthread_mutex_destroy(&e->mu);
+	check_facts_free(e->facts);
+	free(e->batchers);
+	free(e->url);
+	free(e);
+}
+
 enum meter_rc checks_engine_start(const struct checks_options *opt, struct checks_engine **out)
 {
 	struct checks_engine *e = calloc(1, sizeof(*e));
+	int made;
 
 	if (!e)
 		return METER_ENOMEM;
@@ -1574,16 +1597,14 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 		e->opt.batch_max = CHECKS_BATCH_MAX_DEFAULT;
 	e->url = strdup(opt->database_url ? opt->database_url : "");
 	if (!e->url) {
-		free(e);
+		engine_release(e, 0);
 		return METER_ENOMEM;
 	}
 	if (e->opt.batchers < 1)
 		e->opt.batchers = CHECKS_BATCHERS_DEFAULT;
 	e->batchers = calloc((size_t)e->opt.batchers, sizeof(*e->batchers));
 	if (!e->batchers || check_facts_new(&e->facts) != METER_OK) {
-		free(e->batchers);
-		free(e->url);
-		free(e);
+		engine_release(e, 0);
 		return METER_ENOMEM;
 	}
 	e->seed = (unsigned)clock_mono_ms();
@@ -1594,10 +1615,17 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 			r = (uint32_t)clock_mono_ms() ^ (uint32_t)getpid();
 		e->engine_id = (int32_t)(r & 0x7fffffff);
 	}
-	pthread_mutex_init(&e->mu, NULL);
-	pthread_mutex_init(&e->tz_mu, NULL);
-	pthread_cond_init(&e->work_cv, NULL);
-	clock_mono_cond_init(&e->sweep_cv); /* sweeper_pause()'s, on CLOCK_MONOTONIC */
+	/* sweep_cv is sweeper_pause()'s, on CLOCK_MONOTONIC. */
+	made = pthread_mutex_init(&e->mu, NULL) != 0	   ? 0
+	       : pthread_mutex_init(&e->tz_mu, NULL) != 0  ? 1
+	       : pthread_cond_init(&e->work_cv, NULL) != 0 ? 2
+	       : clock_mono_cond_init(&e->sweep_cv) != 0   ? 3
+							   : ENGINE_SYNC_ALL;
+	if (made < ENGINE_SYNC_ALL) {
+		log_error("checks: cannot make the engine's locks and conditions");
+		engine_release(e, made);
+		return METER_ENOMEM;
+	}
 	for (int i = 0; i < e->opt.batchers; i++) {
 		struct batcher *bt = &e->batchers[i];
 
@@ -1608,14 +1636,7 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 		e->nbatchers++;
 	}
 	if (e->nbatchers == 0) {
-		pthread_mutex_destroy(&e->mu);
-		pthread_mutex_destroy(&e->tz_mu);
-		pthread_cond_destroy(&e->work_cv);
-		pthread_cond_destroy(&e->sweep_cv);
-		check_facts_free(e->facts);
-		free(e->batchers);
-		free(e->url);
-		free(e);
+		engine_release(e, ENGINE_SYNC_ALL);
 		return METER_ENOMEM;
 	}
 	if (e->nbatchers < e->opt.batchers)
@@ -1699,12 +1720,5 @@ void checks_engine_free(struct checks_engine *e)
 	if (!e)
 		return;
 	checks_engine_stop(e);
-	pthread_mutex_destroy(&e->mu);
-	pthread_mutex_destroy(&e->tz_mu);
-	pthread_cond_destroy(&e->work_cv);
-	pthread_cond_destroy(&e->sweep_cv);
-	check_facts_free(e->facts);
-	free(e->batchers);
-	free(e->url);
-	free(e);
+	engine_release(e, ENGINE_SYNC_ALL);
 }

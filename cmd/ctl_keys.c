@@ -1,7 +1,8 @@
-/* meterctl account create, meterctl key create: accounts and keys straight
- * in the database, for bootstrapping (the operator token is not needed).
- * Each prints one JSON object on stdout; a key's secret (the whole bearer
- * token, "<key_id>.<secret>") is printed this once and never again. */
+/* meterctl account create, meterctl key create|revoke: accounts and keys
+ * straight in the database, for bootstrapping and for an operator at a
+ * shell (the operator token is not needed). Each prints one JSON object on
+ * stdout; a key's secret (the whole bearer token, "<key_id>.<secret>") is
+ * printed once, when the key is made, and never again. */
 #include <jansson.h>
 #include <openssl/crypto.h>
 #include <stdio.h>
@@ -36,6 +37,16 @@ static const char key_usage[] =
     "  --role full|read_only     read_only keys can change nothing\n"
     "  --daily-limit-micros N    daily spending limit in microdollars (default: none)\n"
     "  --time-zone TZ            IANA name of the key's day, e.g. Europe/Paris (default UTC)\n"
+    "  --database-url URL        libpq URL (default: $METER_DATABASE_URL)\n"
+    "\n"
+    "usage: meterctl key revoke --account ID --key KEY_ID [--database-url URL]\n"
+    "Revokes a key for good and prints {\"key_id\", \"account_id\", \"role\", \"revoked_at\",\n"
+    "\"already_revoked\"}. It then authenticates nowhere (every meterd within 5 s) and\n"
+    "checks naming it are refused 403 key_revoked; the holds it has stand until their\n"
+    "leases end or settle, and its sandboxes' spend is still metered under it.\n"
+    "Revoking a revoked key changes nothing: already_revoked is true, revoked_at the first time.\n"
+    "  --account ID              the key's account (a guard: another's key is not found)\n"
+    "  --key KEY_ID              the key (key_<16 hex>)\n"
     "  --database-url URL        libpq URL (default: $METER_DATABASE_URL)\n";
 
 /* Prints o compactly with a newline and frees it; 0, or 1 when stdout
@@ -199,28 +210,96 @@ out:
 	return status;
 }
 
-/* Dispatches "<noun> create" to create(argc - 1, argv + 1). */
-static int ctl_noun(const char *noun, const char *usage, int (*create)(int, char **), int argc,
+static int ctl_key_revoke(int argc, char **argv)
+{
+	static const char cmd[] = "key revoke";
+	struct ctl_arg args[] = {
+	    {.name = "account", .kind = CTL_ARG_STR, .required = true},
+	    {.name = "key", .kind = CTL_ARG_STR, .required = true},
+	    {.name = "database-url", .kind = CTL_ARG_STR},
+	};
+	struct db_key key;
+	const char *url;
+	PGconn *conn = NULL;
+	char when[40];
+	bool already;
+	int status = 1;
+	enum meter_rc rc;
+
+	const int parsed = ctl_args_exit(ctl_args_parse(cmd, key_usage, args, 3, argc, argv));
+
+	if (parsed >= 0)
+		return parsed;
+	if (!parse_is_id(args[0].s) || !parse_is_id(args[1].s)) {
+		ctl_fail(cmd,
+			 "--account and --key must be 1 to 64 characters of A-Z a-z 0-9 _ . -");
+		return 2;
+	}
+	url = ctl_database_url(cmd, args[2].s);
+	if (!url)
+		return 2;
+	conn = ctl_connect(cmd, url);
+	if (!conn)
+		goto out;
+	rc = db_key_revoke(conn, args[0].s, args[1].s, &key, &already);
+	if (rc == METER_ENOTFOUND) {
+		ctl_fail(cmd, "no key %s in account %s", args[1].s, args[0].s);
+		goto out;
+	}
+	if (rc != METER_OK) {
+		ctl_fail(cmd, "cannot revoke the key: %s", meter_rc_str(rc));
+		goto out;
+	}
+	agent_doc_format_time(key.revoked_at_usec, when, sizeof(when));
+	status = ctl_print_json(cmd, json_pack("{s:s, s:s, s:s, s:s, s:b}", "key_id", key.key_id,
+					       "account_id", key.account_id, "role", key.role,
+					       "revoked_at", when, "already_revoked", already));
+out:
+	PQfinish(conn);
+	return status;
+}
+
+/* A noun's verb and what runs it (on argc - 1, argv + 1). */
+struct ctl_verb {
+	const char *name;
+	int (*run)(int, char **);
+};
+
+/* Dispatches "<noun> <verb> ..." to the verb's function; verbs ends with
+ * an entry of no name. */
+static int ctl_noun(const char *noun, const char *usage, const struct ctl_verb *verbs, int argc,
 		    char **argv)
 {
+	char names[64] = "";
+
 	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
 		fputs(usage, stdout);
 		return 0;
 	}
-	if (argc < 2 || strcmp(argv[1], "create") != 0) {
-		fprintf(stderr, "meterctl %s: expected \"create\" (see meterctl %s --help)\n", noun,
-			noun);
-		return 2;
+	for (const struct ctl_verb *v = verbs; v->name; v++) {
+		if (argc >= 2 && strcmp(argv[1], v->name) == 0)
+			return v->run(argc - 1, argv + 1);
+		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s\"%s\"",
+			 v == verbs	 ? ""
+			 : (v + 1)->name ? ", "
+					 : " or ",
+			 v->name);
 	}
-	return create(argc - 1, argv + 1);
+	fprintf(stderr, "meterctl %s: expected %s (see meterctl %s --help)\n", noun, names, noun);
+	return 2;
 }
 
 int ctl_account_main(int argc, char **argv)
 {
-	return ctl_noun("account", account_usage, ctl_account_create, argc, argv);
+	static const struct ctl_verb verbs[] = {{"create", ctl_account_create}, {NULL, NULL}};
+
+	return ctl_noun("account", account_usage, verbs, argc, argv);
 }
 
 int ctl_key_main(int argc, char **argv)
 {
-	return ctl_noun("key", key_usage, ctl_key_create, argc, argv);
+	static const struct ctl_verb verbs[] = {
+	    {"create", ctl_key_create}, {"revoke", ctl_key_revoke}, {NULL, NULL}};
+
+	return ctl_noun("key", key_usage, verbs, argc, argv);
 }

@@ -14,7 +14,8 @@ struct command {
 static const struct command commands[] = {
     {"migrate", ctl_migrate_main, "apply the database migrations"},
     {"account", ctl_account_main, "account create: create an account"},
-    {"key", ctl_key_main, "key create: create an API key (its secret is shown once)"},
+    {"key", ctl_key_main,
+     "key create|revoke: create an API key (its secret is shown once), or revoke one"},
     {"price", ctl_price_main, "price a period of one sandbox's usage"},
     {"lease-cost", ctl_lease_cost_main, "worst-case cost of a lease (what a hold reserves)"},
     {"report", ctl_report_main, "usage exports and monthly statements (CSV, NDJSON, HTML)"},

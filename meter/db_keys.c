@@ -166,6 +166,32 @@ enum meter_rc db_key_get(PGconn *conn, const char *account_id, const char *key_i
 	return rc;
 }
 
+enum meter_rc db_key_revoke(PGconn *conn, const char *account_id, const char *key_id,
+			    struct db_key *out, bool *already)
+{
+	const char *params[] = {account_id, key_id};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	bool now;
+
+	*already = false;
+	rc = db_util_exec(conn, "key revoke",
+			  "UPDATE api_keys SET revoked_at = GREATEST(now(), created_at)"
+			  " WHERE account_id = $1 AND key_id = $2 AND revoked_at IS NULL"
+			  " RETURNING 1",
+			  2, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	now = PQntuples(res) == 1;
+	PQclear(res);
+	rc = db_key_get(conn, account_id, key_id, out);
+	if (rc == METER_OK && out->revoked_at_usec == INT64_MIN)
+		rc = METER_EDB; /* revoked above, yet read as not: cannot be */
+	if (rc == METER_OK)
+		*already = !now;
+	return rc;
+}
+
 static const char sql_key_list[] = "SELECT " KEY_COLUMNS " FROM api_keys k" KEY_DAY_JOIN
 				   " WHERE k.account_id = $1 ORDER BY k.created_at, k.key_id"
 				   " LIMIT 10000";

@@ -56,6 +56,18 @@ METER_MUSTCHECK enum meter_rc db_key_create(PGconn *conn, const char *account_id
 METER_MUSTCHECK enum meter_rc db_key_get(PGconn *conn, const char *account_id, const char *key_id,
 					 struct db_key *out);
 
+/* Revokes the key key_id of account_id: from now on it authenticates
+ * nowhere (each meterd forgets a cached lookup within 5 s) and checks
+ * naming it are refused 403 key_revoked; its open holds stand until their
+ * leases end or settle, and metering still files its sandboxes' spend
+ * under it. revoked_at is the database's now (never before the key's
+ * creation). Keys are never deleted, and a revoked key stays revoked.
+ * Fills *out; *already is true when the key was revoked before (out has
+ * that first revocation's time). METER_ENOTFOUND: no such key in that
+ * account. */
+METER_MUSTCHECK enum meter_rc db_key_revoke(PGconn *conn, const char *account_id,
+					    const char *key_id, struct db_key *out, bool *already);
+
 /* Every key of account_id, oldest first, at most DB_KEYS_LIST_MAX. *out is
  * a new array of *n keys (caller frees; NULL when none). */
 METER_MUSTCHECK enum meter_rc db_key_list(PGconn *conn, const char *account_id, struct db_key **out,

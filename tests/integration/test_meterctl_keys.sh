@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# meterctl account create / key create: the printed token works against a
-# real meterd, is shown once, and bad arguments exit 2.
+# meterctl account create / key create / key revoke: the printed token
+# works against a real meterd, is shown once, and bad arguments exit 2; a
+# revoked key stops authenticating within meterd's 5 s cache, checks naming
+# it are refused while its hold stands, and revoking needs the right
+# account and changes nothing the second time.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/lib.sh"
 work=$bin/test-meterctl-keys-$$
@@ -48,13 +51,30 @@ expect "no such account" "$(status "$bin/meterctl" key create --account acc_nope
 expect "no name" "$(status "$bin/meterctl" account create)" 2
 expect "bad verb" "$(status "$bin/meterctl" key delete)" 2
 expect "keys stored" "$(psql "$url" -Atq -c "SELECT count(*) FROM api_keys")" 1
+# Revoking: the right account or nothing; bad arguments exit 2.
+fkey=$("$bin/meterctl" key create --account "$acc" --role full | jq -r .key_id)
+acc2=$("$bin/meterctl" account create --name Other | jq -r .account_id)
+key2=$("$bin/meterctl" key create --account "$acc2" --role full | jq -r .key_id)
+expect "revoke without --key" "$(status "$bin/meterctl" key revoke --account "$acc")" 2
+expect "revoke a bad key id" "$(status "$bin/meterctl" key revoke --account "$acc" \
+	--key "$key/x")" 2
+expect "revoke another account's key" "$(status "$bin/meterctl" key revoke --account "$acc" \
+	--key "$key2")" 1
+grep -q "no key $key2 in account $acc" "$work/err" && ok || fail "message: $(cat "$work/err")"
+expect "revoke no such key" "$(status "$bin/meterctl" key revoke --account "$acc" \
+	--key key_0000000000000000)" 1
+expect "nothing revoked" "$(psql "$url" -Atq -c "SELECT count(*) FROM api_keys
+	WHERE revoked_at IS NOT NULL")" 0
 unset METER_DATABASE_URL
 expect "no database" "$(status "$bin/meterctl" account create --name x)" 2
+expect "revoke, no database" "$(status "$bin/meterctl" key revoke --account "$acc" \
+	--key "$key")" 2
 
 # The token authenticates against meterd; it may read, not write.
 port=$(free_port)
-METER_DATABASE_URL=$url METER_OPERATOR_TOKEN=op-$$-secret "$bin/meterd" \
-	--listen "127.0.0.1:$port" >"$work/meterd.log" 2>&1 &
+cp=cp-$$-secret
+METER_DATABASE_URL=$url METER_OPERATOR_TOKEN=op-$$-secret METER_CONTROL_PLANE_TOKEN=$cp \
+	"$bin/meterd" --listen "127.0.0.1:$port" >"$work/meterd.log" 2>&1 &
 pid=$!
 base=http://127.0.0.1:$port
 wait_for 10 curl -fs "$base/readyz" || { cat "$work/meterd.log" >&2; fail "meterd did not start"; }
@@ -64,6 +84,38 @@ expect "limit via API" "$(jq -r .daily_limit_micros <<<"$body")" 5000000
 expect "read_only may not write" "$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
 	-H "Authorization: Bearer $token" -d '{"daily_limit_micros":1}' \
 	"$base/v1/keys/$key/limits")" 403
+
+# Revoked: the token stops working (each meterd forgets a cached lookup
+# within 5 s), checks naming a revoked key are refused, and a hold given
+# before stands (its check's retry gets the stored answer).
+check() {
+	curl -s -o "$work/check" -w '%{http_code}' -H "Authorization: Bearer $cp" \
+		-H 'Content-Type: application/json' \
+		-d "{\"key_id\":\"$fkey\",\"sandbox_id\":\"$1\",\"vcpus\":1,\"memory_mib\":1024,\"lease_seconds\":60}" \
+		"$base/v1/checks/create"
+}
+expect "check before the revocation" "$(check rv-1)" 200
+rv=$("$bin/meterctl" key revoke --account "$acc" --key "$key" --database-url "$url")
+expect "revoked" "$(jq -r '[.key_id, .account_id, .role, .already_revoked] | join(" ")' \
+	<<<"$rv")" "$key $acc read_only false"
+first=$(jq -r .revoked_at <<<"$rv")
+[[ $first =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T ]] && ok || fail "revoked_at: $rv"
+rv=$("$bin/meterctl" key revoke --account "$acc" --key "$key" --database-url "$url")
+expect "revoked again: nothing changes" "$(jq -r '[.already_revoked, .revoked_at] | join(" ")' \
+	<<<"$rv")" "true $first"
+refused() {
+	[[ $(http_status -H "Authorization: Bearer $token" "$base/v1/keys/$key") == 401 ]]
+}
+wait_for 7 refused && ok || fail "the revoked key still authenticates after 7 s"
+expect "the other account's key untouched" "$(psql "$url" -Atq -c "SELECT revoked_at IS NULL
+	FROM api_keys WHERE key_id = '$key2'")" t
+"$bin/meterctl" key revoke --account "$acc" --key "$fkey" --database-url "$url" >/dev/null &&
+	ok || fail "revoke the full key"
+expect "retry of a check answered before" "$(check rv-1)" 200
+expect "new check on the revoked key" "$(check rv-2)" 403
+expect "its code" "$(jq -r .error.code "$work/check")" key_revoked
+expect "the hold stands" "$(psql "$url" -Atq -c "SELECT count(*) FROM holds
+	WHERE key_id = '$fkey' AND status = 'open'")" 1
 kill -TERM "$pid"
 wait "$pid" || true
 pid=

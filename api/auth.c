@@ -5,7 +5,11 @@
  * looked up by id and SHA-256 of the secret compared with the stored hash in
  * constant time. A small cache of recent successful lookups (AUTH_CACHE_TTL)
  * spares the hot path a database round trip; it holds hashes, never
- * secrets, and an entry only matches the exact secret that was verified. */
+ * secrets, and an entry only matches the exact secret that was verified.
+ * An HTTP thread never waits for a lookup: auth_begin decides what it can
+ * without the database and leaves the rest to a request worker's
+ * auth_finish, so that a flood of unknown keys (or a slow database) holds
+ * up no other request's reading, checks and answers. */
 #include "auth.h"
 
 #include <openssl/crypto.h>
@@ -84,10 +88,13 @@ enum auth_key_result {
 	AUTH_KEY_OK,
 	AUTH_KEY_UNKNOWN, /* malformed, unknown, revoked, or a wrong secret: all alike */
 	AUTH_KEY_DOWN,	  /* the database could not say */
+	AUTH_KEY_LOOKUP,  /* not cached, and the caller may not wait for the database */
 };
 
-/* Authenticates token as an account key, filling a on AUTH_KEY_OK. */
-static enum auth_key_result auth_key(struct app *app, const char *token, struct auth *a)
+/* Authenticates token as an account key, filling a on AUTH_KEY_OK; asks
+ * the database (on a cache miss) only when may_wait. */
+static enum auth_key_result auth_key(struct app *app, const char *token, bool may_wait,
+				     struct auth *a)
 {
 	char key_id[PARSE_ID_MAX + 1];
 	const char *secret;
@@ -104,6 +111,8 @@ static enum auth_key_result auth_key(struct app *app, const char *token, struct 
 	snprintf(a->key_id, sizeof(a->key_id), "%s", key_id);
 	if (auth_cache_get(key_id, hash, a))
 		return AUTH_KEY_OK;
+	if (!may_wait)
+		return AUTH_KEY_LOOKUP;
 	if (db_pool_acquire(app->pool, AUTH_DB_WAIT_MS, &conn) != METER_OK)
 		return AUTH_KEY_DOWN;
 	rc = db_key_auth_get(conn, key_id, &row);
@@ -142,44 +151,56 @@ static bool token_equal(const char *presented, const char *configured)
 	return CRYPTO_memcmp(presented, configured, n) == 0;
 }
 
-enum meter_rc auth_verify_token(struct app *app, const char *token, struct auth *a)
+/* Resolves a bearer token into *a (see auth_verify_token); an account
+ * key's lookup only when may_wait. */
+static enum auth_key_result verify_token(struct app *app, const char *token, bool may_wait,
+					 struct auth *a)
 {
 	const struct meter_config *cfg = app->cfg;
+	enum auth_key_result r;
 
 	memset(a, 0, sizeof(*a));
 	if (token_equal(token, cfg->operator_token)) {
 		a->kind = AUTH_OPERATOR;
 		a->role = ROLE_OPERATOR;
-		return METER_OK;
+		return AUTH_KEY_OK;
 	}
 	if (token_equal(token, cfg->control_plane_token)) {
 		a->kind = AUTH_CONTROL_PLANE;
 		a->role = ROLE_CONTROL_PLANE;
-		return METER_OK;
+		return AUTH_KEY_OK;
 	}
 	if (token_equal(token, cfg->agent_token)) {
 		a->kind = AUTH_AGENT;
 		a->role = ROLE_AGENT;
-		return METER_OK;
+		return AUTH_KEY_OK;
 	}
-	switch (auth_key(app, token, a)) {
-	case AUTH_KEY_OK:
+	r = auth_key(app, token, may_wait, a);
+	if (r == AUTH_KEY_OK)
 		a->kind = AUTH_KEY;
+	else
+		memset(a, 0, sizeof(*a));
+	return r;
+}
+
+enum meter_rc auth_verify_token(struct app *app, const char *token, struct auth *a)
+{
+	switch (verify_token(app, token, true, a)) {
+	case AUTH_KEY_OK:
 		return METER_OK;
 	case AUTH_KEY_DOWN:
-		memset(a, 0, sizeof(*a));
 		return METER_EDB;
 	case AUTH_KEY_UNKNOWN:
+	case AUTH_KEY_LOOKUP:
 	default:
-		memset(a, 0, sizeof(*a));
 		return METER_ENOTFOUND;
 	}
 }
 
 /* A dashboard session from the request's cookie: signature and expiry, and
  * for a key, that the key still exists, is not revoked and has the role the
- * session says. */
-static enum meter_rc auth_session(struct http_req *req, struct auth *a)
+ * session says (the database's answer, asked only when may_wait). */
+static enum auth_key_result auth_session(struct http_req *req, bool may_wait, struct auth *a)
 {
 	const char *cookie =
 	    MHD_lookup_connection_value(req->conn, MHD_COOKIE_KIND, SESSION_COOKIE);
@@ -188,7 +209,7 @@ static enum meter_rc auth_session(struct http_req *req, struct auth *a)
 	enum meter_rc rc;
 
 	if (!cookie || session_verify(cookie, time(NULL), a) != METER_OK)
-		return METER_ENOTFOUND;
+		return AUTH_KEY_UNKNOWN;
 	if (a->kind == AUTH_OPERATOR) {
 		/* Only while the token it was issued under is still the one. */
 		char fp[17];
@@ -196,49 +217,56 @@ static enum meter_rc auth_session(struct http_req *req, struct auth *a)
 
 		session_operator_fingerprint(token, fp, sizeof(fp));
 		if (!token[0] || strlen(a->key_id) != 16 || CRYPTO_memcmp(fp, a->key_id, 16) != 0)
-			return METER_ENOTFOUND;
+			return AUTH_KEY_UNKNOWN;
 		a->key_id[0] = '\0';
-		return METER_OK;
+		return AUTH_KEY_OK;
 	}
 	if (a->kind != AUTH_KEY)
-		return METER_ENOTFOUND;
+		return AUTH_KEY_UNKNOWN;
+	if (!may_wait)
+		return AUTH_KEY_LOOKUP;
 	if (db_pool_acquire(req->app->pool, AUTH_DB_WAIT_MS, &conn) != METER_OK)
-		return METER_EDB;
+		return AUTH_KEY_DOWN;
 	rc = db_key_auth_get(conn, a->key_id, &row);
 	db_pool_release(req->app->pool, conn, db_conn_failed(conn));
+	OPENSSL_cleanse(&row.secret_hash, sizeof(row.secret_hash));
 	if (rc == METER_ENOTFOUND ||
 	    (rc == METER_OK && (row.revoked || strcmp(row.account_id, a->account_id) != 0 ||
 				row.read_only != (a->role == ROLE_READ_ONLY))))
-		rc = METER_ENOTFOUND;
-	OPENSSL_cleanse(&row, sizeof(row));
-	return rc;
+		return AUTH_KEY_UNKNOWN;
+	return rc == METER_OK ? AUTH_KEY_OK : AUTH_KEY_DOWN;
 }
 
-bool auth_authorize(struct http_req *req)
+/* Decides req's credentials (auth_begin, auth_finish); may_wait: the
+ * database may be asked. */
+static enum auth_step auth_run(struct http_req *req, bool may_wait)
 {
 	const char *h = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
-	struct auth *a = calloc(1, sizeof(*a));
-	enum meter_rc rc;
+	struct auth *a = req->auth ? req->auth : calloc(1, sizeof(*a));
+	enum auth_key_result rc;
 
 	if (!a) {
 		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
-		return false;
+		return AUTH_REFUSED;
 	}
 	req->auth = a;
+	memset(a, 0, sizeof(*a));
 	a->kind = AUTH_NONE;
 	a->role = ROLE_PUBLIC;
 	if (req->route->roles & ROLE_PUBLIC)
-		return true;
+		return AUTH_ALLOWED;
 	if (!h && req->route->session) {
 		/* Pages and exports a signed-in browser opens: the session cookie. */
-		rc = auth_session(req, a);
-		if (rc == METER_EDB) {
+		rc = auth_session(req, may_wait, a);
+		if (rc == AUTH_KEY_LOOKUP)
+			return AUTH_LOOKUP;
+		if (rc == AUTH_KEY_DOWN) {
 			memset(a, 0, sizeof(*a));
 			http_reply_error(req, 503, "metering_unavailable",
 					 "credentials cannot be checked now", NULL);
-			return false;
+			return AUTH_REFUSED;
 		}
-		if (rc != METER_OK) {
+		if (rc != AUTH_KEY_OK) {
 			memset(a, 0, sizeof(*a));
 			if (strncmp(req->path, "/dashboard/", 11) == 0) {
 				http_reply_text(req, 303, "text/plain; charset=utf-8", "", 0);
@@ -246,28 +274,30 @@ bool auth_authorize(struct http_req *req)
 				    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_LOCATION,
 							    "/dashboard/sign-in") != MHD_YES)
 					log_warn("could not add Location");
-				return false;
+				return AUTH_REFUSED;
 			}
 			http_reply_error(req, 401, "unauthorized", "missing or expired session",
 					 NULL);
-			return false;
+			return AUTH_REFUSED;
 		}
 	} else {
 		/* The scheme's name is case-insensitive (RFC 9110, 11.1). */
 		if (!h || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0') {
 			http_reply_error(req, 401, "unauthorized",
 					 "missing or malformed bearer token", NULL);
-			return false;
+			return AUTH_REFUSED;
 		}
-		rc = auth_verify_token(req->app, h + 7, a);
-		if (rc == METER_EDB) {
+		rc = verify_token(req->app, h + 7, may_wait, a);
+		if (rc == AUTH_KEY_LOOKUP)
+			return AUTH_LOOKUP;
+		if (rc == AUTH_KEY_DOWN) {
 			http_reply_error(req, 503, "metering_unavailable",
 					 "credentials cannot be checked now", NULL);
-			return false;
+			return AUTH_REFUSED;
 		}
-		if (rc != METER_OK) {
+		if (rc != AUTH_KEY_OK) {
 			http_reply_error(req, 401, "unauthorized", "unknown credentials", NULL);
-			return false;
+			return AUTH_REFUSED;
 		}
 	}
 	if (!(req->route->roles & a->role)) {
@@ -277,7 +307,17 @@ bool auth_authorize(struct http_req *req)
 		else
 			http_reply_error(req, 403, "forbidden",
 					 "this credential may not call this route", NULL);
-		return false;
+		return AUTH_REFUSED;
 	}
-	return true;
+	return AUTH_ALLOWED;
+}
+
+enum auth_step auth_begin(struct http_req *req)
+{
+	return auth_run(req, false);
+}
+
+bool auth_finish(struct http_req *req)
+{
+	return auth_run(req, true) == AUTH_ALLOWED;
 }

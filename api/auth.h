@@ -29,18 +29,34 @@ struct auth {
 	char key_id[PARSE_ID_MAX + 1];	   /* AUTH_KEY: the key */
 };
 
+enum auth_step {
+	AUTH_ALLOWED, /* go on to the handler */
+	AUTH_REFUSED, /* the reply is set */
+	AUTH_LOOKUP,  /* an account key to look up: auth_finish() on a worker */
+};
+
 /* Decides whether req (already routed) may call its route, filling
- * req->auth. Returns true to go on to the handler; false after setting the
- * reply: 401 unauthorized (no, malformed or unknown credentials),
- * 403 read_only_key (a read_only key on a route that read_only may not
- * call), 403 forbidden (any other role not allowed), 503
- * metering_unavailable (the key could not be looked up). */
-bool auth_authorize(struct http_req *req);
+ * req->auth, as far as it can without the database (it never waits, so
+ * an HTTP thread calls it): public routes, the service tokens, malformed
+ * credentials, sessions' signatures and account keys found in the cache
+ * of recent lookups. AUTH_REFUSED after setting the reply: 401
+ * unauthorized (no, malformed or unknown credentials), 403 read_only_key
+ * (a read_only key on a route that read_only may not call), 403 forbidden
+ * (any other role not allowed), 503 metering_unavailable (out of memory).
+ * AUTH_LOOKUP: an account key (or a key's session) that only the database
+ * can settle; nothing is replied. */
+enum auth_step auth_begin(struct http_req *req);
+
+/* The whole decision of auth_begin, looking the key up when it must: on a
+ * thread that may wait on PostgreSQL. True to go on to the handler; false
+ * after setting the reply (auth_begin's, or 503 metering_unavailable when
+ * the key could not be looked up). */
+bool auth_finish(struct http_req *req);
 
 struct app;
 
 /* Resolves a bearer token (the operator's, the control plane's, or an
- * account key "<key_id>.<secret>") into *out, as auth_authorize does.
+ * account key "<key_id>.<secret>") into *out, as auth_finish does.
  * METER_OK; METER_ENOTFOUND for anything not accepted (unknown, revoked,
  * wrong secret: all alike); METER_EDB when the key could not be looked up. */
 METER_MUSTCHECK enum meter_rc auth_verify_token(struct app *app, const char *token,

@@ -49,6 +49,10 @@ struct http_req {
 	bool started;
 	bool handled;
 	bool suspended; /* the handler parked the connection */
+	/* The credentials need a look-up in the database, which a request
+	 * worker makes (auth_finish) once the whole request is in; until
+	 * then nothing has been decided or answered. */
+	bool auth_pending;
 	/* Called (when set) right after the connection is parked: the place
 	 * to hand work to another thread, which may then resume it at once. */
 	void (*on_suspended)(struct http_req *req);

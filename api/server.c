@@ -357,8 +357,25 @@ static void take_body(struct http_req *req, const char *data, size_t len)
 	req->body[req->body_len] = '\0';
 }
 
-/* Runs on a lane's workers: each request's handler, then wakes its
- * connection, which libmicrohttpd then answers with the reply set. */
+/* Runs req's handler once the whole request is in and its caller is
+ * allowed, or answers 413 when the body was over the route's cap. */
+static void run_handler(struct http_req *req)
+{
+	char msg[96];
+
+	req->handled = true;
+	if (req->body_too_large) {
+		snprintf(msg, sizeof(msg), "request body larger than %zu bytes", req->body_max);
+		http_reply_error(req, 413, "payload_too_large", msg,
+				 json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
+		return;
+	}
+	req->route->handler(req);
+}
+
+/* Runs on a lane's workers: each request's handler (its credentials first
+ * when they need the database), then wakes its connection, which
+ * libmicrohttpd then answers with the reply set. */
 static void *work_main(void *arg)
 {
 	struct lane *l = arg;
@@ -380,11 +397,19 @@ static void *work_main(void *arg)
 		pthread_mutex_unlock(&l->lock);
 		if (!req)
 			break;
-		if (stopping)
+		if (stopping) {
 			http_reply_error(req, 503, "metering_unavailable",
 					 "the service is shutting down", NULL);
-		else
+		} else if (req->auth_pending) {
+			/* Credentials first. Refused: its reply is set. Allowed: a
+			 * route of this lane runs here; one of the HTTP threads'
+			 * runs there once resumed (on_request). */
+			req->auth_pending = false;
+			if (auth_finish(req) && req->route->lane != ROUTE_LANE_HTTP)
+				run_handler(req);
+		} else {
 			req->route->handler(req);
+		}
 		/* A worker's handler answers: it never parks the request itself. */
 		req->suspended = false;
 		MHD_resume_connection(req->conn);
@@ -422,10 +447,10 @@ static void work_submit(struct http_req *req)
 
 /* The lanes' workers for a pool of n connections. Reads get all but a
  * quarter of them (at least one when n >= 2), which they therefore never
- * hold; the writes' workers (at least one) and what still runs on the
- * HTTP threads (the key lookups of authentication) share that quarter,
- * each holding a connection only while it runs, so slow reads cannot
- * starve them. */
+ * hold; the writes' workers (at least one) get that quarter, so slow
+ * reads cannot starve them. A worker holds one connection at a time (the
+ * key look-up of a request's credentials, then its handler), and nothing
+ * else takes one, so no worker waits for a connection. */
 static void server_workers(int n, int *reads, int *writes)
 {
 	int reserved = n >= 2 ? (n / 4 > 1 ? n / 4 : 1) : 0;
@@ -527,9 +552,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		req->started = true;
 		req->method = method;
 		req->path = url;
-		if (!route_request(req) || !auth_authorize(req)) {
+		if (!route_request(req)) {
 			conn_watch_mark(srv, conn, false);
 			return queue(req);
+		}
+		switch (auth_begin(req)) {
+		case AUTH_REFUSED:
+			conn_watch_mark(srv, conn, false);
+			return queue(req);
+		case AUTH_LOOKUP:
+			/* Decided on a worker once the request is in (an
+			 * oversized body is answered after the credentials). */
+			req->auth_pending = true;
+			return MHD_YES;
+		case AUTH_ALLOWED:
+			break;
 		}
 		if (req->body_too_large) {
 			snprintf(msg, sizeof(msg), "request body larger than %zu bytes",
@@ -547,21 +584,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+	if (req->resp && !req->queued)
+		return queue(req); /* refused on a worker (its credentials) */
 	if (!req->handled) {
-		req->handled = true;
 		conn_watch_mark(srv, conn, false); /* the whole request is in */
-		if (req->body_too_large) {
-			snprintf(msg, sizeof(msg), "request body larger than %zu bytes",
-				 req->body_max);
-			http_reply_error(
-			    req, 413, "payload_too_large", msg,
-			    json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
-		} else if (req->route->lane != ROUTE_LANE_HTTP) {
+		if (req->auth_pending) {
+			/* A worker looks the key up, and runs the handler when
+			 * the route is its lane's; the read lane's for a route
+			 * of the HTTP threads, which comes back here. */
+			enum route_lane lane = req->route->lane;
+
+			req->handler_ctx =
+			    &srv->lanes[lane != ROUTE_LANE_HTTP ? lane : ROUTE_LANE_READ];
+			req->on_suspended = work_submit;
+			req->suspended = true;
+		} else if (req->route->lane != ROUTE_LANE_HTTP && !req->body_too_large) {
+			req->handled = true;
 			req->handler_ctx = &srv->lanes[req->route->lane];
 			req->on_suspended = work_submit;
 			req->suspended = true;
 		} else {
-			req->route->handler(req);
+			run_handler(req);
 		}
 		if (!req->resp && req->suspended) {
 			MHD_suspend_connection(conn);

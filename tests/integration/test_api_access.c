@@ -6,13 +6,22 @@
  *   - every role a route does not allow gets 403, and the roles it allows
  *     get past authorization;
  *   - no or a garbage Authorization header gets 401;
+ *   - an account key's look-up never holds up an HTTP thread: with the
+ *     keys' table locked, unknown keys on routes of every lane wait while
+ *     the routes the HTTP threads answer alone still answer at once;
  *   - no token or secret appears in any response or in the access log. */
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "apitest.h"
 #include "check.h"
+#include "checks_util.h"
 #include "routes.h"
 
 static struct apitest t;
@@ -321,6 +330,137 @@ static void test_no_leaks(void)
 	free(log);
 }
 
+/* One request with an unknown key, on a thread of its own. */
+struct lookup {
+	pthread_t thread;
+	bool started;
+	const char *method, *path, *body;
+	char token[APITEST_TOKEN_MAX];
+	long status;
+	char code[32];
+	atomic_int done;
+};
+
+static void *lookup_main(void *arg)
+{
+	struct lookup *l = arg;
+	struct apitest_resp r;
+	const char *code;
+
+	apitest_call(&t, 0, l->method, l->path, l->token, l->body, &r);
+	l->status = r.status;
+	code = apitest_error_code(&r);
+	snprintf(l->code, sizeof(l->code), "%s", code ? code : "");
+	apitest_resp_release(&r);
+	atomic_store(&l->done, 1);
+	return NULL;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Look-ups of the keys' table waiting for a lock, as PostgreSQL sees them
+ * now (pg_locks is read afresh on every call, even in a transaction). */
+static long long waiting_lookups(void)
+{
+	return cu_sql_int(t.db.conn, "SELECT count(*) FROM pg_locks"
+				     " WHERE relation = 'api_keys'::regclass AND NOT granted");
+}
+
+/* A key look-up waits on a request worker, never on an HTTP thread: with
+ * the keys' table locked, requests with keys no cache holds, on routes of
+ * the read lane, the write lane and the HTTP threads (checks, a streamed
+ * export), all wait, and meanwhile the routes the HTTP threads answer
+ * without the database answer at once. Then the lock goes and each of the
+ * waiting requests gets its 401. (Before, every HTTP thread waited in such
+ * a look-up, and with it every request it would have read next.) */
+static void test_lookups_off_http_threads(void)
+{
+	enum { LOOKUPS = 12 };
+	static const struct {
+		const char *method, *path;
+	} targets[] = {
+	    {"GET", "/v1/keys"},
+	    {"PUT", "/v1/keys/own_id/limits"},
+	    {"POST", "/v1/checks/create"},
+	    {"GET", "/v1/reports/usage.csv?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z"},
+	};
+	static const char *const quick[] = {"/healthz", "/metrics", "/v1/openapi.json"};
+	static struct lookup l[LOOKUPS];
+	PGresult *res = PQexec(t.db.conn, "BEGIN");
+	int64_t until, worst = 0;
+	long long waiting = 0;
+	int done = 0;
+
+	CHECK(PQresultStatus(res) == PGRES_COMMAND_OK);
+	PQclear(res);
+	res = PQexec(t.db.conn, "LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE");
+	CHECK(PQresultStatus(res) == PGRES_COMMAND_OK);
+	PQclear(res);
+	for (int i = 0; i < LOOKUPS; i++) {
+		const size_t k = (size_t)i % (sizeof(targets) / sizeof(targets[0]));
+
+		l[i].method = targets[k].method;
+		l[i].path = targets[k].path;
+		l[i].body = strcmp(l[i].method, "PUT") == 0    ? "{\"daily_limit_micros\":1}"
+			    : strcmp(l[i].method, "POST") == 0 ? checks_create_body
+							       : NULL;
+		/* Unknown ids, so that no cache can answer. */
+		snprintf(l[i].token, sizeof(l[i].token),
+			 "key_00000000000000%02d.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", i);
+		atomic_init(&l[i].done, 0);
+		l[i].started = pthread_create(&l[i].thread, NULL, lookup_main, &l[i]) == 0;
+		CHECK(l[i].started);
+	}
+	/* Until look-ups are seen waiting on the lock (at most 10 s): as many
+	 * as there are HTTP threads, which is all that waited before. */
+	until = now_ms() + 10000;
+	while (now_ms() < until && (waiting = waiting_lookups()) < 2) {
+		struct timespec nap = {0, 20 * 1000 * 1000};
+
+		nanosleep(&nap, NULL);
+	}
+	CHECK(waiting >= 2);
+	for (int round = 0; round < 5; round++) {
+		for (size_t q = 0; q < sizeof(quick) / sizeof(quick[0]); q++) {
+			struct apitest_resp r;
+			int64_t t0 = now_ms();
+
+			apitest_call(&t, 0, "GET", quick[q], NULL, NULL, &r);
+			CHECK_I64(r.status, 200);
+			if (now_ms() - t0 > worst)
+				worst = now_ms() - t0;
+			apitest_resp_release(&r);
+		}
+	}
+	/* Answered while every look-up still waited: within a second. */
+	if (worst > 1000)
+		fprintf(stderr, "a public route took %lld ms while keys were looked up\n",
+			(long long)worst);
+	CHECK(worst <= 1000);
+	for (int i = 0; i < LOOKUPS; i++)
+		done += atomic_load(&l[i].done);
+	CHECK_I64(done, 0);
+	res = PQexec(t.db.conn, "ROLLBACK");
+	CHECK(PQresultStatus(res) == PGRES_COMMAND_OK);
+	PQclear(res);
+	for (int i = 0; i < LOOKUPS; i++) {
+		if (!l[i].started)
+			continue;
+		pthread_join(l[i].thread, NULL);
+		if (l[i].status != 401)
+			fprintf(stderr, "unknown key on %s %s: %ld %s\n", l[i].method, l[i].path,
+				l[i].status, l[i].code);
+		CHECK_I64(l[i].status, 401);
+		CHECK_STR(l[i].code, "unauthorized");
+	}
+}
+
 int main(void)
 {
 	if (apitest_start(&t, "api_access", 1, NULL, NULL) < 0)
@@ -330,6 +470,7 @@ int main(void)
 	test_other_account();
 	test_unauthenticated();
 	test_roles();
+	test_lookups_off_http_threads();
 	test_no_leaks();
 	apitest_drop(&t);
 	free(seen);

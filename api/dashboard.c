@@ -9,6 +9,7 @@
 #include "agent_doc.h"
 #include "app.h"
 #include "auth.h"
+#include "clock.h"
 #include "db_dashboard.h"
 #include "db_keys.h"
 #include "html.h"
@@ -115,14 +116,6 @@ static void page_end(struct html *h)
 	html_raw(h,
 		 "<p class=\"muted\">Amounts are exact to the microdollar. Usage is metered "
 		 "as used, with the 50-millicore floor while running.</p></main></body></html>\n");
-}
-
-static int64_t now_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* Start of the current UTC hour / day / month. */
@@ -315,7 +308,7 @@ void h_dash_sign_in(struct http_req *req)
 		session_operator_fingerprint(req->app->cfg->operator_token, a.key_id,
 					     sizeof(a.key_id));
 	}
-	if (session_issue(&a, now_usec() / 1000000, cookie, sizeof(cookie)) != METER_OK) {
+	if (session_issue(&a, clock_real_usec() / 1000000, cookie, sizeof(cookie)) != METER_OK) {
 		sign_in_page(req, 503, "Could not start a session.");
 		return;
 	}
@@ -386,7 +379,7 @@ static enum meter_rc overview_keys(struct html *h, PGconn *conn, const char *acc
 void h_dash_overview(struct http_req *req)
 {
 	const char *account = page_account(req);
-	int64_t now = now_usec(),
+	int64_t now = clock_real_usec(),
 		from = hour_start(now) - (HOURS_OVERVIEW - 1) * MONEY_USEC_PER_HOUR;
 	int64_t spend[HOURS_OVERVIEW], total = 0;
 	struct html_series s = {spend, HOURS_OVERVIEW};
@@ -497,7 +490,7 @@ void h_dash_sandboxes(struct http_req *req)
 	conn = page_db(req);
 	if (!conn)
 		return;
-	month_bounds(now_usec(), &mstart, &mend);
+	month_bounds(clock_real_usec(), &mstart, &mend);
 	rc = db_dash_sandboxes(conn, page_account(req), state, key, "", sort, page * DB_DASH_PAGE,
 			       mstart, rows, &n, &total);
 	page_db_done(req, conn, rc);
@@ -572,7 +565,7 @@ void h_dash_sandboxes(struct http_req *req)
 void h_dash_sandbox(struct http_req *req)
 {
 	const char *account = page_account(req), *sandbox = req->params[0];
-	int64_t now = now_usec(),
+	int64_t now = clock_real_usec(),
 		from = hour_start(now) - (HOURS_SANDBOX - 1) * MONEY_USEC_PER_HOUR;
 	int64_t used[HOURS_SANDBOX], mstart, mend;
 	struct db_dash_point pts[HOURS_SANDBOX];
@@ -712,7 +705,7 @@ void h_dash_keys(struct http_req *req)
 
 void h_dash_exports(struct http_req *req)
 {
-	int64_t now = now_usec(), mstart, mend;
+	int64_t now = clock_real_usec(), mstart, mend;
 	char from[40], to[40], month[8];
 	struct html h;
 

@@ -8,6 +8,7 @@
 
 #include "agent_doc.h"
 #include "app.h"
+#include "clock.h"
 #include "dbpool.h"
 #include "ingest.h"
 #include "log.h"
@@ -36,14 +37,6 @@ static struct ingest *samples_ingest(const struct meter_config *cfg)
 	ing = samples_ing;
 	pthread_mutex_unlock(&samples_mu);
 	return ing;
-}
-
-static int64_t samples_now_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* 400 invalid_request with the field named by err ("field: reason"). */
@@ -75,7 +68,7 @@ void h_samples_push(struct http_req *req)
 		samples_bad(req, "body: a JSON agent document is required");
 		return;
 	}
-	rc = agent_doc_parse(req->body, req->body_len, samples_now_usec(), &b, err, sizeof(err));
+	rc = agent_doc_parse(req->body, req->body_len, clock_real_usec(), &b, err, sizeof(err));
 	if (rc != METER_OK) {
 		samples_bad(req, err);
 		goto out;

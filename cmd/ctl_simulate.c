@@ -139,14 +139,6 @@ __attribute__((format(printf, 1, 2))) static void sim_fail(const char *fmt, ...)
 	(void)fprintf(stderr, "meterctl simulate: %s\n", msg);
 }
 
-static int64_t sim_real_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * SIM_USEC_PER_SEC + ts.tv_nsec / 1000;
-}
-
 /* Sleeps up to ms, returning early on a signal. */
 static void sim_sleep_ms(int64_t ms)
 {
@@ -968,7 +960,7 @@ int ctl_simulate_main(int argc, char **argv)
 			goto out;
 		}
 	} else {
-		s.start_usec = sim_real_usec();
+		s.start_usec = clock_real_usec();
 	}
 	if (o.key_ids && (status = sim_parse_keys(&s, o.key_ids)) != 0)
 		goto out;

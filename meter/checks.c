@@ -112,10 +112,7 @@ struct checks_engine {
 
 int64_t checks_clock_usec(int64_t clock_offset_s)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000 + clock_offset_s * INT64_C(1000000);
+	return clock_real_usec() + clock_offset_s * INT64_C(1000000);
 }
 
 int64_t checks_now_usec(const struct checks_engine *e)

@@ -1,6 +1,6 @@
-/* meter: the monotonic clock, for timeouts, backoff and durations (never a
- * timestamp that is stored or billed: those come from CLOCK_REALTIME or the
- * database). */
+/* meter: the clocks. The monotonic clock, for timeouts, backoff and
+ * durations, never for a timestamp that is stored or billed: those come
+ * from the wall clock (clock_real_usec) or the database. */
 #ifndef METER_CLOCK_H
 #define METER_CLOCK_H
 
@@ -14,6 +14,16 @@ static inline int64_t clock_mono_usec(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Microseconds since the epoch, of CLOCK_REALTIME (UTC): the instant a
+ * sample is taken or received at, or a page is built at. */
+static inline int64_t clock_real_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 

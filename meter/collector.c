@@ -82,14 +82,6 @@ void collector_host_id(const char *text, char *out, size_t outlen)
 		snprintf(out, outlen, "localhost");
 }
 
-static int64_t collector_now_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 static void collector_describe(void)
 {
 	metrics_describe("meter_collector_rounds_total", METRICS_COUNTER,
@@ -192,7 +184,7 @@ static void collector_read(struct collector *c, struct batch_list *l)
 
 		sample_batch_init(&b);
 		snprintf(b.host_id, sizeof(b.host_id), "%s", c->host_id);
-		rc = cgroup_read_all(c->cgroup_root, c->host_id, collector_now_usec(), &b, err,
+		rc = cgroup_read_all(c->cgroup_root, c->host_id, clock_real_usec(), &b, err,
 				     sizeof(err));
 		if (rc != METER_OK) {
 			if (!c->cgroup_failing)

@@ -3462,11 +3462,8 @@ static void ing_metrics(const struct ingest_stats *st, enum meter_rc rc)
 	if (st->retries)
 		metrics_counter_add("meter_ingest_retries_total", NULL, (uint64_t)st->retries);
 	if (st->newest_sampled_at_usec > 0 && st->accepted > 0) {
-		struct timespec ts;
-		int64_t now, lag;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		now = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-		lag = now - st->newest_sampled_at_usec;
+		int64_t lag = clock_real_usec() - st->newest_sampled_at_usec;
+
 		metrics_gauge_set_fixed("meter_ingest_lag_seconds", NULL, lag > 0 ? lag : 0, 6);
 	}
 }

@@ -66,14 +66,6 @@ void agent_poller_opts_init(struct agent_poller_opts *o)
 	o->max_parallel = 256;
 }
 
-static int64_t agent_real_usec(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* splitmix64: the jitter's generator (not for anything secret). */
 static uint64_t agent_rand(uint64_t *state)
 {
@@ -160,7 +152,7 @@ struct agent_poller *agent_poller_new(const char *const *urls, size_t n,
 	p->o.backoff_base_ms = agent_clamp(p->o.backoff_base_ms, 0, 86400000);
 	p->o.backoff_max_ms = agent_clamp(p->o.backoff_max_ms, p->o.backoff_base_ms, 86400000);
 	p->o.max_parallel = agent_clamp(p->o.max_parallel, 1, 10000);
-	p->rng = (uint64_t)agent_real_usec() ^ (uint64_t)(uintptr_t)p;
+	p->rng = (uint64_t)clock_real_usec() ^ (uint64_t)(uintptr_t)p;
 	p->hosts = calloc(n ? n : 1, sizeof(*p->hosts));
 	p->queue = calloc(n ? n : 1, sizeof(*p->queue));
 	p->done = calloc(n ? n : 1, sizeof(*p->done));
@@ -340,7 +332,7 @@ static void agent_finish(struct agent_poller *p, struct agent_host *h, CURLcode 
 		(void)snprintf(reason, sizeof(reason), "HTTP status %ld", status);
 		goto failed;
 	}
-	if (agent_doc_parse(h->buf, h->len, agent_real_usec(), &b, reason, sizeof(reason)) !=
+	if (agent_doc_parse(h->buf, h->len, clock_real_usec(), &b, reason, sizeof(reason)) !=
 	    METER_OK)
 		goto failed;
 	h->fails = 0;

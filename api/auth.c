@@ -258,8 +258,10 @@ static enum auth_step auth_run(struct http_req *req, bool may_wait)
 	if (!h && req->route->session) {
 		/* Pages and exports a signed-in browser opens: the session cookie. */
 		rc = auth_session(req, may_wait, a);
-		if (rc == AUTH_KEY_LOOKUP)
+		if (rc == AUTH_KEY_LOOKUP) {
+			memset(a, 0, sizeof(*a)); /* no role until decided */
 			return AUTH_LOOKUP;
+		}
 		if (rc == AUTH_KEY_DOWN) {
 			memset(a, 0, sizeof(*a));
 			http_reply_error(req, 503, "metering_unavailable",
@@ -289,7 +291,7 @@ static enum auth_step auth_run(struct http_req *req, bool may_wait)
 		}
 		rc = verify_token(req->app, h + 7, may_wait, a);
 		if (rc == AUTH_KEY_LOOKUP)
-			return AUTH_LOOKUP;
+			return AUTH_LOOKUP; /* a was cleared: no role until decided */
 		if (rc == AUTH_KEY_DOWN) {
 			http_reply_error(req, 503, "metering_unavailable",
 					 "credentials cannot be checked now", NULL);

@@ -357,20 +357,25 @@ static void take_body(struct http_req *req, const char *data, size_t len)
 	req->body[req->body_len] = '\0';
 }
 
+/* 413 payload_too_large: the body is over the route's cap. */
+static void reply_too_large(struct http_req *req)
+{
+	char msg[96];
+
+	snprintf(msg, sizeof(msg), "request body larger than %zu bytes", req->body_max);
+	http_reply_error(req, 413, "payload_too_large", msg,
+			 json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
+}
+
 /* Runs req's handler once the whole request is in and its caller is
  * allowed, or answers 413 when the body was over the route's cap. */
 static void run_handler(struct http_req *req)
 {
-	char msg[96];
-
 	req->handled = true;
-	if (req->body_too_large) {
-		snprintf(msg, sizeof(msg), "request body larger than %zu bytes", req->body_max);
-		http_reply_error(req, 413, "payload_too_large", msg,
-				 json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
-		return;
-	}
-	req->route->handler(req);
+	if (req->body_too_large)
+		reply_too_large(req);
+	else
+		req->route->handler(req);
 }
 
 /* Runs on a lane's workers: each request's handler (its credentials first
@@ -543,7 +548,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
 	struct http_server *srv = cls;
 	struct http_req *req = *req_cls;
-	char msg[96];
 
 	(void)version;
 	if (!req)
@@ -569,11 +573,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			break;
 		}
 		if (req->body_too_large) {
-			snprintf(msg, sizeof(msg), "request body larger than %zu bytes",
-				 req->body_max);
-			http_reply_error(
-			    req, 413, "payload_too_large", msg,
-			    json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
+			reply_too_large(req);
 			conn_watch_mark(srv, conn, false);
 			return queue(req);
 		}
@@ -587,20 +587,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (req->resp && !req->queued)
 		return queue(req); /* refused on a worker (its credentials) */
 	if (!req->handled) {
-		conn_watch_mark(srv, conn, false); /* the whole request is in */
-		if (req->auth_pending) {
-			/* A worker looks the key up, and runs the handler when
-			 * the route is its lane's; the read lane's for a route
-			 * of the HTTP threads, which comes back here. */
-			enum route_lane lane = req->route->lane;
+		enum route_lane lane = req->route->lane;
 
+		conn_watch_mark(srv, conn, false); /* the whole request is in */
+		if (req->auth_pending || (lane != ROUTE_LANE_HTTP && !req->body_too_large)) {
+			/* To a worker of the route's lane, which looks the key
+			 * up first when it must; of the read lane for a route of
+			 * the HTTP threads, which comes back here once its
+			 * credentials are decided. */
+			req->handled = !req->auth_pending;
 			req->handler_ctx =
 			    &srv->lanes[lane != ROUTE_LANE_HTTP ? lane : ROUTE_LANE_READ];
-			req->on_suspended = work_submit;
-			req->suspended = true;
-		} else if (req->route->lane != ROUTE_LANE_HTTP && !req->body_too_large) {
-			req->handled = true;
-			req->handler_ctx = &srv->lanes[req->route->lane];
 			req->on_suspended = work_submit;
 			req->suspended = true;
 		} else {

@@ -84,6 +84,16 @@ static void auth_cache_put(const char *key_id, const unsigned char *hash, const 
 	pthread_mutex_unlock(&auth_cache_lock);
 }
 
+void auth_forget_key(const char *key_id)
+{
+	struct auth_cache_slot *s = &auth_cache[auth_cache_slot_of(key_id)];
+
+	pthread_mutex_lock(&auth_cache_lock);
+	if (strcmp(s->key_id, key_id) == 0)
+		s->expires_usec = 0;
+	pthread_mutex_unlock(&auth_cache_lock);
+}
+
 enum auth_key_result {
 	AUTH_KEY_OK,
 	AUTH_KEY_UNKNOWN, /* malformed, unknown, revoked, or a wrong secret: all alike */

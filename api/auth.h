@@ -62,4 +62,9 @@ struct app;
 METER_MUSTCHECK enum meter_rc auth_verify_token(struct app *app, const char *token,
 						struct auth *out);
 
+/* Forgets this process's cached lookup of key_id (a key just revoked here),
+ * so that its token is refused from the next request on; other meterd
+ * processes forget theirs within the cache's 5 s. */
+void auth_forget_key(const char *key_id);
+
 #endif

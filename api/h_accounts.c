@@ -4,6 +4,7 @@
 #include <openssl/crypto.h>
 #include <string.h>
 
+#include "auth.h"
 #include "db_accounts.h"
 #include "db_keys.h"
 #include "h_keys.h"
@@ -95,4 +96,28 @@ out:
 	OPENSSL_cleanse(token, sizeof(token));
 	hutil_db_release(req, conn);
 	json_decref(body);
+}
+
+void h_account_key_revoke(struct http_req *req)
+{
+	struct db_key key;
+	PGconn *conn = NULL;
+	json_t *out;
+	bool already = false;
+	enum meter_rc rc;
+
+	if (!hutil_db_acquire(req, &conn))
+		return;
+	rc = db_key_revoke(conn, req->params[0], req->params[1], &key, &already);
+	if (rc != METER_OK) {
+		hutil_reply_rc(req, conn, rc, "no such key in this account");
+		goto out;
+	}
+	auth_forget_key(key.key_id);
+	out = h_key_json(&key);
+	if (out)
+		json_object_set_new(out, "already_revoked", json_boolean(already));
+	http_reply_json(req, 200, out);
+out:
+	hutil_db_release(req, conn);
 }

@@ -274,6 +274,114 @@ static void test_accounts_and_keys(void)
 	apitest_resp_release(&r);
 }
 
+/* Revocation over the API (DELETE /v1/accounts/{id}/keys/{key_id}, the
+ * operator's): who may not, another account's key, a body or a query
+ * refused with nothing revoked; then the answer, the token refused by this
+ * meterd from the next request on (its cached lookup forgotten), a check
+ * naming the key refused, and a second call answering the first
+ * revocation. */
+static void test_key_revoke(void)
+{
+	struct apitest_resp r;
+	char acc[65], acc2[65], kv[65], kw[65], path[160], target[256], body[256], sql[256];
+	char first[64] = "", got[64], tv[APITEST_TOKEN_MAX], tw[APITEST_TOKEN_MAX];
+	const char *const not_allowed[] = {tv, tw, t.control_plane_token};
+	const char *const missing[][2] = {{acc, kw}, {"acc_nope", kv}, {acc, "key_nope"}};
+
+	CHECK(apitest_create_account(&t, "Revoking", acc) == 0);
+	CHECK(apitest_create_account(&t, "Bystander", acc2) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, kv, tv) == 0);
+	CHECK(apitest_create_key(&t, acc2, "full", -1, NULL, kw, tw) == 0);
+	/* The token used once, so this meterd has its lookup cached. */
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tv, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+
+	snprintf(path, sizeof(path), "/v1/accounts/%s/keys/%s", acc, kv);
+	for (size_t i = 0; i < sizeof(not_allowed) / sizeof(not_allowed[0]); i++) {
+		CHECK(apitest_call(&t, 0, "DELETE", path, not_allowed[i], NULL, &r) == 0);
+		CHECK_I64(r.status, 403);
+		CHECK_STR(apitest_error_code(&r), "forbidden");
+		apitest_resp_release(&r);
+	}
+	/* Another account's key under this account's id, an unknown account,
+	 * an unknown key: 404. */
+	for (size_t i = 0; i < sizeof(missing) / sizeof(missing[0]); i++) {
+		snprintf(target, sizeof(target), "/v1/accounts/%s/keys/%s", missing[i][0],
+			 missing[i][1]);
+		CHECK(apitest_call(&t, 0, "DELETE", target, t.operator_token, NULL, &r) == 0);
+		CHECK_I64(r.status, 404);
+		CHECK_STR(apitest_error_code(&r), "not_found");
+		apitest_resp_release(&r);
+	}
+	/* It takes no body and no query. */
+	CHECK(apitest_call(&t, 0, "DELETE", path, t.operator_token, "{}", &r) == 0);
+	CHECK_I64(r.status, 413);
+	CHECK_STR(apitest_error_code(&r), "payload_too_large");
+	apitest_resp_release(&r);
+	snprintf(target, sizeof(target), "%s?force=true", path);
+	CHECK(apitest_call(&t, 0, "DELETE", target, t.operator_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 400);
+	CHECK_STR(apitest_error_code(&r), "invalid_request");
+	apitest_resp_release(&r);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM api_keys WHERE key_id IN ('%s', '%s')"
+		 " AND revoked_at IS NOT NULL",
+		 kv, kw);
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
+	CHECK_STR(got, "0");
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tv, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+
+	/* Revoked. */
+	CHECK(apitest_call(&t, 0, "DELETE", path, t.operator_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_STR(apitest_json_str(&r, "key_id"), kv);
+	CHECK_STR(apitest_json_str(&r, "account_id"), acc);
+	CHECK_STR(apitest_json_str(&r, "role"), "full");
+	CHECK(json_is_false(json_object_get(r.json, "already_revoked")));
+	CHECK(strstr(r.body, "secret") == NULL);
+	snprintf(first, sizeof(first), "%s", apitest_json_str(&r, "revoked_at") ?: "");
+	apitest_resp_release(&r);
+	CHECK(strlen(first) >= 20);
+	snprintf(sql, sizeof(sql),
+		 "SELECT to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS')"
+		 " FROM api_keys WHERE key_id = '%s'",
+		 kv);
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
+	CHECK(got[0] && strncmp(first, got, strlen(got)) == 0);
+	/* This meterd had the token cached: refused from the next request. */
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tv, NULL, &r) == 0);
+	CHECK_I64(r.status, 401);
+	CHECK_STR(apitest_error_code(&r), "unauthorized");
+	apitest_resp_release(&r);
+	snprintf(body, sizeof(body),
+		 "{\"key_id\":\"%s\",\"sandbox_id\":\"rk-1\",\"vcpus\":1,\"memory_mib\":512,"
+		 "\"lease_seconds\":60}",
+		 kv);
+	CHECK(apitest_call(&t, 0, "POST", "/v1/checks/create", t.control_plane_token, body, &r) ==
+	      0);
+	CHECK_I64(r.status, 403);
+	CHECK_STR(apitest_error_code(&r), "key_revoked");
+	apitest_resp_release(&r);
+	/* Again: the first revocation stands; the other account's key is
+	 * untouched. */
+	CHECK(apitest_call(&t, 0, "DELETE", path, t.operator_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK(json_is_true(json_object_get(r.json, "already_revoked")));
+	CHECK_STR(apitest_json_str(&r, "revoked_at"), first);
+	apitest_resp_release(&r);
+	snprintf(target, sizeof(target), "/v1/keys/%s", kv);
+	CHECK(apitest_call(&t, 0, "GET", target, t.operator_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_STR(apitest_json_str(&r, "revoked_at"), first);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tw, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+}
+
 static void test_prices(void)
 {
 	struct apitest_resp r;
@@ -393,6 +501,7 @@ int main(void)
 	if (apitest_start(&t, "api_keys", 1, NULL, NULL) < 0)
 		return 1;
 	test_accounts_and_keys();
+	test_key_revoke();
 	test_prices();
 	test_database_down();
 	CHECK(apitest_stop(&t) == 0);

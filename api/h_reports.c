@@ -25,6 +25,7 @@
 #include "agent_doc.h"
 #include "app.h"
 #include "auth.h"
+#include "clock.h"
 #include "db.h"
 #include "export.h"
 #include "h_util.h"
@@ -445,10 +446,13 @@ void h_reports_stop(void)
 		}
 		pthread_mutex_unlock(&st->lock);
 	}
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += STOP_WAIT_MS / 1000;
+	/* On the monotonic clock (streams_gone is initialised statically, so
+	 * the wait names its clock): a step of the wall clock neither cuts
+	 * the wait short nor stretches it. */
+	until = clock_mono_after_ms(STOP_WAIT_MS);
 	while (exports_running > 0)
-		if (pthread_cond_timedwait(&streams_gone, &streams_lock, &until) != 0)
+		if (pthread_cond_clockwait(&streams_gone, &streams_lock, CLOCK_MONOTONIC, &until) !=
+		    0)
 			break;
 	if (exports_running > 0)
 		log_warn("%d exports still stopping", exports_running);

@@ -99,8 +99,8 @@ void h_usage_get(struct http_req *req)
 	rc = db_usage_query(conn, &q, &total, &items, &n);
 	if (rc == METER_ERANGE) {
 		hutil_bad(req, "to",
-			  "more than 10000 items: narrow from and to, or use a coarser "
-			  "window");
+			  "more than 10000 items: narrow from and to, use a coarser window, or"
+			  " stream every item from /v1/reports/usage.csv (or .ndjson)");
 		goto out;
 	}
 	if (rc != METER_OK) {

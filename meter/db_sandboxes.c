@@ -257,6 +257,25 @@ enum meter_rc db_sandbox_get(PGconn *conn, const struct db_sandbox_query *q, str
 	return rc;
 }
 
+/* One sandbox's CPU money over [$4, $5) in its key's zone $3: the part of
+ * it the CPU used, the floor's top-up, and the millicore-seconds of that
+ * top-up. */
+/* clang-format off */
+static const char sql_cpu_split[] =
+	"WITH x AS (SELECT u.* FROM usage_hourly u"
+	" WHERE u.account_id = $1 AND u.sandbox_id = $2"
+	"  AND u.hour > $4::timestamptz - interval '1 hour' AND u.hour < $5::timestamptz"
+	"  AND " DB_ROW_START("$3::text") " >= $4::timestamptz"
+	"  AND " DB_ROW_START("$3::text") " < $5::timestamptz)"
+	" SELECT COALESCE((SELECT sum(v.used) FROM (SELECT div(sum(x.cpu_used_mcus)"
+	"   * p.cpu_micros_per_vcpu_hour, 3600000000000) AS used"
+	"   FROM x JOIN price_book p ON p.version = x.price_version"
+	"   GROUP BY p.version, p.cpu_micros_per_vcpu_hour) v), 0)::bigint,"
+	" (SELECT COALESCE(sum(x.cpu_micros), 0) FROM x)::bigint,"
+	" (SELECT div(COALESCE(sum(x.cpu_billed_mcus - x.cpu_used_mcus), 0), 1000000)"
+	"  FROM x)::bigint";
+/* clang-format on */
+
 enum meter_rc db_sandbox_cpu_split(PGconn *conn, const struct db_sandbox *sb, int64_t *used_micros,
 				   int64_t *topup_micros, int64_t *topup_millicore_seconds)
 {
@@ -268,21 +287,7 @@ enum meter_rc db_sandbox_cpu_split(PGconn *conn, const struct db_sandbox *sb, in
 
 	db_util_time_param(sb->from_usec, from, sizeof(from));
 	db_util_time_param(sb->to_usec, to, sizeof(to));
-	rc = db_util_exec(
-	    conn, "sandbox cpu split",
-	    "WITH x AS (SELECT u.* FROM usage_hourly u"
-	    " WHERE u.account_id = $1 AND u.sandbox_id = $2"
-	    "  AND u.hour > $4::timestamptz - interval '1 hour' AND u.hour < $5::timestamptz"
-	    "  AND meter_row_start($3, u.hour, u.day) >= $4::timestamptz"
-	    "  AND meter_row_start($3, u.hour, u.day) < $5::timestamptz)"
-	    " SELECT COALESCE((SELECT sum(v.used) FROM (SELECT div(sum(x.cpu_used_mcus)"
-	    "   * p.cpu_micros_per_vcpu_hour, 3600000000000) AS used"
-	    "   FROM x JOIN price_book p ON p.version = x.price_version"
-	    "   GROUP BY p.version, p.cpu_micros_per_vcpu_hour) v), 0)::bigint,"
-	    " (SELECT COALESCE(sum(x.cpu_micros), 0) FROM x)::bigint,"
-	    " (SELECT div(COALESCE(sum(x.cpu_billed_mcus - x.cpu_used_mcus), 0), 1000000)"
-	    "  FROM x)::bigint",
-	    5, params, &res, NULL);
+	rc = db_util_exec(conn, "sandbox cpu split", sql_cpu_split, 5, params, &res, NULL);
 	if (rc != METER_OK)
 		return rc;
 	rc = db_util_i64(res, 0, 0, &used, NULL);

@@ -37,7 +37,7 @@ enum meter_rc db_usage_read(const PGresult *res, int row, int col, struct db_usa
 /* clang-format off */
 static const char sql_usage[] =
 	"WITH r AS ("
-	" SELECT u.*, meter_row_start(COALESCE(k.time_zone, 'UTC'), u.hour, u.day) AS lo"
+	" SELECT u.*, " DB_ROW_START("COALESCE(k.time_zone, 'UTC')") " AS lo"
 	" FROM usage_hourly u LEFT JOIN api_keys k"
 	"  ON k.account_id = u.account_id AND k.key_id = u.key_id"
 	" WHERE ($1::text IS NULL OR u.account_id = $1)"

@@ -37,6 +37,18 @@ struct db_usage {
 
 #define DB_USAGE_COLUMNS 13 /* columns DB_USAGE_SUMS yields */
 
+/* SQL: the instant usage row u (hour, day) of a key in time zone TZ (an SQL
+ * expression) begins, equal to meter_row_start(TZ, u.hour, u.day). That
+ * nested SQL function is one the planner cannot inline (about 50 µs a
+ * call, and a query places a row more than once), so it is called only for
+ * a row whose hour begins before its day's midnight as PostgreSQL reads it:
+ * the hour a key's midnight cuts, or one where midnight comes twice. The
+ * day's start is never later than that reading (sql/0012_day_start.sql),
+ * so every other row begins at its hour. */
+#define DB_ROW_START(TZ)                                                                           \
+	"CASE WHEN u.day::timestamp AT TIME ZONE " TZ " <= u.hour THEN u.hour"                     \
+	" ELSE meter_row_start(" TZ ", u.hour, u.day) END"
+
 /* The DB_USAGE_COLUMNS aggregate columns of struct db_usage over the rows
  * of alias x, each restricted by F (a literal: "" or " FILTER (WHERE ...)"),
  * named as DB_USAGE_NAMES says. */

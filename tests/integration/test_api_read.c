@@ -7,6 +7,7 @@
 
 #include "apitest.h"
 #include "check.h"
+#include "db_usage.h"
 
 static struct apitest t;
 static char acc[65], accb[65], kf[65], kr[65], kp[65], kx[65];
@@ -382,6 +383,103 @@ static void test_unknown_account(void)
 	}
 }
 
+/* GET /v1/usage answers at most 10,000 items: an account with exactly that
+ * many sandbox-hours in the range gets them all (adding up to the total),
+ * one more is 400 on `to` and names the narrower queries and the export. */
+static void test_usage_items_cap(void)
+{
+	char accc[65], kc[65], tc[APITEST_TOKEN_MAX], sql[1400];
+	struct apitest_resp r;
+	json_t *items;
+	long long sum = 0;
+	const char *msg;
+
+	CHECK(apitest_create_account(&t, "C", accc) == 0);
+	CHECK(apitest_create_key(&t, accc, "read_only", -1, NULL, kc, tc) == 0);
+	/* 20 sandboxes with an hour each of 2026-02-01's first 500, and a
+	 * 21st with the 501st hour alone: 1 µ$ a sandbox-hour. */
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		 " storage_mib, state, created_at)"
+		 " SELECT '%s', 'cap_' || s, '%s', 1, 512, 0, 'running', '2026-02-01 00:00Z'"
+		 " FROM generate_series(1, 21) s;"
+		 "INSERT INTO usage_hourly (account_id, sandbox_id, key_id, hour, day,"
+		 " price_version, running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus,"
+		 " memory_mibus, storage_mibus, cpu_micros, memory_micros, storage_micros,"
+		 " total_micros, cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
+		 " SELECT '%s', 'cap_' || s, '%s', x.hour, (x.hour AT TIME ZONE 'UTC')::date, 1,"
+		 " 3600000000, 0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0"
+		 " FROM generate_series(1, 21) s, LATERAL (SELECT timestamptz '2026-02-01 00:00Z'"
+		 " + h * interval '1 hour' AS hour FROM generate_series(0, 500) h"
+		 " WHERE (s <= 20 AND h < 500) OR (s = 21 AND h = 500)) x",
+		 accc, kc, accc, kc);
+	sql_exec(sql);
+
+	r = get("/v1/usage?from=2026-02-01T00:00:00Z&to=2026-02-21T20:00:00Z&window=hour"
+		"&group_by=sandbox",
+		tc);
+	CHECK_I64(r.status, 200);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 10000);
+	for (size_t i = 0; i < json_array_size(items); i++)
+		sum += apitest_jpath(json_array_get(items, i), "cost.total_micros");
+	CHECK_I64(sum, 10000);
+	CHECK_I64(apitest_jpath(r.json, "cost.total_micros"), 10000);
+	apitest_resp_release(&r);
+
+	r = get("/v1/usage?from=2026-02-01T00:00:00Z&to=2026-02-21T21:00:00Z&window=hour"
+		"&group_by=sandbox",
+		tc);
+	CHECK_I64(r.status, 400);
+	CHECK_STR(apitest_error_code(&r), "invalid_request");
+	CHECK_STR(json_string_value(json_object_get(json_object_get(r.json, "error"), "field")),
+		  "to");
+	msg = json_string_value(json_object_get(json_object_get(r.json, "error"), "message"));
+	CHECK(msg && strstr(msg, "10000") && strstr(msg, "/v1/reports/usage.csv"));
+	apitest_resp_release(&r);
+
+	/* The same range a day at a time: 21 days of 20 or 21 sandboxes. */
+	r = get("/v1/usage?from=2026-02-01T00:00:00Z&to=2026-02-21T21:00:00Z&window=day"
+		"&group_by=sandbox",
+		tc);
+	CHECK_I64(r.status, 200);
+	CHECK_I64(json_array_size(json_object_get(r.json, "items")), 21 * 20 + 1);
+	CHECK_I64(apitest_jpath(r.json, "cost.total_micros"), 10001);
+	apitest_resp_release(&r);
+}
+
+/* The reads place a usage row with DB_ROW_START, which calls
+ * meter_row_start only for an hour before its day's midnight as PostgreSQL
+ * reads it. Both agree on every hour next to a midnight, 2025 and 2026, in
+ * zones whose midnight cuts an hour (+05:30, +05:45, +12:45, -03:30) and in
+ * zones whose clocks change at midnight (forward: Santiago, Beirut; back:
+ * Azores, Havana), where the day's start differs from that reading. */
+static void test_row_start_zones(void)
+{
+	/* clang-format off */
+	static const char sql[] =
+		"SELECT count(*) || '|' || count(*) FILTER (WHERE u.lo IS DISTINCT FROM"
+		"  meter_row_start(u.tz, u.hour, u.day))"
+		" || '|' || count(*) FILTER (WHERE u.lo <> u.hour)"
+		" FROM (SELECT u.*, " DB_ROW_START("u.tz") " AS lo"
+		"  FROM (SELECT z.tz, d.day, date_trunc('hour', d.day::timestamp AT TIME ZONE z.tz)"
+		"    + h * interval '1 hour' AS hour"
+		"   FROM unnest(ARRAY['UTC', 'Asia/Kolkata', 'Asia/Kathmandu', 'Pacific/Chatham',"
+		"    'America/St_Johns', 'America/Santiago', 'Asia/Beirut', 'Atlantic/Azores',"
+		"    'America/Havana', 'Europe/Paris', 'Australia/Lord_Howe']) z(tz),"
+		"    generate_series(date '2025-01-01', date '2026-12-31', interval '1 day') g,"
+		"    LATERAL (SELECT g::date AS day) d, generate_series(-1, 1) h) u) u";
+	/* clang-format on */
+	char got[128];
+
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
+	fprintf(stderr, "row starts near midnight (hours, differing, cut): %s\n", got);
+	/* 11 zones, 730 days, 3 hours; none differs; some begin inside
+	 * their hour (the cut ones). */
+	CHECK(strncmp(got, "24090|0|", 8) == 0);
+	CHECK(strcmp(got + 8, "0") != 0);
+}
+
 int main(void)
 {
 	if (apitest_start(&t, "api_read", 1, NULL, NULL) < 0)
@@ -391,6 +489,8 @@ int main(void)
 	test_sandboxes();
 	test_bad_queries();
 	test_unknown_account();
+	test_usage_items_cap();
+	test_row_start_zones();
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

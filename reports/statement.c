@@ -70,83 +70,84 @@ static int line_cmp(const void *a, const void *b)
 	return c ? c : strcmp(x->key_id, y->key_id);
 }
 
-/* Applies the free-hours credit: scans the account's running usage from its
- * first hour, in (hour, sandbox_id) order, until the free running time is
- * used up or the month is over, crediting the rows inside the month. */
+/* Credits the rows of the FETCH result res (those inside the month) until
+ * *left, the free running time still to give, is used up. */
+static enum meter_rc credit_rows(PGresult *res, struct statement *s, __int128 *left)
+{
+	for (int r = 0; r < PQntuples(res) && *left > 0; r++) {
+		struct statement_line key, *line;
+		int64_t running, money, credit;
+
+		if (get_i64(res, r, 3, &running) != METER_OK ||
+		    get_i64(res, r, 4, &money) != METER_OK || running == 0)
+			return METER_EDB;
+		if ((__int128)running <= *left) {
+			credit = money;
+			*left -= running;
+		} else {
+			credit = (int64_t)((__int128)money * *left / running);
+			*left = 0;
+		}
+		if (PQgetvalue(res, r, 0)[0] != 't')
+			continue;
+		memset(&key, 0, sizeof(key));
+		snprintf(key.sandbox_id, sizeof(key.sandbox_id), "%s", PQgetvalue(res, r, 1));
+		snprintf(key.key_id, sizeof(key.key_id), "%s", PQgetvalue(res, r, 2));
+		line = bsearch(&key, s->lines, s->n, sizeof(*s->lines), line_cmp);
+		if (line) {
+			line->credit_micros += credit;
+			s->total.credit_micros += credit;
+		}
+	}
+	return METER_OK;
+}
+
+/* Applies the free-hours credit: walks the account's running usage from its
+ * first hour, in (hour, sandbox_id) order, crediting the rows inside the
+ * month, and stops as soon as the free running time is used up or the
+ * month is over. A cursor read a page at a time: the rows after the credit
+ * (an account's whole history, for a late month) are never read. Runs in
+ * statement_build's transaction. */
 static enum meter_rc apply_credit(PGconn *conn, struct statement *s, const char *start,
 				  const char *end, char *err, size_t errlen)
 {
 	const char *params[3] = {s->account_id, start, end};
 	__int128 left = (__int128)s->free_sandbox_hours * MONEY_USEC_PER_HOUR;
-	enum meter_rc rc = METER_OK;
 	PGresult *res;
 
 	if (left <= 0)
 		return METER_OK;
-	if (!PQsendQueryParams(conn,
-			       "SELECT hour >= $2::timestamptz, sandbox_id, COALESCE(key_id, ''),"
-			       " running_usec, cpu_micros + memory_micros FROM usage_hourly"
-			       " WHERE account_id = $1 AND running_usec > 0 AND hour < $3"
-			       " ORDER BY hour, sandbox_id, price_version, day",
-			       3, NULL, params, NULL, NULL, 0)) {
-		snprintf(err, errlen, "statement query failed: %s", PQerrorMessage(conn));
-		return METER_EDB;
-	}
-	if (!PQsetSingleRowMode(conn)) {
-		/* The query is in flight: read it to the end so the connection
-		 * goes back to the pool idle. */
-		while ((res = PQgetResult(conn)) != NULL)
-			PQclear(res);
-		snprintf(err, errlen, "statement query failed: cannot stream its rows");
-		return METER_EDB;
-	}
-	while ((res = PQgetResult(conn)) != NULL) {
-		ExecStatusType st = PQresultStatus(res);
-		struct statement_line key, *line;
-		int64_t running, money, credit;
-
-		if (st == PGRES_TUPLES_OK) {
-			PQclear(res);
-			continue;
-		}
-		if (st != PGRES_SINGLE_TUPLE) {
-			snprintf(err, errlen, "statement query failed: %s",
-				 PQresultErrorMessage(res));
-			rc = METER_EDB;
-			PQclear(res);
-			continue;
-		}
-		if (rc != METER_OK || left == 0) {
-			PQclear(res); /* drain */
-			continue;
-		}
-		if (get_i64(res, 0, 3, &running) != METER_OK ||
-		    get_i64(res, 0, 4, &money) != METER_OK || running == 0) {
-			rc = METER_EDB;
-			PQclear(res);
-			continue;
-		}
-		if ((__int128)running <= left) {
-			credit = money;
-			left -= running;
-		} else {
-			credit = (int64_t)((__int128)money * left / running);
-			left = 0;
-		}
-		if (PQgetvalue(res, 0, 0)[0] == 't') {
-			memset(&key, 0, sizeof(key));
-			snprintf(key.sandbox_id, sizeof(key.sandbox_id), "%s",
-				 PQgetvalue(res, 0, 1));
-			snprintf(key.key_id, sizeof(key.key_id), "%s", PQgetvalue(res, 0, 2));
-			line = bsearch(&key, s->lines, s->n, sizeof(*s->lines), line_cmp);
-			if (line) {
-				line->credit_micros += credit;
-				s->total.credit_micros += credit;
-			}
-		}
+	res = PQexecParams(conn,
+			   "DECLARE meter_credit NO SCROLL CURSOR FOR"
+			   " SELECT hour >= $2::timestamptz, sandbox_id, COALESCE(key_id, ''),"
+			   " running_usec, cpu_micros + memory_micros FROM usage_hourly"
+			   " WHERE account_id = $1 AND running_usec > 0 AND hour < $3"
+			   " ORDER BY hour, sandbox_id, price_version, day",
+			   3, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		goto failed;
+	while (left > 0) {
 		PQclear(res);
+		res = PQexec(conn, "FETCH 1000 FROM meter_credit");
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			goto failed;
+		if (PQntuples(res) == 0)
+			break;
+		if (credit_rows(res, s, &left) != METER_OK) {
+			snprintf(err, errlen,
+				 "statement query failed: a usage row without running"
+				 " time");
+			PQclear(res);
+			return METER_EDB;
+		}
 	}
-	return rc;
+	PQclear(res);
+	return METER_OK;
+failed:
+	snprintf(err, errlen, "statement query failed: %s",
+		 res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	PQclear(res);
+	return METER_EDB;
 }
 
 enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, int month,
@@ -172,6 +173,14 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 	params[0] = account_id;
 	params[1] = start;
 	params[2] = end;
+
+	/* One snapshot for every query: the lines, the totals and the credit
+	 * read the same rows while metering writes the month's (the credit's
+	 * cursor needs a transaction too). Ended below, whatever happens. */
+	res = PQexec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+		goto db_error;
+	PQclear(res);
 
 	res = PQexecParams(conn,
 			   "SELECT a.name, COALESCE((SELECT p.free_sandbox_hours FROM price_book p"
@@ -259,6 +268,10 @@ db_error:
 out:
 	PQclear(res);
 	statement_release(&s);
+	/* Read only: rolling back ends it as a commit would, and leaves the
+	 * connection idle for its next user. */
+	if (PQtransactionStatus(conn) != PQTRANS_IDLE)
+		PQclear(PQexec(conn, "ROLLBACK"));
 	return rc;
 }
 

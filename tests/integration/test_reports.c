@@ -269,6 +269,50 @@ static void test_statement(PGconn *c)
 	CHECK(statement_parse_month("1999-12", &y, &m) == METER_EINVAL);
 }
 
+/* The credit read a page at a time: ten sandboxes running 3 s in each of
+ * 300 hours (7 µ$ an hour), so the account's two free hours (7,200 s)
+ * cover the first 2,400 rows (240 hours of all ten), over three pages of
+ * the cursor, and no more. */
+static void test_statement_pages(PGconn *c)
+{
+	struct statement s;
+	char err[256];
+
+	CHECK_STR(testdb_exec_state(
+		      c, "INSERT INTO accounts (account_id, name) VALUES ('acc_p', 'Pages');"
+			 "INSERT INTO api_keys (account_id, key_id, secret_hash, role)"
+			 " VALUES ('acc_p', 'key_p', decode(repeat('22', 32), 'hex'), 'full');"
+			 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+			 " state) SELECT 'acc_p', 'sbx_p' || i, 'key_p', 1, 512, 'running'"
+			 " FROM generate_series(0, 9) i;"
+			 "INSERT INTO usage_hourly (account_id, sandbox_id, hour, price_version,"
+			 " key_id, day, running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus,"
+			 " memory_mibus, storage_mibus, cpu_micros, memory_micros, storage_micros,"
+			 " total_micros, cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
+			 " SELECT 'acc_p', 'sbx_p' || i, x.hour, 1, 'key_p', x.hour::date,"
+			 " 3000000, 3597000000, 0, 0, 0, 0, 7, 0, 0, 7, 7, 0, 0"
+			 " FROM generate_series(0, 9) i, LATERAL (SELECT timestamptz"
+			 " '2026-03-01 00:00Z' + h * interval '1 hour' AS hour"
+			 " FROM generate_series(0, 299) h) x"),
+		  "00000");
+	CHECK(statement_build(c, "acc_p", 2026, 3, &s, err, sizeof(err)) == METER_OK);
+	CHECK_I64(s.n, 10);
+	CHECK_I64(s.total.total_micros, 3000 * 7);
+	CHECK_I64(s.total.credit_micros, 2400 * 7);
+	CHECK_I64(s.total.due_micros, 600 * 7);
+	for (size_t i = 0; i < s.n; i++)
+		CHECK_I64(s.lines[i].credit_micros, 240 * 7);
+	statement_release(&s);
+	/* The connection is left idle, outside any transaction. */
+	CHECK(PQtransactionStatus(c) == PQTRANS_IDLE);
+	CHECK(statement_build(c, "acc_p", 2026, 4, &s, err, sizeof(err)) == METER_OK);
+	CHECK_I64(s.n, 0);
+	CHECK_I64(s.total.credit_micros, 0);
+	statement_release(&s);
+	CHECK(statement_build(c, "acc_nope", 2026, 4, &s, err, sizeof(err)) == METER_ENOTFOUND);
+	CHECK(PQtransactionStatus(c) == PQTRANS_IDLE);
+}
+
 int main(void)
 {
 	struct testdb db;
@@ -320,6 +364,7 @@ int main(void)
 		  3600, 7, 8, 0);
 	test_exports(db.conn);
 	test_statement(db.conn);
+	test_statement_pages(db.conn);
 	testdb_drop(&db);
 	return check_done();
 }

@@ -131,6 +131,22 @@ static const struct bad_case cases[] = {
      "invalid_request", "path"},
     {"account unknown", "POST", "/v1/accounts/acc_unknown/keys", TOK_OPERATOR,
      "{\"role\":\"full\"}", 0, NULL, 404, "not_found", NULL},
+    /* DELETE /v1/accounts/{id}/keys/{key_id}: every row is refused before
+     * the key is revoked (later rows still use it). */
+    {"revoke: key id 65 chars", "DELETE", "/v1/accounts/{acc}/keys/" ID65, TOK_OPERATOR, NULL, 0,
+     NULL, 400, "invalid_request", "key_id"},
+    {"revoke: key id bad chars", "DELETE", "/v1/accounts/{acc}/keys/k%20y", TOK_OPERATOR, NULL, 0,
+     NULL, 400, "invalid_request", "key_id"},
+    {"revoke: a body", "DELETE", "/v1/accounts/{acc}/keys/{key}", TOK_OPERATOR, "{}", 0, NULL, 413,
+     "payload_too_large", NULL},
+    {"revoke: a query", "DELETE", "/v1/accounts/{acc}/keys/{key}?force=true", TOK_OPERATOR, NULL, 0,
+     NULL, 400, "invalid_request", "force"},
+    {"revoke: by the key itself", "DELETE", "/v1/accounts/{acc}/keys/{key}", TOK_FULL, NULL, 0,
+     NULL, 403, "forbidden", NULL},
+    {"revoke: unknown key", "DELETE", "/v1/accounts/{acc}/keys/key_unknown", TOK_OPERATOR, NULL, 0,
+     NULL, 404, "not_found", NULL},
+    {"revoke: PUT", "PUT", "/v1/accounts/{acc}/keys/{key}", TOK_OPERATOR, "{}", 0, NULL, 405,
+     "method_not_allowed", NULL},
     /* PUT /v1/keys/{id}/limits. */
     {"limits empty", "PUT", "/v1/keys/{key}/limits", TOK_FULL, "{}", 0, NULL, 400,
      "invalid_request", "daily_limit_micros"},

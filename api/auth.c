@@ -14,6 +14,7 @@
 
 #include <openssl/crypto.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,9 @@ struct auth_cache_slot {
 
 static struct auth_cache_slot auth_cache[AUTH_CACHE_SLOTS];
 static pthread_mutex_t auth_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Counts auth_forget_key calls: a lookup that began before one (it may have
+ * read the key before its revocation) is not cached. */
+static uint64_t auth_cache_forgets;
 
 /* FNV-1a of the key id: its cache slot. */
 static size_t auth_cache_slot_of(const char *key_id)
@@ -55,12 +59,14 @@ static size_t auth_cache_slot_of(const char *key_id)
 
 /* True when key_id with a secret hashing to hash was verified less than
  * AUTH_CACHE_TTL_USEC ago; fills a. */
-static bool auth_cache_get(const char *key_id, const unsigned char *hash, struct auth *a)
+static bool auth_cache_get(const char *key_id, const unsigned char *hash, struct auth *a,
+			   uint64_t *forgets)
 {
 	struct auth_cache_slot *s = &auth_cache[auth_cache_slot_of(key_id)];
 	bool hit = false;
 
 	pthread_mutex_lock(&auth_cache_lock);
+	*forgets = auth_cache_forgets;
 	if (s->expires_usec > http_now_usec() && strcmp(s->key_id, key_id) == 0 &&
 	    keys_hash_equal(s->hash, hash)) {
 		memcpy(a->account_id, s->account_id, sizeof(a->account_id));
@@ -71,11 +77,18 @@ static bool auth_cache_get(const char *key_id, const unsigned char *hash, struct
 	return hit;
 }
 
-static void auth_cache_put(const char *key_id, const unsigned char *hash, const struct auth *a)
+/* Caches a lookup that began when auth_cache_get gave forgets: not when a
+ * key was forgotten since (the lookup may predate its revocation). */
+static void auth_cache_put(const char *key_id, const unsigned char *hash, const struct auth *a,
+			   uint64_t forgets)
 {
 	struct auth_cache_slot *s = &auth_cache[auth_cache_slot_of(key_id)];
 
 	pthread_mutex_lock(&auth_cache_lock);
+	if (forgets != auth_cache_forgets) {
+		pthread_mutex_unlock(&auth_cache_lock);
+		return;
+	}
 	snprintf(s->key_id, sizeof(s->key_id), "%s", key_id);
 	memcpy(s->hash, hash, KEYS_HASH_LEN);
 	memcpy(s->account_id, a->account_id, sizeof(s->account_id));
@@ -89,6 +102,7 @@ void auth_forget_key(const char *key_id)
 	struct auth_cache_slot *s = &auth_cache[auth_cache_slot_of(key_id)];
 
 	pthread_mutex_lock(&auth_cache_lock);
+	auth_cache_forgets++;
 	if (strcmp(s->key_id, key_id) == 0)
 		s->expires_usec = 0;
 	pthread_mutex_unlock(&auth_cache_lock);
@@ -112,6 +126,7 @@ static enum auth_key_result auth_key(struct app *app, const char *token, bool ma
 	struct db_key_auth row = {0};
 	enum auth_key_result result = AUTH_KEY_UNKNOWN;
 	PGconn *conn = NULL;
+	uint64_t forgets;
 	enum meter_rc rc;
 
 	if (keys_token_split(token, key_id, &secret) != METER_OK)
@@ -119,7 +134,7 @@ static enum auth_key_result auth_key(struct app *app, const char *token, bool ma
 	if (keys_hash_secret(secret, strlen(secret), hash) != METER_OK)
 		return AUTH_KEY_DOWN;
 	snprintf(a->key_id, sizeof(a->key_id), "%s", key_id);
-	if (auth_cache_get(key_id, hash, a))
+	if (auth_cache_get(key_id, hash, a, &forgets))
 		return AUTH_KEY_OK;
 	if (!may_wait)
 		return AUTH_KEY_LOOKUP;
@@ -138,7 +153,7 @@ static enum auth_key_result auth_key(struct app *app, const char *token, bool ma
 		goto out;
 	memcpy(a->account_id, row.account_id, sizeof(a->account_id));
 	a->role = row.read_only ? ROLE_READ_ONLY : ROLE_FULL;
-	auth_cache_put(key_id, hash, a);
+	auth_cache_put(key_id, hash, a, forgets);
 	result = AUTH_KEY_OK;
 out:
 	OPENSSL_cleanse(&row, sizeof(row));

@@ -109,11 +109,13 @@ void h_account_key_revoke(struct http_req *req)
 	if (!hutil_db_acquire(req, &conn))
 		return;
 	rc = db_key_revoke(conn, req->params[0], req->params[1], &key, &already);
+	/* Whatever the answer: the revocation may have committed before a
+	 * later read failed. */
+	auth_forget_key(req->params[1]);
 	if (rc != METER_OK) {
 		hutil_reply_rc(req, conn, rc, "no such key in this account");
 		goto out;
 	}
-	auth_forget_key(key.key_id);
 	out = h_key_json(&key);
 	if (out)
 		json_object_set_new(out, "already_revoked", json_boolean(already));

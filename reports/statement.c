@@ -158,6 +158,7 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 	PGresult *res = NULL;
 	enum meter_rc rc = METER_EDB;
 	struct statement s;
+	bool own = false, started = false;
 
 	memset(&s, 0, sizeof(s));
 	if (!parse_is_id(account_id) || month < 1 || month > 12 || year < 2000 || year > 9999) {
@@ -176,11 +177,26 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 
 	/* One snapshot for every query: the lines, the totals and the credit
 	 * read the same rows while metering writes the month's (the credit's
-	 * cursor needs a transaction too). Ended below, whatever happens. */
-	res = PQexec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+	 * cursor needs a transaction too). Ended below, whatever happens. In
+	 * a caller's transaction, a savepoint instead, undone at the end (which
+	 * closes the cursor): the caller's transaction goes on as it was, with
+	 * its own snapshots. */
+	switch (PQtransactionStatus(conn)) {
+	case PQTRANS_IDLE:
+		own = true;
+		res = PQexec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+		break;
+	case PQTRANS_INTRANS:
+		res = PQexec(conn, "SAVEPOINT meter_statement");
+		break;
+	default:
+		snprintf(err, errlen, "the connection is busy or in a failed transaction");
+		return METER_EINVAL;
+	}
 	if (PQresultStatus(res) != PGRES_COMMAND_OK)
 		goto db_error;
 	PQclear(res);
+	started = true;
 
 	res = PQexecParams(conn,
 			   "SELECT a.name, COALESCE((SELECT p.free_sandbox_hours FROM price_book p"
@@ -269,9 +285,12 @@ out:
 	PQclear(res);
 	statement_release(&s);
 	/* Read only: rolling back ends it as a commit would, and leaves the
-	 * connection idle for its next user. */
-	if (PQtransactionStatus(conn) != PQTRANS_IDLE)
+	 * connection as it came. */
+	if (started && own)
 		PQclear(PQexec(conn, "ROLLBACK"));
+	else if (started)
+		PQclear(PQexec(conn, "ROLLBACK TO SAVEPOINT meter_statement;"
+				     " RELEASE SAVEPOINT meter_statement"));
 	return rc;
 }
 

@@ -52,9 +52,12 @@ struct statement {
 	struct statement_line total; /* sums; sandbox_id and key_id empty */
 };
 
-/* Builds the statement of account_id for year-month on conn (borrowed).
- * METER_ENOTFOUND for an unknown account. *out is released with
- * statement_release(). */
+/* Builds the statement of account_id for year-month on conn (borrowed),
+ * in one read-only snapshot of its own when conn is idle, or under a
+ * savepoint of the caller's open transaction; conn is left as it came.
+ * METER_ENOTFOUND for an unknown account; METER_EINVAL for a bad account
+ * id or month, or a conn busy or in a failed transaction. *out is released
+ * with statement_release(). */
 METER_MUSTCHECK enum meter_rc statement_build(PGconn *conn, const char *account_id, int year,
 					      int month, struct statement *out, char *err,
 					      size_t errlen);

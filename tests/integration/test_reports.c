@@ -311,6 +311,25 @@ static void test_statement_pages(PGconn *c)
 	statement_release(&s);
 	CHECK(statement_build(c, "acc_nope", 2026, 4, &s, err, sizeof(err)) == METER_ENOTFOUND);
 	CHECK(PQtransactionStatus(c) == PQTRANS_IDLE);
+
+	/* In a caller's transaction: the same statement, and the transaction
+	 * goes on with what it wrote. */
+	CHECK_STR(testdb_exec_state(c, "BEGIN; INSERT INTO accounts (account_id, name)"
+				       " VALUES ('acc_tx', 'Written before')"),
+		  "00000");
+	CHECK(statement_build(c, "acc_p", 2026, 3, &s, err, sizeof(err)) == METER_OK);
+	CHECK_I64(s.total.credit_micros, 2400 * 7);
+	statement_release(&s);
+	CHECK(statement_build(c, "acc_nope", 2026, 3, &s, err, sizeof(err)) == METER_ENOTFOUND);
+	CHECK(PQtransactionStatus(c) == PQTRANS_INTRANS);
+	CHECK_STR(testdb_exec_state(c, "COMMIT"), "00000");
+	CHECK_I64(sql_i64(c, "SELECT count(*) FROM accounts WHERE account_id = 'acc_tx'"), 1);
+	/* A failed transaction is left alone, for its owner to roll back. */
+	CHECK_STR(testdb_exec_state(c, "BEGIN"), "00000");
+	CHECK(strcmp(testdb_exec_state(c, "SELECT 1 / 0"), "00000") != 0);
+	CHECK(statement_build(c, "acc_p", 2026, 3, &s, err, sizeof(err)) == METER_EINVAL);
+	CHECK(PQtransactionStatus(c) == PQTRANS_INERROR);
+	CHECK_STR(testdb_exec_state(c, "ROLLBACK"), "00000");
 }
 
 int main(void)

@@ -70,6 +70,13 @@ static int line_cmp(const void *a, const void *b)
 	return c ? c : strcmp(x->key_id, y->key_id);
 }
 
+/* err <- why the query that gave res (NULL: none came back) failed. */
+static void query_failed(PGconn *conn, const PGresult *res, char *err, size_t errlen)
+{
+	snprintf(err, errlen, "statement query failed: %s",
+		 res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+}
+
 /* Credits the rows of the FETCH result res (those inside the month) until
  * *left, the free running time still to give, is used up. */
 static enum meter_rc credit_rows(PGresult *res, struct statement *s, __int128 *left)
@@ -144,8 +151,7 @@ static enum meter_rc apply_credit(PGconn *conn, struct statement *s, const char 
 	PQclear(res);
 	return METER_OK;
 failed:
-	snprintf(err, errlen, "statement query failed: %s",
-		 res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	query_failed(conn, res, err, errlen);
 	PQclear(res);
 	return METER_EDB;
 }
@@ -158,7 +164,7 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 	PGresult *res = NULL;
 	enum meter_rc rc = METER_EDB;
 	struct statement s;
-	bool own = false, started = false;
+	const char *end_sql = NULL; /* what ends the snapshot, once begun */
 
 	memset(&s, 0, sizeof(s));
 	if (!parse_is_id(account_id) || month < 1 || month > 12 || year < 2000 || year > 9999) {
@@ -183,20 +189,23 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 	 * its own snapshots. */
 	switch (PQtransactionStatus(conn)) {
 	case PQTRANS_IDLE:
-		own = true;
 		res = PQexec(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+		end_sql = "ROLLBACK"; /* read only: as a commit would */
 		break;
 	case PQTRANS_INTRANS:
 		res = PQexec(conn, "SAVEPOINT meter_statement");
+		end_sql =
+		    "ROLLBACK TO SAVEPOINT meter_statement; RELEASE SAVEPOINT meter_statement";
 		break;
 	default:
 		snprintf(err, errlen, "the connection is busy or in a failed transaction");
 		return METER_EINVAL;
 	}
-	if (PQresultStatus(res) != PGRES_COMMAND_OK)
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		end_sql = NULL;
 		goto db_error;
+	}
 	PQclear(res);
-	started = true;
 
 	res = PQexecParams(conn,
 			   "SELECT a.name, COALESCE((SELECT p.free_sandbox_hours FROM price_book p"
@@ -278,19 +287,14 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 	goto out;
 
 db_error:
-	snprintf(err, errlen, "statement query failed: %s",
-		 res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
+	query_failed(conn, res, err, errlen);
 	rc = METER_EDB;
 out:
 	PQclear(res);
 	statement_release(&s);
-	/* Read only: rolling back ends it as a commit would, and leaves the
-	 * connection as it came. */
-	if (started && own)
-		PQclear(PQexec(conn, "ROLLBACK"));
-	else if (started)
-		PQclear(PQexec(conn, "ROLLBACK TO SAVEPOINT meter_statement;"
-				     " RELEASE SAVEPOINT meter_statement"));
+	/* Leaves the connection as it came. */
+	if (end_sql)
+		PQclear(PQexec(conn, end_sql));
 	return rc;
 }
 

@@ -9,6 +9,7 @@
 #include "app.h"
 #include "auth.h"
 #include "db_accounts.h"
+#include "db_util.h"
 #include "dbpool.h"
 #include "log.h"
 
@@ -40,8 +41,24 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
 					 NULL);
 			return;
 		}
-		/* A statement timeout is the database being unavailable too;
-		 * anything else is a fault of ours, logged by the db layer. */
+		/* A statement timeout is the database being unavailable too,
+		 * but the caller can act on it: say so. Anything else is a
+		 * fault of ours, logged by the db layer. */
+		if (strcmp(db_util_failed_state(), "57014") == 0) {
+			char msg[224];
+			long long ms = (long long)req->app->cfg->db_statement_timeout_ms;
+
+			db_util_failed_clear();
+			snprintf(msg, sizeof(msg),
+				 "the database did not answer within the statement timeout (%lld"
+				 " ms) and nothing was changed: retry, or ask for less (a shorter"
+				 " from..to, a coarser window)",
+				 ms);
+			http_reply_error(req, 503, "metering_unavailable", msg,
+					 json_pack("{s:s,s:I}", "reason", "statement_timeout",
+						   "timeout_ms", (json_int_t)ms));
+			return;
+		}
 		http_reply_error(req, 503, "metering_unavailable", "database error", NULL);
 		return;
 	default:

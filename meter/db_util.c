@@ -9,6 +9,18 @@
 #include "log.h"
 #include "parse.h"
 
+static _Thread_local char failed_state[6];
+
+const char *db_util_failed_state(void)
+{
+	return failed_state;
+}
+
+void db_util_failed_clear(void)
+{
+	failed_state[0] = '\0';
+}
+
 enum meter_rc db_util_exec(PGconn *conn, const char *what, const char *sql, int n,
 			   const char *const *params, PGresult **res, char *sqlstate)
 {
@@ -30,6 +42,10 @@ enum meter_rc db_util_exec(PGconn *conn, const char *what, const char *sql, int 
 	state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
 	if (sqlstate && state && strlen(state) == 5)
 		memcpy(sqlstate, state, 6);
+	if (state && strlen(state) == 5)
+		memcpy(failed_state, state, 6);
+	else
+		failed_state[0] = '\0';
 	/* A constraint refusing a value is the caller's to judge; a data
 	 * error usually comes from the client's input; the rest is news. */
 	if (!state || strncmp(state, "23", 2) != 0)

@@ -28,6 +28,14 @@ METER_MUSTCHECK enum meter_rc db_util_exec(PGconn *conn, const char *what, const
 					   const char *const *params, PGresult **res,
 					   char *sqlstate);
 
+/* The SQLSTATE of the latest statement db_util_exec saw fail on this
+ * thread since db_util_failed_clear(), or "" (borrowed, thread-local). An
+ * HTTP request runs on one thread from its pool connection to its answer,
+ * so the answer can tell a statement timeout (57014) from other failures
+ * without every query function passing the state up. */
+const char *db_util_failed_state(void);
+void db_util_failed_clear(void);
+
 /* Column col of row as int64 into *out. METER_ERANGE when the text is not
  * an int64 (a bug in the query); NULL gives *is_null (may be NULL when the
  * column cannot be NULL: NULL is then METER_EINVAL). */

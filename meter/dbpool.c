@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "db.h"
+#include "db_util.h"
 #include "log.h"
 
 #define BACKOFF_MIN_MS 100
@@ -140,6 +141,8 @@ enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out)
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 
+	/* What this thread last saw fail belongs to its last borrower. */
+	db_util_failed_clear();
 	pthread_mutex_lock(&pool->mu);
 	for (;;) {
 		/* Prefer a slot that is already connected. */

@@ -26,7 +26,8 @@ void db_pool_free(struct db_pool *pool);
 /* Borrows a connection, waiting up to wait_ms for a free one. Connects if
  * the slot has none (subject to the backoff). On METER_OK *out is borrowed
  * until db_pool_release(). METER_EDB when the database cannot be reached
- * now, METER_EIO when every connection stayed busy for wait_ms. */
+ * now, METER_EIO when every connection stayed busy for wait_ms. Clears this
+ * thread's db_util_failed_state(): a request starts with no failure seen. */
 METER_MUSTCHECK enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out);
 
 /* Returns a borrowed connection. broken: the caller saw it fail (a

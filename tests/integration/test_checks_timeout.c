@@ -6,7 +6,9 @@
  * first, then the one queued behind it), not one timeout per check as when
  * such a batch was rerun check by check while every other key's checks
  * queued behind it. Once the row is let go, checks are decided again by
- * the same process, and the refused ones left nothing behind. */
+ * the same process, and the refused ones left nothing behind. A read
+ * route that runs into the timeout answers 503 with the timeout as its
+ * reason, and answers again once the table it waited for is free. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -96,6 +98,28 @@ int main(void)
 	    0);
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key), 2);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+
+	/* A read that runs into the statement timeout says so: 503 with the
+	 * reason and the timeout, not a bare "database error". The usage
+	 * table is held by a transaction of the test's own. */
+	lk = PQconnectdb(t.db.url);
+	CHECK(PQstatus(lk) == CONNECTION_OK);
+	cu_sql(lk, "BEGIN");
+	cu_sql(lk, "LOCK TABLE usage_hourly IN ACCESS EXCLUSIVE MODE");
+	CHECK(apitest_call(&t, 0, "GET", "/v1/usage", token, NULL, &r) == 0);
+	CHECK_I64(r.status, 503);
+	CHECK_STR(apitest_error_code(&r), "metering_unavailable");
+	CHECK_STR(apitest_jstr(json_object_get(r.json, "error"), "reason"), "statement_timeout");
+	CHECK_I64(apitest_jpath(r.json, "error.timeout_ms"), 500);
+	CHECK(strstr(apitest_jstr(json_object_get(r.json, "error"), "message"),
+		     "statement timeout (500 ms)") != NULL);
+	apitest_resp_release(&r);
+	cu_sql(lk, "ROLLBACK");
+	PQfinish(lk);
+	/* The same process answers once the table is free. */
+	CHECK(apitest_call(&t, 0, "GET", "/v1/usage", token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

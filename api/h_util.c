@@ -51,8 +51,8 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
 			db_util_failed_clear();
 			snprintf(msg, sizeof(msg),
 				 "the database did not answer within the statement timeout (%lld"
-				 " ms) and nothing was changed: retry, or ask for less (a shorter"
-				 " from..to, a coarser window)",
+				 " ms): retry, or ask for less (a shorter from..to, a coarser"
+				 " window)",
 				 ms);
 			http_reply_error(req, 503, "metering_unavailable", msg,
 					 json_pack("{s:s,s:I}", "reason", "statement_timeout",

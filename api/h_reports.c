@@ -213,7 +213,7 @@ static void stream_reply(struct stream *st, struct MHD_Response *resp)
 	if (st->req) {
 		if (resp)
 			http_reply_response(st->req, 200, resp);
-		else
+		else if (!hutil_reply_timeout(st->req, st->p.lock_timeout_ms, "retry"))
 			http_reply_error(st->req, 503, "metering_unavailable",
 					 "the database is unreachable", NULL);
 		resp = NULL;
@@ -504,8 +504,9 @@ static void statement_reply(struct http_req *req, bool html)
 	}
 	if (rc != METER_OK) {
 		log_warn("statement failed: %s", err);
-		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
-				 NULL);
+		if (!hutil_reply_timeout(req, req->app->cfg->db_statement_timeout_ms, "retry"))
+			http_reply_error(req, 503, "metering_unavailable",
+					 "the database is unreachable", NULL);
 		return;
 	}
 	mem = open_memstream(&text, &len);

@@ -10,6 +10,7 @@
 #include "app.h"
 #include "clock.h"
 #include "dbpool.h"
+#include "h_util.h"
 #include "ingest.h"
 #include "log.h"
 #include "sample.h"
@@ -99,8 +100,10 @@ void h_samples_push(struct http_req *req)
 		break;
 	default:
 		log_warn("samples: document of host %s not ingested: %s", b.host_id, err);
-		http_reply_error(req, 503, "metering_unavailable", "metering database unavailable",
-				 NULL);
+		if (!hutil_reply_timeout(req, req->app->cfg->db_statement_timeout_ms,
+					 "nothing of the document was ingested; send it again"))
+			http_reply_error(req, 503, "metering_unavailable",
+					 "metering database unavailable", NULL);
 		break;
 	}
 out:

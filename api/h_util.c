@@ -44,28 +44,35 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
 		/* A statement timeout is the database being unavailable too,
 		 * but the caller can act on it: say so. Anything else is a
 		 * fault of ours, logged by the db layer. */
-		if (strcmp(db_util_failed_state(), "57014") == 0) {
-			char msg[224];
-			long long ms = (long long)req->app->cfg->db_statement_timeout_ms;
-
-			db_util_failed_clear();
-			snprintf(msg, sizeof(msg),
-				 "the database did not answer within the statement timeout (%lld"
-				 " ms): retry, or ask for less (a shorter from..to, a coarser"
-				 " window)",
-				 ms);
-			http_reply_error(req, 503, "metering_unavailable", msg,
-					 json_pack("{s:s,s:I}", "reason", "statement_timeout",
-						   "timeout_ms", (json_int_t)ms));
-			return;
-		}
-		http_reply_error(req, 503, "metering_unavailable", "database error", NULL);
+		if (!hutil_reply_timeout(req, req->app->cfg->db_statement_timeout_ms,
+					 "retry, or ask for less (a shorter from..to, a coarser"
+					 " window)"))
+			http_reply_error(req, 503, "metering_unavailable", "database error", NULL);
 		return;
 	default:
 		log_error("request %s: %s", req->request_id, meter_rc_str(rc));
 		http_reply_error(req, 500, "internal", "internal error", NULL);
 		return;
 	}
+}
+
+bool hutil_reply_timeout(struct http_req *req, int64_t timeout_ms, const char *advice)
+{
+	const char *state = db_util_failed_state();
+	bool lock = strcmp(state, "55P03") == 0;
+	char msg[256];
+
+	if (!lock && strcmp(state, "57014") != 0)
+		return false;
+	db_util_failed_clear();
+	snprintf(msg, sizeof(msg),
+		 "the database did not answer within the %s timeout (%lld ms): %s",
+		 lock ? "lock" : "statement", (long long)timeout_ms, advice);
+	http_reply_error(req, 503, "metering_unavailable", msg,
+			 json_pack("{s:s,s:I}", "reason",
+				   lock ? "lock_timeout" : "statement_timeout", "timeout_ms",
+				   (json_int_t)timeout_ms));
+	return true;
 }
 
 bool hutil_account_known(struct http_req *req, PGconn *conn, const char *account)

@@ -32,6 +32,14 @@ void hutil_db_release(struct http_req *req, PGconn *conn);
  * connection failed or a statement timed out, anything else 500 internal. */
 void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const char *what);
 
+/* When this thread's latest failed statement (db_util_failed_state) ran
+ * into the statement timeout, or a lock timeout: replies 503
+ * metering_unavailable saying which, with reason ("statement_timeout" or
+ * "lock_timeout") and timeout_ms, and a message ending in advice (what the
+ * caller can do, e.g. "retry"), and returns true. Else replies nothing and
+ * returns false. */
+bool hutil_reply_timeout(struct http_req *req, int64_t timeout_ms, const char *advice);
+
 /* For the operator, who names the account of a read (account non-empty):
  * 404 not_found when there is no such account, as for a key naming
  * another account's id, instead of an empty answer. A key's own account,

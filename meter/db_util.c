@@ -21,6 +21,16 @@ void db_util_failed_clear(void)
 	failed_state[0] = '\0';
 }
 
+void db_util_failed_note(const PGresult *res)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	if (state && strlen(state) == 5)
+		memcpy(failed_state, state, 6);
+	else
+		failed_state[0] = '\0';
+}
+
 enum meter_rc db_util_exec(PGconn *conn, const char *what, const char *sql, int n,
 			   const char *const *params, PGresult **res, char *sqlstate)
 {
@@ -42,10 +52,7 @@ enum meter_rc db_util_exec(PGconn *conn, const char *what, const char *sql, int 
 	state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
 	if (sqlstate && state && strlen(state) == 5)
 		memcpy(sqlstate, state, 6);
-	if (state && strlen(state) == 5)
-		memcpy(failed_state, state, 6);
-	else
-		failed_state[0] = '\0';
+	db_util_failed_note(r);
 	/* A constraint refusing a value is the caller's to judge; a data
 	 * error usually comes from the client's input; the rest is news. */
 	if (!state || strncmp(state, "23", 2) != 0)

@@ -36,6 +36,12 @@ METER_MUSTCHECK enum meter_rc db_util_exec(PGconn *conn, const char *what, const
 const char *db_util_failed_state(void);
 void db_util_failed_clear(void);
 
+/* Records res (a failed result; NULL when none came back) as this thread's
+ * latest failure, for db_util_failed_state(): for the code that runs its
+ * statements itself rather than through db_util_exec (ingestion, the
+ * statement, the export). */
+void db_util_failed_note(const PGresult *res);
+
 /* Column col of row as int64 into *out. METER_ERANGE when the text is not
  * an int64 (a bug in the query); NULL gives *is_null (may be NULL when the
  * column cannot be NULL: NULL is then METER_EINVAL). */

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "db_util.h"
 #include "dbpool.h"
 #include "hash.h"
 #include "log.h"
@@ -752,6 +753,7 @@ static void ing_fail(struct ing_call *c, const char *what, const PGresult *res)
 	if (!msg || !*msg)
 		msg = PQerrorMessage(c->conn);
 	snprintf(c->sqlstate, sizeof(c->sqlstate), "%s", state ? state : "");
+	db_util_failed_note(res); /* the answer tells a timeout from the rest */
 	snprintf(c->err, c->errlen, "%s: %s", what, msg ? msg : "unknown error");
 	n = strlen(c->err);
 	while (n > 0 && (c->err[n - 1] == '\n' || c->err[n - 1] == ' '))

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "csv.h"
+#include "db_util.h"
 #include "money.h"
 
 #define ROW_MARGIN 2048 /* room kept for one formatted row */
@@ -192,6 +193,7 @@ enum meter_rc export_open(PGconn *conn, const struct export_params *p, struct ex
 			 (long long)p->lock_timeout_ms);
 		res = PQexec(conn, set);
 		if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+			db_util_failed_note(res);
 			snprintf(err, errlen, "export set-up failed: %s",
 				 PQresultErrorMessage(res));
 			PQclear(res);
@@ -201,6 +203,7 @@ enum meter_rc export_open(PGconn *conn, const struct export_params *p, struct ex
 	}
 	res = PQexec(conn, sql);
 	if (PQresultStatus(res) != PGRES_COPY_OUT) {
+		db_util_failed_note(res); /* the answer tells a lock timeout */
 		snprintf(err, errlen, "export query failed: %s", PQresultErrorMessage(res));
 		PQclear(res);
 		return METER_EDB;

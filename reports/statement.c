@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db_util.h"
 #include "money.h"
 
 enum meter_rc statement_parse_month(const char *s, int *year, int *month)
@@ -73,6 +74,7 @@ static int line_cmp(const void *a, const void *b)
 /* err <- why the query that gave res (NULL: none came back) failed. */
 static void query_failed(PGconn *conn, const PGresult *res, char *err, size_t errlen)
 {
+	db_util_failed_note(res); /* the answer tells a timeout from the rest */
 	snprintf(err, errlen, "statement query failed: %s",
 		 res ? PQresultErrorMessage(res) : PQerrorMessage(conn));
 }

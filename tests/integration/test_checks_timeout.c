@@ -6,9 +6,10 @@
  * first, then the one queued behind it), not one timeout per check as when
  * such a batch was rerun check by check while every other key's checks
  * queued behind it. Once the row is let go, checks are decided again by
- * the same process, and the refused ones left nothing behind. A read
- * route that runs into the timeout answers 503 with the timeout as its
- * reason, and answers again once the table it waited for is free. */
+ * the same process, and the refused ones left nothing behind. A read, a
+ * push of samples, a statement and an export that run into the timeout
+ * answer 503 with the timeout as their reason, and answer again once the
+ * tables they waited for are free. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,6 +60,17 @@ int main(void)
 	struct tm tm;
 	double t0, took;
 	PGconn *lk;
+	char when[40], samples[512], statement[64], export[96];
+	const struct {
+		const char *path, *body, *reason, *message;
+	} held[] = {
+	    {"/v1/usage", NULL, "statement_timeout",
+	     "statement timeout (500 ms): retry, or ask for less"},
+	    {"/v1/samples", samples, "statement_timeout",
+	     "statement timeout (500 ms): nothing of the document was ingested"},
+	    {statement, NULL, "statement_timeout", "statement timeout (500 ms): retry"},
+	    {export, NULL, "lock_timeout", "lock timeout (500 ms): retry"},
+	};
 
 	/* Tomorrow, 12:00 UTC: no lease crosses the key's midnight. */
 	noon = now - now % 86400 + 86400 + 12 * 3600;
@@ -99,27 +111,53 @@ int main(void)
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key), 2);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 
-	/* A read that runs into the statement timeout says so: 503 with the
-	 * reason and the timeout, not a bare "database error". The usage
-	 * table is held by a transaction of the test's own. */
+	/* A read, a push of samples, a statement and an export that run into
+	 * the database's timeout say so: 503 with the reason and the timeout,
+	 * not a bare "database error" or "unreachable". The usage and meter
+	 * tables are held by a transaction of the test's own. */
+	cu_rfc3339(now, when, sizeof(when)); /* samples are checked against the real clock */
+	snprintf(samples, sizeof(samples),
+		 "{\"host_id\":\"h-to\",\"sampled_at\":\"%s\",\"sandboxes\":[{\"sandbox_id\":"
+		 "\"to-first\",\"key_id\":\"%s\",\"state\":\"running\",\"vcpus\":1,"
+		 "\"memory_mib\":1024,\"storage_mib\":0,\"cpu_usec\":1000}]}",
+		 when, key);
+	snprintf(statement, sizeof(statement), "/v1/reports/statement.csv?month=%.7s", today);
+	snprintf(export, sizeof(export),
+		 "/v1/reports/usage.csv?from=%.10sT00:00:00Z&to=%.10sT12:00:00Z", today, today);
 	lk = PQconnectdb(t.db.url);
 	CHECK(PQstatus(lk) == CONNECTION_OK);
 	cu_sql(lk, "BEGIN");
-	cu_sql(lk, "LOCK TABLE usage_hourly IN ACCESS EXCLUSIVE MODE");
-	CHECK(apitest_call(&t, 0, "GET", "/v1/usage", token, NULL, &r) == 0);
-	CHECK_I64(r.status, 503);
-	CHECK_STR(apitest_error_code(&r), "metering_unavailable");
-	CHECK_STR(apitest_jstr(json_object_get(r.json, "error"), "reason"), "statement_timeout");
-	CHECK_I64(apitest_jpath(r.json, "error.timeout_ms"), 500);
-	CHECK(strstr(apitest_jstr(json_object_get(r.json, "error"), "message"),
-		     "statement timeout (500 ms)") != NULL);
-	apitest_resp_release(&r);
+	cu_sql(lk, "LOCK TABLE usage_hourly, sandbox_meter IN ACCESS EXCLUSIVE MODE");
+	for (size_t i = 0; i < sizeof(held) / sizeof(held[0]); i++) {
+		json_t *e;
+
+		if (held[i].body)
+			CHECK(cu_post(&t, 0, held[i].path, held[i].body, &r) == 0);
+		else
+			CHECK(apitest_call(&t, 0, "GET", held[i].path, token, NULL, &r) == 0);
+		e = json_object_get(r.json, "error");
+		printf("%s: %ld %s\n", held[i].path, r.status, apitest_jstr(e, "message"));
+		CHECK_I64(r.status, 503);
+		CHECK_STR(apitest_error_code(&r), "metering_unavailable");
+		CHECK_STR(apitest_jstr(e, "reason"), held[i].reason);
+		CHECK_I64(apitest_jpath(r.json, "error.timeout_ms"), 500);
+		CHECK(strstr(apitest_jstr(e, "message"), held[i].message) != NULL);
+		apitest_resp_release(&r);
+	}
 	cu_sql(lk, "ROLLBACK");
 	PQfinish(lk);
-	/* The same process answers once the table is free. */
-	CHECK(apitest_call(&t, 0, "GET", "/v1/usage", token, NULL, &r) == 0);
-	CHECK_I64(r.status, 200);
-	apitest_resp_release(&r);
+	/* The same process answers once the tables are free, and the pushed
+	 * document goes in whole. */
+	for (size_t i = 0; i < sizeof(held) / sizeof(held[0]); i++) {
+		if (held[i].body)
+			CHECK(cu_post(&t, 0, held[i].path, held[i].body, &r) == 0);
+		else
+			CHECK(apitest_call(&t, 0, "GET", held[i].path, token, NULL, &r) == 0);
+		CHECK_I64(r.status, 200);
+		if (held[i].body)
+			CHECK_I64(apitest_jpath(r.json, "accepted"), 1);
+		apitest_resp_release(&r);
+	}
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -270,14 +271,52 @@ static enum MHD_Result queue(struct http_req *req)
 	return r;
 }
 
+/* The request's Content-Length header lines: how many, and whether their
+ * values differ. */
+struct clen_scan {
+	const char *first;
+	int n;
+	bool differ;
+};
+
+static enum MHD_Result clen_one(void *cls, enum MHD_ValueKind kind, const char *key,
+				const char *value)
+{
+	struct clen_scan *c = cls;
+
+	(void)kind;
+	if (!key || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
+		return MHD_YES;
+	if (c->n++ == 0)
+		c->first = value ? value : "";
+	else if (strcmp(value ? value : "", c->first) != 0)
+		c->differ = true;
+	return MHD_YES;
+}
+
 /* Routes a new request; returns false when a reply is already decided. */
 static bool route_request(struct http_req *req)
 {
 	char allow[64];
 	const char *clen;
 	const struct route *route = NULL;
+	struct clen_scan cl = {0};
 	char msg[128];
 
+	/* libmicrohttpd reads the body by the first Content-Length and would
+	 * take what lies past it for the next request on the connection: two
+	 * that differ frame the message two ways (RFC 9112, 6.3), so it is
+	 * refused, and the connection closed, before any of it is read. */
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, clen_one, &cl);
+	if (cl.differ) {
+		http_reply_error(req, 400, "invalid_request",
+				 "Content-Length is given more than once, with different values",
+				 json_pack("{s:s}", "field", "Content-Length"));
+		if (req->resp && MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CONNECTION,
+							 "close") != MHD_YES)
+			log_warn("could not add Connection: close");
+		return false;
+	}
 	if (req->path_escape_bad) {
 		http_reply_error(req, 400, "invalid_request",
 				 "the path may not hold an escaped NUL or slash (%00, %2F)",

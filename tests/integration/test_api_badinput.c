@@ -566,6 +566,33 @@ int main(void)
 		CHECK(strstr(rr.body, "\"daily_limit_micros\":123") != NULL);
 		rawhttp_resp_release(&rr);
 	}
+	/* Two Content-Lengths that differ, on a connection kept alive: read
+	 * by the first, the rest of the body would be a request of its own
+	 * (here one that creates an account). Refused at once, in either
+	 * order, by this service's code (its error names the field), and the
+	 * connection closed, so nothing past the headers is read. */
+	for (int first = 0; first < 2; first++) {
+		struct rawhttp_resp rr;
+		char inner[256], req[768], id[80];
+		int m, n;
+
+		m = snprintf(inner, sizeof(inner),
+			     "POST /v1/accounts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+			     "Content-Type: application/json\r\nContent-Length: 19\r\n\r\n"
+			     "{\"name\":\"Smuggle\"}",
+			     t.operator_token);
+		n = snprintf(req, sizeof(req),
+			     "POST /v1/accounts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+			     "Content-Type: application/json\r\nContent-Length: %d\r\n"
+			     "Content-Length: %d\r\n\r\n{\"a\":%s",
+			     t.operator_token, first ? 5 + m : 5, first ? 5 : 5 + m, inner);
+		CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
+		CHECK_I64(rr.status, 400);
+		CHECK(rr.body && strstr(rr.body, "\"field\":\"Content-Length\"") != NULL);
+		CHECK(rr.head && rawhttp_header(&rr, "X-Request-Id", id, sizeof(id)) != NULL);
+		CHECK(rr.closed);
+		rawhttp_resp_release(&rr);
+	}
 
 	/* Still serving, still alive; and nothing was created by the table. */
 	CHECK(apitest_call(&t, 0, "GET", "/healthz", NULL, NULL, &r) == 0);

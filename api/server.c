@@ -271,27 +271,58 @@ static enum MHD_Result queue(struct http_req *req)
 	return r;
 }
 
-/* The request's Content-Length header lines: how many, and whether their
- * values differ. */
-struct clen_scan {
-	const char *first;
-	int n;
-	bool differ;
+/* What the request's header lines say of its body's framing: its
+ * Content-Length lines (how many, whether their values differ) and whether
+ * it has a Transfer-Encoding. */
+struct framing_scan {
+	const char *first_length;
+	int lengths;
+	bool lengths_differ;
+	bool transfer_encoding;
 };
 
-static enum MHD_Result clen_one(void *cls, enum MHD_ValueKind kind, const char *key,
-				const char *value)
+static enum MHD_Result framing_one(void *cls, enum MHD_ValueKind kind, const char *key,
+				   const char *value)
 {
-	struct clen_scan *c = cls;
+	struct framing_scan *f = cls;
 
 	(void)kind;
+	if (key && strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+		f->transfer_encoding = true;
 	if (!key || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
 		return MHD_YES;
-	if (c->n++ == 0)
-		c->first = value ? value : "";
-	else if (strcmp(value ? value : "", c->first) != 0)
-		c->differ = true;
+	if (f->lengths++ == 0)
+		f->first_length = value ? value : "";
+	else if (strcmp(value ? value : "", f->first_length) != 0)
+		f->lengths_differ = true;
 	return MHD_YES;
+}
+
+/* A request whose body two header lines frame two ways (RFC 9112, 6.1 and
+ * 6.3): two Content-Lengths that differ, or a Content-Length beside a
+ * Transfer-Encoding. libmicrohttpd reads such a body one way (the first
+ * length, or the chunks) and takes whatever lies past it for the next
+ * request on the connection, where a proxy in front that framed it the
+ * other way sees one request. Answers 400 and closes the connection,
+ * before any of the body is read, and returns true. */
+static bool framing_refused(struct http_req *req)
+{
+	struct framing_scan f = {0};
+	const char *why;
+
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, framing_one, &f);
+	if (f.lengths_differ)
+		why = "Content-Length is given more than once, with different values";
+	else if (f.lengths > 0 && f.transfer_encoding)
+		why = "Content-Length and Transfer-Encoding may not both be given";
+	else
+		return false;
+	http_reply_error(req, 400, "invalid_request", why,
+			 json_pack("{s:s}", "field", "Content-Length"));
+	if (req->resp &&
+	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)
+		log_warn("could not add Connection: close");
+	return true;
 }
 
 /* Routes a new request; returns false when a reply is already decided. */
@@ -300,23 +331,10 @@ static bool route_request(struct http_req *req)
 	char allow[64];
 	const char *clen;
 	const struct route *route = NULL;
-	struct clen_scan cl = {0};
 	char msg[128];
 
-	/* libmicrohttpd reads the body by the first Content-Length and would
-	 * take what lies past it for the next request on the connection: two
-	 * that differ frame the message two ways (RFC 9112, 6.3), so it is
-	 * refused, and the connection closed, before any of it is read. */
-	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, clen_one, &cl);
-	if (cl.differ) {
-		http_reply_error(req, 400, "invalid_request",
-				 "Content-Length is given more than once, with different values",
-				 json_pack("{s:s}", "field", "Content-Length"));
-		if (req->resp && MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CONNECTION,
-							 "close") != MHD_YES)
-			log_warn("could not add Connection: close");
+	if (framing_refused(req))
 		return false;
-	}
 	if (req->path_escape_bad) {
 		http_reply_error(req, 400, "invalid_request",
 				 "the path may not hold an escaped NUL or slash (%00, %2F)",

@@ -566,26 +566,38 @@ int main(void)
 		CHECK(strstr(rr.body, "\"daily_limit_micros\":123") != NULL);
 		rawhttp_resp_release(&rr);
 	}
-	/* Two Content-Lengths that differ, on a connection kept alive: read
-	 * by the first, the rest of the body would be a request of its own
-	 * (here one that creates an account). Refused at once, in either
-	 * order, by this service's code (its error names the field), and the
-	 * connection closed, so nothing past the headers is read. */
-	for (int first = 0; first < 2; first++) {
+	/* A body framed two ways, on a connection kept alive: two
+	 * Content-Lengths that differ (in either order), or a Content-Length
+	 * beside chunks. Read one way, what lies past the body would be a
+	 * request of its own (here one that creates an account) where a proxy
+	 * framing it the other way saw one request. Refused at once by this
+	 * service's code (its error names the field), and the connection
+	 * closed, so nothing past the headers is read. */
+	for (int way = 0; way < 3; way++) {
 		struct rawhttp_resp rr;
-		char inner[256], req[768], id[80];
-		int m, n;
+		char inner[256], body[320], framing[96], req[1024], id[80];
+		int m, k, n;
 
 		m = snprintf(inner, sizeof(inner),
 			     "POST /v1/accounts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
 			     "Content-Type: application/json\r\nContent-Length: 19\r\n\r\n"
 			     "{\"name\":\"Smuggle\"}",
 			     t.operator_token);
+		if (way < 2) {
+			k = snprintf(body, sizeof(body), "{\"a\":%s", inner);
+			snprintf(framing, sizeof(framing),
+				 "Content-Length: %d\r\nContent-Length: %d\r\n", way ? k : 5,
+				 way ? 5 : k);
+		} else {
+			k = snprintf(body, sizeof(body), "5\r\n{\"a\":\r\n0\r\n\r\n%s", inner);
+			snprintf(framing, sizeof(framing),
+				 "Content-Length: %d\r\nTransfer-Encoding: chunked\r\n", k);
+		}
 		n = snprintf(req, sizeof(req),
 			     "POST /v1/accounts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-			     "Content-Type: application/json\r\nContent-Length: %d\r\n"
-			     "Content-Length: %d\r\n\r\n{\"a\":%s",
-			     t.operator_token, first ? 5 + m : 5, first ? 5 : 5 + m, inner);
+			     "Content-Type: application/json\r\n%s\r\n%s",
+			     t.operator_token, framing, body);
+		CHECK(m > 0 && k > 0 && n > 0 && (size_t)n < sizeof(req));
 		CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
 		CHECK_I64(rr.status, 400);
 		CHECK(rr.body && strstr(rr.body, "\"field\":\"Content-Length\"") != NULL);

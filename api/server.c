@@ -272,13 +272,14 @@ static enum MHD_Result queue(struct http_req *req)
 }
 
 /* What the request's header lines say of its body's framing: its
- * Content-Length lines (how many, whether their values differ) and whether
- * it has a Transfer-Encoding. */
+ * Content-Length lines (how many, whether their values differ) and its
+ * Transfer-Encoding lines (how many, the first one's value). */
 struct framing_scan {
 	const char *first_length;
 	int lengths;
 	bool lengths_differ;
-	bool transfer_encoding;
+	const char *encoding;
+	int encodings;
 };
 
 static enum MHD_Result framing_one(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -287,8 +288,8 @@ static enum MHD_Result framing_one(void *cls, enum MHD_ValueKind kind, const cha
 	struct framing_scan *f = cls;
 
 	(void)kind;
-	if (key && strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
-		f->transfer_encoding = true;
+	if (key && strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0 && f->encodings++ == 0)
+		f->encoding = value ? value : "";
 	if (!key || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
 		return MHD_YES;
 	if (f->lengths++ == 0)
@@ -298,27 +299,34 @@ static enum MHD_Result framing_one(void *cls, enum MHD_ValueKind kind, const cha
 	return MHD_YES;
 }
 
-/* A request whose body two header lines frame two ways (RFC 9112, 6.1 and
- * 6.3): two Content-Lengths that differ, or a Content-Length beside a
- * Transfer-Encoding. libmicrohttpd reads such a body one way (the first
- * length, or the chunks) and takes whatever lies past it for the next
- * request on the connection, where a proxy in front that framed it the
- * other way sees one request. Answers 400 and closes the connection,
- * before any of the body is read, and returns true. */
+/* A request whose body's length its header lines do not tell one way
+ * (RFC 9112, 6.1 and 6.3): two Content-Lengths that differ, a
+ * Content-Length beside a Transfer-Encoding, or a Transfer-Encoding other
+ * than chunked alone (the one coding that ends itself; compared as
+ * libmicrohttpd compares it, whole and in any case). Read
+ * one way, whatever lies past the body would be taken for the next request
+ * on the connection, where a proxy in front that framed it the other way
+ * saw one request; libmicrohttpd does so for the first two and waits out
+ * the connection's timeout on the third. Answers 400 and closes the
+ * connection, before any of the body is read, and returns true. */
 static bool framing_refused(struct http_req *req)
 {
 	struct framing_scan f = {0};
-	const char *why;
+	const char *why, *field = "Content-Length";
 
 	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, framing_one, &f);
-	if (f.lengths_differ)
+	if (f.lengths_differ) {
 		why = "Content-Length is given more than once, with different values";
-	else if (f.lengths > 0 && f.transfer_encoding)
+	} else if (f.lengths > 0 && f.encodings > 0) {
 		why = "Content-Length and Transfer-Encoding may not both be given";
-	else
+	} else if (f.encodings > 1 ||
+		   (f.encodings == 1 && strcasecmp(f.encoding, "chunked") != 0)) {
+		why = "Transfer-Encoding: only chunked is accepted";
+		field = "Transfer-Encoding";
+	} else {
 		return false;
-	http_reply_error(req, 400, "invalid_request", why,
-			 json_pack("{s:s}", "field", "Content-Length"));
+	}
+	http_reply_error(req, 400, "invalid_request", why, json_pack("{s:s}", "field", field));
 	if (req->resp &&
 	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)
 		log_warn("could not add Connection: close");

@@ -39,6 +39,7 @@ struct http_req {
 	const struct route *route; /* NULL until routed */
 	const char *method;	   /* borrowed from libmicrohttpd */
 	const char *path;	   /* borrowed, without the query string */
+	const char *version;	   /* borrowed: "HTTP/1.1" or "HTTP/1.0" */
 	char request_id[24];
 	int64_t start_usec; /* monotonic, for the access log */
 	char *body;	    /* owned, NUL-terminated, body_len bytes */

@@ -271,23 +271,27 @@ static enum MHD_Result queue(struct http_req *req)
 	return r;
 }
 
-/* What the request's header lines say of its body's framing: its
- * Content-Length lines (how many, whether their values differ) and its
- * Transfer-Encoding lines (how many, the first one's value). */
-struct framing_scan {
+/* What the request's header lines say of its body's framing and its
+ * target: its Content-Length lines (how many, whether their values
+ * differ), its Transfer-Encoding lines (how many, the first one's value)
+ * and its Host lines (how many). */
+struct headers_scan {
 	const char *first_length;
 	int lengths;
 	bool lengths_differ;
 	const char *encoding;
 	int encodings;
+	int hosts;
 };
 
-static enum MHD_Result framing_one(void *cls, enum MHD_ValueKind kind, const char *key,
+static enum MHD_Result headers_one(void *cls, enum MHD_ValueKind kind, const char *key,
 				   const char *value)
 {
-	struct framing_scan *f = cls;
+	struct headers_scan *f = cls;
 
 	(void)kind;
+	if (key && strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
+		f->hosts++;
 	if (key && strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0 && f->encodings++ == 0)
 		f->encoding = value ? value : "";
 	if (!key || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
@@ -303,18 +307,20 @@ static enum MHD_Result framing_one(void *cls, enum MHD_ValueKind kind, const cha
  * (RFC 9112, 6.1 and 6.3): two Content-Lengths that differ, a
  * Content-Length beside a Transfer-Encoding, or a Transfer-Encoding other
  * than chunked alone (the one coding that ends itself; compared as
- * libmicrohttpd compares it, whole and in any case). Read
- * one way, whatever lies past the body would be taken for the next request
- * on the connection, where a proxy in front that framed it the other way
- * saw one request; libmicrohttpd does so for the first two and waits out
- * the connection's timeout on the third. Answers 400 and closes the
- * connection, before any of the body is read, and returns true. */
-static bool framing_refused(struct http_req *req)
+ * libmicrohttpd compares it, whole and in any case). Read one way,
+ * whatever lies past the body would be taken for the next request on the
+ * connection, where a proxy in front that framed it the other way saw one
+ * request; libmicrohttpd does so for the first two and waits out the
+ * connection's timeout on the third. And one whose Host lines are not the
+ * one HTTP/1.1 requires (RFC 9112, 3.2; an HTTP/1.0 request may have
+ * none). Answers 400 and closes the connection, before any of the body is
+ * read, and returns true. */
+static bool headers_refused(struct http_req *req)
 {
-	struct framing_scan f = {0};
+	struct headers_scan f = {0};
 	const char *why, *field = "Content-Length";
 
-	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, framing_one, &f);
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, headers_one, &f);
 	if (f.lengths_differ) {
 		why = "Content-Length is given more than once, with different values";
 	} else if (f.lengths > 0 && f.encodings > 0) {
@@ -323,6 +329,10 @@ static bool framing_refused(struct http_req *req)
 		   (f.encodings == 1 && strcasecmp(f.encoding, "chunked") != 0)) {
 		why = "Transfer-Encoding: only chunked is accepted";
 		field = "Transfer-Encoding";
+	} else if (f.hosts > 1 || (f.hosts == 0 && req->version &&
+				   strcmp(req->version, MHD_HTTP_VERSION_1_1) == 0)) {
+		why = "Host: an HTTP/1.1 request has exactly one";
+		field = "Host";
 	} else {
 		return false;
 	}
@@ -341,7 +351,7 @@ static bool route_request(struct http_req *req)
 	const struct route *route = NULL;
 	char msg[128];
 
-	if (framing_refused(req))
+	if (headers_refused(req))
 		return false;
 	if (req->path_escape_bad) {
 		http_reply_error(req, 400, "invalid_request",
@@ -614,13 +624,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct http_server *srv = cls;
 	struct http_req *req = *req_cls;
 
-	(void)version;
 	if (!req)
 		return MHD_NO; /* out of memory in on_uri */
 	if (!req->started) {
 		req->started = true;
 		req->method = method;
 		req->path = url;
+		req->version = version;
 		if (!route_request(req)) {
 			conn_watch_mark(srv, conn, false);
 			return queue(req);

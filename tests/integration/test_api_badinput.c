@@ -631,6 +631,30 @@ int main(void)
 		CHECK(rr.body && strstr(rr.body, "\"daily_limit_micros\":124") != NULL);
 		rawhttp_resp_release(&rr);
 	}
+	/* HTTP/1.1 needs exactly one Host line; HTTP/1.0 none. */
+	{
+		static const struct {
+			const char *head;
+			long status;
+		} hosts[] = {
+		    {"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", 400},
+		    {"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n",
+		     400},
+		    {"GET /healthz HTTP/1.0\r\n\r\n", 200},
+		};
+
+		for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {
+			struct rawhttp_resp rr;
+
+			CHECK(rawhttp_request(t.servers[0].port, hosts[i].head,
+					      strlen(hosts[i].head), 5000, &rr) == 0);
+			CHECK_I64(rr.status, hosts[i].status);
+			if (hosts[i].status == 400)
+				CHECK(rr.body && strstr(rr.body, "\"field\":\"Host\"") != NULL);
+			CHECK(rr.closed);
+			rawhttp_resp_release(&rr);
+		}
+	}
 
 	/* Still serving, still alive; and nothing was created by the table. */
 	CHECK(apitest_call(&t, 0, "GET", "/healthz", NULL, NULL, &r) == 0);

@@ -218,6 +218,24 @@ static bool path_escape_bad(const char *uri)
 	return false;
 }
 
+/* The path of a request target: url itself (origin-form, "/v1/keys"), or
+ * what follows the scheme and authority of the absolute-form
+ * ("http://host:port/v1/keys"), which a server must accept too (RFC 9112,
+ * 3.2.2): "/" when there is no path. */
+static const char *target_path(const char *url)
+{
+	const char *p;
+
+	if (strncasecmp(url, "http://", 7) == 0)
+		p = url + 7;
+	else if (strncasecmp(url, "https://", 8) == 0)
+		p = url + 8;
+	else
+		return url;
+	p = strchr(p, '/');
+	return p ? p : "/";
+}
+
 /* The first callback of every request: allocate its state and id. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
@@ -629,7 +647,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (!req->started) {
 		req->started = true;
 		req->method = method;
-		req->path = url;
+		req->path = target_path(url);
 		req->version = version;
 		if (!route_request(req)) {
 			conn_watch_mark(srv, conn, false);

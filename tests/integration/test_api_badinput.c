@@ -631,7 +631,8 @@ int main(void)
 		CHECK(rr.body && strstr(rr.body, "\"daily_limit_micros\":124") != NULL);
 		rawhttp_resp_release(&rr);
 	}
-	/* HTTP/1.1 needs exactly one Host line; HTTP/1.0 none. */
+	/* HTTP/1.1 needs exactly one Host line; HTTP/1.0 none. A target in
+	 * absolute-form is served by its path. */
 	{
 		static const struct {
 			const char *head;
@@ -641,6 +642,11 @@ int main(void)
 		    {"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n",
 		     400},
 		    {"GET /healthz HTTP/1.0\r\n\r\n", 200},
+		    {"GET http://127.0.0.1:1/healthz HTTP/1.1\r\nHost: a\r\nConnection: "
+		     "close\r\n\r\n",
+		     200},
+		    {"GET HTTPS://a/v1/none?x=1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+		     404},
 		};
 
 		for (size_t i = 0; i < sizeof(hosts) / sizeof(hosts[0]); i++) {

@@ -34,6 +34,16 @@ static struct apitest_resp get(const char *path, const char *token)
 }
 
 /* One usage_hourly row with cumulative money equal to the hour's. */
+/* The sum of the items' cost.total_micros (the total they must add up to). */
+static long long items_total(const json_t *items)
+{
+	long long sum = 0;
+
+	for (size_t i = 0; i < json_array_size(items); i++)
+		sum += apitest_jpath(json_array_get(items, i), "cost.total_micros");
+	return sum;
+}
+
 static void usage_row(const char *account, const char *sandbox, const char *key, const char *hour,
 		      const char *day, long long run, long long paused, long long used,
 		      long long billed, long long mem, long long sto, long long cpu_m,
@@ -97,7 +107,6 @@ static void test_usage(void)
 {
 	struct apitest_resp r;
 	json_t *items;
-	long long sum = 0;
 
 	r = get("/v1/usage?from=2026-01-10T00:00:00Z&to=2026-01-12T00:00:00Z", tf);
 	CHECK_I64(r.status, 200);
@@ -123,9 +132,7 @@ static void test_usage(void)
 	CHECK_I64(r.status, 200);
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 4);
-	for (size_t i = 0; i < json_array_size(items); i++)
-		sum += apitest_jpath(json_array_get(items, i), "cost.total_micros");
-	CHECK_I64(sum, 160500);
+	CHECK_I64(items_total(items), 160500);
 	CHECK_STR(apitest_jstr(json_array_get(items, 0), "period_start"), "2026-01-10T00:00:00Z");
 	CHECK_STR(apitest_jstr(json_array_get(items, 0), "period_end"), "2026-01-11T00:00:00Z");
 	CHECK_STR(apitest_jstr(json_array_get(items, 0), "sandbox_id"), "sbx_a1");
@@ -391,7 +398,6 @@ static void test_usage_items_cap(void)
 	char accc[65], kc[65], tc[APITEST_TOKEN_MAX], sql[1400];
 	struct apitest_resp r;
 	json_t *items;
-	long long sum = 0;
 	const char *msg;
 
 	CHECK(apitest_create_account(&t, "C", accc) == 0);
@@ -421,9 +427,7 @@ static void test_usage_items_cap(void)
 	CHECK_I64(r.status, 200);
 	items = json_object_get(r.json, "items");
 	CHECK_I64(json_array_size(items), 10000);
-	for (size_t i = 0; i < json_array_size(items); i++)
-		sum += apitest_jpath(json_array_get(items, i), "cost.total_micros");
-	CHECK_I64(sum, 10000);
+	CHECK_I64(items_total(items), 10000);
 	CHECK_I64(apitest_jpath(r.json, "cost.total_micros"), 10000);
 	apitest_resp_release(&r);
 

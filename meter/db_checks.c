@@ -15,8 +15,11 @@
 /* Everything a batch needs to know about its checks, one row per check in
  * input order: the sandbox, the key (create's, or the sandbox's for a wake)
  * and the stored first answer under the idempotency key. A default wake key
- * (the sandbox id) is stale once the lease its answer granted is over: the
- * sandbox is no longer running under that lease. */
+ * (the sandbox id) is stale once the lease its answer granted is over: its
+ * end has passed, or the sandbox is not running, or a pause or stop dated
+ * at or after the answer settled its holds (sql/0033). A renewal under a
+ * key of its own does not end it, so a retry of the first wake after one is
+ * still that wake's answer. */
 static const char sql_read[] =
     "WITH c AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])"
     "  WITH ORDINALITY AS c(op, key_id, sandbox_id, idem, i))"
@@ -27,8 +30,11 @@ static const char sql_read[] =
     "  ik.idempotency_key IS NOT NULL, encode(ik.request_sha256, 'hex'), ik.status_code,"
     "  ik.response,"
     "  (c.op = 'wake' AND c.idem = c.sandbox_id AND ik.idempotency_key IS NOT NULL"
-    "   AND NOT COALESCE(sb.state = 'running' AND sb.lease_ends_at > $5::timestamptz"
-    "       AND sb.lease_ends_at = (ik.response::jsonb->>'lease_ends_at')::timestamptz, false)),"
+    "   AND NOT COALESCE(sb.state = 'running'"
+    "       AND (ik.response::jsonb->>'lease_ends_at')::timestamptz > $5::timestamptz"
+    "       AND NOT EXISTS (SELECT 1 FROM lifecycle_events e WHERE e.account_id = sb.account_id"
+    "        AND e.sandbox_id = sb.sandbox_id AND e.type IN ('paused', 'stopped')"
+    "        AND e.at >= ik.created_at), false)),"
     "  ik.row_xmin"
     " FROM c"
     " LEFT JOIN sandboxes sb ON sb.sandbox_id = c.sandbox_id"
@@ -38,14 +44,14 @@ static const char sql_read[] =
      * answer under the default key is on its sandbox row (sql/0017), as
      * its numbers since sql/0025. */
     " LEFT JOIN LATERAL (SELECT x.idempotency_key, x.request_sha256, x.status_code,"
-    "   x.response, x.xmin::text AS row_xmin FROM idempotency_keys x"
+    "   x.response, x.xmin::text AS row_xmin, x.created_at FROM idempotency_keys x"
     "  WHERE x.account_id = k.account_id"
     "  AND x.operation = c.op AND x.idempotency_key = c.idem"
     "  AND NOT (c.op = 'create' AND c.idem = c.sandbox_id)"
     "  UNION ALL"
     "  SELECT sb.sandbox_id, sb.create_request_sha256, 200, COALESCE(sb.create_response,"
     "   meter_create_answer(sb.sandbox_id, sb.key_id, sb.create_answer)),"
-    "   sb.xmin::text WHERE c.op = 'create' AND c.idem = c.sandbox_id"
+    "   sb.xmin::text, sb.created_at WHERE c.op = 'create' AND c.idem = c.sandbox_id"
     "   AND sb.create_request_sha256 IS NOT NULL AND sb.account_id = k.account_id"
     "  LIMIT 1) ik ON true"
     " ORDER BY c.i";

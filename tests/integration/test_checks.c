@@ -334,6 +334,108 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 	CHECK_I64(cu_held_mismatches(db), 0);
 }
 
+/* Formats UTC microseconds as RFC 3339 with six decimals. */
+static void rfc3339_usec(long long usec, char *buf, size_t len)
+{
+	char s[32];
+
+	cu_rfc3339((time_t)(usec / 1000000), s, sizeof(s));
+	s[strlen(s) - 1] = '\0'; /* the Z */
+	snprintf(buf, len, "%s.%06lldZ", s, usec % 1000000);
+}
+
+/* The sandbox row's lease end against its latest open hold's (µs apart). */
+static long long lease_end_gap(PGconn *db, const char *sb)
+{
+	return cu_sql_int(
+	    db,
+	    "SELECT (EXTRACT(EPOCH FROM (SELECT max(lease_ends_at) FROM holds WHERE"
+	    " sandbox_id = '%s' AND status = 'open') - lease_ends_at) * 1000000)::bigint"
+	    " FROM sandboxes WHERE sandbox_id = '%s'",
+	    sb, sb);
+}
+
+/* A retry of a default-key wake after a renewal under a key of its own is
+ * still that wake's answer (no second hold), and a shorter renewal does
+ * not move the sandbox's lease end before its holds'. An event's time is
+ * the control plane's clock: one dated before the sandbox's create counts
+ * as at the create, and a stop dated before a wake's check still settles
+ * that wake's hold; a stopped sandbox stays stopped. */
+static void test_renewal_and_skew(struct apitest *t, const char *key)
+{
+	struct apitest_resp r, first;
+	PGconn *db = t->db.conn;
+	char at[48];
+
+	CHECK_I64(cu_create(t, 0, key, "rn-1", 2, 4096, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "rn-1", 600, NULL, &first), 200);
+	CHECK(first.headers && !strstr(first.headers, "Idempotent-Replayed"));
+	CHECK_I64(cu_wake(t, 0, "rn-1", 60, "\"idempotency_key\":\"rn-1-renew\"", &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(lease_end_gap(db, "rn-1"), 0);
+	CHECK_I64(cu_wake(t, 0, "rn-1", 600, NULL, &r), 200);
+	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+	CHECK(r.body && first.body);
+	if (r.body && first.body)
+		CHECK_STR(r.body, first.body);
+	apitest_resp_release(&r);
+	apitest_resp_release(&first);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'rn-1'"), 3);
+	CHECK_I64(lease_end_gap(db, "rn-1"), 0);
+
+	/* A stop and a pause dated 5 s before their sandbox's create. */
+	cu_rfc3339(time(NULL) - 5, at, sizeof(at));
+	CHECK_I64(cu_create(t, 0, key, "sk-stop", 2, 4096, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_event(t, 0, "sk-stop", "stopped", at, &r), 200);
+	CHECK_I64(cu_jint(r.json, "holds_settled"), 1);
+	CHECK_I64(cu_jint(r.json, "released_micros"), 20000);
+	CHECK_STR(apitest_json_str(&r, "state"), "stopped");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "sk-pause", 2, 4096, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_event(t, 0, "sk-pause", "paused", at, &r), 200);
+	CHECK_I64(cu_jint(r.json, "holds_settled"), 1);
+	CHECK_I64(cu_jint(r.json, "released_micros"), 20000);
+	CHECK_STR(apitest_json_str(&r, "state"), "paused");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM lifecycle_events WHERE sandbox_id IN"
+				 " ('sk-stop', 'sk-pause') AND at < (SELECT created_at FROM"
+				 " sandboxes WHERE sandbox_id = 'sk-stop')"),
+		  2);
+
+	/* A stop dated 1 ms before a wake's check (after the create). */
+	CHECK_I64(cu_create(t, 0, key, "sk-wake", 2, 4096, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_sleep_ms(20);
+	CHECK_I64(cu_wake(t, 0, "sk-wake", 900, "\"idempotency_key\":\"sk-wake-1\"", &r), 200);
+	apitest_resp_release(&r);
+	rfc3339_usec(cu_sql_int(db, "SELECT (EXTRACT(EPOCH FROM max(lease_starts_at)) * 1000000)"
+				    "::bigint - 1000 FROM holds WHERE sandbox_id = 'sk-wake'"),
+		     at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "sk-wake", "stopped", at, &r), 200);
+	CHECK_I64(cu_jint(r.json, "holds_settled"), 2);
+	CHECK_STR(apitest_json_str(&r, "state"), "stopped");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'sk-wake' AND"
+				 " status = 'open' AND settles_at IS NULL"),
+		  0);
+	CHECK_I64(cu_wake(t, 0, "sk-wake", 60, "\"idempotency_key\":\"sk-wake-2\"", &r), 409);
+	CHECK_STR(apitest_error_code(&r), "sandbox_stopped");
+	apitest_resp_release(&r);
+	/* Later-dated events are recorded; the sandbox stays stopped. */
+	cu_rfc3339(time(NULL) + 60, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "sk-wake", "running", at, &r), 200);
+	CHECK(json_is_true(json_object_get(r.json, "recorded")));
+	CHECK_STR(apitest_json_str(&r, "state"), "stopped");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "sk-wake", 60, "\"idempotency_key\":\"sk-wake-3\"", &r), 409);
+	CHECK_STR(apitest_error_code(&r), "sandbox_stopped");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_held_mismatches(db), 0);
+}
+
 /* Pushes one sample of sandbox sb (1 vCPU, 1 GiB) taken at UTC second at,
  * from host. */
 static void push_sample_from(struct apitest *t, const char *host, const char *key, const char *sb,
@@ -998,6 +1100,7 @@ int main(void)
 	test_revoked(&t, acc);
 	test_limit(&t, acc);
 	test_wake_and_events(&t, key);
+	test_renewal_and_skew(&t, key);
 	test_lease_end(&t, acc);
 	test_validation(&t, key);
 	test_day_starts(t.db.conn);

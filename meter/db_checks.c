@@ -56,15 +56,30 @@ static const char sql_read[] =
     "  LIMIT 1) ik ON true"
     " ORDER BY c.i";
 
-/* The price-book versions in force at some time in [$1, $2]. */
+/* The price-book versions in force at some time in [$1, $2], oldest first,
+ * at most DB_CHECKS_PRICES_MAX rows. A check's worst case takes each rate's
+ * highest over the versions that start before its lease ends, so when more
+ * versions than that fall in the span, the last row stands for all of them
+ * from its own on: each rate its highest over them. A lease that ends past
+ * that row's start is then priced at its own versions' highest rates or
+ * above, never below. */
+#define PRICES_MAX_S DB_STR(DB_CHECKS_PRICES_MAX)
 static const char sql_prices[] = "SELECT " DB_USEC(
-    "effective_from") ", cpu_micros_per_vcpu_hour,"
-		      " memory_micros_per_gib_hour, storage_micros_per_gib_hour, floor_millicores,"
+    "effective_from") ","
+		      " CASE WHEN n < " PRICES_MAX_S " THEN cpu ELSE max(cpu) OVER rest END,"
+		      " CASE WHEN n < " PRICES_MAX_S " THEN mem ELSE max(mem) OVER rest END,"
+		      " CASE WHEN n < " PRICES_MAX_S " THEN sto ELSE max(sto) OVER rest END,"
+		      " CASE WHEN n < " PRICES_MAX_S " THEN flo ELSE max(flo) OVER rest END,"
 		      " (SELECT max(version) FROM price_book)"
-		      " FROM price_book WHERE effective_from <= $2::timestamptz"
-		      " AND effective_from >= (SELECT max(effective_from) FROM price_book"
-		      "  WHERE effective_from <= $1::timestamptz)"
-		      " ORDER BY effective_from LIMIT 16";
+		      " FROM (SELECT effective_from, cpu_micros_per_vcpu_hour AS cpu,"
+		      "  memory_micros_per_gib_hour AS mem, storage_micros_per_gib_hour AS sto,"
+		      "  floor_millicores AS flo, row_number() OVER (ORDER BY effective_from) AS n"
+		      "  FROM price_book WHERE effective_from <= $2::timestamptz"
+		      "  AND effective_from >= (SELECT max(effective_from) FROM price_book"
+		      "   WHERE effective_from <= $1::timestamptz)) v"
+		      " WINDOW rest AS (ORDER BY effective_from ROWS BETWEEN CURRENT ROW AND "
+		      "UNBOUNDED FOLLOWING)"
+		      " ORDER BY effective_from LIMIT " PRICES_MAX_S;
 
 static const char sql_days[] = "SELECT (d.d0 + g)::text, " DB_USEC(
     "meter_day_start($1, d.d0 + g)") " FROM (SELECT meter_key_day($1, $2::timestamptz) AS d0) d, "

@@ -27,7 +27,7 @@
 #include "rc.h"
 
 #define DB_CHECKS_SQLSTATE_CONFLICT "MTR01" /* a row claimed concurrently: redo */
-#define DB_CHECKS_PRICES_MAX	    16
+#define DB_CHECKS_PRICES_MAX	    64	    /* versions a check reads (db_checks.c) */
 
 /* One check as the batch asks about it. */
 struct db_check_in {

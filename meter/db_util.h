@@ -19,6 +19,10 @@
  * extract returns numeric). x must be a literal SQL fragment. */
 #define DB_USEC(x) "(extract(epoch FROM " x ") * 1000000)::bigint"
 
+/* An integer macro's value as a string literal, for SQL text. */
+#define DB_STR_(x) #x
+#define DB_STR(x)  DB_STR_(x)
+
 /* Runs sql with n text parameters (NULL entries are SQL NULL). On METER_OK
  * *res (may be NULL to discard) is the result, caller PQclear()s. On
  * failure logs what plus the SQLSTATE and message, copies the SQLSTATE into

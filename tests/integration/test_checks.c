@@ -334,6 +334,59 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 	CHECK_I64(cu_held_mismatches(db), 0);
 }
 
+/* PUTs a price-book version from UTC second from with the default book's
+ * rates but cpu_micros_per_vcpu_hour. */
+static void put_price(struct apitest *t, time_t from, long long cpu)
+{
+	struct apitest_resp r;
+	char body[400], at[40];
+
+	cu_rfc3339(from, at, sizeof(at));
+	snprintf(body, sizeof(body),
+		 "{\"effective_from\":\"%s\",\"cpu_micros_per_vcpu_hour\":%lld,"
+		 "\"memory_micros_per_gib_hour\":7500,\"storage_micros_per_gib_hour\":100,"
+		 "\"floor_millicores\":50,\"free_sandbox_hours\":0}",
+		 at, cpu);
+	CHECK(apitest_call(t, 0, "PUT", "/v1/prices", t->operator_token, body, &r) == 0);
+	CHECK_I64(r.status, 201);
+	apitest_resp_release(&r);
+}
+
+/* A lease's worst case takes every price-book version in force during it,
+ * however many: a version a hundred times dearer 3 h ahead, with 63 more
+ * before it (65 in a day's span, more than the engine reads a row of
+ * each), still prices a day's lease of 1 vCPU and 1 GiB at its CPU rate:
+ * 24 x (2,500,000 + 7,500) = 60,180,000 µ$. A lease that ends before the
+ * first of them is priced at the rates in force: 3,000 s of 25,000 and
+ * 7,500 an hour, each rounded up, 20,834 + 6,250.
+ * Leaves those versions in the book. */
+static void test_price_versions(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	time_t now = time(NULL);
+	char name[32];
+
+	put_price(t, now + 3 * 3600, 2500000);
+	CHECK_I64(cu_create(t, 0, key, "pv-0", 1, 1024, 86400, NULL, &r), 200);
+	CHECK_I64(cu_jint(r.json, "lease_max_cost_micros"), 60180000);
+	apitest_resp_release(&r);
+	for (int i = 1; i <= 63; i++)
+		put_price(t, now + 3600 + i * 30, 25000);
+	for (int i = 1; i <= 2; i++) {
+		snprintf(name, sizeof(name), "pv-%d", i);
+		CHECK_I64(cu_create(t, 0, key, name, 1, 1024, 86400, NULL, &r), 200);
+		CHECK_I64(cu_jint(r.json, "lease_max_cost_micros"), 60180000);
+		apitest_resp_release(&r);
+	}
+	CHECK_I64(cu_create(t, 0, key, "pv-3", 1, 1024, 86400, "\"max_cost_micros\":60179999", &r),
+		  402);
+	CHECK_STR(apitest_error_code(&r), "max_cost_exceeded");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "pv-4", 1, 1024, 3000, NULL, &r), 200);
+	CHECK_I64(cu_jint(r.json, "lease_max_cost_micros"), 27084);
+	apitest_resp_release(&r);
+}
+
 /* Formats UTC microseconds as RFC 3339 with six decimals. */
 static void rfc3339_usec(long long usec, char *buf, size_t len)
 {
@@ -1108,6 +1161,7 @@ int main(void)
 	/* Its holds are split at UTC's midnight: a key of the default zone. */
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
 	test_watch_midnight(&t, acc, key);
+	test_price_versions(&t, key);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);

@@ -23,6 +23,8 @@
 
 #define CONNECTION_MEMORY_LIMIT (64 * 1024) /* headers and MHD's buffers */
 #define SWEEP_INTERVAL_MS	250
+/* No route takes more than a few query parameters. */
+#define QUERY_PARAMS_MAX 64
 
 /* One open connection, as the slow-client sweeper sees it. libmicrohttpd's
  * idle timeout alone lets a client that trickles a byte now and then hold a
@@ -236,6 +238,29 @@ static const char *target_path(const char *url)
 	return p ? p : "/";
 }
 
+/* Cuts off the query of uri when it has more than QUERY_PARAMS_MAX
+ * parameters; true when it did. libmicrohttpd 0.9.75 keeps each parameter
+ * as a record in the connection's memory, and when they do not fit (about
+ * 900 short ones) it queues a 431 and then reads on with no buffer: the
+ * connection hangs, unanswered, until its timeout. It parses the query from
+ * the characters after the '?' of the very string given to on_uri (its own
+ * read buffer, called before it parses), so ending that string right after
+ * the '?' leaves it no parameters; route_request then refuses the request. */
+static bool query_cut(const char *uri)
+{
+	const char *q = strchr(uri, '?');
+	size_t n = 1;
+
+	if (!q || !q[1])
+		return false;
+	for (const char *p = q + 1; *p; p++)
+		if (*p == '&' && ++n > QUERY_PARAMS_MAX) {
+			((char *)q)[1] = '\0';
+			return true;
+		}
+	return false;
+}
+
 /* The first callback of every request: allocate its state and id. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
@@ -247,6 +272,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	if (!req)
 		return NULL;
 	req->path_escape_bad = uri && path_escape_bad(uri);
+	req->query_cut = uri && query_cut(uri);
 	req->conn = conn;
 	req->app = srv->app;
 	req->start_usec = http_now_usec();
@@ -371,6 +397,13 @@ static bool route_request(struct http_req *req)
 
 	if (headers_refused(req))
 		return false;
+	if (req->query_cut) {
+		snprintf(msg, sizeof(msg), "a request may have at most %d query parameters",
+			 QUERY_PARAMS_MAX);
+		http_reply_error(req, 400, "invalid_request", msg,
+				 json_pack("{s:s}", "field", "query"));
+		return false;
+	}
 	if (req->path_escape_bad) {
 		http_reply_error(req, 400, "invalid_request",
 				 "the path may not hold an escaped NUL or slash (%00, %2F)",

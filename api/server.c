@@ -326,6 +326,7 @@ struct headers_scan {
 	const char *encoding;
 	int encodings;
 	int hosts;
+	int authorizations;
 };
 
 static enum MHD_Result headers_one(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -336,6 +337,8 @@ static enum MHD_Result headers_one(void *cls, enum MHD_ValueKind kind, const cha
 	(void)kind;
 	if (key && strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
 		f->hosts++;
+	if (key && strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0)
+		f->authorizations++;
 	if (key && strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0 && f->encodings++ == 0)
 		f->encoding = value ? value : "";
 	if (!key || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
@@ -358,7 +361,9 @@ static enum MHD_Result headers_one(void *cls, enum MHD_ValueKind kind, const cha
  * connection's timeout on the third. And one whose Host lines are not the
  * one HTTP/1.1 requires (RFC 9112, 3.2; an HTTP/1.0 request may have
  * none). Answers 400 and closes the connection, before any of the body is
- * read, and returns true. */
+ * read, and returns true. So it does, with 401, for more than one
+ * Authorization line: credentials that are not one (libmicrohttpd gives
+ * the first, and a proxy in front may have added or checked another). */
 static bool headers_refused(struct http_req *req)
 {
 	struct headers_scan f = {0};
@@ -377,10 +382,17 @@ static bool headers_refused(struct http_req *req)
 				   strcmp(req->version, MHD_HTTP_VERSION_1_1) == 0)) {
 		why = "Host: an HTTP/1.1 request has exactly one";
 		field = "Host";
+	} else if (f.authorizations > 1) {
+		why = NULL;
 	} else {
 		return false;
 	}
-	http_reply_error(req, 400, "invalid_request", why, json_pack("{s:s}", "field", field));
+	if (why)
+		http_reply_error(req, 400, "invalid_request", why,
+				 json_pack("{s:s}", "field", field));
+	else
+		http_reply_error(req, 401, "unauthorized", "Authorization is given more than once",
+				 NULL);
 	if (req->resp &&
 	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)
 		log_warn("could not add Connection: close");
@@ -488,7 +500,10 @@ static void reply_too_large(struct http_req *req)
 {
 	char msg[96];
 
-	snprintf(msg, sizeof(msg), "request body larger than %zu bytes", req->body_max);
+	if (req->body_max == 0)
+		snprintf(msg, sizeof(msg), "this route takes no request body");
+	else
+		snprintf(msg, sizeof(msg), "request body larger than %zu bytes", req->body_max);
 	http_reply_error(req, 413, "payload_too_large", msg,
 			 json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
 }

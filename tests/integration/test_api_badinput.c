@@ -249,6 +249,8 @@ static const struct bad_case cases[] = {
     {"unknown path", "GET", "/v1/nothing", TOK_OPERATOR, NULL, 0, NULL, 404, "not_found", NULL},
     /* Authorization headers. */
     {"no auth", "GET", "/v1/keys", TOK_NONE, NULL, 0, NULL, 401, "unauthorized", NULL},
+    {"two Authorization lines, a valid one first", "GET", "/v1/keys", TOK_READ_ONLY, NULL, 0,
+     "Authorization: Bearer other", 401, "unauthorized", NULL},
     {"empty bearer", "GET", "/v1/keys", TOK_NONE, NULL, 0, "Authorization: Bearer", 401,
      "unauthorized", NULL},
     {"basic auth", "GET", "/v1/keys", TOK_NONE, NULL, 0, "Authorization: Basic YTpi", 401,

@@ -487,7 +487,8 @@ static void statement_reply(struct http_req *req, bool html)
 	if (!http_query_allowed(req, allowed) || !report_account(req, account, sizeof(account)))
 		return;
 	if (statement_parse_month(m, &year, &month) != METER_OK) {
-		http_reply_error(req, 400, "invalid_request", "month: YYYY-MM is required",
+		http_reply_error(req, 400, "invalid_request",
+				 "month must be a month from 2000-01 to 9999-12, as YYYY-MM",
 				 json_pack("{s:s}", "field", "month"));
 		return;
 	}

@@ -228,7 +228,7 @@ static int report_statement(int argc, char **argv)
 		return 2;
 	}
 	if (statement_parse_month(args[1].s, &year, &month) != METER_OK) {
-		ctl_fail(cmd, "--month: expected YYYY-MM, e.g. 2026-11");
+		ctl_fail(cmd, "--month: expected YYYY-MM from 2000-01 to 9999-12, e.g. 2026-11");
 		return 2;
 	}
 	if (strcmp(args[2].s, "csv") != 0 && strcmp(args[2].s, "html") != 0) {

@@ -1,5 +1,6 @@
 /* Integration: the tail a settlement keeps is exactly amount * tail / part
- * rounded up (sql/0027), whatever the size of the figures.
+ * rounded up (sql/0027), plus one micro (sql/0034), whatever the size of
+ * the figures.
  *
  * ceil() of a numeric quotient, as 0014 to 0023 wrote it, loses the
  * fraction when the exact quotient is a whole number plus less than about
@@ -9,9 +10,10 @@
  * part): its exact share is a whole number plus 1/part. For amounts of
  * 3e8 to 1.2e14 micros over a day part of 86,399,999,999 µs (a lease that
  * started a microsecond after midnight), meter_share_up() must give the
- * integer answer (worked out here with 128-bit integers), and so must the
- * one-hold settlement (a pause at part start + tail) and the lease-end
- * sweep (a sandbox metered up to part end - tail). */
+ * integer answer (worked out here with 128-bit integers). The one-hold
+ * settlement (a pause at part start + tail) and the lease-end sweep (a
+ * sandbox metered up to part end - tail) keep that answer plus one micro
+ * (meter_tail_keep, sql/0034: metering rounds each resource on its own). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,9 +103,14 @@ int main(void)
 		    "SELECT meter_share_up(%lld, %lld * interval '1 us', %lld * interval '1 us')",
 		    (long long)a, (long long)t, (long long)PART);
 		CHECK_I64(sql_int(db.conn, sql), want);
+		snprintf(
+		    sql, sizeof(sql),
+		    "SELECT meter_tail_keep(%lld, %lld * interval '1 us', %lld * interval '1 us')",
+		    (long long)a, (long long)t, (long long)PART);
+		CHECK_I64(sql_int(db.conn, sql), want + 1);
 
 		/* A pause at part start + t: the one-hold settlement keeps the
-		 * share of the unmetered tail (nothing metered). */
+		 * share of the unmetered tail (nothing metered), and a micro. */
 		snprintf(
 		    sql, sizeof(sql),
 		    "DELETE FROM holds; DELETE FROM key_day_ledger;"
@@ -135,10 +142,10 @@ int main(void)
 		    " '2026-11-30 00:00:00.000001+00' + %lld * interval '1 us', 'settled')).kept"
 		    " FROM holds WHERE sandbox_id = 'p%zu'",
 		    (long long)t, i);
-		CHECK_I64(sql_int(db.conn, sql), want);
+		CHECK_I64(sql_int(db.conn, sql), want + 1);
 		snprintf(sql, sizeof(sql),
 			 "SELECT amount_micros FROM holds WHERE sandbox_id = 'p%zu'", i);
-		CHECK_I64(sql_int(db.conn, sql), want);
+		CHECK_I64(sql_int(db.conn, sql), want + 1);
 
 		/* The lease-end sweep: metered up to part end - t, so t is
 		 * the tail. */
@@ -147,7 +154,7 @@ int main(void)
 			  1);
 		snprintf(sql, sizeof(sql),
 			 "SELECT amount_micros FROM holds WHERE sandbox_id = 'e%zu'", i);
-		CHECK_I64(sql_int(db.conn, sql), want);
+		CHECK_I64(sql_int(db.conn, sql), want + 1);
 		/* held is the two holds' remainders. */
 		CHECK_I64(sql_int(db.conn, "SELECT held_micros - (SELECT sum(amount_micros"
 					   " - consumed_micros) FROM holds WHERE status = 'open')"

@@ -458,6 +458,26 @@ static void test_renewal_and_skew(struct apitest *t, const char *key)
 				 " sandboxes WHERE sandbox_id = 'sk-stop')"),
 		  2);
 
+	/* A pause delivered late, dated 1 ms before a renewal that followed
+	 * it: it settles the create's hold, not the renewal's, and leaves the
+	 * sandbox running on the renewal's lease. */
+	CHECK_I64(cu_create(t, 0, key, "sk-late", 2, 4096, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_sleep_ms(20);
+	CHECK_I64(cu_wake(t, 0, "sk-late", 900, "\"idempotency_key\":\"sk-late-1\"", &r), 200);
+	apitest_resp_release(&r);
+	rfc3339_usec(cu_sql_int(db, "SELECT (EXTRACT(EPOCH FROM max(lease_starts_at)) * 1000000)"
+				    "::bigint - 1000 FROM holds WHERE sandbox_id = 'sk-late'"),
+		     at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "sk-late", "paused", at, &r), 200);
+	CHECK(json_is_true(json_object_get(r.json, "recorded")));
+	CHECK_I64(cu_jint(r.json, "holds_settled"), 1);
+	CHECK_STR(apitest_json_str(&r, "state"), "running");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'sk-late' AND"
+				 " status = 'open' AND settles_at IS NULL"),
+		  1);
+
 	/* A stop dated 1 ms before a wake's check (after the create). */
 	CHECK_I64(cu_create(t, 0, key, "sk-wake", 2, 4096, 900, NULL, &r), 200);
 	apitest_resp_release(&r);

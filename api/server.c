@@ -350,6 +350,15 @@ static enum MHD_Result headers_one(void *cls, enum MHD_ValueKind kind, const cha
 	return MHD_YES;
 }
 
+/* The reply decided for req closes the connection: nothing past the
+ * request's headers is read. */
+static void reply_closes(struct http_req *req)
+{
+	if (req->resp &&
+	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)
+		log_warn("could not add Connection: close");
+}
+
 /* A request whose body's length its header lines do not tell one way
  * (RFC 9112, 6.1 and 6.3): two Content-Lengths that differ, a
  * Content-Length beside a Transfer-Encoding, or a Transfer-Encoding other
@@ -393,9 +402,7 @@ static bool headers_refused(struct http_req *req)
 	else
 		http_reply_error(req, 401, "unauthorized", "Authorization is given more than once",
 				 NULL);
-	if (req->resp &&
-	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)
-		log_warn("could not add Connection: close");
+	reply_closes(req);
 	return true;
 }
 
@@ -414,6 +421,7 @@ static bool route_request(struct http_req *req)
 			 QUERY_PARAMS_MAX);
 		http_reply_error(req, 400, "invalid_request", msg,
 				 json_pack("{s:s}", "field", "query"));
+		reply_closes(req);
 		return false;
 	}
 	if (req->path_escape_bad) {

@@ -16,10 +16,13 @@
  * input order: the sandbox, the key (create's, or the sandbox's for a wake)
  * and the stored first answer under the idempotency key. A default wake key
  * (the sandbox id) is stale once the lease its answer granted is over: its
- * end has passed, or the sandbox is not running, or a pause or stop dated
- * at or after the answer settled its holds (sql/0033). A renewal under a
- * key of its own does not end it, so a retry of the first wake after one is
- * still that wake's answer. */
+ * end has passed, or the sandbox is not running, or no hold of that lease
+ * (begun when the answer was stored) is open and unsettled any more: a
+ * pause or stop settled it. The database's own record, not the two
+ * clocks': a pause dated ahead of the engine's clock, then a wake, leaves
+ * the wake's hold alone and its retry is replayed. A renewal under a key of
+ * its own does not end it either, so a retry of the first wake after one
+ * is still that wake's answer. */
 static const char sql_read[] =
     "WITH c AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])"
     "  WITH ORDINALITY AS c(op, key_id, sandbox_id, idem, i))"
@@ -32,9 +35,9 @@ static const char sql_read[] =
     "  (c.op = 'wake' AND c.idem = c.sandbox_id AND ik.idempotency_key IS NOT NULL"
     "   AND NOT COALESCE(sb.state = 'running'"
     "       AND (ik.response::jsonb->>'lease_ends_at')::timestamptz > $5::timestamptz"
-    "       AND NOT EXISTS (SELECT 1 FROM lifecycle_events e WHERE e.account_id = sb.account_id"
-    "        AND e.sandbox_id = sb.sandbox_id AND e.type IN ('paused', 'stopped')"
-    "        AND e.at >= ik.created_at), false)),"
+    "       AND EXISTS (SELECT 1 FROM holds h WHERE h.account_id = sb.account_id"
+    "        AND h.sandbox_id = sb.sandbox_id AND h.status = 'open' AND h.settles_at IS NULL"
+    "        AND h.lease_starts_at = ik.created_at), false)),"
     "  ik.row_xmin"
     " FROM c"
     " LEFT JOIN sandboxes sb ON sb.sandbox_id = c.sandbox_id"

@@ -6,6 +6,7 @@
  * comes twice), with the engine's clock moved there by the documented
  * test-only option clock_offset_s; and the day starts of every time zone
  * around every change of offset in 2026. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -506,6 +507,127 @@ static void test_renewal_and_skew(struct apitest *t, const char *key)
 	CHECK_I64(cu_wake(t, 0, "sk-wake", 60, "\"idempotency_key\":\"sk-wake-3\"", &r), 409);
 	CHECK_STR(apitest_error_code(&r), "sandbox_stopped");
 	apitest_resp_release(&r);
+	CHECK_I64(cu_held_mismatches(db), 0);
+}
+
+/* A default-key wake is replayed while its own hold is open and unsettled,
+ * whatever the clocks say: a pause dated 5 s ahead of the engine, then a
+ * wake, then that wake again (replayed: one new hold). And not once a pause
+ * dated after it settled that hold, even with the sandbox running again on
+ * a wake of its own key: the retry is decided again. */
+static void test_wake_replay_holds(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char at[48];
+
+	CHECK_I64(cu_create(t, 0, key, "wr-1", 2, 4096, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_rfc3339(time(NULL) + 5, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "wr-1", "paused", at, &r), 200);
+	CHECK_STR(apitest_json_str(&r, "state"), "paused");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "wr-1", 600, NULL, &r), 200);
+	CHECK(r.headers && !strstr(r.headers, "Idempotent-Replayed"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "wr-1", 600, NULL, &r), 200);
+	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'wr-1' AND"
+				 " status = 'open' AND settles_at IS NULL"),
+		  1);
+
+	CHECK_I64(cu_create(t, 0, key, "wr-2", 2, 4096, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "wr-2", 600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_sleep_ms(20);
+	rfc3339_usec(cu_sql_int(db, "SELECT (EXTRACT(EPOCH FROM max(lease_starts_at)) * 1000000)"
+				    "::bigint + 1000 FROM holds WHERE sandbox_id = 'wr-2'"),
+		     at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "wr-2", "paused", at, &r), 200);
+	CHECK_I64(cu_jint(r.json, "holds_settled"), 2);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "wr-2", 600, "\"idempotency_key\":\"wr-2-own\"", &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "wr-2", 600, NULL, &r), 200);
+	CHECK(r.headers && !strstr(r.headers, "Idempotent-Replayed"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'wr-2' AND"
+				 " status = 'open' AND settles_at IS NULL"),
+		  2);
+	CHECK_I64(cu_held_mismatches(db), 0);
+}
+
+struct event_call {
+	struct apitest *t;
+	const char *sandbox, *type;
+	char at[48];
+	long status;
+	long long settled;
+	char state[16];
+};
+
+static void *event_main(void *arg)
+{
+	struct event_call *c = arg;
+	struct apitest_resp r;
+
+	c->status = cu_event(c->t, 0, c->sandbox, c->type, c->at, &r);
+	c->settled = cu_jint(r.json, "holds_settled");
+	snprintf(c->state, sizeof(c->state), "%s", apitest_json_str(&r, "state"));
+	apitest_resp_release(&r);
+	return NULL;
+}
+
+/* A stop that comes while a wake of its sandbox is written but not yet
+ * committed (a connection of the test's own writes what a wake writes, in
+ * the engine's order: the ledger row, the hold, the sandbox row): the
+ * stop waits for the sandbox row and, once the wake is in, settles that
+ * hold too. It used to leave a stopped sandbox with an open, whole hold
+ * until its lease end. */
+static void test_stop_during_wake(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	struct event_call c = {.t = t, .sandbox = "sw-1", .type = "stopped"};
+	PGconn *db = t->db.conn, *w;
+	pthread_t th;
+	char at[48];
+
+	CHECK_I64(cu_create(t, 0, key, "sw-1", 2, 4096, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_rfc3339(time(NULL), at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "sw-1", "paused", at, &r), 200);
+	apitest_resp_release(&r);
+	w = PQconnectdb(t->db.url);
+	CHECK(PQstatus(w) == CONNECTION_OK);
+	cu_sql(w, "BEGIN");
+	cu_sql(w, "SELECT 1 FROM key_day_ledger l WHERE (l.account_id, l.key_id, l.day) IN"
+		  " (SELECT account_id, key_id, day FROM holds WHERE sandbox_id = 'sw-1')"
+		  " FOR UPDATE");
+	cu_sql(w, "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
+		  " lease_starts_at, lease_ends_at, created_at)"
+		  " SELECT account_id, key_id, sandbox_id, day, 5000, now(),"
+		  " now() + interval '1 hour', now() FROM holds WHERE sandbox_id = 'sw-1' LIMIT 1");
+	cu_sql(
+	    w,
+	    "UPDATE key_day_ledger l SET held_micros = held_micros + 5000"
+	    " FROM (SELECT account_id, key_id, day FROM holds WHERE sandbox_id = 'sw-1'"
+	    " LIMIT 1) h WHERE (l.account_id, l.key_id, l.day) = (h.account_id, h.key_id, h.day)");
+	cu_sql(w, "UPDATE sandboxes SET state = 'running', state_since = now(),"
+		  " lease_ends_at = now() + interval '1 hour' WHERE sandbox_id = 'sw-1'");
+	cu_rfc3339(time(NULL) + 1, c.at, sizeof(c.at));
+	CHECK(pthread_create(&th, NULL, event_main, &c) == 0);
+	cu_await_lock_waiters(db, 1);
+	cu_sql(w, "COMMIT");
+	PQfinish(w);
+	pthread_join(th, NULL);
+	CHECK_I64(c.status, 200);
+	CHECK_STR(c.state, "stopped");
+	CHECK_I64(c.settled, 1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'sw-1' AND"
+				 " status = 'open' AND settles_at IS NULL"),
+		  0);
 	CHECK_I64(cu_held_mismatches(db), 0);
 }
 
@@ -1176,6 +1298,8 @@ int main(void)
 	test_limit(&t, acc);
 	test_wake_and_events(&t, key);
 	test_renewal_and_skew(&t, key);
+	test_wake_replay_holds(&t, key);
+	test_stop_during_wake(&t, key);
 	test_lease_end(&t, acc);
 	test_validation(&t, key);
 	test_day_starts(t.db.conn);

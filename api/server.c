@@ -245,7 +245,10 @@ static const char *target_path(const char *url)
  * connection hangs, unanswered, until its timeout. It parses the query from
  * the characters after the '?' of the very string given to on_uri (its own
  * read buffer, called before it parses), so ending that string right after
- * the '?' leaves it no parameters; route_request then refuses the request. */
+ * the '?' leaves it no parameters; route_request then refuses the request.
+ * (A libmicrohttpd that read the query by its length instead would parse
+ * it all the same, and the request would still be refused; the write is
+ * within the request target either way.) */
 static bool query_cut(const char *uri)
 {
 	const char *q = strchr(uri, '?');

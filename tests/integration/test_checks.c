@@ -580,55 +580,128 @@ static void *event_main(void *arg)
 	return NULL;
 }
 
-/* A stop that comes while a wake of its sandbox is written but not yet
- * committed (a connection of the test's own writes what a wake writes, in
- * the engine's order: the ledger row, the hold, the sandbox row): the
- * stop waits for the sandbox row and, once the wake is in, settles that
- * hold too. It used to leave a stopped sandbox with an open, whole hold
- * until its lease end. */
-static void test_stop_during_wake(struct apitest *t, const char *key)
+/* A connection of the test's own that writes what a wake of sb writes, in
+ * the engine's order (the key-day's ledger row locked, a hold of 5,000 µ$
+ * for an hour from now, the ledger's held, the sandbox row), and leaves it
+ * uncommitted: COMMIT and PQfinish it to let it in. *now_usec: its now. */
+static PGconn *wake_in_flight(struct apitest *t, const char *sb, long long *now_usec)
 {
-	struct apitest_resp r;
-	struct event_call c = {.t = t, .sandbox = "sw-1", .type = "stopped"};
-	PGconn *db = t->db.conn, *w;
-	pthread_t th;
-	char at[48];
+	PGconn *w = PQconnectdb(t->db.url);
+	char sql[1024];
 
-	CHECK_I64(cu_create(t, 0, key, "sw-1", 2, 4096, 900, NULL, &r), 200);
-	apitest_resp_release(&r);
-	cu_rfc3339(time(NULL), at, sizeof(at));
-	CHECK_I64(cu_event(t, 0, "sw-1", "paused", at, &r), 200);
-	apitest_resp_release(&r);
-	w = PQconnectdb(t->db.url);
 	CHECK(PQstatus(w) == CONNECTION_OK);
 	cu_sql(w, "BEGIN");
-	cu_sql(w, "SELECT 1 FROM key_day_ledger l WHERE (l.account_id, l.key_id, l.day) IN"
-		  " (SELECT account_id, key_id, day FROM holds WHERE sandbox_id = 'sw-1')"
-		  " FOR UPDATE");
-	cu_sql(w, "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
-		  " lease_starts_at, lease_ends_at, created_at)"
-		  " SELECT account_id, key_id, sandbox_id, day, 5000, now(),"
-		  " now() + interval '1 hour', now() FROM holds WHERE sandbox_id = 'sw-1' LIMIT 1");
-	cu_sql(
-	    w,
+	snprintf(sql, sizeof(sql),
+		 "SELECT 1 FROM key_day_ledger l WHERE (l.account_id, l.key_id, l.day) IN"
+		 " (SELECT account_id, key_id, day FROM holds WHERE sandbox_id = '%s') FOR UPDATE",
+		 sb);
+	cu_sql(w, sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
+		 " lease_starts_at, lease_ends_at, created_at)"
+		 " SELECT account_id, key_id, sandbox_id, day, 5000, now(),"
+		 " now() + interval '1 hour', now() FROM holds WHERE sandbox_id = '%s' LIMIT 1",
+		 sb);
+	cu_sql(w, sql);
+	snprintf(
+	    sql, sizeof(sql),
 	    "UPDATE key_day_ledger l SET held_micros = held_micros + 5000"
-	    " FROM (SELECT account_id, key_id, day FROM holds WHERE sandbox_id = 'sw-1'"
-	    " LIMIT 1) h WHERE (l.account_id, l.key_id, l.day) = (h.account_id, h.key_id, h.day)");
-	cu_sql(w, "UPDATE sandboxes SET state = 'running', state_since = now(),"
-		  " lease_ends_at = now() + interval '1 hour' WHERE sandbox_id = 'sw-1'");
-	cu_rfc3339(time(NULL) + 1, c.at, sizeof(c.at));
-	CHECK(pthread_create(&th, NULL, event_main, &c) == 0);
-	cu_await_lock_waiters(db, 1);
-	cu_sql(w, "COMMIT");
-	PQfinish(w);
-	pthread_join(th, NULL);
-	CHECK_I64(c.status, 200);
-	CHECK_STR(c.state, "stopped");
-	CHECK_I64(c.settled, 1);
-	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'sw-1' AND"
-				 " status = 'open' AND settles_at IS NULL"),
-		  0);
-	CHECK_I64(cu_held_mismatches(db), 0);
+	    " FROM (SELECT account_id, key_id, day FROM holds WHERE sandbox_id = '%s'"
+	    " LIMIT 1) h WHERE (l.account_id, l.key_id, l.day) = (h.account_id, h.key_id, h.day)",
+	    sb);
+	cu_sql(w, sql);
+	snprintf(sql, sizeof(sql),
+		 "UPDATE sandboxes SET state = 'running', state_since = CASE WHEN state ="
+		 " 'running' THEN state_since ELSE now() END, lease_ends_at = GREATEST("
+		 " lease_ends_at, now() + interval '1 hour') WHERE sandbox_id = '%s'",
+		 sb);
+	cu_sql(w, sql);
+	*now_usec = cu_sql_int(w, "SELECT (EXTRACT(EPOCH FROM now()) * 1000000)::bigint");
+	return w;
+}
+
+/* An event that comes while a wake of its sandbox is written but not yet
+ * committed waits for the sandbox row and then takes that wake into
+ * account:
+ * - a stop settles the wake's hold too (it left a stopped sandbox with an
+ *   open, whole hold until its lease end);
+ * - still so when another writer has the key-day's ledger row for 1.5 s
+ *   after the wake commits (the second settling gave way after 1 s);
+ * - a pause delivered late, dated before a renewal in flight, leaves the
+ *   sandbox running on it (it tested the holds on a snapshot from before
+ *   the renewal committed, and paused the sandbox). */
+static void test_events_during_wake(struct apitest *t, const char *key)
+{
+	static const char *const sbs[] = {"sw-1", "sw-2", "sw-3"};
+	PGconn *db = t->db.conn;
+
+	for (int way = 0; way < 3; way++) {
+		struct apitest_resp r;
+		struct event_call c = {.t = t, .sandbox = sbs[way]};
+		PGconn *w, *x = NULL;
+		pthread_t th;
+		long long born, now_usec;
+		char at[48], sql[512];
+
+		CHECK_I64(cu_create(t, 0, key, sbs[way], 2, 4096, 900, NULL, &r), 200);
+		apitest_resp_release(&r);
+		born = cu_sql_int(db,
+				  "SELECT (EXTRACT(EPOCH FROM created_at) * 1000000)::bigint FROM"
+				  " sandboxes WHERE sandbox_id = '%s'",
+				  sbs[way]);
+		/* Paused (its holds settled); the third running again, with
+		 * no open hold, as after a lease-end sweep. */
+		rfc3339_usec(born + 1000, at, sizeof(at));
+		CHECK_I64(cu_event(t, 0, sbs[way], "paused", at, &r), 200);
+		apitest_resp_release(&r);
+		if (way == 2) {
+			rfc3339_usec(born + 2000, at, sizeof(at));
+			CHECK_I64(cu_event(t, 0, sbs[way], "running", at, &r), 200);
+			CHECK_STR(apitest_json_str(&r, "state"), "running");
+			apitest_resp_release(&r);
+		}
+		w = wake_in_flight(t, sbs[way], &now_usec);
+		if (way == 1) {
+			x = PQconnectdb(t->db.url);
+			CHECK(PQstatus(x) == CONNECTION_OK);
+			cu_sql(x, "BEGIN");
+			snprintf(sql, sizeof(sql),
+				 "SELECT 1 FROM key_day_ledger l WHERE (l.account_id, l.key_id,"
+				 " l.day) IN (SELECT account_id, key_id, day FROM holds WHERE"
+				 " sandbox_id = '%s') FOR UPDATE",
+				 sbs[way]);
+			CHECK(PQsendQuery(x, sql) == 1);
+			cu_await_lock_waiters(db, 1);
+		}
+		c.type = way == 2 ? "paused" : "stopped";
+		if (way == 2)
+			rfc3339_usec(now_usec - 1000, c.at, sizeof(c.at));
+		else
+			cu_rfc3339(time(NULL) + 1, c.at, sizeof(c.at));
+		CHECK(pthread_create(&th, NULL, event_main, &c) == 0);
+		cu_await_lock_waiters(db, way == 1 ? 2 : 1);
+		cu_sql(w, "COMMIT");
+		PQfinish(w);
+		if (x) {
+			PGresult *res;
+
+			cu_sleep_ms(1500);
+			while ((res = PQgetResult(x)))
+				PQclear(res);
+			cu_sql(x, "COMMIT");
+			PQfinish(x);
+		}
+		pthread_join(th, NULL);
+		CHECK_I64(c.status, 200);
+		CHECK_STR(c.state, way == 2 ? "running" : "stopped");
+		CHECK_I64(c.settled, way == 2 ? 0 : 1);
+		CHECK_I64(cu_sql_int(db,
+				     "SELECT count(*) FROM holds WHERE sandbox_id = '%s' AND"
+				     " status = 'open' AND settles_at IS NULL",
+				     sbs[way]),
+			  way == 2 ? 1 : 0);
+		CHECK_I64(cu_held_mismatches(db), 0);
+	}
 }
 
 /* Pushes one sample of sandbox sb (1 vCPU, 1 GiB) taken at UTC second at,
@@ -1299,7 +1372,7 @@ int main(void)
 	test_wake_and_events(&t, key);
 	test_renewal_and_skew(&t, key);
 	test_wake_replay_holds(&t, key);
-	test_stop_during_wake(&t, key);
+	test_events_during_wake(&t, key);
 	test_lease_end(&t, acc);
 	test_validation(&t, key);
 	test_day_starts(t.db.conn);

@@ -27,6 +27,20 @@
 --   stop dated a moment before a wake's check used to leave that wake's
 --   hold open, the sandbox running and wakeable; and a later-dated
 --   running or paused event used to bring a stopped sandbox back.
+-- - A pause or running event moves the state only if no open hold's lease
+--   began after it: a pause delivered late, dated before a renewal (which
+--   keeps state_since), would otherwise pause a sandbox that runs on the
+--   renewal, whose lease end the sweep then did not watch.
+--
+-- A wake decided at the same moment as an event may have written its hold
+-- and updated the sandbox row without having committed: the event's read
+-- of the holds does not see that hold. So the event settles what it sees,
+-- locks the sandbox row in a statement of its own (waiting for such a
+-- wake), sets the state in the next (whose snapshot sees the wake's hold),
+-- and settles again. That second settling takes ledger rows while holding
+-- the sandbox row, the other order from a check batch: a deadlock fails
+-- the event's statement whole (its record of the event too), and the
+-- caller runs it again (db_checks_event, as for any deadlock).
 -- As in 0025 and 0016 otherwise.
 
 CREATE OR REPLACE FUNCTION meter_checks_apply(
@@ -123,6 +137,48 @@ BEGIN
 END
 $$;
 
+-- Settles the open holds of p_sandbox that an event of p_type at p_eff
+-- ends (a stop: all of them; a pause: those begun at or before it), ledger
+-- rows first, in order, then each hold (meter_hold_settle); an event
+-- within p_grace_s after a hold's lease end settles it as at that end.
+CREATE FUNCTION meter_event_settle(p_account text, p_sandbox text, p_type text,
+				   p_eff timestamptz, p_grace_s integer,
+				   OUT settled integer, OUT released bigint, OUT kept bigint)
+	LANGUAGE plpgsql
+	AS $$
+DECLARE
+	r record;
+	st record;
+BEGIN
+	settled := 0;
+	released := 0;
+	kept := 0;
+	PERFORM 1 FROM key_day_ledger l
+		WHERE (l.account_id, l.key_id, l.day) IN
+			(SELECT h.account_id, h.key_id, h.day FROM holds h
+			 WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
+			   AND h.status = 'open' AND h.settles_at IS NULL
+			   AND (p_type = 'stopped' OR h.lease_starts_at <= p_eff))
+		ORDER BY l.account_id, l.key_id, l.day
+		FOR UPDATE OF l;
+	FOR r IN SELECT h.hold_id, h.lease_ends_at FROM holds h
+		 WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
+		   AND h.status = 'open' AND h.settles_at IS NULL
+		   AND (p_type = 'stopped' OR h.lease_starts_at <= p_eff)
+		 ORDER BY h.key_id, h.day, h.hold_id LOOP
+		st := meter_hold_settle(p_account, r.hold_id,
+			CASE WHEN p_eff > r.lease_ends_at
+				  AND p_eff <= r.lease_ends_at + make_interval(secs => p_grace_s)
+			     THEN r.lease_ends_at ELSE p_eff END);
+		IF st.released IS NOT NULL THEN
+			settled := settled + 1;
+			released := released + st.released;
+			kept := kept + st.kept;
+		END IF;
+	END LOOP;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION meter_sandbox_event(p_sandbox text, p_type text, p_at timestamptz,
 					       p_grace_s integer)
 	RETURNS TABLE (known boolean, recorded boolean, state text, state_since timestamptz,
@@ -132,7 +188,6 @@ CREATE OR REPLACE FUNCTION meter_sandbox_event(p_sandbox text, p_type text, p_at
 DECLARE
 	acc text;
 	eff timestamptz;
-	r record;
 	st record;
 	n integer := 0;
 	total bigint := 0;
@@ -151,35 +206,30 @@ BEGIN
 	ON CONFLICT (account_id, sandbox_id, type, at) DO NOTHING;
 	rec := FOUND;
 	IF rec AND p_type IN ('paused', 'stopped') THEN
-		-- Ledger rows first, in order; then each hold (meter_hold_settle).
-		PERFORM 1 FROM key_day_ledger l
-			WHERE (l.account_id, l.key_id, l.day) IN
-				(SELECT h.account_id, h.key_id, h.day FROM holds h
-				 WHERE h.account_id = acc AND h.sandbox_id = p_sandbox
-				   AND h.status = 'open' AND h.settles_at IS NULL
-				   AND (p_type = 'stopped' OR h.lease_starts_at <= eff))
-			ORDER BY l.account_id, l.key_id, l.day
-			FOR UPDATE OF l;
-		FOR r IN SELECT h.hold_id, h.lease_ends_at FROM holds h
-			 WHERE h.account_id = acc AND h.sandbox_id = p_sandbox
-			   AND h.status = 'open' AND h.settles_at IS NULL
-			   AND (p_type = 'stopped' OR h.lease_starts_at <= eff)
-			 ORDER BY h.key_id, h.day, h.hold_id LOOP
-			st := meter_hold_settle(acc, r.hold_id,
-				CASE WHEN eff > r.lease_ends_at
-					  AND eff <= r.lease_ends_at + make_interval(secs => p_grace_s)
-				     THEN r.lease_ends_at ELSE eff END);
-			IF st.released IS NOT NULL THEN
-				n := n + 1;
-				total := total + st.released;
-				tail := tail + st.kept;
-			END IF;
-		END LOOP;
+		st := meter_event_settle(acc, p_sandbox, p_type, eff, p_grace_s);
+		n := st.settled;
+		total := st.released;
+		tail := st.kept;
 	END IF;
 	IF rec THEN
+		-- The row first, in a statement of its own: a wake in flight on it
+		-- has committed once this returns, so the update's test of the
+		-- holds below (a fresh snapshot) sees that wake's hold.
+		PERFORM 1 FROM sandboxes s WHERE s.account_id = acc AND s.sandbox_id = p_sandbox
+			FOR UPDATE;
 		UPDATE sandboxes s SET state = p_type, state_since = GREATEST(s.state_since, eff)
 		WHERE s.account_id = acc AND s.sandbox_id = p_sandbox AND s.state <> 'stopped'
-		  AND (p_type = 'stopped' OR s.state_since <= eff);
+		  AND (p_type = 'stopped'
+		       OR (s.state_since <= eff
+			   AND NOT EXISTS (SELECT 1 FROM holds h
+					   WHERE h.account_id = acc AND h.sandbox_id = p_sandbox
+					     AND h.status = 'open' AND h.lease_starts_at > eff)));
+	END IF;
+	IF rec AND p_type IN ('paused', 'stopped') THEN
+		st := meter_event_settle(acc, p_sandbox, p_type, eff, p_grace_s);
+		n := n + st.settled;
+		total := total + st.released;
+		tail := tail + st.kept;
 	END IF;
 	RETURN QUERY SELECT true, rec, s.state::text, s.state_since, n, total, tail
 		FROM sandboxes s WHERE s.account_id = acc AND s.sandbox_id = p_sandbox;

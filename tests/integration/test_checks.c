@@ -409,6 +409,35 @@ static long long lease_end_gap(PGconn *db, const char *sb)
 	    sb, sb);
 }
 
+/* Formats the latest lease start of sb's holds plus offset_usec. */
+static void lease_start_at(PGconn *db, const char *sb, long long offset_usec, char *at, size_t len)
+{
+	rfc3339_usec(
+	    cu_sql_int(db,
+		       "SELECT (EXTRACT(EPOCH FROM max(lease_starts_at)) * 1000000)::bigint"
+		       " FROM holds WHERE sandbox_id = '%s'",
+		       sb) +
+		offset_usec,
+	    at, len);
+}
+
+/* Creates sb and, 20 ms later, wakes it under the key "<sb>-1" (a
+ * renewal); at: that wake's lease start less 1 ms. */
+static void create_then_renew(struct apitest *t, const char *key, const char *sb, char *at,
+			      size_t len)
+{
+	struct apitest_resp r;
+	char extra[96];
+
+	CHECK_I64(cu_create(t, 0, key, sb, 2, 4096, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_sleep_ms(20);
+	snprintf(extra, sizeof(extra), "\"idempotency_key\":\"%s-1\"", sb);
+	CHECK_I64(cu_wake(t, 0, sb, 900, extra, &r), 200);
+	apitest_resp_release(&r);
+	lease_start_at(t->db.conn, sb, -1000, at, len);
+}
+
 /* A retry of a default-key wake after a renewal under a key of its own is
  * still that wake's answer (no second hold), and a shorter renewal does
  * not move the sandbox's lease end before its holds'. An event's time is
@@ -462,14 +491,7 @@ static void test_renewal_and_skew(struct apitest *t, const char *key)
 	/* A pause delivered late, dated 1 ms before a renewal that followed
 	 * it: it settles the create's hold, not the renewal's, and leaves the
 	 * sandbox running on the renewal's lease. */
-	CHECK_I64(cu_create(t, 0, key, "sk-late", 2, 4096, 900, NULL, &r), 200);
-	apitest_resp_release(&r);
-	cu_sleep_ms(20);
-	CHECK_I64(cu_wake(t, 0, "sk-late", 900, "\"idempotency_key\":\"sk-late-1\"", &r), 200);
-	apitest_resp_release(&r);
-	rfc3339_usec(cu_sql_int(db, "SELECT (EXTRACT(EPOCH FROM max(lease_starts_at)) * 1000000)"
-				    "::bigint - 1000 FROM holds WHERE sandbox_id = 'sk-late'"),
-		     at, sizeof(at));
+	create_then_renew(t, key, "sk-late", at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "sk-late", "paused", at, &r), 200);
 	CHECK(json_is_true(json_object_get(r.json, "recorded")));
 	CHECK_I64(cu_jint(r.json, "holds_settled"), 1);
@@ -480,14 +502,7 @@ static void test_renewal_and_skew(struct apitest *t, const char *key)
 		  1);
 
 	/* A stop dated 1 ms before a wake's check (after the create). */
-	CHECK_I64(cu_create(t, 0, key, "sk-wake", 2, 4096, 900, NULL, &r), 200);
-	apitest_resp_release(&r);
-	cu_sleep_ms(20);
-	CHECK_I64(cu_wake(t, 0, "sk-wake", 900, "\"idempotency_key\":\"sk-wake-1\"", &r), 200);
-	apitest_resp_release(&r);
-	rfc3339_usec(cu_sql_int(db, "SELECT (EXTRACT(EPOCH FROM max(lease_starts_at)) * 1000000)"
-				    "::bigint - 1000 FROM holds WHERE sandbox_id = 'sk-wake'"),
-		     at, sizeof(at));
+	create_then_renew(t, key, "sk-wake", at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "sk-wake", "stopped", at, &r), 200);
 	CHECK_I64(cu_jint(r.json, "holds_settled"), 2);
 	CHECK_STR(apitest_json_str(&r, "state"), "stopped");
@@ -542,9 +557,7 @@ static void test_wake_replay_holds(struct apitest *t, const char *key)
 	CHECK_I64(cu_wake(t, 0, "wr-2", 600, NULL, &r), 200);
 	apitest_resp_release(&r);
 	cu_sleep_ms(20);
-	rfc3339_usec(cu_sql_int(db, "SELECT (EXTRACT(EPOCH FROM max(lease_starts_at)) * 1000000)"
-				    "::bigint + 1000 FROM holds WHERE sandbox_id = 'wr-2'"),
-		     at, sizeof(at));
+	lease_start_at(db, "wr-2", 1000, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "wr-2", "paused", at, &r), 200);
 	CHECK_I64(cu_jint(r.json, "holds_settled"), 2);
 	apitest_resp_release(&r);

@@ -1,17 +1,23 @@
 /* meter API: keys and their daily limits (see h_keys.h). */
 #include "h_keys.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "auth.h"
 #include "h_util.h"
+#include "money.h"
 
 json_t *h_key_json(const struct db_key *k)
 {
 	json_t *o = json_object();
-	int64_t committed = k->day_spent_micros + k->day_held_micros;
+	int64_t committed;
 
+	/* Each figure fits a bigint, their sum need not (a key with no limit
+	 * can hold up to the largest): the sum stops at the largest. */
+	if (money_add(k->day_spent_micros, k->day_held_micros, &committed) != METER_OK)
+		committed = INT64_MAX;
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "key_id", json_string(k->key_id));

@@ -2617,7 +2617,9 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 				return rc;
 			} else {
 				c->st.intervals++;
-				c->st.micros += micros;
+				/* A statistic: it stops at the largest bigint. */
+				if (money_add(c->st.micros, micros, &c->st.micros) != METER_OK)
+					c->st.micros = INT64_MAX;
 				if (flags & USAGE_COUNTER_RESET) {
 					c->st.resets++;
 					c->st.anomalies++;

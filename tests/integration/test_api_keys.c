@@ -1,5 +1,6 @@
 /* API: accounts, keys, limits and the price book against a real meterd
  * and PostgreSQL. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +281,34 @@ static void test_accounts_and_keys(void)
  * meterd from the next request on (its cached lookup forgotten), a check
  * naming the key refused, and a second call answering the first
  * revocation. */
+/* A key with no limit may hold and spend up to the largest bigint each:
+ * their sum, the day's committed figure, stops at the largest instead of
+ * wrapping (or stopping the server). */
+static void test_key_committed_overflow(void)
+{
+	char acc[65], k[65], tok[APITEST_TOKEN_MAX], sql[512], path[128];
+	struct apitest_resp r;
+
+	CHECK(apitest_create_account(&t, "Overflow", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, k, tok) == 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros,"
+		 " limit_micros) VALUES ('%s', '%s', meter_key_day('UTC', now()),"
+		 " 9000000000000000000, 9000000000000000000, NULL)",
+		 acc, k);
+	sql_exec(sql);
+	snprintf(path, sizeof(path), "/v1/keys/%s", k);
+	CHECK(apitest_call(&t, 0, "GET", path, tok, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_I64(jint(r.json, "day_spent_micros"), 9000000000000000000LL);
+	CHECK_I64(jint(r.json, "day_committed_micros"), INT64_MAX);
+	CHECK_I64(jint(r.json, "day_remaining_micros"), -2);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tok, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+}
+
 static void test_key_revoke(void)
 {
 	struct apitest_resp r;
@@ -502,6 +531,7 @@ int main(void)
 		return 1;
 	test_accounts_and_keys();
 	test_key_revoke();
+	test_key_committed_overflow();
 	test_prices();
 	test_database_down();
 	CHECK(apitest_stop(&t) == 0);

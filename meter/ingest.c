@@ -616,6 +616,7 @@ struct ing_sbx {
 	int64_t cum[3];
 	struct ing_roll roll;
 	size_t ev_off, ev_n, ev_pos;
+	int64_t stop_at; /* its first stopped event (final), INT64_MAX if none */
 };
 
 struct ing_piece {
@@ -1229,12 +1230,13 @@ static const char SQL_METER_LOCK[] = SQL_METER_READ
 static const char SQL_METER_UNLOCKED[] = SQL_METER_READ;
 
 /* Events of the call's sandboxes in one window covering every sandbox's
- * range; each sandbox skips those at or before its own watermark. */
+ * range, and their stops before it (a stop is final); each sandbox skips
+ * those before its own watermark but for its first stop. */
 static const char SQL_EVENTS[] =
     "SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type"
     " FROM unnest($1::text[], $2::text[]) AS q(a, s)"
     " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
-    "  AND e.at > $3::timestamptz AND e.at <= $4::timestamptz"
+    "  AND (e.at >= $3::timestamptz OR e.type = 'stopped') AND e.at <= $4::timestamptz"
     " ORDER BY e.sandbox_id, e.at, e.event_id";
 
 static const char SQL_DAYS[] =
@@ -2181,6 +2183,7 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 		struct ing_sbx *sb = &c->sbx[i];
 		int64_t from = sb->had_meter ? sb->last.at_usec : sb->min_at;
 		sb->ev_off = sb->ev_n = sb->ev_pos = 0;
+		sb->stop_at = INT64_MAX;
 		if (sb->max_at <= from)
 			continue;
 		if (from < lo)
@@ -2223,7 +2226,11 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 		}
 		sb = &c->sbx[x];
 		from = sb->had_meter ? sb->last.at_usec : sb->min_at;
-		if (e->at <= from || e->at > sb->max_at)
+		if (e->state == SANDBOX_STOPPED && e->at < sb->stop_at)
+			sb->stop_at = e->at;
+		/* An event at the watermark's sample starts the next interval's
+		 * state; one before it was metered already. */
+		if (e->at < from || e->at > sb->max_at)
 			continue;
 		if (sb->ev_n == 0)
 			sb->ev_off = sb->ev_pos = c->nevents;
@@ -2317,13 +2324,20 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 		return rc;
 	dcpu = q.cpu_used_mcus / MONEY_MILLICORES_PER_VCPU;
 
-	/* Segments between the lifecycle events in (prev, cur]. */
+	/* Segments between the lifecycle events in [prev, cur): an event at
+	 * prev's time sets the state the interval starts in (the event is
+	 * authoritative over the sample taken as it happened), one at cur's is
+	 * left to the next interval. A stop is final: nothing after the first
+	 * one is billed, whatever later samples or events say. */
 	t = prev->at_usec;
-	while (sb->ev_pos < sb->ev_off + sb->ev_n && c->events[sb->ev_pos].at <= cur->at_usec) {
+	if (sb->stop_at <= t)
+		st = SANDBOX_STOPPED;
+	while (sb->ev_pos < sb->ev_off + sb->ev_n && c->events[sb->ev_pos].at < cur->at_usec) {
 		const struct ing_event *e = &c->events[sb->ev_pos++];
+		if (sb->stop_at < e->at)
+			continue;
 		if (e->at <= t) {
-			if (e->at > prev->at_usec)
-				st = e->state;
+			st = sb->stop_at <= e->at ? SANDBOX_STOPPED : e->state;
 			continue;
 		}
 		rc = ing_add_segment(c, t, e->at, st);

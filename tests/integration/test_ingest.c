@@ -373,6 +373,47 @@ static void test_events(void)
 		     micros(s_mem, 7500, DIV_MIB), 0);
 }
 
+/* Events that meet a sample: a pause at a sample's own time (delivered
+ * before the interval it ends is metered, or after) starts the next
+ * interval paused, whatever that sample said; a stop is final, so a
+ * running event and running samples after it bill nothing. */
+static void test_events_edges(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2026-11-30T02:30:00Z");
+
+	fprintf(stderr, "events at a sample's time, and after a stop\n");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state) VALUES ('acct_1', 'e_late', 'key_a', 1, 1024, 5120, 'running'),"
+	     " ('acct_1', 'e_early', 'key_a', 1, 1024, 5120, 'running'),"
+	     " ('acct_1', 'e_final', 'key_a', 1, 1024, 0, 'running')");
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 'e_early', 'paused', '2026-11-30T02:30:10Z'),"
+	     " ('acct_1', 'e_final', 'stopped', '2026-11-30T02:30:05Z'),"
+	     " ('acct_1', 'e_final', 'running', '2026-11-30T02:30:08Z')");
+	for (int i = 0; i < 4; i++) {
+		static const int64_t at[] = {0, 10, 70, 80};
+		static const char st[] = {'r', 'r', 'p', 'p'};
+
+		if (i == 2)
+			exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at)"
+			     " VALUES ('acct_1', 'e_late', 'paused', '2026-11-30T02:30:10Z')");
+		batch(&b, "h2");
+		add(&b, "e_late", NULL, t0 + at[i] * SEC, st[i], 0, 1024, 5120, 1);
+		add(&b, "e_early", NULL, t0 + at[i] * SEC, st[i], 0, 1024, 5120, 1);
+		add(&b, "e_final", NULL, t0 + at[i] * SEC, 'r', 0, 1024, 0, 1);
+		run1(&b);
+	}
+	CHECK_I64(usum("e_late", "running_usec"), 10 * SEC);
+	CHECK_I64(usum("e_late", "paused_usec"), 70 * SEC);
+	CHECK_I64(usum("e_early", "running_usec"), 10 * SEC);
+	CHECK_I64(usum("e_early", "paused_usec"), 70 * SEC);
+	CHECK_I64(usum("e_final", "running_usec"), 5 * SEC);
+	CHECK_I64(usum("e_final", "paused_usec"), 0);
+	CHECK_I64(usum("e_final", "total_micros"),
+		  micros(50 * 5 * SEC, 25000, DIV_CPU) + micros(1024 * 5 * SEC, 7500, DIV_MIB));
+}
+
 /* More CPU than vcpus × Δwall: capped, counted. */
 static void test_cap(void)
 {
@@ -1384,6 +1425,7 @@ int main(void)
 	test_counter_reset();
 	test_gap();
 	test_events();
+	test_events_edges();
 	test_cap();
 	test_duplicate_batch();
 	test_out_of_order();

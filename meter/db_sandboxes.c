@@ -52,9 +52,9 @@
 	"  COALESCE($5::timestamptz, meter_day_start(z.tz, meter_key_day(z.tz, now()))) AS f," \
 	"  COALESCE($6::timestamptz, meter_day_start(z.tz, meter_key_day(z.tz, now()) + 1))" \
 	"   AS t," \
-	"  date_trunc('month', now() AT TIME ZONE z.tz) AT TIME ZONE z.tz AS mf," \
-	"  (date_trunc('month', now() AT TIME ZONE z.tz) + interval '1 month')" \
-	"   AT TIME ZONE z.tz AS mt" \
+	"  meter_day_start(z.tz, date_trunc('month', now() AT TIME ZONE z.tz)::date) AS mf," \
+	"  meter_day_start(z.tz," \
+	"   (date_trunc('month', now() AT TIME ZONE z.tz) + interval '1 month')::date) AS mt" \
 	" FROM (SELECT DISTINCT tz FROM " SRC ") z"
 
 /* The rest of a list query after its CTE "page" (the page's sandboxes: s.*

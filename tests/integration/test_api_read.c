@@ -452,6 +452,36 @@ static void test_usage_items_cap(void)
 	apitest_resp_release(&r);
 }
 
+/* A day where midnight comes twice (America/Havana, 2026-11-01: at 01:00
+ * local the clocks go back to 00:00) starts at the first one, 04:00Z, as
+ * the key's day does everywhere else, and ends at the next day's, 05:00Z.
+ * An hour of usage from 04:00Z lies inside its own day's period. */
+static void test_usage_repeated_midnight(void)
+{
+	char acch[65], kh[65], th[APITEST_TOKEN_MAX], sql[512];
+	struct apitest_resp r;
+	json_t *items;
+
+	CHECK(apitest_create_account(&t, "Havana", acch) == 0);
+	CHECK(apitest_create_key(&t, acch, "full", -1, "America/Havana", kh, th) == 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		 " storage_mib, state, created_at) VALUES"
+		 " ('%s', 'sbx_h', '%s', 1, 1024, 0, 'running', '2026-11-01 03:00Z')",
+		 acch, kh);
+	sql_exec(sql);
+	usage_row(acch, "sbx_h", kh, "2026-11-01 04:00Z", "2026-11-01", 3600000000, 0, 180000000000,
+		  180000000000, 3686400000000, 0, 1250, 7500, 0);
+	r = get("/v1/usage?from=2026-10-31T12:00:00Z&to=2026-11-02T12:00:00Z&window=day", th);
+	CHECK_I64(r.status, 200);
+	items = json_object_get(r.json, "items");
+	CHECK_I64(json_array_size(items), 1);
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "period_start"), "2026-11-01T04:00:00Z");
+	CHECK_STR(apitest_jstr(json_array_get(items, 0), "period_end"), "2026-11-02T05:00:00Z");
+	CHECK_I64(apitest_jpath(json_array_get(items, 0), "cost.total_micros"), 8750);
+	apitest_resp_release(&r);
+}
+
 /* The reads place a usage row with DB_ROW_START, which calls
  * meter_row_start only for an hour before its day's midnight as PostgreSQL
  * reads it. Both agree on every hour next to a midnight, 2025 and 2026, in
@@ -495,6 +525,7 @@ int main(void)
 	test_unknown_account();
 	test_usage_items_cap();
 	test_row_start_zones();
+	test_usage_repeated_midnight();
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

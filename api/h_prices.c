@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "db_prices.h"
+#include "db_util.h"
 #include "h_util.h"
 #include "money.h"
 
@@ -103,6 +104,7 @@ void h_prices_put(struct http_req *req)
 	struct h_price_put p;
 	struct db_price out;
 	PGconn *conn = NULL;
+	int64_t earliest = 0;
 	enum meter_rc rc;
 
 	body = http_json_body(req);
@@ -113,13 +115,25 @@ void h_prices_put(struct http_req *req)
 	if (!hutil_db_acquire(req, &conn))
 		goto out;
 	rc = db_prices_add(conn, p.effective_from_usec, &p.rates, p.free_sandbox_hours,
-			   p.storage_price_assumed, &out);
+			   p.storage_price_assumed, &out, &earliest);
 	if (rc == METER_EINVAL) {
-		hutil_bad(req, "effective_from",
-			  "effective_from is in the past: the past is never rewritten");
+		http_reply_error(req, 400, "invalid_request",
+				 "effective_from is too early: a version never reprices the past,"
+				 " a lease already held or usage already metered; the earliest is"
+				 " earliest_effective_from (now, the end of the last open lease or"
+				 " the last sample metered, whichever is latest)",
+				 json_pack("{s:s, s:o}", "field", "effective_from",
+					   "earliest_effective_from", hutil_time_json(earliest)));
 	} else if (rc == METER_ECONFLICT) {
 		http_reply_error(req, 409, "conflict", "a version already starts at effective_from",
 				 json_pack("{s:s}", "field", "effective_from"));
+	} else if (rc == METER_EDB && strcmp(db_util_failed_state(), "55P03") == 0) {
+		db_util_failed_clear();
+		http_reply_error(req, 503, "metering_unavailable",
+				 "checks or metering read the price book for longer than the"
+				 " lock timeout; nothing was added: retry",
+				 json_pack("{s:s, s:i}", "reason", "lock_timeout", "timeout_ms",
+					   DB_PRICES_LOCK_MS));
 	} else if (rc != METER_OK) {
 		hutil_reply_rc(req, conn, rc, "prices");
 	} else {

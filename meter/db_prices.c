@@ -13,8 +13,8 @@
 	" p.free_sandbox_hours, p.storage_price_assumed, " DB_USEC("p.created_at")
 /* clang-format on */
 
-/* Reads row of res (PRICE_COLUMNS) into *out. */
-static enum meter_rc price_row(const PGresult *res, int row, struct db_price *out)
+/* Reads row of res (PRICE_COLUMNS from column col on) into *out. */
+static enum meter_rc price_row(const PGresult *res, int row, int col, struct db_price *out)
 {
 	int64_t *fields[] = {&out->version,
 			     &out->effective_from_usec,
@@ -27,10 +27,10 @@ static enum meter_rc price_row(const PGresult *res, int row, struct db_price *ou
 
 	memset(out, 0, sizeof(*out));
 	for (int i = 0; i < 7 && rc == METER_OK; i++)
-		rc = db_util_i64(res, row, i, fields[i], NULL);
-	out->storage_price_assumed = db_util_bool(res, row, 7);
+		rc = db_util_i64(res, row, col + i, fields[i], NULL);
+	out->storage_price_assumed = db_util_bool(res, row, col + 7);
 	if (rc == METER_OK)
-		rc = db_util_i64(res, row, 8, &out->created_at_usec, NULL);
+		rc = db_util_i64(res, row, col + 8, &out->created_at_usec, NULL);
 	return rc;
 }
 
@@ -60,7 +60,7 @@ enum meter_rc db_prices_list(PGconn *conn, struct db_price **out, size_t *n)
 		}
 	}
 	for (int i = 0; i < rows && rc == METER_OK; i++) {
-		rc = price_row(res, i, &v[i]);
+		rc = price_row(res, i, 0, &v[i]);
 		v[i].current = db_util_bool(res, i, 9);
 	}
 	if (rc != METER_OK) {
@@ -76,11 +76,18 @@ out:
 
 enum meter_rc db_prices_add(PGconn *conn, int64_t effective_from_usec,
 			    const struct price_rates *rates, int64_t free_sandbox_hours,
-			    bool storage_price_assumed, struct db_price *out)
+			    bool storage_price_assumed, struct db_price *out,
+			    int64_t *earliest_usec)
 {
 	char from[40], cpu[24], mem[24], sto[24], flo[24], free_h[24], state[6];
-	const char *params[] = {
-	    from, cpu, mem, sto, flo, free_h, storage_price_assumed ? "t" : "f"};
+	const char *params[] = {from,
+				cpu,
+				mem,
+				sto,
+				flo,
+				free_h,
+				storage_price_assumed ? "t" : "f",
+				DB_STR(DB_PRICES_LOCK_MS)};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 
@@ -90,23 +97,24 @@ enum meter_rc db_prices_add(PGconn *conn, int64_t effective_from_usec,
 	db_util_i64_param(rates->storage_micros_per_gib_hour, sto, sizeof(sto));
 	db_util_i64_param(rates->floor_millicores, flo, sizeof(flo));
 	db_util_i64_param(free_sandbox_hours, free_h, sizeof(free_h));
+	*earliest_usec = 0;
 	rc = db_util_exec(
 	    conn, "prices add",
-	    "WITH p AS (INSERT INTO price_book (effective_from, cpu_micros_per_vcpu_hour,"
-	    " memory_micros_per_gib_hour, storage_micros_per_gib_hour, floor_millicores,"
-	    " free_sandbox_hours, storage_price_assumed)"
-	    " SELECT $1::timestamptz, $2, $3, $4, $5, $6, $7::boolean"
-	    " WHERE $1::timestamptz >= now() RETURNING *)"
-	    " SELECT " PRICE_COLUMNS ", p.effective_from <= now() FROM p",
-	    7, params, &res, state);
+	    "SELECT " DB_USEC(
+		"p.earliest") ", " PRICE_COLUMNS ", p.in_force"
+			      " FROM meter_price_add($1::timestamptz, $2, $3, $4, $5, $6::integer,"
+			      " $7::boolean, $8::integer) p",
+	    8, params, &res, state);
 	if (rc != METER_OK)
 		return strcmp(state, "23505") == 0 ? METER_ECONFLICT : rc;
-	if (PQntuples(res) != 1)
-		rc = METER_EINVAL; /* in the past */
+	if (PQntuples(res) != 1 || db_util_i64(res, 0, 0, earliest_usec, NULL) != METER_OK)
+		rc = METER_EDB;
+	else if (PQgetisnull(res, 0, 1))
+		rc = METER_EINVAL; /* before *earliest_usec */
 	else
-		rc = price_row(res, 0, out);
+		rc = price_row(res, 0, 1, out);
 	if (rc == METER_OK)
-		out->current = db_util_bool(res, 0, 9);
+		out->current = db_util_bool(res, 0, 10);
 	PQclear(res);
 	return rc;
 }

@@ -28,13 +28,20 @@ struct db_price {
  * is a new array (caller frees). */
 METER_MUSTCHECK enum meter_rc db_prices_list(PGconn *conn, struct db_price **out, size_t *n);
 
+/* How long adding a version waits for the checks and metering that read
+ * the book to end (checks that come meanwhile wait behind it), ms: past
+ * it the add fails (METER_EDB, SQLSTATE 55P03) and adds nothing. */
+#define DB_PRICES_LOCK_MS 2000
+
 /* Adds a version effective from effective_from_usec, which must not be
- * before the database's now() (METER_EINVAL: the past is never rewritten).
- * METER_ECONFLICT when a version already starts at that instant. rates must
- * have passed price_rates_validate. Fills *out. */
+ * before *earliest_usec, the database's now(), the end of every open lease
+ * and every sample metered (sql/0035): METER_EINVAL when it is, and
+ * nothing is added (the past, and what open leases held, are never
+ * repriced). METER_ECONFLICT when a version already starts at that
+ * instant. rates must have passed price_rates_validate. Fills *out. */
 METER_MUSTCHECK enum meter_rc db_prices_add(PGconn *conn, int64_t effective_from_usec,
 					    const struct price_rates *rates,
 					    int64_t free_sandbox_hours, bool storage_price_assumed,
-					    struct db_price *out);
+					    struct db_price *out, int64_t *earliest_usec);
 
 #endif

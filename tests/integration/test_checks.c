@@ -335,22 +335,122 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 	CHECK_I64(cu_held_mismatches(db), 0);
 }
 
-/* PUTs a price-book version from UTC second from with the default book's
- * rates but cpu_micros_per_vcpu_hour. */
+/* Adds a price-book version from UTC second from with the default book's
+ * rates but cpu_micros_per_vcpu_hour, straight into the book: PUT
+ * /v1/prices takes none that starts inside an open lease
+ * (test_price_after_leases), and these start inside the test's. */
 static void put_price(struct apitest *t, time_t from, long long cpu)
 {
-	struct apitest_resp r;
-	char body[400], at[40];
+	CHECK_I64(cu_sql_int(t->db.conn,
+			     "WITH v AS (INSERT INTO price_book (effective_from,"
+			     " cpu_micros_per_vcpu_hour, memory_micros_per_gib_hour,"
+			     " storage_micros_per_gib_hour, floor_millicores, free_sandbox_hours)"
+			     " VALUES (to_timestamp(%lld), %lld, 7500, 100, 50, 0) RETURNING 1)"
+			     " SELECT count(*) FROM v",
+			     (long long)from, cpu),
+		  1);
+}
 
-	cu_rfc3339(from, at, sizeof(at));
+/* PUTs a version from at (RFC 3339) with the default book's rates; the
+ * answer's status, and its earliest_effective_from into earliest. */
+static long long put_price_at(struct apitest *t, const char *at, char *earliest, size_t len)
+{
+	struct apitest_resp r;
+	char body[400];
+	long long status;
+	const json_t *e;
+
 	snprintf(body, sizeof(body),
-		 "{\"effective_from\":\"%s\",\"cpu_micros_per_vcpu_hour\":%lld,"
+		 "{\"effective_from\":\"%s\",\"cpu_micros_per_vcpu_hour\":25000,"
 		 "\"memory_micros_per_gib_hour\":7500,\"storage_micros_per_gib_hour\":100,"
 		 "\"floor_millicores\":50,\"free_sandbox_hours\":0}",
-		 at, cpu);
+		 at);
 	CHECK(apitest_call(t, 0, "PUT", "/v1/prices", t->operator_token, body, &r) == 0);
-	CHECK_I64(r.status, 201);
+	status = r.status;
+	e = json_object_get(json_object_get(r.json, "error"), "earliest_effective_from");
+	snprintf(earliest, len, "%s", json_is_string(e) ? json_string_value(e) : "");
+	if (status == 400)
+		CHECK_STR(apitest_error_code(&r), "invalid_request");
 	apitest_resp_release(&r);
+	return status;
+}
+
+/* Ends the transaction of the connection arg after 300 ms. */
+static void *commit_later(void *arg)
+{
+	struct timespec d = {0, 300 * 1000 * 1000};
+
+	nanosleep(&d, NULL);
+	PQclear(PQexec(arg, "COMMIT"));
+	return NULL;
+}
+
+/* A version starts after every open lease and every sample metered, or is
+ * refused (400, field effective_from) with the earliest it can start: the
+ * end of the last open lease here, then a host's watermark beyond it. At
+ * that instant it is taken. Run after test_price_versions, whose day-long
+ * leases are open. */
+static void test_price_after_leases(struct apitest *t)
+{
+	PGconn *db = t->db.conn;
+	char at[64], earliest[64], before[64], sql[256];
+	PGconn *reader;
+	pthread_t th;
+
+	cu_rfc3339(time(NULL) + 60, at, sizeof(at));
+	CHECK_I64(put_price_at(t, at, earliest, sizeof(earliest)), 400);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT ('%s'::timestamptz = max(lease_ends_at)"
+			     " AND max(lease_ends_at) > now() + interval '23 hours')::int"
+			     " FROM holds WHERE status = 'open'",
+			     earliest),
+		  1);
+	snprintf(sql, sizeof(sql),
+		 "SELECT to_char(('%s'::timestamptz - interval '1 microsecond')"
+		 " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')",
+		 earliest);
+	testdb_query_text(db, sql, before, sizeof(before));
+	CHECK_I64(put_price_at(t, before, at, sizeof(at)), 400);
+	CHECK_STR(at, earliest);
+	/* A host that has reported a day past the leases. */
+	CHECK_I64(cu_sql_int(db,
+			     "WITH w AS (INSERT INTO ingest_watermarks (host_id, last_sampled_at)"
+			     " SELECT 'pa-host', max(lease_ends_at) + interval '1 day' FROM holds"
+			     " WHERE status = 'open' RETURNING 1) SELECT count(*) FROM w"),
+		  1);
+	CHECK_I64(put_price_at(t, earliest, at, sizeof(at)), 400);
+	CHECK_I64(
+	    cu_sql_int(db,
+		       "SELECT ('%s'::timestamptz = last_sampled_at)::int FROM ingest_watermarks"
+		       " WHERE host_id = 'pa-host'",
+		       at),
+	    1);
+	CHECK_I64(cu_sql_int(db, "WITH w AS (DELETE FROM ingest_watermarks WHERE host_id ="
+				 " 'pa-host' RETURNING 1) SELECT count(*) FROM w"),
+		  1);
+	CHECK_I64(put_price_at(t, earliest, at, sizeof(at)), 201);
+	CHECK_I64(
+	    cu_sql_int(db, "SELECT count(*) FROM price_book WHERE effective_from = '%s'", earliest),
+	    1);
+
+	/* It waits for what read the book as it was: a transaction that read
+	 * it and stays open past the lock timeout fails the PUT (503, nothing
+	 * added); one that ends within it lets the PUT through. */
+	reader = PQconnectdb(t->db.url);
+	CHECK(PQstatus(reader) == CONNECTION_OK);
+	PQclear(PQexec(reader, "BEGIN"));
+	CHECK_I64(cu_sql_int(reader, "SELECT count(*) FROM price_book") > 0, 1);
+	CHECK_I64(put_price_at(t, "2999-06-01T00:00:00Z", at, sizeof(at)), 503);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM price_book"
+				 " WHERE effective_from = '2999-06-01T00:00:00Z'"),
+		  0);
+	PQclear(PQexec(reader, "COMMIT"));
+	PQclear(PQexec(reader, "BEGIN"));
+	CHECK_I64(cu_sql_int(reader, "SELECT count(*) FROM price_book") > 0, 1);
+	CHECK(pthread_create(&th, NULL, commit_later, reader) == 0);
+	CHECK_I64(put_price_at(t, "2999-06-01T00:00:00Z", at, sizeof(at)), 201);
+	pthread_join(th, NULL);
+	PQfinish(reader);
 }
 
 /* A lease's worst case takes every price-book version in force during it,
@@ -1394,6 +1494,7 @@ int main(void)
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
 	test_watch_midnight(&t, acc, key);
 	test_price_versions(&t, key);
+	test_price_after_leases(&t);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);

@@ -627,6 +627,8 @@ int main(void)
 		if (reqs[i].status == 200 && type && strcmp(type, "spend_limit_crossed") == 0) {
 			spend_events++;
 			CHECK_I64(cu_jint(data, "spent_micros"), 150000);
+			/* As committed: the hold's 20,000 was consumed. */
+			CHECK_I64(cu_jint(data, "held_micros"), 0);
 			CHECK_I64(cu_jint(data, "limit_micros"), 100000);
 			snprintf(ids[0], sizeof(ids[0]), "%.63s", reqs[i].event_id);
 		} else if (reqs[i].status == 200 && type && strcmp(type, "hold_outrun") == 0) {

@@ -366,6 +366,102 @@ static void test_lease_ended(struct apitest *t, const char *acc)
 	apitest_resp_release(&r);
 }
 
+/* hold_outrun events of sandbox sb with reason why. */
+static long long outruns(PGconn *db, const char *sb, const char *why)
+{
+	return cu_sql_int(db,
+			  "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+			  " AND payload->>'sandbox_id' = '%s' AND payload->>'reason' = '%s'",
+			  sb, why);
+}
+
+/* Posts event type of sandbox sb dated now + ahead seconds; must be 200. */
+static void event_at(struct apitest *t, const char *sb, const char *type, int ahead)
+{
+	struct apitest_resp r;
+	char at[40];
+
+	cu_rfc3339(time(NULL) + ahead, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, sb, type, at, &r), 200);
+	apitest_resp_release(&r);
+}
+
+/* A paused sandbox put back to running by an event, with no wake (its
+ * hold settled by the pause): hold_outrun "resumed_without_wake" at once,
+ * by that hold, once per hold. One woken by a wake first: none. */
+static void test_resumed_without_wake(struct apitest *t, const char *acc)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char key[65], token[APITEST_TOKEN_MAX];
+	long long hold;
+
+	CHECK(apitest_create_key(t, acc, "full", -1, NULL, key, token) == 0);
+	CHECK_I64(cu_create(t, 0, key, "wh-resumed", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "wh-woken", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	hold = cu_sql_int(db, "SELECT hold_id FROM holds WHERE sandbox_id = 'wh-resumed'");
+	event_at(t, "wh-resumed", "paused", 0);
+	event_at(t, "wh-woken", "paused", 0);
+	CHECK_I64(cu_wake(t, 0, "wh-woken", 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(outruns(db, "wh-resumed", "resumed_without_wake"), 0);
+	event_at(t, "wh-resumed", "running", 2);
+	event_at(t, "wh-woken", "running", 2);
+	CHECK_I64(outruns(db, "wh-resumed", "resumed_without_wake"), 1);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+			     " AND payload->>'sandbox_id' = 'wh-resumed' AND"
+			     " (payload->>'hold_id')::bigint = %lld AND key_id = '%s'"
+			     " AND payload ? 'at' AND payload ? 'lease_ends_at'",
+			     hold, key),
+		  1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				 " AND payload->>'sandbox_id' = 'wh-woken'"),
+		  0);
+	/* Paused and resumed again on the same settled hold: told already. */
+	event_at(t, "wh-resumed", "paused", 4);
+	event_at(t, "wh-resumed", "running", 6);
+	CHECK_I64(outruns(db, "wh-resumed", "resumed_without_wake"), 1);
+	event_at(t, "wh-resumed", "stopped", 8);
+	event_at(t, "wh-woken", "stopped", 8);
+}
+
+/* A lease the sweeper released while its sandbox ran, with its unmetered
+ * tail kept open (a sample came before the lease end, none after: the
+ * host lags): reported once the grace has passed, not when metering
+ * catches up, and still reported when a pause dated after the grace
+ * comes first. */
+static void test_lease_ended_lagging(struct apitest *t, const char *acc)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char key[65], token[APITEST_TOKEN_MAX];
+	long long n = 0;
+
+	CHECK(apitest_create_key(t, acc, "full", -1, NULL, key, token) == 0);
+	CHECK_I64(cu_create(t, 0, key, "wh-lag", 1, 1024, 1, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_sql(db, "INSERT INTO sandbox_meter (account_id, sandbox_id, last_sampled_at,"
+		   " last_state, last_cpu_usec, last_memory_mib, last_storage_mib, last_vcpus,"
+		   " price_version) SELECT account_id, sandbox_id, created_at, 'running', 0, 1024,"
+		   " 0, 1, 1 FROM sandboxes WHERE sandbox_id = 'wh-lag'");
+	/* Past the lease's end (1 s) and the grace (3 s), swept; the pause's
+	 * time is in whole seconds, so over a second past that. */
+	cu_sleep_ms(6000);
+	event_at(t, "wh-lag", "paused", 0);
+	for (int waited = 0; waited < 10000 && n == 0; waited += 100) {
+		n = outruns(db, "wh-lag", "lease_ended");
+		cu_sleep_ms(100);
+	}
+	CHECK_I64(n, 1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'wh-lag'"
+				 " AND status = 'open' AND settles_at IS NOT NULL"),
+		  1);
+	event_at(t, "wh-lag", "stopped", 1);
+}
+
 /* Sets key's daily limit (PUT /v1/keys/{id}/limits, as the operator). */
 static void set_limit(struct apitest *t, const char *key, long long micros)
 {
@@ -652,6 +748,8 @@ int main(void)
 
 	test_metrics(&t, acc, key);
 	test_lease_ended(&t, acc);
+	test_resumed_without_wake(&t, acc);
+	test_lease_ended_lagging(&t, acc);
 	test_crossings(&t, acc);
 
 	/* Restart: stop both servers, start another; nothing is sent again. */

@@ -245,11 +245,14 @@ void html_line_chart(struct html *h, const char *title, const struct html_series
 void html_gauge(struct html *h, int64_t spent, int64_t held, int64_t limit)
 {
 	const int width = 600;
-	int64_t scale = limit > 0 ? limit : (spent + held > 0 ? spent + held : 1);
+	/* Each figure fits a bigint, their sum need not (a key with no limit
+	 * can hold up to the largest). */
+	__int128 total = (__int128)spent + held;
+	__int128 scale = limit > 0 ? limit : (total > 0 ? total : 1);
 	int ws, wh;
 
-	if (spent + held > scale)
-		scale = spent + held;
+	if (total > scale)
+		scale = total;
 	ws = (int)((__int128)spent * width / scale);
 	wh = (int)((__int128)held * width / scale);
 	html_printf(h,

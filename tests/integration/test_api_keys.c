@@ -283,14 +283,19 @@ static void test_accounts_and_keys(void)
  * revocation. */
 /* A key with no limit may hold and spend up to the largest bigint each:
  * their sum, the day's committed figure, stops at the largest instead of
- * wrapping (or stopping the server). */
+ * wrapping (or stopping the server), and the dashboard's gauge of them is
+ * drawn. */
 static void test_key_committed_overflow(void)
 {
-	char acc[65], k[65], tok[APITEST_TOKEN_MAX], sql[512], path[128];
+	char acc[65], k[65], tok[APITEST_TOKEN_MAX], sql[512], path[128], cookie[700], hdr[720];
+	const char *form[] = {"Content-Type: application/x-www-form-urlencoded", NULL};
+	const char *cookies[] = {hdr, NULL};
+	struct apitest_req rq = {.method = "POST", .path = "/dashboard/sign-in", .headers = form};
 	struct apitest_resp r;
+	const char *p, *q;
 
 	CHECK(apitest_create_account(&t, "Overflow", acc) == 0);
-	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, k, tok) == 0);
+	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, k, tok) == 0);
 	snprintf(sql, sizeof(sql),
 		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros,"
 		 " limit_micros) VALUES ('%s', '%s', meter_key_day('UTC', now()),"
@@ -306,6 +311,22 @@ static void test_key_committed_overflow(void)
 	apitest_resp_release(&r);
 	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tok, NULL, &r) == 0);
 	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	snprintf(sql, sizeof(sql), "key=%s", tok);
+	rq.body = sql;
+	rq.body_len = strlen(sql);
+	CHECK(apitest_do(&t, 0, &rq, &r) == 0);
+	CHECK_I64(r.status, 303);
+	p = r.headers ? strstr(r.headers, "meter_session=") : NULL;
+	q = p ? strchr(p, ';') : NULL;
+	CHECK(p && q);
+	snprintf(cookie, sizeof(cookie), "%.*s", p && q ? (int)(q - p) : 0, p ? p : "");
+	apitest_resp_release(&r);
+	snprintf(hdr, sizeof(hdr), "Cookie: %s", cookie);
+	rq = (struct apitest_req){.method = "GET", .path = "/dashboard/", .headers = cookies};
+	CHECK(apitest_do(&t, 0, &rq, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK(r.body && strstr(r.body, "class=\"gauge\"") != NULL);
 	apitest_resp_release(&r);
 }
 

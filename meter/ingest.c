@@ -1230,14 +1230,21 @@ static const char SQL_METER_LOCK[] = SQL_METER_READ
 static const char SQL_METER_UNLOCKED[] = SQL_METER_READ;
 
 /* Events of the call's sandboxes in one window covering every sandbox's
- * range, and their stops before it (a stop is final); each sandbox skips
- * those before its own watermark but for its first stop. */
+ * range, and their stops before it (a stop is final; a branch of its own,
+ * so that both take the (account, sandbox, type, at) index rather than
+ * the whole table); each sandbox skips those before its own watermark but
+ * for its first stop. */
 static const char SQL_EVENTS[] =
-    "SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type"
+    "SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
     " FROM unnest($1::text[], $2::text[]) AS q(a, s)"
     " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
-    "  AND (e.at >= $3::timestamptz OR e.type = 'stopped') AND e.at <= $4::timestamptz"
-    " ORDER BY e.sandbox_id, e.at, e.event_id";
+    "  AND e.at >= $3::timestamptz AND e.at <= $4::timestamptz"
+    " UNION ALL"
+    " SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
+    " FROM unnest($1::text[], $2::text[]) AS q(a, s)"
+    " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
+    "  AND e.type = 'stopped' AND e.at < $3::timestamptz"
+    " ORDER BY 1, 2, 4";
 
 static const char SQL_DAYS[] =
     "SELECT q.z, d.day - DATE '1970-01-01',"

@@ -28,9 +28,10 @@ struct db_price {
  * is a new array (caller frees). */
 METER_MUSTCHECK enum meter_rc db_prices_list(PGconn *conn, struct db_price **out, size_t *n);
 
-/* How long adding a version waits for the checks and metering that read
- * the book to end (checks that come meanwhile wait behind it), ms: past
- * it the add fails (METER_EDB, SQLSTATE 55P03) and adds nothing. */
+/* How long adding a version tries to have the checks and metering that
+ * read the book end, ms (checks that come meanwhile wait behind it, at
+ * most 50 ms at a time: sql/0035): past it the add fails (METER_EDB,
+ * SQLSTATE 55P03) and adds nothing. */
 #define DB_PRICES_LOCK_MS 2000
 
 /* Adds a version effective from effective_from_usec, which must not be

@@ -19,8 +19,11 @@
 -- still uncommitted when it looks; and every one after it reads the new
 -- version. A check that meets the new version differs from what the
 -- engine assumed and is decided again. Checks that come while it waits
--- wait behind it, so the wait is bounded: past p_lock_ms the statement
--- fails (55P03) and nothing is added.
+-- for the lock queue behind it, so it waits at most 50 ms at a time (a
+-- check batch reads the book for a millisecond or two; a long reader, an
+-- ingestion call or a statement's export, lets the checks through again
+-- after 50 ms), and tries again 50 ms later, for p_lock_ms in all: past
+-- that the statement fails (55P03) and nothing is added.
 
 CREATE FUNCTION meter_price_add(p_from timestamptz, p_cpu bigint, p_memory bigint,
 				p_storage bigint, p_floor bigint, p_free integer,
@@ -34,9 +37,20 @@ CREATE FUNCTION meter_price_add(p_from timestamptz, p_cpu bigint, p_memory bigin
 	AS $$
 DECLARE
 	e timestamptz;
+	t0 timestamptz := clock_timestamp();
 BEGIN
-	PERFORM set_config('lock_timeout', p_lock_ms::text, true);
-	LOCK TABLE price_book IN ACCESS EXCLUSIVE MODE;
+	PERFORM set_config('lock_timeout', '50', true);
+	LOOP
+		BEGIN
+			LOCK TABLE price_book IN ACCESS EXCLUSIVE MODE;
+			EXIT;
+		EXCEPTION WHEN lock_not_available THEN
+			IF clock_timestamp() - t0 >= make_interval(secs => p_lock_ms / 1000.0) THEN
+				RAISE;
+			END IF;
+		END;
+		PERFORM pg_sleep(0.05);
+	END LOOP;
 	e := GREATEST(now(),
 		      (SELECT max(h.lease_ends_at) FROM holds h WHERE h.status = 'open'),
 		      (SELECT max(w.last_sampled_at) FROM ingest_watermarks w));

@@ -375,6 +375,21 @@ static long long put_price_at(struct apitest *t, const char *at, char *earliest,
 	return status;
 }
 
+struct put_arg {
+	struct apitest *t;
+	long long status;
+};
+
+/* PUTs a version of 2999 (struct put_arg); its status into status. */
+static void *put_later(void *arg)
+{
+	struct put_arg *pa = arg;
+	char earliest[64];
+
+	pa->status = put_price_at(pa->t, "2999-06-01T00:00:00Z", earliest, sizeof(earliest));
+	return NULL;
+}
+
 /* Ends the transaction of the connection arg after 300 ms. */
 static void *commit_later(void *arg)
 {
@@ -390,10 +405,12 @@ static void *commit_later(void *arg)
  * end of the last open lease here, then a host's watermark beyond it. At
  * that instant it is taken. Run after test_price_versions, whose day-long
  * leases are open. */
-static void test_price_after_leases(struct apitest *t)
+static void test_price_after_leases(struct apitest *t, const char *key)
 {
 	PGconn *db = t->db.conn;
 	char at[64], earliest[64], before[64], sql[256];
+	struct put_arg pa = {0};
+	long long slowest = 0;
 	PGconn *reader;
 	pthread_t th;
 
@@ -440,7 +457,29 @@ static void test_price_after_leases(struct apitest *t)
 	CHECK(PQstatus(reader) == CONNECTION_OK);
 	PQclear(PQexec(reader, "BEGIN"));
 	CHECK_I64(cu_sql_int(reader, "SELECT count(*) FROM price_book") > 0, 1);
-	CHECK_I64(put_price_at(t, "2999-06-01T00:00:00Z", at, sizeof(at)), 503);
+	/* Checks meanwhile wait behind it 50 ms at a time, not the 2 s. */
+	pa.t = t;
+	CHECK(pthread_create(&th, NULL, put_later, &pa) == 0);
+	for (int i = 0; i < 10; i++) {
+		struct apitest_resp r;
+		struct timespec a, b, d = {0, 100 * 1000 * 1000};
+		char name[32];
+		long long ms;
+
+		nanosleep(&d, NULL);
+		snprintf(name, sizeof(name), "pl-%d", i);
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		CHECK_I64(cu_create(t, 0, key, name, 1, 1024, 60, NULL, &r), 200);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		apitest_resp_release(&r);
+		ms = (b.tv_sec - a.tv_sec) * 1000LL + (b.tv_nsec - a.tv_nsec) / 1000000;
+		if (ms > slowest)
+			slowest = ms;
+	}
+	pthread_join(th, NULL);
+	fprintf(stderr, "slowest check beside a waiting price change: %lld ms\n", slowest);
+	CHECK(slowest < 1000);
+	CHECK_I64(pa.status, 503);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM price_book"
 				 " WHERE effective_from = '2999-06-01T00:00:00Z'"),
 		  0);
@@ -1494,7 +1533,7 @@ int main(void)
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
 	test_watch_midnight(&t, acc, key);
 	test_price_versions(&t, key);
-	test_price_after_leases(&t);
+	test_price_after_leases(&t, key);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);

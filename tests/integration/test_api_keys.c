@@ -287,12 +287,10 @@ static void test_accounts_and_keys(void)
  * drawn. */
 static void test_key_committed_overflow(void)
 {
-	char acc[65], k[65], tok[APITEST_TOKEN_MAX], sql[512], path[128], cookie[700], hdr[720];
-	const char *form[] = {"Content-Type: application/x-www-form-urlencoded", NULL};
+	char acc[65], k[65], tok[APITEST_TOKEN_MAX], sql[512], path[128], hdr[720];
 	const char *cookies[] = {hdr, NULL};
-	struct apitest_req rq = {.method = "POST", .path = "/dashboard/sign-in", .headers = form};
+	struct apitest_req rq;
 	struct apitest_resp r;
-	const char *p, *q;
 
 	CHECK(apitest_create_account(&t, "Overflow", acc) == 0);
 	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, k, tok) == 0);
@@ -312,17 +310,7 @@ static void test_key_committed_overflow(void)
 	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tok, NULL, &r) == 0);
 	CHECK_I64(r.status, 200);
 	apitest_resp_release(&r);
-	snprintf(sql, sizeof(sql), "key=%s", tok);
-	rq.body = sql;
-	rq.body_len = strlen(sql);
-	CHECK(apitest_do(&t, 0, &rq, &r) == 0);
-	CHECK_I64(r.status, 303);
-	p = r.headers ? strstr(r.headers, "meter_session=") : NULL;
-	q = p ? strchr(p, ';') : NULL;
-	CHECK(p && q);
-	snprintf(cookie, sizeof(cookie), "%.*s", p && q ? (int)(q - p) : 0, p ? p : "");
-	apitest_resp_release(&r);
-	snprintf(hdr, sizeof(hdr), "Cookie: %s", cookie);
+	CHECK(apitest_sign_in(&t, tok, hdr, sizeof(hdr)) == 0);
 	rq = (struct apitest_req){.method = "GET", .path = "/dashboard/", .headers = cookies};
 	CHECK(apitest_do(&t, 0, &rq, &r) == 0);
 	CHECK_I64(r.status, 200);

@@ -274,22 +274,12 @@ int main(void)
 
 	/* The dashboard, signed in as a person would: the week's spend. */
 	{
-		char body[256], cookie[700], hdr[720], *p, *q;
-		const char *form[] = {"Content-Type: application/x-www-form-urlencoded", NULL};
+		char hdr[720];
+		const char *p;
 		const char *cookies[] = {hdr, NULL};
-		struct apitest_req rq = {
-		    .method = "POST", .path = "/dashboard/sign-in", .body = body, .headers = form};
+		struct apitest_req rq;
 
-		snprintf(body, sizeof(body), "key=%s", tro);
-		rq.body_len = strlen(body);
-		CHECK(apitest_do(&t, 0, &rq, &r) == 0);
-		CHECK_I64(r.status, 303);
-		p = r.headers ? strstr(r.headers, "meter_session=") : NULL;
-		q = p ? strchr(p, ';') : NULL;
-		CHECK(p && q);
-		snprintf(cookie, sizeof(cookie), "%.*s", p && q ? (int)(q - p) : 0, p ? p : "");
-		apitest_resp_release(&r);
-		snprintf(hdr, sizeof(hdr), "Cookie: %s", cookie);
+		CHECK(apitest_sign_in(&t, tro, hdr, sizeof(hdr)) == 0);
 		rq = (struct apitest_req){
 		    .method = "GET", .path = "/dashboard/", .headers = cookies};
 		CHECK(apitest_do(&t, 0, &rq, &r) == 0);

@@ -608,6 +608,30 @@ const char *apitest_midday_zone(char *buf, size_t len)
 	return apitest_fixed_zone(buf, len, apitest_midday_offset());
 }
 
+int apitest_sign_in(const struct apitest *t, const char *token, char *header, size_t len)
+{
+	const char *form[] = {"Content-Type: application/x-www-form-urlencoded", NULL};
+	char body[APITEST_TOKEN_MAX + 8];
+	struct apitest_req rq = {.method = "POST", .path = "/dashboard/sign-in", .headers = form};
+	struct apitest_resp r;
+	const char *p, *q;
+	int ret = -1;
+
+	snprintf(body, sizeof(body), "key=%s", token);
+	rq.body = body;
+	rq.body_len = strlen(body);
+	if (apitest_do(t, 0, &rq, &r) == 0 && r.status == 303) {
+		p = r.headers ? strstr(r.headers, "meter_session=") : NULL;
+		q = p ? strchr(p, ';') : NULL;
+		if (p && q) {
+			snprintf(header, len, "Cookie: %.*s", (int)(q - p), p);
+			ret = 0;
+		}
+	}
+	apitest_resp_release(&r);
+	return ret;
+}
+
 int apitest_create_key(const struct apitest *t, const char *account_id, const char *role,
 		       long long daily_limit_micros, const char *time_zone, char *key_id,
 		       char *token)

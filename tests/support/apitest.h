@@ -143,6 +143,11 @@ int apitest_create_key(const struct apitest *t, const char *account_id, const ch
 		       long long daily_limit_micros, const char *time_zone, char *key_id,
 		       char *token);
 
+/* Signs in to the dashboard on server 0 with a read-only key's token
+ * (POST /dashboard/sign-in, 303) and writes the "Cookie: meter_session=..."
+ * header to send with its pages into header (len bytes). Returns 0 or -1. */
+int apitest_sign_in(const struct apitest *t, const char *token, char *header, size_t len);
+
 /* Fixed-offset time zones, for tests whose holds must not meet a key's
  * midnight, whatever the hour they run at. apitest_fixed_zone writes the
  * name of the zone utc_offset_h hours ahead of UTC (-12 to 14) into buf (16

@@ -693,16 +693,34 @@ static void conn_drop(struct batcher *bt)
 	pthread_mutex_unlock(&e->mu);
 }
 
+/* True when the server has closed c while nothing was asked on it: reads
+ * what came (a shutdown's FATAL message), then, on a second read, its end. */
+static bool conn_closed(PGconn *c)
+{
+	for (int i = 0; i < 2; i++)
+		if (PQconsumeInput(c) != 1 || PQstatus(c) != CONNECTION_OK)
+			return true;
+	return false;
+}
+
 /* Makes sure the batcher has a connection; false (after backoff
- * bookkeeping) when the database cannot be reached now. */
-static bool conn_ensure(struct batcher *bt)
+ * bookkeeping) when the database cannot be reached now. idle: nothing is
+ * in flight on it, so a connection the server closed while it was idle (a
+ * restart, which libpq sees only once it reads) is found by reading what
+ * came, and replaced at once: no check was sent on it, so none fails. */
+static bool conn_ensure(struct batcher *bt, bool idle)
 {
 	struct checks_engine *e = bt->e;
 	char err[256];
 	PGconn *conn = NULL;
 
-	if (bt->conn && PQstatus(bt->conn) == CONNECTION_OK)
-		return true;
+	if (bt->conn && PQstatus(bt->conn) == CONNECTION_OK) {
+		if (!idle || !conn_closed(bt->conn))
+			return true;
+		log_info("checks: the database closed the idle connection; connecting again");
+		PQfinish(bt->conn);
+		bt->conn = NULL;
+	}
 	if (bt->conn)
 		conn_drop(bt);
 	pthread_mutex_lock(&e->mu);
@@ -1153,7 +1171,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 		int64_t deadline;
 
 		batch_reset(&b);
-		if (!conn_ensure(bt)) {
+		if (!conn_ensure(bt, true)) {
 			rc = METER_EDB;
 			break;
 		}
@@ -1272,7 +1290,7 @@ static void flight_to_classic(struct batcher_work *w, struct flight *f)
 /* Launches f, or hands its items on. */
 static void batcher_launch(struct batcher *bt, struct batcher_work *w, struct flight *f)
 {
-	if (!conn_ensure(bt)) {
+	if (!conn_ensure(bt, w->nflights == 0)) {
 		for (size_t j = 0; j < f->n; j++)
 			set_unavailable(f->items[j], "the metering database is unreachable");
 		finish_all(f->items, f->n);

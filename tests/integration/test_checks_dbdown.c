@@ -109,8 +109,20 @@ int main(void)
 		cu_sleep_ms(250);
 	}
 	CHECK(recovered);
+
+	/* A restart while no check runs: the engine's connection closed
+	 * while idle is replaced at the next check, which is decided (not
+	 * 503 until a backoff ends). */
+	CHECK(pg("stop", NULL) == 0);
+	CHECK(pg("start", "/dev/null") == 0);
+	cu_sleep_ms(500);
+	CHECK_I64(cu_create(&t, 0, key, "restarted-1", 1, 1024, 600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(&t, 0, "restarted-1", 600, NULL, &r), 200);
+	apitest_resp_release(&r);
+
 	PQreset(t.db.conn);
-	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds"), 2);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds"), 4);
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM sandboxes WHERE sandbox_id LIKE "
 					"'down-%%'"),
 		  0);

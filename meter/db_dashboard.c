@@ -140,16 +140,17 @@ enum meter_rc db_dash_breakdown(PGconn *conn, const char *account_id, const char
 	db_util_time_param(to_usec, to, sizeof(to));
 	rc = db_util_exec(
 	    conn, "dashboard breakdown",
-	    "SELECT div(COALESCE(r, 0), 1000000)::bigint,"
-	    " div(COALESCE(p, 0), 1000000)::bigint, used::bigint, (cpu - used)::bigint,"
+	    "WITH u AS (SELECT * FROM usage_hourly"
+	    " WHERE account_id = $1 AND sandbox_id = $2 AND hour >= $3 AND hour < $4)"
+	    " SELECT div(COALESCE(r, 0), 1000000)::bigint,"
+	    " div(COALESCE(p, 0), 1000000)::bigint, LEAST(used, cpu)::bigint,"
+	    " (cpu - LEAST(used, cpu))::bigint,"
 	    " mem::bigint, sto::bigint, tot::bigint FROM (SELECT sum(running_usec) AS r,"
 	    " sum(paused_usec) AS p, COALESCE(sum(cpu_micros), 0) AS cpu,"
-	    " COALESCE(div(sum(cpu_micros) * sum(cpu_used_mcus),"
-	    " NULLIF(sum(cpu_billed_mcus), 0)), 0) AS used,"
-	    " COALESCE(sum(memory_micros), 0) AS mem,"
-	    " COALESCE(sum(storage_micros), 0) AS sto,"
-	    " COALESCE(sum(total_micros), 0) AS tot FROM usage_hourly"
-	    " WHERE account_id = $1 AND sandbox_id = $2 AND hour >= $3 AND hour < $4) x",
+	    " " DB_CPU_USED("u") " AS used,"
+				 " COALESCE(sum(memory_micros), 0) AS mem,"
+				 " COALESCE(sum(storage_micros), 0) AS sto,"
+				 " COALESCE(sum(total_micros), 0) AS tot FROM u) x",
 	    4, params, &res, NULL);
 	if (rc != METER_OK)
 		return rc;

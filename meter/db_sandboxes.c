@@ -267,10 +267,7 @@ static const char sql_cpu_split[] =
 	"  AND u.hour > $4::timestamptz - interval '1 hour' AND u.hour < $5::timestamptz"
 	"  AND " DB_ROW_START("$3::text") " >= $4::timestamptz"
 	"  AND " DB_ROW_START("$3::text") " < $5::timestamptz)"
-	" SELECT COALESCE((SELECT sum(v.used) FROM (SELECT div(sum(x.cpu_used_mcus)"
-	"   * p.cpu_micros_per_vcpu_hour, 3600000000000) AS used"
-	"   FROM x JOIN price_book p ON p.version = x.price_version"
-	"   GROUP BY p.version, p.cpu_micros_per_vcpu_hour) v), 0)::bigint,"
+	" SELECT " DB_CPU_USED("x") "::bigint,"
 	" (SELECT COALESCE(sum(x.cpu_micros), 0) FROM x)::bigint,"
 	" (SELECT div(COALESCE(sum(x.cpu_billed_mcus - x.cpu_used_mcus), 0), 1000000)"
 	"  FROM x)::bigint";

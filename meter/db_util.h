@@ -19,6 +19,16 @@
  * extract returns numeric). x must be a literal SQL fragment. */
 #define DB_USEC(x) "(extract(epoch FROM " x ") * 1000000)::bigint"
 
+/* The money of the CPU the usage rows x of relation ROWS used, without the
+ * floor's top-up: each price version's used millicore-microseconds priced
+ * at its CPU rate, rounded down, summed (the top-up is their cpu_micros
+ * less this). One formula for every page that shows the split. */
+#define DB_CPU_USED(ROWS)                                                                          \
+	"(SELECT COALESCE(sum(v.used), 0) FROM (SELECT div(sum(x.cpu_used_mcus)"                   \
+	" * p.cpu_micros_per_vcpu_hour, 3600000000000) AS used FROM " ROWS " x"                    \
+	" JOIN price_book p ON p.version = x.price_version"                                        \
+	" GROUP BY p.version, p.cpu_micros_per_vcpu_hour) v)"
+
 /* An integer macro's value as a string literal, for SQL text. */
 #define DB_STR_(x) #x
 #define DB_STR(x)  DB_STR_(x)

@@ -7,6 +7,8 @@
 
 #include "apitest.h"
 #include "check.h"
+#include "db_dashboard.h"
+#include "db_sandboxes.h"
 #include "db_usage.h"
 
 static struct apitest t;
@@ -482,6 +484,41 @@ static void test_usage_repeated_midnight(void)
 	apitest_resp_release(&r);
 }
 
+/* The CPU money's split into what the CPU used and the floor's top-up is
+ * the same on the dashboard's sandbox page as in GET /v1/sandboxes/{id}:
+ * the used millicore-microseconds priced per version. An hour billed
+ * 400,000,000 mcus at 25,000 µ$ a vCPU-hour whose carry made 3 µ$, of
+ * which 270,000,000 were used (1.875 µ$): 1 used, 2 top-up (in proportion
+ * the dashboard said 2 and 1). */
+static void test_cpu_split_agrees(void)
+{
+	struct db_dash_breakdown bd;
+	struct db_sandbox sb;
+	int64_t used = -1, topup = -1, topup_ms = -1;
+
+	sql_exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		 " storage_mib, state) SELECT account_id, 'sbx_split', key_id, 1, 1024, 0,"
+		 " 'running' FROM sandboxes WHERE sandbox_id = 'sbx_a1'");
+	sql_exec("INSERT INTO usage_hourly (account_id, sandbox_id, key_id, hour, day,"
+		 " price_version, running_usec, cpu_used_mcus, cpu_billed_mcus, cpu_micros,"
+		 " total_micros, cpu_cum_micros) SELECT account_id, 'sbx_split', key_id,"
+		 " '2026-01-12 10:00Z', '2026-01-12', 1, 400000000, 270000000, 400000000, 3, 3, 3"
+		 " FROM sandboxes WHERE sandbox_id = 'sbx_a1'");
+	memset(&sb, 0, sizeof(sb));
+	snprintf(sb.account_id, sizeof(sb.account_id), "%s", acc);
+	snprintf(sb.sandbox_id, sizeof(sb.sandbox_id), "sbx_split");
+	snprintf(sb.time_zone, sizeof(sb.time_zone), "UTC");
+	sb.from_usec = INT64_C(1768176000000000); /* 2026-01-12T00:00:00Z */
+	sb.to_usec = sb.from_usec + INT64_C(86400000000);
+	CHECK_I64(db_sandbox_cpu_split(t.db.conn, &sb, &used, &topup, &topup_ms), METER_OK);
+	CHECK_I64(db_dash_breakdown(t.db.conn, acc, "sbx_split", sb.from_usec, sb.to_usec, &bd),
+		  METER_OK);
+	CHECK_I64(used, 1);
+	CHECK_I64(topup, 2);
+	CHECK_I64(bd.cpu_used_micros, used);
+	CHECK_I64(bd.cpu_floor_micros, topup);
+}
+
 /* The reads place a usage row with DB_ROW_START, which calls
  * meter_row_start only for an hour before its day's midnight as PostgreSQL
  * reads it. Both agree on every hour next to a midnight, 2025 and 2026, in
@@ -526,6 +563,7 @@ int main(void)
 	test_usage_items_cap();
 	test_row_start_zones();
 	test_usage_repeated_midnight();
+	test_cpu_split_agrees();
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

@@ -5,11 +5,13 @@
 -- wake's new hold. A running event for a paused sandbox with no hold open
 -- (the control plane resumed it without a wake) put it back to running on
 -- nothing, and nobody was told: the sweeper watches only the leases it
--- releases itself, and the consumption trigger only open holds. Such an
--- event now sends hold_outrun with reason "resumed_without_wake", by the
--- sandbox's latest hold (the one the pause settled), once per hold. A
--- sandbox with no hold ever (metered only, never checked) has no lease to
--- outrun and sends nothing.
+-- releases itself, and the consumption trigger only open holds. Now a
+-- trigger on the sandbox's state, like the outbox's other triggers, sends
+-- hold_outrun with reason "resumed_without_wake" when a paused sandbox is
+-- running again at commit with no hold open, by its latest hold (the one
+-- the pause settled), once per hold. A wake commits its hold with the
+-- state and sends nothing; a sandbox with no hold ever (metered only,
+-- never checked) has no lease to outrun and sends nothing.
 --
 -- A lease the sweeper released while its sandbox ran was reported only
 -- once no hold of it was open, and a hold that keeps its unmetered tail
@@ -73,86 +75,45 @@ BEGIN
 END
 $$;
 
--- As in 0033, with the report of a sandbox resumed without a wake.
-CREATE OR REPLACE FUNCTION meter_sandbox_event(p_sandbox text, p_type text, p_at timestamptz,
-					       p_grace_s integer)
-	RETURNS TABLE (known boolean, recorded boolean, state text, state_since timestamptz,
-		       holds_settled integer, released_micros bigint, tail_held_micros bigint)
+-- A sandbox put back from paused to running, checked as its transaction
+-- commits (a wake's hold is inserted in the same transaction, before or
+-- after the row): still running with none of its holds open, it is
+-- reported by its latest hold.
+CREATE FUNCTION meter_outbox_resumed() RETURNS trigger
 	LANGUAGE plpgsql
 	AS $$
-DECLARE
-	acc text;
-	eff timestamptz;
-	st record;
-	n integer := 0;
-	total bigint := 0;
-	tail bigint := 0;
-	rec boolean;
-	was text;
-	moved integer := 0;
 BEGIN
-	SELECT s.account_id, GREATEST(p_at, s.created_at) INTO acc, eff
-		FROM sandboxes s WHERE s.sandbox_id = p_sandbox;
-	IF NOT FOUND THEN
-		RETURN QUERY SELECT false, false, NULL::text, NULL::timestamptz, 0, 0::bigint,
-				    0::bigint;
-		RETURN;
+	IF NOT EXISTS (SELECT 1 FROM sandboxes s
+		       WHERE s.account_id = NEW.account_id AND s.sandbox_id = NEW.sandbox_id
+			 AND s.state = 'running')
+	   OR EXISTS (SELECT 1 FROM holds o
+		      WHERE o.account_id = NEW.account_id AND o.sandbox_id = NEW.sandbox_id
+			AND o.status = 'open' AND o.settles_at IS NULL) THEN
+		RETURN NULL;
 	END IF;
-	INSERT INTO lifecycle_events (account_id, sandbox_id, type, at)
-		VALUES (acc, p_sandbox, p_type, p_at)
-	ON CONFLICT (account_id, sandbox_id, type, at) DO NOTHING;
-	rec := FOUND;
-	IF rec AND p_type IN ('paused', 'stopped') THEN
-		st := meter_event_settle(acc, p_sandbox, p_type, eff, p_grace_s);
-		n := st.settled;
-		total := st.released;
-		tail := st.kept;
-	END IF;
-	IF rec THEN
-		-- The row first, in a statement of its own: a wake in flight on it
-		-- has committed once this returns, so the update's test of the
-		-- holds below (a fresh snapshot) sees that wake's hold.
-		SELECT s.state INTO was FROM sandboxes s
-			WHERE s.account_id = acc AND s.sandbox_id = p_sandbox
-			FOR UPDATE;
-		UPDATE sandboxes s SET state = p_type, state_since = GREATEST(s.state_since, eff)
-		WHERE s.account_id = acc AND s.sandbox_id = p_sandbox AND s.state <> 'stopped'
-		  AND (p_type = 'stopped'
-		       OR (s.state_since <= eff
-			   AND NOT EXISTS (SELECT 1 FROM holds h
-					   WHERE h.account_id = acc AND h.sandbox_id = p_sandbox
-					     AND h.status = 'open' AND h.lease_starts_at > eff)));
-		GET DIAGNOSTICS moved = ROW_COUNT;
-	END IF;
-	IF rec AND p_type = 'running' AND was = 'paused' AND moved = 1
-	   AND NOT EXISTS (SELECT 1 FROM holds o
-			   WHERE o.account_id = acc AND o.sandbox_id = p_sandbox
-			     AND o.status = 'open' AND o.settles_at IS NULL) THEN
-		INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)
-		SELECT h.account_id, h.key_id, 'hold_outrun', 'resumed/' || h.hold_id::text,
-		       jsonb_build_object('reason', 'resumed_without_wake',
-					  'key_id', h.key_id, 'sandbox_id', h.sandbox_id,
-					  'hold_id', h.hold_id, 'day', h.day::text,
-					  'amount_micros', h.amount_micros,
-					  'consumed_micros', h.consumed_micros,
-					  'lease_ends_at',
-					  to_char(h.lease_ends_at AT TIME ZONE 'UTC',
-						  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-					  'at', to_char(eff AT TIME ZONE 'UTC',
-							'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
-		FROM holds h
-		WHERE h.account_id = acc AND h.sandbox_id = p_sandbox
-		ORDER BY h.lease_starts_at DESC, h.day DESC, h.hold_id DESC
-		LIMIT 1
-		ON CONFLICT (account_id, type, dedup_key) DO NOTHING;
-	END IF;
-	IF rec AND p_type IN ('paused', 'stopped') THEN
-		st := meter_event_settle(acc, p_sandbox, p_type, eff, p_grace_s);
-		n := n + st.settled;
-		total := total + st.released;
-		tail := tail + st.kept;
-	END IF;
-	RETURN QUERY SELECT true, rec, s.state::text, s.state_since, n, total, tail
-		FROM sandboxes s WHERE s.account_id = acc AND s.sandbox_id = p_sandbox;
+	INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)
+	SELECT h.account_id, h.key_id, 'hold_outrun', 'resumed/' || h.hold_id::text,
+	       jsonb_build_object('reason', 'resumed_without_wake',
+				  'key_id', h.key_id, 'sandbox_id', h.sandbox_id,
+				  'hold_id', h.hold_id, 'day', h.day::text,
+				  'amount_micros', h.amount_micros,
+				  'consumed_micros', h.consumed_micros,
+				  'lease_ends_at',
+				  to_char(h.lease_ends_at AT TIME ZONE 'UTC',
+					  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+				  'at', to_char(NEW.state_since AT TIME ZONE 'UTC',
+						'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+	FROM holds h
+	WHERE h.account_id = NEW.account_id AND h.sandbox_id = NEW.sandbox_id
+	ORDER BY h.lease_starts_at DESC, h.day DESC, h.hold_id DESC
+	LIMIT 1
+	ON CONFLICT (account_id, type, dedup_key) DO NOTHING;
+	RETURN NULL;
 END
 $$;
+
+CREATE CONSTRAINT TRIGGER sandboxes_resumed AFTER UPDATE OF state ON sandboxes
+	DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW
+	WHEN (OLD.state = 'paused' AND NEW.state = 'running')
+	EXECUTE FUNCTION meter_outbox_resumed();

@@ -2306,6 +2306,46 @@ static enum meter_rc ing_add_segment(struct ing_call *c, int64_t a, int64_t b,
 	return METER_OK;
 }
 
+/* Appends [a, b) of piece pc, whose quantities are *q, to c->subs in
+ * sub-pieces of one UTC hour and one local day of zone z: each gets
+ * floor(field × its time / the time left) of what is left, so they add up
+ * to *q exactly. */
+static enum meter_rc ing_span_subs(struct ing_call *c, const struct ing_zone *z,
+				   const struct ing_piece *pc, int64_t a, int64_t b,
+				   const struct usage_qty *q)
+{
+	struct usage_qty rest = *q;
+	enum meter_rc rc;
+
+	for (int64_t t = a; t < b;) {
+		int64_t hour = ing_floordiv(t, ING_HOUR_USEC) * ING_HOUR_USEC;
+		int64_t e = b, dend;
+		int32_t day;
+		struct ing_sub *s;
+
+		if (!ing_zone_day(z, t, &day, &dend)) {
+			snprintf(c->err, c->errlen, "day of zone %s not loaded", z->name);
+			return METER_EINVAL;
+		}
+		if (hour + ING_HOUR_USEC < e)
+			e = hour + ING_HOUR_USEC;
+		if (dend < e)
+			e = dend;
+		if (!ing_grow(&c->subs, &c->subs_cap, c->nsubs + 1, sizeof(*c->subs)))
+			return METER_ENOMEM;
+		s = &c->subs[c->nsubs++];
+		rc = usage_qty_split(&rest, e - t, b - t, &s->q, &rest);
+		if (rc != METER_OK)
+			return rc;
+		s->hour = hour;
+		s->day = day;
+		s->day_end = dend;
+		s->vi = pc->vi;
+		t = e;
+	}
+	return METER_OK;
+}
+
 /* The quantities of one interval prev → cur of sb, cut into pieces of one
  * state and one price version (events, versions), then into sub-pieces of
  * one UTC hour and one local day. Fills c->subs; *flags gets USAGE_* bits.
@@ -2314,8 +2354,7 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 				       const struct usage_sample *prev,
 				       const struct usage_sample *cur, unsigned *flags)
 {
-	struct usage_sample p = *prev, sp, sc;
-	struct usage_qty q;
+	struct usage_sample sp, sc;
 	const struct ing_zone *z = &c->zones[sb->zone];
 	int64_t t, dcpu, wrun = 0, run_before = 0, cpu_before = 0;
 	enum sandbox_state st = prev->state;
@@ -2324,12 +2363,10 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 
 	c->npieces = 0;
 	c->nsubs = 0;
-	/* CPU used over the interval, reset and cap applied: as if running. */
-	p.state = SANDBOX_RUNNING;
-	rc = usage_interval(&p, cur, 0, &q, &fl);
+	/* CPU used over the interval, reset and cap applied, in any state. */
+	rc = usage_cpu_delta(prev, cur, &dcpu, &fl);
 	if (rc != METER_OK)
 		return rc;
-	dcpu = q.cpu_used_mcus / MONEY_MILLICORES_PER_VCPU;
 
 	/* Segments between the lifecycle events in [prev, cur): an event at
 	 * prev's time sets the state the interval starts in (the event is
@@ -2374,51 +2411,48 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 		cpu_before = upto;
 	}
 
-	/* Each piece: its quantities (its version's floor), then hours and days. */
+	/* Each piece: its quantities (its version's floor), then hours and
+	 * days. A piece whose quantities overflow a bigint as a whole (memory
+	 * or storage of terabytes over days with no sample between) goes a day
+	 * at a time, with the CPU still to place shared by wall time: each day
+	 * fits, and nothing of the interval is left unbilled. */
 	for (size_t i = 0; i < c->npieces; i++) {
 		const struct ing_piece *pc = &c->pieces[i];
-		struct usage_qty rest;
+		int64_t a = pc->a, cpu_left = pc->cpu_usec;
 
 		memset(&sp, 0, sizeof(sp));
-		sp.at_usec = pc->a;
 		sp.state = pc->state;
 		sp.cpu_usec = 0;
 		sp.memory_mib = prev->memory_mib;
 		sp.storage_mib = prev->storage_mib;
 		sp.vcpus = prev->vcpus;
-		sc = sp;
-		sc.at_usec = pc->b;
-		sc.cpu_usec = pc->cpu_usec;
-		rc =
-		    usage_interval(&sp, &sc, c->prices[pc->vi].rates.floor_millicores, &rest, &fl2);
-		if (rc != METER_OK)
-			return rc;
-		fl |= fl2 & USAGE_CPU_CAPPED;
-		for (t = pc->a; t < pc->b;) {
-			int64_t hour = ing_floordiv(t, ING_HOUR_USEC) * ING_HOUR_USEC;
-			int64_t e = pc->b, dend;
-			int32_t day;
-			struct ing_sub *s;
+		while (a < pc->b) {
+			struct usage_qty rest;
+			int64_t b = pc->b;
 
-			if (!ing_zone_day(z, t, &day, &dend)) {
-				snprintf(c->err, c->errlen, "day of zone %s not loaded", z->name);
-				return METER_EINVAL;
+			sp.at_usec = a;
+			sc = sp;
+			sc.at_usec = b;
+			sc.cpu_usec = cpu_left;
+			rc = usage_interval(&sp, &sc, c->prices[pc->vi].rates.floor_millicores,
+					    &rest, &fl2);
+			if (rc == METER_ERANGE && b - a > ING_DAY_USEC) {
+				b = a + ING_DAY_USEC;
+				sc.at_usec = b;
+				sc.cpu_usec =
+				    (int64_t)((__int128)cpu_left * ING_DAY_USEC / (pc->b - a));
+				rc = usage_interval(&sp, &sc,
+						    c->prices[pc->vi].rates.floor_millicores, &rest,
+						    &fl2);
 			}
-			if (hour + ING_HOUR_USEC < e)
-				e = hour + ING_HOUR_USEC;
-			if (dend < e)
-				e = dend;
-			if (!ing_grow(&c->subs, &c->subs_cap, c->nsubs + 1, sizeof(*c->subs)))
-				return METER_ENOMEM;
-			s = &c->subs[c->nsubs++];
-			rc = usage_qty_split(&rest, e - t, pc->b - t, &s->q, &rest);
 			if (rc != METER_OK)
 				return rc;
-			s->hour = hour;
-			s->day = day;
-			s->day_end = dend;
-			s->vi = pc->vi;
-			t = e;
+			fl |= fl2 & USAGE_CPU_CAPPED;
+			cpu_left -= sc.cpu_usec;
+			rc = ing_span_subs(c, z, pc, a, b, &rest);
+			if (rc != METER_OK)
+				return rc;
+			a = b;
 		}
 	}
 	*flags = fl;
@@ -2627,8 +2661,9 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 			if (rc == METER_OK)
 				rc = ing_price_subs(c, x, &micros);
 			if (rc == METER_ERANGE) {
-				/* Too large to compute (a gap of years at huge
-				 * sizes): start again from this sample. */
+				/* Too large to compute (an hour's money past a
+				 * bigint, at prices and sizes near their
+				 * limits): start again from this sample. */
 				log_error("ingest: sandbox %s: interval %" PRId64 " -> %" PRId64
 					  " µs overflows; not billed, re-baselined",
 					  sb->id, sb->last.at_usec, cur.at_usec);

@@ -53,6 +53,46 @@ static bool usage_sample_ok(const struct usage_sample *s)
 	       s->memory_mib >= 0 && s->storage_mib >= 0 && s->vcpus >= 1;
 }
 
+/* CPU µs of prev → cur (cur not before prev, both valid): the counter's
+ * rise, or its value after a reset, capped at vcpus × Δwall. In µs, not
+ * millicore-µs, so it never overflows. */
+static int64_t usage_cpu_step(const struct usage_sample *prev, const struct usage_sample *cur,
+			      unsigned *fl)
+{
+	int64_t dwall = cur->at_usec - prev->at_usec, dcpu;
+	__int128 cap;
+
+	if (cur->cpu_usec >= prev->cpu_usec) {
+		dcpu = cur->cpu_usec - prev->cpu_usec;
+	} else {
+		dcpu = cur->cpu_usec;
+		*fl |= USAGE_COUNTER_RESET;
+	}
+	cap = (__int128)prev->vcpus * (__int128)dwall;
+	if ((__int128)dcpu > cap) {
+		dcpu = (int64_t)cap; /* cap < dcpu <= INT64_MAX */
+		*fl |= USAGE_CPU_CAPPED;
+	}
+	return dcpu;
+}
+
+enum meter_rc usage_cpu_delta(const struct usage_sample *prev, const struct usage_sample *cur,
+			      int64_t *cpu_usec, unsigned *flags)
+{
+	unsigned fl = 0;
+	int64_t dcpu;
+
+	if (!prev || !cur || !cpu_usec)
+		return METER_EINVAL;
+	if (!usage_sample_ok(prev) || !usage_sample_ok(cur) || cur->at_usec < prev->at_usec)
+		return METER_EINVAL;
+	dcpu = usage_cpu_step(prev, cur, &fl);
+	*cpu_usec = dcpu;
+	if (flags)
+		*flags = fl;
+	return METER_OK;
+}
+
 /* Decisions the header leaves open:
  * - vcpus, memory_mib and storage_mib come from prev (the interval is billed
  *   by its first sample); cur only supplies its time and CPU counter.
@@ -66,7 +106,6 @@ enum meter_rc usage_interval(const struct usage_sample *prev, const struct usage
 	struct usage_qty q;
 	unsigned fl = 0;
 	int64_t dwall, dcpu, floor_q;
-	__int128 cap;
 	enum meter_rc rc;
 
 	if (!prev || !cur || !out || floor_millicores < 0)
@@ -75,18 +114,7 @@ enum meter_rc usage_interval(const struct usage_sample *prev, const struct usage
 		return METER_EINVAL;
 	memset(&q, 0, sizeof(q));
 	dwall = cur->at_usec - prev->at_usec; /* both >= 0: cannot overflow */
-
-	if (cur->cpu_usec >= prev->cpu_usec) {
-		dcpu = cur->cpu_usec - prev->cpu_usec;
-	} else {
-		dcpu = cur->cpu_usec;
-		fl |= USAGE_COUNTER_RESET;
-	}
-	cap = (__int128)prev->vcpus * (__int128)dwall;
-	if ((__int128)dcpu > cap) {
-		dcpu = (int64_t)cap; /* cap < dcpu <= INT64_MAX */
-		fl |= USAGE_CPU_CAPPED;
-	}
+	dcpu = usage_cpu_step(prev, cur, &fl);
 
 	switch (prev->state) {
 	case SANDBOX_RUNNING:

@@ -65,6 +65,15 @@ METER_MUSTCHECK enum meter_rc usage_interval(const struct usage_sample *prev,
 					     int64_t floor_millicores, struct usage_qty *out,
 					     unsigned *flags);
 
+/* The CPU µs usage_interval counts for prev → cur (whatever the state):
+ * the counter's rise or, after a reset, its new value, capped at
+ * vcpus × Δwall; *flags gets USAGE_COUNTER_RESET and USAGE_CPU_CAPPED.
+ * Never METER_ERANGE, however long the interval. The same arguments as
+ * usage_interval are METER_EINVAL. */
+METER_MUSTCHECK enum meter_rc usage_cpu_delta(const struct usage_sample *prev,
+					      const struct usage_sample *cur, int64_t *cpu_usec,
+					      unsigned *flags);
+
 /* *acc += *q, field by field; METER_ERANGE (acc untouched) on overflow. */
 METER_MUSTCHECK enum meter_rc usage_qty_add(struct usage_qty *acc, const struct usage_qty *q);
 

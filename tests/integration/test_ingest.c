@@ -338,6 +338,71 @@ static void test_gap(void)
 		     micros(mem, 7500, DIV_MIB), 0);
 }
 
+/* A numeric sum of a usage_hourly column equal to want (which may pass a
+ * bigint: the sum is compared in the database). */
+static void check_sum128(const char *sandbox, const char *col, __int128 want)
+{
+	char w[48], *p = w + sizeof(w) - 1;
+	unsigned __int128 v = (unsigned __int128)want;
+
+	*p = '\0';
+	do {
+		*--p = (char)('0' + (int)(v % 10));
+		v /= 10;
+	} while (v);
+	CHECK_I64(q64("SELECT (sum(%s) = %s::numeric)::int FROM usage_hourly"
+		      " WHERE sandbox_id = '%s'",
+		      col, p, sandbox),
+		  1);
+}
+
+/* Samples days apart at the largest sizes a document takes: the whole
+ * interval's memory (or storage) in MiB-µs is past a bigint, each hour's is
+ * not. Every hour is billed, to the µ$; nothing is dropped as an overflow. */
+static void test_long_gap(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	const int64_t big = INT64_C(16777216); /* 16 TiB in MiB */
+	int64_t t0 = T("2026-11-01T05:17:23Z");
+	int64_t run_w = 7 * 24 * HOUR + 31 * 60 * SEC + 7; /* 7 days 31 min 7 µs */
+	int64_t cpu = 2 * 24 * HOUR + 123;
+	int64_t pause_w = 8 * 24 * HOUR + 5 * SEC;
+	__int128 mem = (__int128)big * run_w, sto = (__int128)big * pause_w;
+
+	fprintf(stderr, "long gap\n");
+	CHECK(mem > INT64_MAX && sto > INT64_MAX);
+	batch(&b, "h_lg");
+	add(&b, "s_lg_run", "key_a", t0, 'r', 5, big, 0, 1);
+	add(&b, "s_lg_pause", "key_a", t0, 'p', 0, 1024, big, 1);
+	run1(&b);
+	batch(&b, "h_lg");
+	add(&b, "s_lg_run", "key_a", t0 + run_w, 'r', 5 + cpu, big, 0, 1);
+	run1(&b);
+	batch(&b, "h_lg");
+	add(&b, "s_lg_pause", "key_a", t0 + pause_w, 'p', 0, 1024, big, 1);
+	st = run1(&b);
+	CHECK_I64(st.anomalies, 0);
+	CHECK_I64(usum("s_lg_run", "running_usec"), run_w);
+	CHECK_I64(usum("s_lg_run", "cpu_used_mcus"), cpu * 1000);
+	/* Used (two sevenths of a vCPU) is above the 50-millicore floor all
+	 * along, so billed is used. */
+	CHECK_I64(usum("s_lg_run", "cpu_billed_mcus"), cpu * 1000);
+	check_sum128("s_lg_run", "memory_mibus", mem);
+	CHECK_I64(usum("s_lg_run", "cpu_micros"), micros((__int128)cpu * 1000, 25000, DIV_CPU));
+	CHECK_I64(usum("s_lg_run", "memory_micros"), micros(mem, 7500, DIV_MIB));
+	CHECK_I64(usum("s_lg_run", "total_micros"),
+		  micros((__int128)cpu * 1000, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB));
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id = 's_lg_run'"),
+		  7 * 24 + 1); /* 05:17 to 05:48 a week on */
+	CHECK_I64(usum("s_lg_pause", "paused_usec"), pause_w);
+	check_sum128("s_lg_pause", "storage_mibus", sto);
+	CHECK_I64(usum("s_lg_pause", "storage_micros"), micros(sto, 100, DIV_MIB));
+	CHECK_I64(q64("SELECT storage_cum_micros FROM sandbox_meter"
+		      " WHERE sandbox_id = 's_lg_pause'"),
+		  micros(sto, 100, DIV_MIB));
+}
+
 /* Pause and stop events inside intervals: billing changes exactly there. */
 static void test_events(void)
 {
@@ -1424,6 +1489,7 @@ int main(void)
 	test_worked_figures();
 	test_counter_reset();
 	test_gap();
+	test_long_gap();
 	test_events();
 	test_events_edges();
 	test_cap();

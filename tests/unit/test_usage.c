@@ -308,6 +308,46 @@ static void test_cpu_cap(void)
 	CHECK_I64(q.cpu_used_mcus, 4000 * INT64_C(10000000));
 }
 
+/* The CPU alone, in µs, in any state and over any length: the same rise,
+ * reset and cap as usage_interval, never an overflow. */
+static void test_cpu_delta(void)
+{
+	struct usage_sample a = sample(SANDBOX_PAUSED, T0, 5000000000);
+	struct usage_sample b = sample(SANDBOX_PAUSED, T0 + 10000000, 5000000123);
+	int64_t cpu = SENTINEL;
+	unsigned flags = 99;
+
+	CHECK(usage_cpu_delta(&a, &b, &cpu, &flags) == METER_OK);
+	CHECK_I64(cpu, 123);
+	CHECK_I64(flags, 0);
+	b.cpu_usec = 3000000; /* went down: a reset */
+	CHECK(usage_cpu_delta(&a, &b, &cpu, &flags) == METER_OK);
+	CHECK_I64(cpu, 3000000);
+	CHECK_I64(flags, USAGE_COUNTER_RESET);
+	b.cpu_usec = 25000000; /* above 2 vCPUs × 10 s */
+	CHECK(usage_cpu_delta(&a, &b, &cpu, &flags) == METER_OK);
+	CHECK_I64(cpu, 20000000);
+	CHECK_I64(flags, USAGE_COUNTER_RESET | USAGE_CPU_CAPPED);
+	/* Years at 16 TiB: usage_interval overflows, the CPU does not. */
+	a.state = b.state = SANDBOX_RUNNING;
+	a.memory_mib = INT64_C(16777216);
+	a.cpu_usec = 0;
+	b.at_usec = T0 + 20 * 365 * 24 * HOUR_USEC;
+	b.cpu_usec = INT64_C(1) << 62;
+	{
+		struct usage_qty q;
+		CHECK(usage_interval(&a, &b, 50, &q, NULL) == METER_ERANGE);
+	}
+	CHECK(usage_cpu_delta(&a, &b, &cpu, NULL) == METER_OK);
+	CHECK_I64(cpu, 2 * 20 * 365 * 24 * HOUR_USEC);
+	/* What usage_interval refuses, so does this; cpu untouched. */
+	cpu = SENTINEL;
+	b.at_usec = T0 - 1;
+	CHECK(usage_cpu_delta(&a, &b, &cpu, &flags) == METER_EINVAL);
+	CHECK(usage_cpu_delta(NULL, &b, &cpu, &flags) == METER_EINVAL);
+	CHECK_I64(cpu, SENTINEL);
+}
+
 static void test_paused_stopped(void)
 {
 	struct usage_sample a = sample(SANDBOX_PAUSED, T0, 100);
@@ -631,6 +671,7 @@ int main(void)
 	test_tiny_intervals();
 	test_counter_reset();
 	test_cpu_cap();
+	test_cpu_delta();
 	test_paused_stopped();
 	test_bad_samples();
 	test_interval_overflow();

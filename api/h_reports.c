@@ -34,6 +34,7 @@
 
 #define REPORTS_CONCURRENT 4
 #define STREAM_BUF	   (64 * 1024)
+#define DISP_MAX	   160	/* a Content-Disposition line */
 #define STOP_WAIT_MS	   3000 /* for producers to finish at shut-down */
 
 /* One export in flight, shared by its producer thread and libmicrohttpd
@@ -48,7 +49,7 @@ struct stream {
 	struct MHD_Connection *conn; /* the request's connection */
 	struct export_params p;
 	const char *db_url; /* borrowed from the configuration */
-	char disp[160];	    /* Content-Disposition */
+	char disp[DISP_MAX];
 	PGcancel *cancel;
 	char buf[STREAM_BUF]; /* ready for the content reader */
 	size_t len, off;
@@ -225,6 +226,16 @@ static void stream_reply(struct stream *st, struct MHD_Response *resp)
 		MHD_destroy_response(resp); /* drops the response's reference */
 }
 
+/* The headers an export's answer carries, GET or HEAD. */
+static void export_headers(struct MHD_Response *resp, enum export_format format, const char *disp)
+{
+	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+				    format == EXPORT_CSV ? "text/csv; charset=utf-8"
+							 : "application/x-ndjson") != MHD_YES ||
+	    MHD_add_response_header(resp, "Content-Disposition", disp) != MHD_YES)
+		log_warn("could not add export headers");
+}
+
 /* The producer: connects, starts the export, answers the parked request,
  * then fills the buffer whenever the content reader has emptied it. */
 static void *stream_produce(void *arg)
@@ -253,12 +264,7 @@ static void *stream_produce(void *arg)
 	pthread_mutex_lock(&streams_lock);
 	st->refs++; /* the response's */
 	pthread_mutex_unlock(&streams_lock);
-	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-				    st->p.format == EXPORT_CSV
-					? "text/csv; charset=utf-8"
-					: "application/x-ndjson") != MHD_YES ||
-	    MHD_add_response_header(resp, "Content-Disposition", st->disp) != MHD_YES)
-		log_warn("could not add export headers");
+	export_headers(resp, st->p.format, st->disp);
 	stream_reply(st, resp);
 	for (;;) {
 		size_t n = 0;
@@ -343,7 +349,7 @@ static void usage_export(struct http_req *req, enum export_format format)
 	struct export_params p;
 	struct stream *st = NULL;
 	const char *g = http_query(req, "granularity");
-	char err[512], from[32], to[32];
+	char err[512], from[32], to[32], disp[DISP_MAX];
 	bool busy;
 
 	memset(&p, 0, sizeof(p));
@@ -374,6 +380,24 @@ static void usage_export(struct http_req *req, enum export_format format)
 	}
 	if (!hutil_account_known(req, NULL, p.account_id))
 		return;
+	agent_doc_format_time(p.from_usec, from, sizeof(from));
+	agent_doc_format_time(p.to_usec, to, sizeof(to));
+	snprintf(disp, sizeof(disp), "attachment; filename=\"usage-%s-%.10s-%.10s.%s\"",
+		 p.account_id, from, to, format == EXPORT_CSV ? "csv" : "ndjson");
+	if (strcmp(req->method, "HEAD") == 0) {
+		/* The export's headers and no body: no export runs (a streamed
+		 * answer to HEAD would still end with an empty chunk, a body
+		 * a HEAD answer must not have). */
+		struct MHD_Response *resp =
+		    MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+		if (!resp) {
+			http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+			return;
+		}
+		export_headers(resp, format, disp);
+		http_reply_response(req, 200, resp);
+		return;
+	}
 	st = calloc(1, sizeof(*st));
 	if (!st || pthread_mutex_init(&st->lock, NULL) != 0) {
 		free(st);
@@ -413,10 +437,7 @@ static void usage_export(struct http_req *req, enum export_format format)
 	st->conn = req->conn;
 	st->p = p;
 	st->db_url = req->app->cfg->database_url;
-	agent_doc_format_time(p.from_usec, from, sizeof(from));
-	agent_doc_format_time(p.to_usec, to, sizeof(to));
-	snprintf(st->disp, sizeof(st->disp), "attachment; filename=\"usage-%s-%.10s-%.10s.%s\"",
-		 p.account_id, from, to, format == EXPORT_CSV ? "csv" : "ndjson");
+	snprintf(st->disp, sizeof(st->disp), "%s", disp);
 	req->handler_ctx = st;
 	req->on_suspended = stream_start;
 	req->suspended = true;

@@ -55,6 +55,10 @@ struct http_req {
 	 * worker makes (auth_finish) once the whole request is in; until
 	 * then nothing has been decided or answered. */
 	bool auth_pending;
+	/* The body is read and dropped, never kept: set when the look-up is
+	 * for an account key on a route no account key may call, whose
+	 * answer is a refusal whatever the key (server.c). */
+	bool body_ignored;
 	/* Called (when set) right after the connection is parked: the place
 	 * to hand work to another thread, which may then resume it at once. */
 	void (*on_suspended)(struct http_req *req);

@@ -486,7 +486,7 @@ static void take_body(struct http_req *req, const char *data, size_t len)
 {
 	char *grown;
 
-	if (req->body_too_large)
+	if (req->body_too_large || req->body_ignored)
 		return;
 	if (len > req->body_max - req->body_len) {
 		req->body_too_large = true;
@@ -718,8 +718,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return queue(req);
 		case AUTH_LOOKUP:
 			/* Decided on a worker once the request is in (an
-			 * oversized body is answered after the credentials). */
+			 * oversized body is answered after the credentials).
+			 * On a route that takes no account key the look-up
+			 * only picks the refusal (401, 403 or read_only_key):
+			 * the body is not kept meanwhile, so an unknown key
+			 * cannot make this process hold up to the route's cap
+			 * (16 MiB for samples) per connection. */
 			req->auth_pending = true;
+			req->body_ignored = !(req->route->roles & (ROLE_FULL | ROLE_READ_ONLY));
 			return MHD_YES;
 		case AUTH_ALLOWED:
 			break;

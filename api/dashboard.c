@@ -10,6 +10,7 @@
 #include "app.h"
 #include "auth.h"
 #include "clock.h"
+#include "db_accounts.h"
 #include "db_dashboard.h"
 #include "db_keys.h"
 #include "html.h"
@@ -300,8 +301,27 @@ void h_dash_sign_in(struct http_req *req)
 		return;
 	}
 	if (a.kind == AUTH_OPERATOR) {
+		PGconn *conn = NULL;
+
 		if (!account || !parse_is_id(account)) {
 			sign_in_page(req, 400, "As the operator, name the account to view.");
+			return;
+		}
+		/* No session for an account that does not exist: its pages
+		 * would show an idle account where there is none. */
+		rc = db_pool_acquire(req->app->pool, 2000, &conn);
+		if (rc == METER_OK) {
+			rc = db_account_exists(conn, account);
+			db_pool_release(req->app->pool, conn,
+					rc == METER_EDB && db_conn_failed(conn));
+		}
+		if (rc == METER_ENOTFOUND) {
+			sign_in_page(req, 404, "There is no account with that id.");
+			return;
+		}
+		if (rc != METER_OK) {
+			sign_in_page(req, 503,
+				     "The service cannot reach its database; try again shortly.");
 			return;
 		}
 		snprintf(a.account_id, sizeof(a.account_id), "%s", account);

@@ -1384,6 +1384,12 @@ int main(void)
 	CHECK(sign_in(tr, NULL, cookie_a, sizeof(cookie_a)) == 0);
 	CHECK(sign_in(tbr, NULL, cookie_b, sizeof(cookie_b)) == 0);
 	CHECK(sign_in(t.operator_token, acc, cookie_op, sizeof(cookie_op)) == 0);
+	{
+		/* No session for an account that does not exist (its pages
+		 * would show an idle account). */
+		char none[sizeof(cookie_op)];
+		CHECK(sign_in(t.operator_token, "acc_nope", none, sizeof(none)) == -1);
+	}
 
 	/* Every route once as it should be called (changes what it changes). */
 	for (size_t i = 0; i < routes_count; i++)

@@ -7,6 +7,8 @@
  * test-only option clock_offset_s; and the day starts of every time zone
  * around every change of offset in 2026. */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -856,6 +858,85 @@ static void test_events_during_wake(struct apitest *t, const char *key)
 	}
 }
 
+struct event_done {
+	struct event_call c;
+	atomic_bool done;
+};
+
+static void *event_done_main(void *arg)
+{
+	struct event_done *d = arg;
+
+	event_main(&d->c);
+	atomic_store(&d->done, true);
+	return NULL;
+}
+
+/* An event beside ingestion of its sandbox: a sample push in flight has
+ * inserted rows naming the sandbox (a key-share lock on its row, as any
+ * reference takes) and next wants the key-day's ledger row, which a pause
+ * holds once it has settled. The pause took the sandbox row FOR UPDATE,
+ * which waits for key-share locks: the two waited on each other until
+ * PostgreSQL broke the deadlock (about a second), and two events on one
+ * sandbox at once did the same to each other, answering 503 after five
+ * tries. The pause is now answered while the push is still open, and the
+ * push goes on. Then rounds of four events at once on one sandbox: every
+ * one answered 200. */
+static void test_events_beside_references(struct apitest *t, const char *key)
+{
+	struct event_done d = {.c = {.t = t, .sandbox = "sk-1", .type = "paused"}};
+	PGconn *db = t->db.conn, *x;
+	struct apitest_resp r;
+	pthread_t th;
+	char sql[512];
+	int waited = 0;
+
+	CHECK_I64(cu_create(t, 0, key, "sk-1", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	x = PQconnectdb(t->db.url);
+	CHECK(PQstatus(x) == CONNECTION_OK);
+	cu_sql(x, "BEGIN");
+	cu_sql(x, "SELECT 1 FROM sandboxes WHERE sandbox_id = 'sk-1' FOR KEY SHARE");
+	cu_rfc3339(time(NULL), d.c.at, sizeof(d.c.at));
+	atomic_init(&d.done, false);
+	CHECK(pthread_create(&th, NULL, event_done_main, &d) == 0);
+	while (!atomic_load(&d.done) && waited < 3000) {
+		cu_sleep_ms(20);
+		waited += 20;
+	}
+	CHECK(atomic_load(&d.done)); /* answered while the push is open */
+	snprintf(sql, sizeof(sql),
+		 "SELECT 1 FROM key_day_ledger l WHERE (l.account_id, l.key_id, l.day) IN"
+		 " (SELECT account_id, key_id, day FROM holds WHERE sandbox_id = 'sk-1')"
+		 " FOR UPDATE");
+	CHECK_STR(testdb_exec_state(x, sql), "00000"); /* no deadlock */
+	cu_sql(x, "COMMIT");
+	PQfinish(x);
+	pthread_join(th, NULL);
+	CHECK_I64(d.c.status, 200);
+	CHECK_STR(d.c.state, "paused");
+	CHECK_I64(d.c.settled, 1);
+
+	for (int round = 0; round < 5; round++) {
+		struct event_call c[4];
+		pthread_t ths[4];
+		long long base = (long long)time(NULL) * 1000000 - 2000000;
+
+		for (int i = 0; i < 4; i++) {
+			c[i] = (struct event_call){.t = t,
+						   .sandbox = "sk-1",
+						   .type = (round + i) % 2 ? "running" : "paused"};
+			rfc3339_usec(base + round * 10 + i, c[i].at, sizeof(c[i].at));
+			CHECK(pthread_create(&ths[i], NULL, event_main, &c[i]) == 0);
+		}
+		for (int i = 0; i < 4; i++) {
+			pthread_join(ths[i], NULL);
+			CHECK_I64(c[i].status, 200);
+		}
+	}
+	CHECK_I64(cu_held_mismatches(db), 0);
+}
+
 /* Pushes one sample of sandbox sb (1 vCPU, 1 GiB) taken at UTC second at,
  * from host. */
 static void push_sample_from(struct apitest *t, const char *host, const char *key, const char *sb,
@@ -1525,6 +1606,7 @@ int main(void)
 	test_renewal_and_skew(&t, key);
 	test_wake_replay_holds(&t, key);
 	test_events_during_wake(&t, key);
+	test_events_beside_references(&t, key);
 	test_lease_end(&t, acc);
 	test_validation(&t, key);
 	test_day_starts(t.db.conn);

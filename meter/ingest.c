@@ -2306,15 +2306,17 @@ static enum meter_rc ing_add_segment(struct ing_call *c, int64_t a, int64_t b,
 	return METER_OK;
 }
 
-/* Appends [a, b) of piece pc, whose quantities are *q, to c->subs in
- * sub-pieces of one UTC hour and one local day of zone z: each gets
- * floor(field × its time / the time left) of what is left, so they add up
- * to *q exactly. */
-static enum meter_rc ing_span_subs(struct ing_call *c, const struct ing_zone *z,
-				   const struct ing_piece *pc, int64_t a, int64_t b,
-				   const struct usage_qty *q)
+/* Appends piece pc, whose quantities are *q, to c->subs in sub-pieces of
+ * one UTC hour and one local day of zone z: each gets floor(field × its
+ * time / the time left) of what is left, so they add up to *q exactly.
+ * *q is in 128 bits: a piece of days at the largest sizes passes int64_t
+ * as a whole (16 TiB of memory in MiB-µs after about 6.4 days), an hour
+ * of it never does. */
+static enum meter_rc ing_piece_subs(struct ing_call *c, const struct ing_zone *z,
+				    const struct ing_piece *pc, const struct usage_wide *q)
 {
-	struct usage_qty rest = *q;
+	struct usage_wide rest = *q;
+	int64_t a = pc->a, b = pc->b;
 	enum meter_rc rc;
 
 	for (int64_t t = a; t < b;) {
@@ -2334,7 +2336,7 @@ static enum meter_rc ing_span_subs(struct ing_call *c, const struct ing_zone *z,
 		if (!ing_grow(&c->subs, &c->subs_cap, c->nsubs + 1, sizeof(*c->subs)))
 			return METER_ENOMEM;
 		s = &c->subs[c->nsubs++];
-		rc = usage_qty_split(&rest, e - t, b - t, &s->q, &rest);
+		rc = usage_wide_split(&rest, e - t, b - t, &s->q);
 		if (rc != METER_OK)
 			return rc;
 		s->hour = hour;
@@ -2411,49 +2413,29 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 		cpu_before = upto;
 	}
 
-	/* Each piece: its quantities (its version's floor), then hours and
-	 * days. A piece whose quantities overflow a bigint as a whole (memory
-	 * or storage of terabytes over days with no sample between) goes a day
-	 * at a time, with the CPU still to place shared by wall time: each day
-	 * fits, and nothing of the interval is left unbilled. */
+	/* Each piece: its quantities (its version's floor), then hours and days. */
 	for (size_t i = 0; i < c->npieces; i++) {
 		const struct ing_piece *pc = &c->pieces[i];
-		int64_t a = pc->a, cpu_left = pc->cpu_usec;
+		struct usage_wide q;
 
 		memset(&sp, 0, sizeof(sp));
+		sp.at_usec = pc->a;
 		sp.state = pc->state;
 		sp.cpu_usec = 0;
 		sp.memory_mib = prev->memory_mib;
 		sp.storage_mib = prev->storage_mib;
 		sp.vcpus = prev->vcpus;
-		while (a < pc->b) {
-			struct usage_qty rest;
-			int64_t b = pc->b;
-
-			sp.at_usec = a;
-			sc = sp;
-			sc.at_usec = b;
-			sc.cpu_usec = cpu_left;
-			rc = usage_interval(&sp, &sc, c->prices[pc->vi].rates.floor_millicores,
-					    &rest, &fl2);
-			if (rc == METER_ERANGE && b - a > ING_DAY_USEC) {
-				b = a + ING_DAY_USEC;
-				sc.at_usec = b;
-				sc.cpu_usec =
-				    (int64_t)((__int128)cpu_left * ING_DAY_USEC / (pc->b - a));
-				rc = usage_interval(&sp, &sc,
-						    c->prices[pc->vi].rates.floor_millicores, &rest,
-						    &fl2);
-			}
-			if (rc != METER_OK)
-				return rc;
-			fl |= fl2 & USAGE_CPU_CAPPED;
-			cpu_left -= sc.cpu_usec;
-			rc = ing_span_subs(c, z, pc, a, b, &rest);
-			if (rc != METER_OK)
-				return rc;
-			a = b;
-		}
+		sc = sp;
+		sc.at_usec = pc->b;
+		sc.cpu_usec = pc->cpu_usec;
+		rc = usage_interval_wide(&sp, &sc, c->prices[pc->vi].rates.floor_millicores, &q,
+					 &fl2);
+		if (rc != METER_OK)
+			return rc;
+		fl |= fl2 & USAGE_CPU_CAPPED;
+		rc = ing_piece_subs(c, z, pc, &q);
+		if (rc != METER_OK)
+			return rc;
 	}
 	*flags = fl;
 	return METER_OK;

@@ -100,13 +100,12 @@ enum meter_rc usage_cpu_delta(const struct usage_sample *prev, const struct usag
  *   USAGE_CPU_CAPPED are reported even for a paused or stopped interval (and
  *   a zero-length one, whose cap is 0), but CPU is only counted while running.
  * - flags may be NULL. On error *out and *flags are untouched. */
-enum meter_rc usage_interval(const struct usage_sample *prev, const struct usage_sample *cur,
-			     int64_t floor_millicores, struct usage_qty *out, unsigned *flags)
+enum meter_rc usage_interval_wide(const struct usage_sample *prev, const struct usage_sample *cur,
+				  int64_t floor_millicores, struct usage_wide *out, unsigned *flags)
 {
-	struct usage_qty q;
+	struct usage_wide q;
 	unsigned fl = 0;
-	int64_t dwall, dcpu, floor_q;
-	enum meter_rc rc;
+	__int128 dwall, floor_q;
 
 	if (!prev || !cur || !out || floor_millicores < 0)
 		return METER_EINVAL;
@@ -114,31 +113,72 @@ enum meter_rc usage_interval(const struct usage_sample *prev, const struct usage
 		return METER_EINVAL;
 	memset(&q, 0, sizeof(q));
 	dwall = cur->at_usec - prev->at_usec; /* both >= 0: cannot overflow */
-	dcpu = usage_cpu_step(prev, cur, &fl);
+	q.cpu_used_mcus = (__int128)usage_cpu_step(prev, cur, &fl) * MONEY_MILLICORES_PER_VCPU;
 
+	/* Every product is of two int64_t values >= 0: below 2^126. */
 	switch (prev->state) {
 	case SANDBOX_RUNNING:
 		q.running_usec = dwall;
-		rc = usage_mul(dcpu, MONEY_MILLICORES_PER_VCPU, &q.cpu_used_mcus);
-		if (rc != METER_OK)
-			return rc;
-		rc = usage_mul(floor_millicores, dwall, &floor_q);
-		if (rc != METER_OK)
-			return rc;
+		floor_q = floor_millicores * dwall;
 		q.cpu_billed_mcus = q.cpu_used_mcus > floor_q ? q.cpu_used_mcus : floor_q;
-		rc = usage_mul(prev->memory_mib, dwall, &q.memory_mibus);
-		if (rc != METER_OK)
-			return rc;
+		q.memory_mibus = prev->memory_mib * dwall;
 		break;
 	case SANDBOX_PAUSED:
+		q.cpu_used_mcus = 0;
 		q.paused_usec = dwall;
-		rc = usage_mul(prev->storage_mib, dwall, &q.storage_mibus);
-		if (rc != METER_OK)
-			return rc;
+		q.storage_mibus = prev->storage_mib * dwall;
 		break;
 	case SANDBOX_STOPPED:
+		q.cpu_used_mcus = 0;
 		break;
 	}
+	*out = q;
+	if (flags)
+		*flags = fl;
+	return METER_OK;
+}
+
+/* *out = v narrowed to int64_t; false when it does not fit. */
+static bool usage_narrow(__int128 v, int64_t *out)
+{
+	if (v > INT64_MAX || v < INT64_MIN)
+		return false;
+	*out = (int64_t)v;
+	return true;
+}
+
+/* The wide quantities narrowed field by field; METER_ERANGE when one does
+ * not fit (out untouched). */
+static enum meter_rc usage_wide_narrow(const struct usage_wide *w, struct usage_qty *out)
+{
+	struct usage_qty q;
+
+	if (!usage_narrow(w->running_usec, &q.running_usec) ||
+	    !usage_narrow(w->paused_usec, &q.paused_usec) ||
+	    !usage_narrow(w->cpu_used_mcus, &q.cpu_used_mcus) ||
+	    !usage_narrow(w->cpu_billed_mcus, &q.cpu_billed_mcus) ||
+	    !usage_narrow(w->memory_mibus, &q.memory_mibus) ||
+	    !usage_narrow(w->storage_mibus, &q.storage_mibus))
+		return METER_ERANGE;
+	*out = q;
+	return METER_OK;
+}
+
+enum meter_rc usage_interval(const struct usage_sample *prev, const struct usage_sample *cur,
+			     int64_t floor_millicores, struct usage_qty *out, unsigned *flags)
+{
+	struct usage_wide w;
+	struct usage_qty q;
+	unsigned fl = 0;
+	enum meter_rc rc;
+
+	if (!out)
+		return METER_EINVAL;
+	rc = usage_interval_wide(prev, cur, floor_millicores, &w, &fl);
+	if (rc == METER_OK)
+		rc = usage_wide_narrow(&w, &q);
+	if (rc != METER_OK)
+		return rc;
 	*out = q;
 	if (flags)
 		*flags = fl;
@@ -198,6 +238,43 @@ enum meter_rc usage_qty_split(const struct usage_qty *q, int64_t part_usec, int6
 			  &r.storage_mibus);
 	*first = f;
 	*rest = r;
+	return METER_OK;
+}
+
+/* first = floor(field × part / whole), rest = field − first, in 128 bits
+ * (field >= 0, 0 <= part <= whole). Formed as q × part + r × part / whole
+ * with field = q × whole + r: q × part <= field and r × part < 2^126, so
+ * no step overflows, whatever the field. */
+static __int128 usage_split_wide_field(__int128 *field, int64_t part, int64_t whole)
+{
+	__int128 f = 0;
+
+	if (whole > 0)
+		f = *field / whole * part + *field % whole * part / whole;
+	*field -= f;
+	return f;
+}
+
+enum meter_rc usage_wide_split(struct usage_wide *q, int64_t part_usec, int64_t whole_usec,
+			       struct usage_qty *first)
+{
+	struct usage_wide f, r;
+
+	if (!q || !first || part_usec < 0 || part_usec > whole_usec)
+		return METER_EINVAL;
+	if (q->running_usec < 0 || q->paused_usec < 0 || q->cpu_used_mcus < 0 ||
+	    q->cpu_billed_mcus < 0 || q->memory_mibus < 0 || q->storage_mibus < 0)
+		return METER_EINVAL;
+	r = *q;
+	f.running_usec = usage_split_wide_field(&r.running_usec, part_usec, whole_usec);
+	f.paused_usec = usage_split_wide_field(&r.paused_usec, part_usec, whole_usec);
+	f.cpu_used_mcus = usage_split_wide_field(&r.cpu_used_mcus, part_usec, whole_usec);
+	f.cpu_billed_mcus = usage_split_wide_field(&r.cpu_billed_mcus, part_usec, whole_usec);
+	f.memory_mibus = usage_split_wide_field(&r.memory_mibus, part_usec, whole_usec);
+	f.storage_mibus = usage_split_wide_field(&r.storage_mibus, part_usec, whole_usec);
+	if (usage_wide_narrow(&f, first) != METER_OK)
+		return METER_ERANGE;
+	*q = r;
 	return METER_OK;
 }
 

@@ -65,6 +65,34 @@ METER_MUSTCHECK enum meter_rc usage_interval(const struct usage_sample *prev,
 					     int64_t floor_millicores, struct usage_qty *out,
 					     unsigned *flags);
 
+/* An interval's quantities in 128 bits: what usage_interval computes,
+ * before it is narrowed to int64_t. */
+struct usage_wide {
+	__int128 running_usec;
+	__int128 paused_usec;
+	__int128 cpu_used_mcus;
+	__int128 cpu_billed_mcus;
+	__int128 memory_mibus;
+	__int128 storage_mibus;
+};
+
+/* As usage_interval, in 128 bits: never METER_ERANGE (every quantity is a
+ * product of two int64_t values >= 0). For an interval too long to fit
+ * int64_t as a whole, cut with usage_wide_split. */
+METER_MUSTCHECK enum meter_rc usage_interval_wide(const struct usage_sample *prev,
+						  const struct usage_sample *cur,
+						  int64_t floor_millicores, struct usage_wide *out,
+						  unsigned *flags);
+
+/* Takes the part_usec of *q's whole_usec (0 <= part_usec <= whole_usec)
+ * into *first: floor(field × part / whole) of every field, as
+ * usage_qty_split does, and leaves the rest in *q, so the parts taken add
+ * up to the whole exactly. METER_ERANGE (nothing changed) when the part
+ * does not fit int64_t; METER_EINVAL for bad arguments or a negative
+ * field. */
+METER_MUSTCHECK enum meter_rc usage_wide_split(struct usage_wide *q, int64_t part_usec,
+					       int64_t whole_usec, struct usage_qty *first);
+
 /* The CPU µs usage_interval counts for prev → cur (whatever the state):
  * the counter's rise or, after a reset, its new value, capped at
  * vcpus × Δwall; *flags gets USAGE_COUNTER_RESET and USAGE_CPU_CAPPED.

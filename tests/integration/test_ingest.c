@@ -375,9 +375,13 @@ static void test_long_gap(void)
 	batch(&b, "h_lg");
 	add(&b, "s_lg_run", "key_a", t0, 'r', 5, big, 0, 1);
 	add(&b, "s_lg_pause", "key_a", t0, 'p', 0, 1024, big, 1);
+	add(&b, "s_lg_floor", "key_a", t0, 'r', 0, big, 0, 1);
 	run1(&b);
 	batch(&b, "h_lg");
 	add(&b, "s_lg_run", "key_a", t0 + run_w, 'r', 5 + cpu, big, 0, 1);
+	/* Used a hair under the floor over the whole: the floor is billed,
+	 * exactly as for the interval as one, hour by hour. */
+	add(&b, "s_lg_floor", "key_a", t0 + run_w, 'r', 50 * run_w / 1000, big, 0, 1);
 	run1(&b);
 	batch(&b, "h_lg");
 	add(&b, "s_lg_pause", "key_a", t0 + pause_w, 'p', 0, 1024, big, 1);
@@ -395,6 +399,9 @@ static void test_long_gap(void)
 		  micros((__int128)cpu * 1000, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB));
 	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id = 's_lg_run'"),
 		  7 * 24 + 1); /* 05:17 to 05:48 a week on */
+	CHECK_I64(usum("s_lg_floor", "cpu_used_mcus"), 50 * run_w / 1000 * 1000);
+	CHECK_I64(usum("s_lg_floor", "cpu_billed_mcus"), 50 * run_w);
+	CHECK_I64(usum("s_lg_floor", "cpu_micros"), micros((__int128)50 * run_w, 25000, DIV_CPU));
 	CHECK_I64(usum("s_lg_pause", "paused_usec"), pause_w);
 	check_sum128("s_lg_pause", "storage_mibus", sto);
 	CHECK_I64(usum("s_lg_pause", "storage_micros"), micros(sto, 100, DIV_MIB));

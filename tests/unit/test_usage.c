@@ -340,6 +340,39 @@ static void test_cpu_delta(void)
 	}
 	CHECK(usage_cpu_delta(&a, &b, &cpu, NULL) == METER_OK);
 	CHECK_I64(cpu, 2 * 20 * 365 * 24 * HOUR_USEC);
+	/* The same interval in 128 bits, cut into days: the parts add up to
+	 * the whole, each fits, and an hour's memory is exact. */
+	{
+		struct usage_wide w;
+		struct usage_qty part;
+		__int128 mem = 0, billed = 0, whole_mem;
+		int64_t left = b.at_usec - a.at_usec, day = 24 * HOUR_USEC;
+
+		CHECK(usage_interval_wide(&a, &b, 50, &w, NULL) == METER_OK);
+		whole_mem = w.memory_mibus;
+		CHECK(whole_mem == (__int128)INT64_C(16777216) * left);
+		CHECK(w.cpu_billed_mcus == (__int128)2 * left * 1000);
+		CHECK(usage_wide_split(&w, HOUR_USEC, left, &part) == METER_OK);
+		CHECK_I64(part.memory_mibus, INT64_C(16777216) * HOUR_USEC);
+		mem += part.memory_mibus;
+		billed += part.cpu_billed_mcus;
+		left -= HOUR_USEC;
+		while (left > 0) {
+			int64_t take = left < day ? left : day;
+			CHECK(usage_wide_split(&w, take, left, &part) == METER_OK);
+			mem += part.memory_mibus;
+			billed += part.cpu_billed_mcus;
+			left -= take;
+		}
+		CHECK(mem == whole_mem);
+		CHECK(billed == (__int128)2 * (b.at_usec - a.at_usec) * 1000);
+		CHECK(w.memory_mibus == 0 && w.cpu_billed_mcus == 0);
+		/* A part too large for int64_t is refused, nothing taken. */
+		CHECK(usage_interval_wide(&a, &b, 50, &w, NULL) == METER_OK);
+		CHECK(usage_wide_split(&w, b.at_usec - a.at_usec, b.at_usec - a.at_usec, &part) ==
+		      METER_ERANGE);
+		CHECK(w.memory_mibus == whole_mem);
+	}
 	/* What usage_interval refuses, so does this; cpu untouched. */
 	cpu = SENTINEL;
 	b.at_usec = T0 - 1;

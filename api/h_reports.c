@@ -340,6 +340,37 @@ static void stream_start(struct http_req *req)
 	stream_unref(st);
 }
 
+/* The content of a HEAD answer: none. */
+static ssize_t head_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)cls;
+	(void)pos;
+	(void)buf;
+	(void)max;
+	return MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+/* HEAD on an export: its headers, with no export run. A GET's length is
+ * not known before it has run, so the answer says none: of unknown size,
+ * without chunks (libmicrohttpd 0.9.75 ends a chunked answer to HEAD with
+ * an empty chunk, a body HEAD must not have) and so closing the
+ * connection after it; a buffer would claim Content-Length: 0. */
+static void export_head(struct http_req *req, enum export_format format, const char *disp)
+{
+	struct MHD_Response *resp =
+	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 1024, head_read, NULL, NULL);
+
+	if (!resp || MHD_set_response_options(resp, MHD_RF_HTTP_1_0_COMPATIBLE_STRICT,
+					      MHD_RO_END) != MHD_YES) {
+		if (resp)
+			MHD_destroy_response(resp);
+		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		return;
+	}
+	export_headers(resp, format, disp);
+	http_reply_response(req, 200, resp);
+}
+
 /* Starts a streamed usage export in format; every failure before the first
  * byte is a proper error reply. */
 static void usage_export(struct http_req *req, enum export_format format)
@@ -350,7 +381,7 @@ static void usage_export(struct http_req *req, enum export_format format)
 	struct stream *st = NULL;
 	const char *g = http_query(req, "granularity");
 	char err[512], from[32], to[32], disp[DISP_MAX];
-	bool busy;
+	bool busy, head;
 
 	memset(&p, 0, sizeof(p));
 	p.format = format;
@@ -384,35 +415,24 @@ static void usage_export(struct http_req *req, enum export_format format)
 	agent_doc_format_time(p.to_usec, to, sizeof(to));
 	snprintf(disp, sizeof(disp), "attachment; filename=\"usage-%s-%.10s-%.10s.%s\"",
 		 p.account_id, from, to, format == EXPORT_CSV ? "csv" : "ndjson");
-	if (strcmp(req->method, "HEAD") == 0) {
-		/* The export's headers and no body: no export runs (a streamed
-		 * answer to HEAD would still end with an empty chunk, a body
-		 * a HEAD answer must not have). */
-		struct MHD_Response *resp =
-		    MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-		if (!resp) {
+	head = strcmp(req->method, "HEAD") == 0;
+	if (!head) {
+		st = calloc(1, sizeof(*st));
+		if (!st || pthread_mutex_init(&st->lock, NULL) != 0) {
+			free(st);
 			http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 			return;
 		}
-		export_headers(resp, format, disp);
-		http_reply_response(req, 200, resp);
-		return;
-	}
-	st = calloc(1, sizeof(*st));
-	if (!st || pthread_mutex_init(&st->lock, NULL) != 0) {
-		free(st);
-		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
-		return;
-	}
-	if (pthread_cond_init(&st->room, NULL) != 0) {
-		pthread_mutex_destroy(&st->lock);
-		free(st);
-		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
-		return;
+		if (pthread_cond_init(&st->room, NULL) != 0) {
+			pthread_mutex_destroy(&st->lock);
+			free(st);
+			http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+			return;
+		}
 	}
 	pthread_mutex_lock(&streams_lock);
 	busy = reports_stopping || exports_running >= REPORTS_CONCURRENT;
-	if (!busy) {
+	if (!busy && st) {
 		exports_running++;
 		st->refs = 1; /* the producer's */
 		st->next = streams_head;
@@ -422,15 +442,21 @@ static void usage_export(struct http_req *req, enum export_format format)
 	}
 	pthread_mutex_unlock(&streams_lock);
 	if (busy) {
-		pthread_cond_destroy(&st->room);
-		pthread_mutex_destroy(&st->lock);
-		free(st);
+		if (st) {
+			pthread_cond_destroy(&st->room);
+			pthread_mutex_destroy(&st->lock);
+			free(st);
+		}
 		if (reports_stopping)
 			http_reply_error(req, 503, "metering_unavailable",
 					 "the service is stopping", NULL);
 		else
 			http_reply_error(req, 429, "too_many_exports",
 					 "too many exports are running; retry shortly", NULL);
+		return;
+	}
+	if (head) {
+		export_head(req, format, disp);
 		return;
 	}
 	st->req = req;

@@ -1140,6 +1140,8 @@ static const char *secret_of(const char *token)
 
 /* Signs in to the dashboard with key (and account, for the operator);
  * the session cookie "meter_session=..." goes to out. */
+static int sign_in_status; /* the last sign-in's answer */
+
 static int sign_in(const char *key, const char *account, char *out, size_t len)
 {
 	struct buf form = {0};
@@ -1159,6 +1161,7 @@ static int sign_in(const char *key, const char *account, char *out, size_t len)
 	rq.body = form.p;
 	rq.body_len = form.len;
 	do_req(&rq, &x, false); /* its Set-Cookie is meant to hold the cookie */
+	sign_in_status = x.r.status;
 	if (x.r.status == 303 && rawhttp_header(&x.r, "Set-Cookie", sc, sizeof(sc))) {
 		size_t n = strcspn(sc, ";");
 		snprintf(out, len, "%.*s", (int)n, sc);
@@ -1389,6 +1392,7 @@ int main(void)
 		 * would show an idle account). */
 		char none[sizeof(cookie_op)];
 		CHECK(sign_in(t.operator_token, "acc_nope", none, sizeof(none)) == -1);
+		CHECK_I64(sign_in_status, 404);
 	}
 
 	/* Every route once as it should be called (changes what it changes). */

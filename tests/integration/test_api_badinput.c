@@ -505,24 +505,6 @@ static void run_case(const struct bad_case *c, char *big, size_t big_len, char *
 	apitest_resp_release(&r);
 }
 
-/* meterd's resident memory in KiB, or -1. */
-static long rss_kib(pid_t pid)
-{
-	char path[64], line[256];
-	long kib = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
-}
-
 /* A made-up account key on the samples route (16 MiB cap, no account key
  * allowed): its look-up decides only how it is refused, so its body is not
  * kept while it arrives. Connections that each sent 8 MiB and wait for the
@@ -534,7 +516,7 @@ static void test_unknown_key_body(void)
 	enum { CONNS = 6, SENT = 8 * 1024 * 1024 };
 	char head[512], *chunk = malloc(SENT), fresh[65], tok_fresh[APITEST_TOKEN_MAX];
 	int fds[CONNS], n;
-	long before, after;
+	long long before, after;
 	struct rawhttp_resp rr;
 
 	CHECK(chunk != NULL);
@@ -546,7 +528,7 @@ static void test_unknown_key_body(void)
 		     "Authorization: Bearer key_0123456789abcdef.%064d\r\n"
 		     "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n",
 		     7, SENT + 2);
-	before = rss_kib(t.servers[0].pid);
+	before = apitest_proc_kib(t.servers[0].pid, "VmRSS");
 	for (int i = 0; i < CONNS; i++) {
 		fds[i] = rawhttp_connect(t.servers[0].port);
 		CHECK(fds[i] >= 0);
@@ -554,9 +536,9 @@ static void test_unknown_key_body(void)
 		CHECK(fds[i] < 0 || rawhttp_send(fds[i], chunk, SENT, 20000) == 0);
 	}
 	usleep(300 * 1000);
-	after = rss_kib(t.servers[0].pid);
+	after = apitest_proc_kib(t.servers[0].pid, "VmRSS");
 	fprintf(stderr,
-		"meterd's memory: %ld KiB before, %ld KiB with %d bodies of 8 MiB"
+		"meterd's memory: %lld KiB before, %lld KiB with %d bodies of 8 MiB"
 		" in flight\n",
 		before, after, CONNS);
 	CHECK(before > 0 && after > 0);

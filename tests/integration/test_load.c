@@ -118,25 +118,6 @@ static long long pct(const long long *v, int n, int p)
 	return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
 }
 
-/* meterd's "VmHWM" or "VmRSS" in KiB, or -1. */
-static long long proc_kib(pid_t pid, const char *field)
-{
-	char path[64], line[256];
-	long long v = -1;
-	size_t fl = strlen(field);
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (strncmp(line, field, fl) == 0 && line[fl] == ':')
-			v = strtoll(line + fl + 1, NULL, 10);
-	fclose(f);
-	return v;
-}
-
 /* Open file descriptors of pid, or -1. */
 static int proc_fds(pid_t pid)
 {
@@ -716,7 +697,7 @@ int main(void)
 	bad = probe_run(PROBES, base);
 	probe_close();
 	CHECK_I64(bad, 0);
-	rss_idle = proc_kib(t.servers[0].pid, "VmRSS");
+	rss_idle = apitest_proc_kib(t.servers[0].pid, "VmRSS");
 	printf("load: baseline (%d requests, half on new connections, half kept alive): p50 %.2f "
 	       "ms, p99 %.2f ms;"
 	       " RSS %lld KiB\n",
@@ -770,7 +751,7 @@ int main(void)
 	CHECK_I64(atomic_load(&keep_failures), 0);
 
 	/* 4. Memory: the peak, against a budget per connection over idle. */
-	hwm = proc_kib(t.servers[0].pid, "VmHWM");
+	hwm = apitest_proc_kib(t.servers[0].pid, "VmHWM");
 	hwm_bound = rss_idle + (HELD + SLOW_TOTAL) * 128LL;
 	printf("load: meterd peak RSS (VmHWM) %lld KiB (idle %lld KiB, bound %lld KiB)\n", hwm,
 	       rss_idle, hwm_bound);

@@ -666,3 +666,21 @@ int apitest_create_key(const struct apitest *t, const char *account_id, const ch
 	free(text);
 	return ret;
 }
+
+long long apitest_proc_kib(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	long long v = -1;
+	size_t fl = strlen(field);
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, field, fl) == 0 && line[fl] == ':')
+			v = strtoll(line + fl + 1, NULL, 10);
+	fclose(f);
+	return v;
+}

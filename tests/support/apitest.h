@@ -163,4 +163,8 @@ const char *apitest_midday_zone(char *buf, size_t len);
  * NULL. */
 char *apitest_read_log(const struct apitest *t, int i);
 
+/* A field of /proc/PID/status given in kB ("VmRSS", "VmHWM"), in KiB, or
+ * -1 when it cannot be read. */
+long long apitest_proc_kib(pid_t pid, const char *field);
+
 #endif

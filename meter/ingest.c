@@ -2638,6 +2638,11 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 			c->st.ignored++;
 			continue;
 		}
+		/* A stop is final, reported by an event or by a sample: what
+		 * a later sample says of a stopped sandbox is not billed (it
+		 * cannot run again: a wake of it is refused). */
+		if (sb->has_prev && sb->last.state == SANDBOX_STOPPED)
+			cur.state = SANDBOX_STOPPED;
 		if (sb->has_prev) {
 			rc = ing_interval_subs(c, sb, &sb->last, &cur, &flags);
 			if (rc == METER_OK)

@@ -410,6 +410,31 @@ static void test_long_gap(void)
 		  micros(sto, 100, DIV_MIB));
 }
 
+/* A stop reported by a sample is final as one reported by an event: the
+ * samples after it, running or not, in the same call or a later one, bill
+ * nothing. */
+static void test_stop_sample_final(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2026-11-30T03:10:00Z");
+	int64_t used = 1000 * 20 * SEC, mem = 1024 * 20 * SEC;
+
+	fprintf(stderr, "stopped sample is final\n");
+	batch(&b, "h_st");
+	add(&b, "s_stop_smp", "key_a", t0, 'r', 0, 1024, 0, 1);
+	add(&b, "s_stop_smp", "key_a", t0 + 10 * SEC, 'r', 10 * SEC, 1024, 0, 1);
+	add(&b, "s_stop_smp", "key_a", t0 + 20 * SEC, 's', 20 * SEC, 1024, 0, 1);
+	add(&b, "s_stop_smp", "key_a", t0 + 30 * SEC, 'r', 30 * SEC, 1024, 0, 1);
+	run1(&b);
+	batch(&b, "h_st");
+	add(&b, "s_stop_smp", "key_a", t0 + 40 * SEC, 'r', 40 * SEC, 1024, 0, 1);
+	add(&b, "s_stop_smp", "key_a", t0 + 50 * SEC, 'p', 40 * SEC, 1024, 512, 1);
+	add(&b, "s_stop_smp", "key_a", t0 + 60 * SEC, 'p', 40 * SEC, 1024, 512, 1);
+	run1(&b);
+	check_totals("s_stop_smp", 20, 0, used, used, mem, 0, micros(used, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
+}
+
 /* Pause and stop events inside intervals: billing changes exactly there. */
 static void test_events(void)
 {
@@ -1497,6 +1522,7 @@ int main(void)
 	test_counter_reset();
 	test_gap();
 	test_long_gap();
+	test_stop_sample_final();
 	test_events();
 	test_events_edges();
 	test_cap();

@@ -145,7 +145,8 @@ static void list_forget(struct batch_list *l, size_t k)
 		l->samples -= l->v[i].n;
 		sample_batch_release(&l->v[i]);
 	}
-	memmove(l->v, l->v + k, (l->n - k) * sizeof(*l->v));
+	if (k < l->n) /* l->v may be NULL, and then k == l->n == 0 */
+		memmove(l->v, l->v + k, (l->n - k) * sizeof(*l->v));
 	l->n -= k;
 }
 
@@ -508,7 +509,7 @@ static void *collector_ingest_main(void *arg)
 
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
-		size_t lost, dropped;
+		size_t lost, dropped, stale;
 		bool ok;
 
 		if (failed && !c->stop_ingest) {
@@ -523,8 +524,15 @@ static void *collector_ingest_main(void *arg)
 		if (c->pending.n == 0 && c->work.n == 0)
 			break; /* stopping, nothing left */
 		lost = list_move(&c->work, &c->pending);
+		/* Several rounds at once (a lag, an outage) are ingested by
+		 * time: a host's reading older than one it sent before is
+		 * ignored here, as it is when rounds go one at a time. */
+		stale = sample_batches_drop_stale(c->work.v, c->work.n);
+		c->work.samples -= stale;
 		c->work_samples = c->work.samples;
 		pthread_mutex_unlock(&c->mu);
+		if (stale > 0)
+			metrics_counter_add("meter_samples_ignored_total", NULL, stale);
 		collector_dropped(c, lost, "out of memory");
 		ok = collector_ingest_split(c, &c->work);
 		if (!ok)

@@ -42,4 +42,14 @@ void sample_batch_release(struct sample_batch *b);
 METER_MUSTCHECK enum meter_rc sample_batch_push(struct sample_batch *b,
 						const struct meter_sample *s);
 
+/* v[0..n) in the order they arrived, to be ingested together (ingestion
+ * orders samples by time): drops each sample that is not newer than one of
+ * the same sandbox from the same host that arrived before it, as ingesting
+ * them one call at a time would ignore it. A host whose clock stepped back
+ * otherwise had its later reading sorted before the earlier one, and a
+ * counter that only rose read as reset. Samples of one sandbox from two
+ * hosts (it moved) are left to the order by time. Returns the samples
+ * dropped; on out of memory, drops nothing (returns 0). */
+size_t sample_batches_drop_stale(struct sample_batch *v, size_t n);
+
 #endif

@@ -163,4 +163,19 @@ kill -TERM "$meterd_pid"
 wait "$meterd_pid" || true
 expect "both off refused" "$(METER_DATABASE_URL=$url "$bin/meterd" --api off --collector off \
 	>/dev/null 2>&1; echo $?)" 2
+
+# --- sources that give nothing: rounds of no samples keep the collector going -----
+# (an empty backlog once passed a null pointer to memmove, which the
+# sanitizers stopped meterd for on its first round)
+mkdir -p "$work/cg-empty"
+METER_DATABASE_URL=$url start_meterd "$work/meterd-empty.log" --cgroup-root "$work/cg-empty" \
+	--host-id test-host --collector-period-s 1
+sleep 2.5
+kill -0 "$meterd_pid" 2>/dev/null && ok || fail "meterd stopped on rounds of no samples"
+expect "empty rounds counted" "$(curl -s "$base/metrics" |
+	grep -cE '^meter_collector_rounds_total [2-9]')" 1
+kill -TERM "$meterd_pid"
+wait "$meterd_pid" && ok || fail "meterd did not stop cleanly after empty rounds"
+expect "no sanitizer report" \
+	"$(grep -c -E 'AddressSanitizer|runtime error|LeakSanitizer' "$work/meterd-empty.log")" 0
 finish

@@ -138,6 +138,21 @@ unset METER_DATABASE_URL
 METER_PG_PORT=$(free_port)
 own_url=$(bash "$here/../../scripts/pg.sh" start)
 cleanup_fns+=("bash $here/../../scripts/pg.sh stop")
+
+# Not migrated: alive, not ready, until the schema is this binary's.
+start_meterd "$work/meterd-schema.log" --database-url "$own_url" --collector off
+expect "readyz before migrating" "$(http_status "$base/readyz")" 503
+curl -s "$base/readyz" | grep -q '"schema_version":0,' && ok || fail "readyz names the schema"
+"$bin/meterctl" migrate --database-url "$own_url" >/dev/null
+expect "readyz once migrated" "$(http_status "$base/readyz")" 200
+psql "$own_url" -Atq -c "INSERT INTO schema_migrations (version, name, sha256)
+  VALUES (9999, '9999_future', repeat('0', 64))"
+expect "readyz on a newer schema" "$(http_status "$base/readyz")" 503
+curl -s "$base/readyz" | grep -q 'newer than this meterd' && ok || fail "readyz says newer"
+psql "$own_url" -Atq -c "DELETE FROM schema_migrations WHERE version = 9999"
+kill -TERM "$pid"
+wait "$pid" || true
+pid=
 bash "$here/../../scripts/pg.sh" stop
 
 # Started while the database is down: alive, not ready, and it keeps trying.

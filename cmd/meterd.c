@@ -7,6 +7,7 @@
  * with backoff in the background. SIGTERM or SIGINT stop it cleanly. */
 #include <curl/curl.h>
 #include <errno.h>
+#include <libpq-fe.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <signal.h>
@@ -66,6 +67,7 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	bool help;
 	int status = 1;
+	enum meter_rc rc;
 
 	/* No core dump and no tracing by other processes of this user: the
 	 * process holds the tokens and secrets, in its memory and its
@@ -83,6 +85,24 @@ int main(int argc, char **argv)
 	}
 	if (cfg.database_url[0] == '\0') {
 		fprintf(stderr, "meterd: no database: set METER_DATABASE_URL or --database-url\n");
+		return 2;
+	}
+	{
+		/* A URL libpq cannot read is a bad value, not an outage to
+		 * wait out. */
+		char *perr = NULL;
+		PQconninfoOption *ci = PQconninfoParse(cfg.database_url, &perr);
+
+		if (!ci) {
+			fprintf(stderr, "meterd: database_url: not a PostgreSQL URL libpq reads\n");
+			PQfreemem(perr);
+			return 2;
+		}
+		PQconninfoFree(ci);
+	}
+	if (cfg.webhook_url[0] && strncmp(cfg.webhook_url, "http://", 7) != 0 &&
+	    strncmp(cfg.webhook_url, "https://", 8) != 0) {
+		fprintf(stderr, "meterd: webhook_url must be an http:// or https:// URL\n");
 		return 2;
 	}
 	log_set_level((enum log_level)log_level_parse(cfg.log_level));
@@ -176,8 +196,11 @@ int main(int argc, char **argv)
 		else
 			collector_host_id(host, host_id, sizeof(host_id));
 		co.host_id = host_id;
-		if (collector_start(&co, &collector, err, sizeof(err)) != METER_OK) {
+		rc = collector_start(&co, &collector, err, sizeof(err));
+		if (rc != METER_OK) {
 			log_error("meterd: collector: %s", err);
+			if (rc == METER_EINVAL)
+				status = 2; /* a bad setting (an agent URL, the host id) */
 			goto out;
 		}
 	}

@@ -362,10 +362,19 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 			file = *e + 13;
 	/* --config is looked for first: the file sits below env and flags. */
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-			file = argv[i + 1];
+		const char *v = NULL;
+
+		if (strcmp(argv[i], "--config") == 0)
+			v = i + 1 < argc ? argv[i + 1] : "";
 		else if (strncmp(argv[i], "--config=", 9) == 0)
-			file = argv[i] + 9;
+			v = argv[i] + 9;
+		else
+			continue;
+		if (!*v) {
+			snprintf(err, errlen, "option --config needs a value");
+			return METER_EINVAL;
+		}
+		file = v;
 	}
 	if (file && *file) {
 		rc = config_load_file(cfg, file, err, errlen);

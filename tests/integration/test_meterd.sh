@@ -131,6 +131,22 @@ pid=
 expect "meterd without a database" "$status" 2
 "$bin/meterd" --listen nonsense --database-url "$url" >/dev/null 2>&1 && status=0 || status=$?
 expect "meterd with a bad listen address" "$status" 2
+# Bad values stop it at once with status 2, never a start that retries
+# or ignores them.
+bad_value() { # NAME ARGS...
+	local name=$1 status
+	shift
+	timeout 10 "$bin/meterd" --listen 127.0.0.1:0 "$@" >/dev/null 2>"$work/err" &&
+		status=0 || status=$?
+	expect "meterd with $name" "$status" 2
+	[[ $(wc -l <"$work/err") -ge 1 ]] && ok || fail "$name: no line saying why"
+}
+bad_value "a database URL libpq cannot read" --database-url garbage
+bad_value "a webhook URL that is not http(s)" --database-url "$url" --webhook-url ftp://h/x \
+	--webhook-secret 0123456789abcdef0123456789abcdef
+bad_value "--config and no file" --database-url "$url" --config
+bad_value "--config= and no file" --database-url "$url" --config=
+bad_value "an agent URL with a query" --database-url "$url" --agents "http://127.0.0.1:1/x?q=1"
 
 # --- a cluster of its own, to stop and start -----------------------------
 export METER_PG_DIR=$work/pg METER_PG_PORT

@@ -30,7 +30,6 @@ static void h_healthz(struct http_req *req)
 	http_reply_json(req, 200, body);
 }
 
-/* GET /readyz: 200 only when the database answers within a second. */
 /* The schema's version: the last migration recorded, 0 for a database
  * never migrated; -1 when it cannot be read. */
 static long schema_version(PGconn *conn)
@@ -47,9 +46,9 @@ static long schema_version(PGconn *conn)
 	return v;
 }
 
-/* Ready: the database answers and its schema is the one this binary's
- * migrations make (not yet migrated, or migrated by a newer binary, every
- * route would fail on it). */
+/* GET /readyz: 200 only when the database answers within a second and its
+ * schema is the one this binary's migrations make (not yet migrated, or
+ * migrated by a newer binary, every route would fail on it). */
 static void h_readyz(struct http_req *req)
 {
 	long want = migrations_count > 0 ? migrations_src[migrations_count - 1].version : 0;

@@ -1,7 +1,6 @@
 /* meter API: the routing table and the handlers of the service itself. */
 #include "routes.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "app.h"
@@ -30,30 +29,14 @@ static void h_healthz(struct http_req *req)
 	http_reply_json(req, 200, body);
 }
 
-/* The schema's version: the last migration recorded, 0 for a database
- * never migrated; -1 when it cannot be read. */
-static long schema_version(PGconn *conn)
-{
-	PGresult *res = PQexec(conn, "SELECT COALESCE(max(version), 0) FROM schema_migrations");
-	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-	long v = -1;
-
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
-		v = strtol(PQgetvalue(res, 0, 0), NULL, 10);
-	else if (state && strcmp(state, "42P01") == 0) /* no schema_migrations */
-		v = 0;
-	PQclear(res);
-	return v;
-}
-
 /* GET /readyz: 200 only when the database answers within a second and its
  * schema is the one this binary's migrations make (not yet migrated, or
  * migrated by a newer binary, every route would fail on it). */
 static void h_readyz(struct http_req *req)
 {
-	long want = migrations_count > 0 ? migrations_src[migrations_count - 1].version : 0;
-	long have;
+	int want = migrate_latest(), have = -1;
 	PGconn *conn = NULL;
+	enum meter_rc rc;
 	char msg[200];
 
 	if (db_pool_ping(req->app->pool, READY_TIMEOUT_MS) != METER_OK) {
@@ -62,18 +45,18 @@ static void h_readyz(struct http_req *req)
 	}
 	if (!hutil_db_acquire(req, &conn))
 		return;
-	have = schema_version(conn);
+	rc = migrate_version(conn, &have);
 	hutil_db_release(req, conn);
-	if (have < 0) {
+	if (rc != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
 		return;
 	}
 	if (have != want) {
 		snprintf(msg, sizeof(msg),
-			 have < want ? "the database's schema is at version %ld, this meterd needs "
-				       "%ld: run meterctl migrate"
-				     : "the database's schema is at version %ld, newer than this "
-				       "meterd's %ld: run the newer meterd",
+			 have < want ? "the database's schema is at version %d, this meterd needs "
+				       "%d: run meterctl migrate"
+				     : "the database's schema is at version %d, newer than this "
+				       "meterd's %d: run the newer meterd",
 			 have, want);
 		http_reply_error(req, 503, "metering_unavailable", msg,
 				 json_pack("{s:I, s:I}", "schema_version", (json_int_t)have,

@@ -7,7 +7,6 @@
  * with backoff in the background. SIGTERM or SIGINT stop it cleanly. */
 #include <curl/curl.h>
 #include <errno.h>
-#include <libpq-fe.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <signal.h>
@@ -23,6 +22,7 @@
 #include "checks.h"
 #include "collector.h"
 #include "config.h"
+#include "db.h"
 #include "dbpool.h"
 #include "log.h"
 #include "parse.h"
@@ -87,18 +87,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "meterd: no database: set METER_DATABASE_URL or --database-url\n");
 		return 2;
 	}
-	{
-		/* A URL libpq cannot read is a bad value, not an outage to
-		 * wait out. */
-		char *perr = NULL;
-		PQconninfoOption *ci = PQconninfoParse(cfg.database_url, &perr);
-
-		if (!ci) {
-			fprintf(stderr, "meterd: database_url: not a PostgreSQL URL libpq reads\n");
-			PQfreemem(perr);
-			return 2;
-		}
-		PQconninfoFree(ci);
+	/* A URL libpq cannot read is a bad value, not an outage to wait out. */
+	if (!db_url_ok(cfg.database_url)) {
+		fprintf(stderr, "meterd: database_url: not a PostgreSQL URL libpq reads\n");
+		return 2;
 	}
 	if (cfg.webhook_url[0] && strncmp(cfg.webhook_url, "http://", 7) != 0 &&
 	    strncmp(cfg.webhook_url, "https://", 8) != 0) {

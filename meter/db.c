@@ -100,3 +100,13 @@ out:
 	PQfreemem(perr);
 	return rc;
 }
+
+bool db_url_ok(const char *url)
+{
+	char *perr = NULL;
+	PQconninfoOption *opts = url ? PQconninfoParse(url, &perr) : NULL;
+
+	PQconninfoFree(opts);
+	PQfreemem(perr);
+	return opts != NULL;
+}

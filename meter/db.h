@@ -3,6 +3,7 @@
 #define METER_DB_H
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "rc.h"
@@ -13,5 +14,8 @@
  * PQfinish()es it); on METER_EDB *out is NULL and err holds libpq's reason
  * (never the password). */
 METER_MUSTCHECK enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen);
+
+/* True when libpq can read url (its syntax only: nothing is connected). */
+bool db_url_ok(const char *url);
 
 #endif

@@ -29,7 +29,7 @@
  * - Pieces are split at price_book.effective_from (a new version starts a
  *   fresh money carry; its floor applies to its part), then at UTC hours
  *   (usage_hourly.hour) and at the key's local midnight (usage_hourly.day;
- *   the key's IANA zone, UTC without a key) with usage_qty_split(), and
+ *   the key's IANA zone, UTC without a key) with usage_wide_split(), and
  *   priced in time order with usage_price() and the sandbox's carries, so
  *   money is exact and never drifts. Day starts come from PostgreSQL
  *   (meter_day_start) and are cached per zone: no DST rule lives in C.

@@ -324,3 +324,25 @@ out:
 	free(done);
 	return rc;
 }
+
+int migrate_latest(void)
+{
+	return migrations_count > 0 ? migrations_src[migrations_count - 1].version : 0;
+}
+
+enum meter_rc migrate_version(PGconn *conn, int *version)
+{
+	PGresult *res = PQexec(conn, "SELECT COALESCE(max(version), 0) FROM schema_migrations");
+	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	enum meter_rc rc = METER_EDB;
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+		*version = (int)strtol(PQgetvalue(res, 0, 0), NULL, 10);
+		rc = METER_OK;
+	} else if (state && strcmp(state, "42P01") == 0) { /* no schema_migrations */
+		*version = 0;
+		rc = METER_OK;
+	}
+	PQclear(res);
+	return rc;
+}

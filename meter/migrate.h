@@ -26,4 +26,13 @@ extern const int migrations_count;
  * one-line reason on failure. */
 METER_MUSTCHECK enum meter_rc migrate_apply(PGconn *conn, int *applied, char *err, size_t errlen);
 
+/* The version of the last compiled migration: the schema this binary
+ * needs. */
+int migrate_latest(void);
+
+/* *version = the last migration schema_migrations records, 0 for a
+ * database never migrated (no such table). METER_EDB when it cannot be
+ * read. */
+METER_MUSTCHECK enum meter_rc migrate_version(PGconn *conn, int *version);
+
 #endif

@@ -202,45 +202,6 @@ enum meter_rc usage_qty_add(struct usage_qty *acc, const struct usage_qty *q)
 	return METER_OK;
 }
 
-/* first = floor(field × part / whole), rest = field − first. */
-static void usage_split_field(int64_t field, int64_t part, int64_t whole, int64_t *first,
-			      int64_t *rest)
-{
-	int64_t f = 0;
-
-	if (whole > 0)
-		f = (int64_t)((__int128)field * (__int128)part / (__int128)whole);
-	*first = f;
-	*rest = field - f;
-}
-
-/* METER_EINVAL unless 0 <= part_usec <= whole_usec and every field of q is
- * >= 0. whole_usec == 0 (so part_usec == 0) puts everything in *rest.
- * first and rest may alias q; on error nothing is written. */
-enum meter_rc usage_qty_split(const struct usage_qty *q, int64_t part_usec, int64_t whole_usec,
-			      struct usage_qty *first, struct usage_qty *rest)
-{
-	struct usage_qty f, r;
-
-	if (!q || !first || !rest || part_usec < 0 || part_usec > whole_usec)
-		return METER_EINVAL;
-	if (q->running_usec < 0 || q->paused_usec < 0 || q->cpu_used_mcus < 0 ||
-	    q->cpu_billed_mcus < 0 || q->memory_mibus < 0 || q->storage_mibus < 0)
-		return METER_EINVAL;
-	usage_split_field(q->running_usec, part_usec, whole_usec, &f.running_usec, &r.running_usec);
-	usage_split_field(q->paused_usec, part_usec, whole_usec, &f.paused_usec, &r.paused_usec);
-	usage_split_field(q->cpu_used_mcus, part_usec, whole_usec, &f.cpu_used_mcus,
-			  &r.cpu_used_mcus);
-	usage_split_field(q->cpu_billed_mcus, part_usec, whole_usec, &f.cpu_billed_mcus,
-			  &r.cpu_billed_mcus);
-	usage_split_field(q->memory_mibus, part_usec, whole_usec, &f.memory_mibus, &r.memory_mibus);
-	usage_split_field(q->storage_mibus, part_usec, whole_usec, &f.storage_mibus,
-			  &r.storage_mibus);
-	*first = f;
-	*rest = r;
-	return METER_OK;
-}
-
 /* first = floor(field × part / whole), rest = field − first, in 128 bits
  * (field >= 0, 0 <= part <= whole). Formed as q × part + r × part / whole
  * with field = q × whole + r: q × part <= field and r × part < 2^126, so
@@ -275,6 +236,31 @@ enum meter_rc usage_wide_split(struct usage_wide *q, int64_t part_usec, int64_t 
 	if (usage_wide_narrow(&f, first) != METER_OK)
 		return METER_ERANGE;
 	*q = r;
+	return METER_OK;
+}
+
+/* METER_EINVAL unless 0 <= part_usec <= whole_usec and every field of q is
+ * >= 0. whole_usec == 0 (so part_usec == 0) puts everything in *rest.
+ * first and rest may alias q; on error nothing is written. The split of
+ * usage_wide_split: every int64_t part of an int64_t field fits. */
+enum meter_rc usage_qty_split(const struct usage_qty *q, int64_t part_usec, int64_t whole_usec,
+			      struct usage_qty *first, struct usage_qty *rest)
+{
+	struct usage_wide w;
+	struct usage_qty f, r;
+	enum meter_rc rc;
+
+	if (!q || !first || !rest)
+		return METER_EINVAL;
+	w = (struct usage_wide){q->running_usec,    q->paused_usec,  q->cpu_used_mcus,
+				q->cpu_billed_mcus, q->memory_mibus, q->storage_mibus};
+	rc = usage_wide_split(&w, part_usec, whole_usec, &f);
+	if (rc == METER_OK)
+		rc = usage_wide_narrow(&w, &r);
+	if (rc != METER_OK)
+		return rc;
+	*first = f;
+	*rest = r;
 	return METER_OK;
 }
 

@@ -3333,6 +3333,32 @@ static void ing_lap(int64_t *mark, int64_t *acc)
 	*mark = now;
 }
 
+/* A call that writes more rows than ING_ROWS_FREE gives each of its
+ * statements ING_ROW_USEC more per row than the connection's statement
+ * timeout. A long gap is an hourly row for every hour of it (2,000
+ * sandboxes back after 40 days: 1.9 million), which no timeout made for a
+ * round of samples covers: such a call failed the same way at every try,
+ * and its host's later samples with it, for good. */
+#define ING_ROWS_FREE 50000
+#define ING_ROW_USEC  100
+
+static enum meter_rc ing_more_time(struct ing_call *c)
+{
+	static const char sql[] =
+	    "SELECT set_config('statement_timeout', (s + $1::bigint)::text, true)"
+	    " FROM (SELECT setting::bigint AS s FROM pg_settings"
+	    "  WHERE name = 'statement_timeout') t WHERE s > 0";
+	size_t rows = c->nrows + (size_t)c->st.accepted;
+	char ms[24];
+	const char *params[1] = {ms};
+
+	if (rows <= ING_ROWS_FREE)
+		return METER_OK;
+	snprintf(ms, sizeof(ms), "%zu", rows * ING_ROW_USEC / 1000);
+	log_info("ingest: %zu rows to write: %s ms more for each statement", rows, ms);
+	return ing_q(c, "statement timeout", sql, 1, params, PGRES_TUPLES_OK, NULL);
+}
+
 /* One try of the whole transaction. */
 /* Runs step fn of a try; a failure that wrote no message of its own is
  * named by the step: "<name>: <what the code means>". */
@@ -3415,6 +3441,8 @@ static enum meter_rc ing_try(struct ing_call *c)
 		return rc;
 	ing_lap(&mark, &c->st.usec_read);
 	rc = ing_step(c, "usage", ing_compute);
+	if (rc == METER_OK)
+		rc = ing_step(c, "statement timeout", ing_more_time);
 	if (rc != METER_OK)
 		return rc;
 	ing_lap(&mark, &c->st.usec_compute);

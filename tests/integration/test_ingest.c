@@ -410,6 +410,44 @@ static void test_long_gap(void)
 		  micros(sto, 100, DIV_MIB));
 }
 
+/* A long gap is an hourly row for every hour of it: a call that writes
+ * many more rows than a round of samples gets more time for each statement
+ * than the connection's statement timeout, instead of failing the same way
+ * at every try. */
+static void test_many_rows(void)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	const int64_t n = 30, hours = 90 * 24;
+	int64_t t0 = T("2026-06-01T00:00:00Z");
+	char id[32];
+
+	fprintf(stderr, "many rows\n");
+	batch(&b, "h_rows");
+	for (int i = 0; i < n; i++) {
+		snprintf(id, sizeof(id), "s_rows_%d", i);
+		add(&b, id, "key_rows", t0, 'r', 0, 1024, 0, 1);
+	}
+	run1(&b);
+	exec("SET statement_timeout = 100");
+	batch(&b, "h_rows");
+	for (int i = 0; i < n; i++) {
+		snprintf(id, sizeof(id), "s_rows_%d", i);
+		add(&b, id, "key_rows", t0 + hours * HOUR, 'r', hours * HOUR / 10, 1024, 0, 1);
+	}
+	st = run1(&b);
+	exec("RESET statement_timeout");
+	CHECK_I64(st.usage_rows, n * hours);
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id LIKE 's_rows_%%'"),
+		  n * hours);
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly"
+		      " WHERE sandbox_id LIKE 's_rows_%%'"),
+		  n * hours * HOUR);
+	CHECK_I64(
+	    q64("SELECT sum(spent_micros) FROM key_day_ledger WHERE key_id = 'key_rows'"),
+	    q64("SELECT sum(total_micros) FROM usage_hourly WHERE sandbox_id LIKE 's_rows_%%'"));
+}
+
 /* A stop reported by a sample is final as one reported by an event: the
  * samples after it, running or not, in the same call or a later one, bill
  * nothing. */
@@ -1510,6 +1548,7 @@ int main(void)
 	     " ('acct_1', 'key_other', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_ist', decode(repeat('ab', 32), 'hex'), 'full', 'Asia/Kolkata'),"
 	     " ('acct_1', 'key_cz', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 'key_rows', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'read_only',"
 	     "  'America/New_York')");
 	ingest_opts_init(&o);
@@ -1522,6 +1561,7 @@ int main(void)
 	test_counter_reset();
 	test_gap();
 	test_long_gap();
+	test_many_rows();
 	test_stop_sample_final();
 	test_events();
 	test_events_edges();

@@ -310,92 +310,17 @@ bool hutil_body_bool(struct http_req *req, json_t *body, const char *name, bool 
 	return true;
 }
 
-/* n decimal digits at s into *out; false when any is not a digit. */
-static bool digits(const char *s, int n, int *out)
-{
-	int v = 0;
-
-	for (int i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		v = v * 10 + (s[i] - '0');
-	}
-	*out = v;
-	return true;
-}
-
-/* Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar
- * (Howard Hinnant's days_from_civil). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-	int64_t era, yoe, doy, doe;
-
-	y -= m <= 2;
-	era = (y >= 0 ? y : y - 399) / 400;
-	yoe = y - era * 400;
-	doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-	doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + doe - 719468;
-}
-
-static int days_in_month(int y, int m)
-{
-	static const int dim[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-	bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-
-	return m == 2 && leap ? 29 : dim[m - 1];
-}
-
 enum meter_rc hutil_time_parse(const char *s, int64_t *usec)
 {
-	int y, mo, d, h, mi, sec, oh = 0, om = 0, frac = 0, fd = 0;
+	/* 10000-01-01T00:00:00Z in µs: the first instant past year 9999. */
+	static const int64_t end = INT64_C(253402300800) * 1000000;
 	int64_t t;
-	const char *p;
 
-	if (strlen(s) < 20 || !digits(s, 4, &y) || s[4] != '-' || !digits(s + 5, 2, &mo) ||
-	    s[7] != '-' || !digits(s + 8, 2, &d) || (s[10] != 'T' && s[10] != 't') ||
-	    !digits(s + 11, 2, &h) || s[13] != ':' || !digits(s + 14, 2, &mi) || s[16] != ':' ||
-	    !digits(s + 17, 2, &sec))
-		return METER_EINVAL;
-	p = s + 19;
-	if (*p == '.') {
-		p++;
-		while (*p >= '0' && *p <= '9') {
-			if (++fd > 6)
-				return METER_EINVAL;
-			frac = frac * 10 + (*p - '0');
-			p++;
-		}
-		if (fd == 0)
-			return METER_EINVAL;
-		for (int i = fd; i < 6; i++)
-			frac *= 10;
-	}
-	if (*p == 'Z' || *p == 'z') {
-		p++;
-	} else if (*p == '+' || *p == '-') {
-		if (!digits(p + 1, 2, &oh) || p[3] != ':' || !digits(p + 4, 2, &om) || oh > 23 ||
-		    om > 59)
-			return METER_EINVAL;
-		if (*p == '-') {
-			oh = -oh;
-			om = -om;
-		}
-		p += 6;
-	} else {
-		return METER_EINVAL;
-	}
-	if (*p != '\0')
-		return METER_EINVAL;
-	if (y < 1970 || y > 9999 || mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) ||
-	    h > 23 || mi > 59 || sec > 59)
-		return METER_EINVAL;
-	t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - (oh * 3600 + om * 60);
 	/* The instant itself in 1970..9999 UTC: an offset may carry the
 	 * written date out of it (9999-12-31T23:59:59-23:59 is in 10000). */
-	if (t < 0 || t >= days_from_civil(10000, 1, 1) * 86400)
+	if (agent_doc_parse_time(s, &t) != METER_OK || t < 0 || t >= end)
 		return METER_EINVAL;
-	*usec = t * 1000000 + frac;
+	*usec = t;
 	return METER_OK;
 }
 

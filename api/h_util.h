@@ -83,8 +83,9 @@ bool hutil_body_str(struct http_req *req, json_t *body, const char *name, size_t
 bool hutil_body_bool(struct http_req *req, json_t *body, const char *name, bool required, bool *out,
 		     bool *present);
 
-/* Parses an RFC 3339 time "YYYY-MM-DDTHH:MM:SS[.f{1,6}](Z|±HH:MM)" (T and Z
- * in either case) between 1970 and 9999 into UTC µs since the epoch.
+/* Parses an RFC 3339 time "YYYY-MM-DDTHH:MM:SS[.f+](Z|±HH:MM)" (T and Z
+ * in either case; agent_doc_parse_time) between 1970 and 9999 into UTC µs
+ * since the epoch, fraction digits past the microsecond dropped.
  * METER_EINVAL when malformed or not a real date and time. */
 METER_MUSTCHECK enum meter_rc hutil_time_parse(const char *s, int64_t *usec);
 

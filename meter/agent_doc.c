@@ -311,8 +311,7 @@ static enum meter_rc doc_root(json_t *root, int64_t now_usec, struct sample_batc
 	if (rc != METER_OK)
 		return rc;
 	if (agent_doc_parse_time(at_text, &at) != METER_OK) {
-		doc_err(err, errlen, "sampled_at",
-			"must be an RFC 3339 time with at most 6 fraction digits");
+		doc_err(err, errlen, "sampled_at", "must be an RFC 3339 time");
 		return METER_EINVAL;
 	}
 	if (at < DOC_EPOCH_2000_USEC) {
@@ -445,9 +444,9 @@ static bool doc_digits(const char *s, int n, int64_t *v)
 	return true;
 }
 
-/* YYYY-MM-DDTHH:MM:SS[.f{1,6}](Z|+HH:MM|-HH:MM); 'T' and 'Z' may be lower
- * case (RFC 3339 §5.6). A leap second (:60) is refused: the service keeps
- * POSIX time. */
+/* YYYY-MM-DDTHH:MM:SS[.f+](Z|+HH:MM|-HH:MM); 'T' and 'Z' may be lower
+ * case (RFC 3339 §5.6); fraction digits past the microsecond are dropped. A leap second (:60) is
+ * refused: the service keeps POSIX time. */
 enum meter_rc agent_doc_parse_time(const char *s, int64_t *at_usec)
 {
 	static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
@@ -471,10 +470,11 @@ enum meter_rc agent_doc_parse_time(const char *s, int64_t *at_usec)
 	p = s + 19;
 	if (*p == '.') {
 		p++;
+		/* Any number of digits (RFC 3339's time-secfrac); those past
+		 * the microsecond are dropped. */
 		while (p[nfrac] >= '0' && p[nfrac] <= '9') {
-			if (nfrac == 6)
-				return METER_EINVAL;
-			frac = frac * 10 + (p[nfrac] - '0');
+			if (nfrac < 6)
+				frac = frac * 10 + (p[nfrac] - '0');
 			nfrac++;
 		}
 		if (nfrac == 0)

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "apitest.h"
@@ -607,6 +608,34 @@ int main(void)
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		run_case(&cases[i], big, BIG, longauth);
+
+	/* A time with nanoseconds (RFC 3339 allows any number of fraction
+	 * digits, and Go's RFC3339Nano writes nine): the digits past the
+	 * microsecond are dropped, the event is taken. */
+	{
+		char body[128], stamp[32];
+		time_t now = time(NULL);
+		struct tm tm;
+
+		gmtime_r(&now, &tm);
+		strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+		snprintf(body, sizeof(body), "{\"type\":\"paused\",\"at\":\"%s.123456789Z\"}",
+			 stamp);
+		CHECK(apitest_call(&t, 0, "POST", "/v1/sandboxes/sbx_bad/events",
+				   t.control_plane_token, body, &r) == 0);
+		CHECK_I64(r.status, 200);
+		apitest_resp_release(&r);
+		snprintf(sql, sizeof(sql),
+			 "SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
+			 " FROM lifecycle_events WHERE sandbox_id = 'sbx_bad'");
+		snprintf(body, sizeof(body), "%s.123456", stamp);
+		{
+			char got[64];
+
+			testdb_query_text(t.db.conn, sql, got, sizeof(got));
+			CHECK_STR(got, body);
+		}
+	}
 
 	/* HEAD is a GET without its body; a Content-Length with leading
 	 * zeros (valid HTTP) is read as its number. */

@@ -117,6 +117,11 @@ int ctl_price_main(int argc, char **argv)
 			 mc, vcpus, vcpus * MONEY_MILLICORES_PER_VCPU);
 		return 2;
 	}
+	if (opts[P_STORAGE].seen && !opts[P_PAUSED].i) {
+		ctl_fail(cmd, "storage is billed only while paused: add --paused or drop "
+			      "--storage-mib");
+		return 2;
+	}
 	if (opts[P_PAUSED].i && mc != 0) {
 		ctl_fail(cmd, "a paused sandbox uses no CPU: drop --cpu-millicores or --paused");
 		return 2;

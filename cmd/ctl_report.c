@@ -13,6 +13,7 @@
 #include "ctl.h"
 #include "ctl_args.h"
 #include "db.h"
+#include "db_accounts.h"
 #include "export.h"
 #include "statement.h"
 
@@ -107,6 +108,7 @@ static int report_usage(int argc, char **argv)
 	FILE *out = NULL;
 	int status = 1;
 	size_t len;
+	enum meter_rc rc;
 
 	const int parsed = ctl_args_exit(ctl_args_parse(cmd, usage_text, args, n, argc, argv));
 
@@ -157,6 +159,14 @@ static int report_usage(int argc, char **argv)
 
 	if (db_connect(url, &conn, err, sizeof(err)) != METER_OK) {
 		ctl_fail(cmd, "%s", err);
+		goto out;
+	}
+	/* An account that does not exist is an error, as it is for the
+	 * statement and the API's export: never a header alone that looks
+	 * like an idle account. */
+	rc = db_account_exists(conn, p.account_id);
+	if (rc != METER_OK) {
+		ctl_fail(cmd, "%s", rc == METER_ENOTFOUND ? "account not found" : meter_rc_str(rc));
 		goto out;
 	}
 	if (export_open(conn, &p, &cur, err, sizeof(err)) != METER_OK) {

@@ -26,6 +26,7 @@ bad_cases=(
 	"price --vcpus 2 --memory-mib 4096 --seconds 3600 --bogus 1"
 	"price --vcpus 2 --memory-mib 4096 --seconds"
 	"price --vcpus 2 --memory-mib 4096 --seconds 1e3"
+	"price --vcpus 2 --memory-mib 4096 --seconds 3600 --storage-mib 5120"
 	"lease-cost --vcpus 2 --memory-mib 4096"
 	"lease-cost --vcpus 2 --memory-mib -5 --lease-seconds 900"
 	"nosuchcommand"
@@ -51,5 +52,18 @@ env -u METER_DATABASE_URL $ctl migrate >/dev/null 2>&1 && status=0 || status=$?
 expect "migrate without a database" "$status" 2
 $ctl migrate --database-url "postgresql://nobody@127.0.0.1:1/x" >/dev/null 2>/tmp/meterctl-err.$$ && status=0 || status=$?
 expect "migrate against a closed port" "$status" 1
+rm -f /tmp/meterctl-err.$$
+
+# Reports of an account that does not exist: status 1 and one line, never
+# an empty report that looks like an idle account.
+for c in "report usage --account acc_none --from 2026-11-01T00:00:00Z --to 2026-11-02T00:00:00Z" \
+	"report statement --account acc_none --month 2026-11"; do
+	# shellcheck disable=SC2086
+	out=$($ctl $c --database-url "$url" 2>/tmp/meterctl-err.$$) && status=0 || status=$?
+	expect "status of 'meterctl $c'" "$status" 1
+	expect "stdout of 'meterctl $c'" "$out" ""
+	expect "stderr of 'meterctl $c'" "$(cat /tmp/meterctl-err.$$)" \
+		"meterctl ${c%% --*}: account not found"
+done
 rm -f /tmp/meterctl-err.$$
 finish

@@ -182,6 +182,20 @@ void h_key_limits(struct http_req *req)
 		return;
 	if (!h_key_limits_parse(req, body, &f) || !hutil_db_acquire(req, &conn))
 		goto out;
+	/* A full key sets its own limits (DESIGN.md §1): another key of its
+	 * account is the operator's to change. */
+	if (req->auth->kind == AUTH_KEY && strcmp(req->auth->key_id, req->params[0]) != 0) {
+		rc = db_key_get(conn, key_scope(req), req->params[0], &key);
+		if (rc != METER_OK)
+			hutil_reply_rc(req, conn, rc, "no such key");
+		else
+			http_reply_error(
+			    req, 403, "forbidden",
+			    "a full key sets its own limits only; another key's are the"
+			    " operator's to change",
+			    NULL);
+		goto out;
+	}
 	rc = db_key_set_limits(conn, key_scope(req), req->params[0], f.limit_given, f.has_limit,
 			       f.daily_limit_micros, f.time_zone, &key, &busy);
 	if (rc == METER_EINVAL)

@@ -229,6 +229,19 @@ static void test_accounts_and_keys(void)
 	CHECK_I64(r.status, 403);
 	CHECK_STR(apitest_error_code(&r), "forbidden");
 	apitest_resp_release(&r);
+	/* A full key sets its own limits, not another key's of its account:
+	 * nothing changes. */
+	snprintf(path, sizeof(path), "/v1/keys/%s/limits", kr);
+	CHECK(apitest_call(&t, 0, "PUT", path, tf, "{\"daily_limit_micros\":1}", &r) == 0);
+	CHECK_I64(r.status, 403);
+	CHECK_STR(apitest_error_code(&r), "forbidden");
+	apitest_resp_release(&r);
+	snprintf(sql, sizeof(sql),
+		 "SELECT l.limit_micros FROM key_day_ledger l JOIN api_keys k USING (account_id,"
+		 " key_id) WHERE l.key_id = '%s' AND l.day = meter_key_day(k.time_zone, now())",
+		 kr);
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
+	CHECK_STR(got, "9");
 
 	/* Authentication: a wrong secret and an unknown key look alike. */
 	snprintf(bad, sizeof(bad), "%s", tf);

@@ -409,7 +409,7 @@ static void usage_export(struct http_req *req, enum export_format format)
 				 json_pack("{s:s}", "field", field));
 		return;
 	}
-	if (!hutil_account_known(req, NULL, p.account_id))
+	if (!hutil_filters_known(req, NULL, p.account_id, p.key_id, p.sandbox_id))
 		return;
 	agent_doc_format_time(p.from_usec, from, sizeof(from));
 	agent_doc_format_time(p.to_usec, to, sizeof(to));

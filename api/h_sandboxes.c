@@ -131,7 +131,7 @@ void h_sandboxes_list(struct http_req *req)
 	q.limit = (int)limit + 1; /* one more tells whether there is a next page */
 	if (!hutil_db_acquire(req, &conn))
 		return;
-	if (!hutil_account_known(req, conn, account))
+	if (!hutil_filters_known(req, conn, account, q.key_id, NULL))
 		goto out;
 	rc = db_sandbox_list(conn, &q, &v, &n);
 	if (rc != METER_OK) {

@@ -9,6 +9,8 @@
 #include "app.h"
 #include "auth.h"
 #include "db_accounts.h"
+#include "db_keys.h"
+#include "db_sandboxes.h"
 #include "db_util.h"
 #include "dbpool.h"
 #include "log.h"
@@ -77,19 +79,39 @@ bool hutil_reply_timeout(struct http_req *req, int64_t timeout_ms, const char *a
 
 bool hutil_account_known(struct http_req *req, PGconn *conn, const char *account)
 {
-	PGconn *own = NULL;
-	enum meter_rc rc;
+	return hutil_filters_known(req, conn, account, NULL, NULL);
+}
 
-	if (req->auth->kind == AUTH_KEY || !account || !account[0])
+bool hutil_filters_known(struct http_req *req, PGconn *conn, const char *account, const char *key,
+			 const char *sandbox)
+{
+	const bool by_key = req->auth->kind == AUTH_KEY;
+	const char *scope = by_key ? req->auth->account_id : account && account[0] ? account : NULL;
+	PGconn *own = NULL;
+	enum meter_rc rc = METER_OK;
+	const char *what = NULL;
+
+	if ((by_key || !account || !account[0]) && (!key || !key[0]) && (!sandbox || !sandbox[0]))
 		return true;
 	if (!conn) {
 		if (!hutil_db_acquire(req, &own))
 			return false;
 		conn = own;
 	}
-	rc = db_account_exists(conn, account);
+	if (!by_key && account && account[0]) {
+		rc = db_account_exists(conn, account);
+		what = "no such account";
+	}
+	if (rc == METER_OK && key && key[0]) {
+		rc = db_key_exists(conn, scope, key);
+		what = "no such key";
+	}
+	if (rc == METER_OK && sandbox && sandbox[0]) {
+		rc = db_sandbox_exists(conn, scope, sandbox);
+		what = "no such sandbox";
+	}
 	if (rc != METER_OK)
-		hutil_reply_rc(req, conn, rc, "no such account");
+		hutil_reply_rc(req, conn, rc, what);
 	hutil_db_release(req, own);
 	return rc == METER_OK;
 }

@@ -47,6 +47,14 @@ bool hutil_reply_timeout(struct http_req *req, int64_t timeout_ms, const char *a
  * pool for the look-up). False after a reply. */
 bool hutil_account_known(struct http_req *req, PGconn *conn, const char *account);
 
+/* hutil_account_known, then the same for a read's key and sandbox
+ * filters (each NULL or "" when not given): 404 not_found when the key
+ * or the sandbox is not of the account read (the caller's own for a key;
+ * any account for the operator who names none), instead of an empty
+ * answer that looks like an idle key or sandbox. */
+bool hutil_filters_known(struct http_req *req, PGconn *conn, const char *account, const char *key,
+			 const char *sandbox);
+
 /* 400 invalid_request naming field, with message. */
 void hutil_bad(struct http_req *req, const char *field, const char *message);
 

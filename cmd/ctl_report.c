@@ -14,6 +14,8 @@
 #include "ctl_args.h"
 #include "db.h"
 #include "db_accounts.h"
+#include "db_keys.h"
+#include "db_sandboxes.h"
 #include "export.h"
 #include "statement.h"
 
@@ -109,6 +111,7 @@ static int report_usage(int argc, char **argv)
 	int status = 1;
 	size_t len;
 	enum meter_rc rc;
+	const char *what;
 
 	const int parsed = ctl_args_exit(ctl_args_parse(cmd, usage_text, args, n, argc, argv));
 
@@ -161,12 +164,21 @@ static int report_usage(int argc, char **argv)
 		ctl_fail(cmd, "%s", err);
 		goto out;
 	}
-	/* An account that does not exist is an error, as it is for the
-	 * statement and the API's export: never a header alone that looks
-	 * like an idle account. */
+	/* An account, key or sandbox that does not exist is an error, as it
+	 * is for the statement and the API's export: never a header alone
+	 * that looks like an idle account. */
 	rc = db_account_exists(conn, p.account_id);
+	what = "account not found";
+	if (rc == METER_OK && p.key_id[0]) {
+		rc = db_key_exists(conn, p.account_id, p.key_id);
+		what = "key not found in the account";
+	}
+	if (rc == METER_OK && p.sandbox_id[0]) {
+		rc = db_sandbox_exists(conn, p.account_id, p.sandbox_id);
+		what = "sandbox not found in the account";
+	}
 	if (rc != METER_OK) {
-		ctl_fail(cmd, "%s", rc == METER_ENOTFOUND ? "account not found" : meter_rc_str(rc));
+		ctl_fail(cmd, "%s", rc == METER_ENOTFOUND ? what : meter_rc_str(rc));
 		goto out;
 	}
 	if (export_open(conn, &p, &cur, err, sizeof(err)) != METER_OK) {

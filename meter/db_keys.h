@@ -56,6 +56,11 @@ METER_MUSTCHECK enum meter_rc db_key_create(PGconn *conn, const char *account_id
 METER_MUSTCHECK enum meter_rc db_key_get(PGconn *conn, const char *account_id, const char *key_id,
 					 struct db_key *out);
 
+/* METER_OK when key key_id exists (revoked or not) in account_id (NULL:
+ * any account), METER_ENOTFOUND when not. */
+METER_MUSTCHECK enum meter_rc db_key_exists(PGconn *conn, const char *account_id,
+					    const char *key_id);
+
 /* Revokes the key key_id of account_id: from now on it authenticates
  * nowhere (each meterd forgets a cached lookup within 5 s) and checks
  * naming it are refused 403 key_revoked; its open holds stand until their

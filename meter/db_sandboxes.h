@@ -65,6 +65,11 @@ struct db_sandbox {
 METER_MUSTCHECK enum meter_rc db_sandbox_list(PGconn *conn, const struct db_sandbox_query *q,
 					      struct db_sandbox **out, size_t *n);
 
+/* METER_OK when sandbox sandbox_id exists in account_id (NULL: any
+ * account), METER_ENOTFOUND when not. */
+METER_MUSTCHECK enum meter_rc db_sandbox_exists(PGconn *conn, const char *account_id,
+						const char *sandbox_id);
+
 /* One sandbox (q->sandbox_id, of q->account_id unless NULL) into *out.
  * METER_ENOTFOUND when there is none. */
 METER_MUSTCHECK enum meter_rc db_sandbox_get(PGconn *conn, const struct db_sandbox_query *q,

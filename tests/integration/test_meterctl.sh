@@ -65,5 +65,15 @@ for c in "report usage --account acc_none --from 2026-11-01T00:00:00Z --to 2026-
 	expect "stderr of 'meterctl $c'" "$(cat /tmp/meterctl-err.$$)" \
 		"meterctl ${c%% --*}: account not found"
 done
+psql "$url" -Atq -c "INSERT INTO accounts (account_id, name) VALUES ('acc_rep', 'reports')"
+for f in "--key-id key_none:key" "--sandbox-id sbx_none:sandbox"; do
+	c="report usage --account acc_rep --from 2026-11-01T00:00:00Z --to 2026-11-02T00:00:00Z ${f%%:*}"
+	# shellcheck disable=SC2086
+	out=$($ctl $c --database-url "$url" 2>/tmp/meterctl-err.$$) && status=0 || status=$?
+	expect "status of 'meterctl $c'" "$status" 1
+	expect "stdout of 'meterctl $c'" "$out" ""
+	expect "stderr of 'meterctl $c'" "$(cat /tmp/meterctl-err.$$)" \
+		"meterctl report usage: ${f#*:} not found in the account"
+done
 rm -f /tmp/meterctl-err.$$
 finish

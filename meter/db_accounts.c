@@ -48,14 +48,7 @@ enum meter_rc db_account_create(PGconn *conn, const char *name, struct db_accoun
 enum meter_rc db_account_exists(PGconn *conn, const char *account_id)
 {
 	const char *params[] = {account_id};
-	PGresult *res = NULL;
-	enum meter_rc rc;
 
-	rc = db_util_exec(conn, "account exists", "SELECT 1 FROM accounts WHERE account_id = $1", 1,
-			  params, &res, NULL);
-	if (rc != METER_OK)
-		return rc;
-	rc = PQntuples(res) == 1 ? METER_OK : METER_ENOTFOUND;
-	PQclear(res);
-	return rc;
+	return db_util_exists(conn, "account exists",
+			      "SELECT 1 FROM accounts WHERE account_id = $1", 1, params);
 }

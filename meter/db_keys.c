@@ -169,18 +169,11 @@ enum meter_rc db_key_get(PGconn *conn, const char *account_id, const char *key_i
 enum meter_rc db_key_exists(PGconn *conn, const char *account_id, const char *key_id)
 {
 	const char *params[] = {account_id, key_id};
-	PGresult *res = NULL;
-	enum meter_rc rc;
 
-	rc = db_util_exec(conn, "key exists",
-			  "SELECT 1 FROM api_keys WHERE ($1::text IS NULL OR account_id = $1)"
-			  " AND key_id = $2 LIMIT 1",
-			  2, params, &res, NULL);
-	if (rc != METER_OK)
-		return rc;
-	rc = PQntuples(res) == 1 ? METER_OK : METER_ENOTFOUND;
-	PQclear(res);
-	return rc;
+	return db_util_exists(conn, "key exists",
+			      "SELECT 1 FROM api_keys WHERE ($1::text IS NULL OR account_id = $1)"
+			      " AND key_id = $2 LIMIT 1",
+			      2, params);
 }
 
 enum meter_rc db_key_revoke(PGconn *conn, const char *account_id, const char *key_id,

@@ -239,18 +239,11 @@ out:
 enum meter_rc db_sandbox_exists(PGconn *conn, const char *account_id, const char *sandbox_id)
 {
 	const char *params[] = {account_id, sandbox_id};
-	PGresult *res = NULL;
-	enum meter_rc rc;
 
-	rc = db_util_exec(conn, "sandbox exists",
-			  "SELECT 1 FROM sandboxes WHERE ($1::text IS NULL OR account_id = $1)"
-			  " AND sandbox_id = $2",
-			  2, params, &res, NULL);
-	if (rc != METER_OK)
-		return rc;
-	rc = PQntuples(res) == 1 ? METER_OK : METER_ENOTFOUND;
-	PQclear(res);
-	return rc;
+	return db_util_exists(conn, "sandbox exists",
+			      "SELECT 1 FROM sandboxes WHERE ($1::text IS NULL OR account_id = $1)"
+			      " AND sandbox_id = $2",
+			      2, params);
 }
 
 enum meter_rc db_sandbox_get(PGconn *conn, const struct db_sandbox_query *q, struct db_sandbox *out)

@@ -65,6 +65,19 @@ enum meter_rc db_util_exec(PGconn *conn, const char *what, const char *sql, int 
 	return METER_EDB;
 }
 
+enum meter_rc db_util_exists(PGconn *conn, const char *what, const char *sql, int n,
+			     const char *const *params)
+{
+	PGresult *res = NULL;
+	enum meter_rc rc = db_util_exec(conn, what, sql, n, params, &res, NULL);
+
+	if (rc != METER_OK)
+		return rc;
+	rc = PQntuples(res) > 0 ? METER_OK : METER_ENOTFOUND;
+	PQclear(res);
+	return rc;
+}
+
 enum meter_rc db_util_i64(const PGresult *res, int row, int col, int64_t *out, bool *is_null)
 {
 	if (PQgetisnull(res, row, col)) {

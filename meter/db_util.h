@@ -42,6 +42,11 @@ METER_MUSTCHECK enum meter_rc db_util_exec(PGconn *conn, const char *what, const
 					   const char *const *params, PGresult **res,
 					   char *sqlstate);
 
+/* db_util_exec of a query whose rows say whether something exists:
+ * METER_OK for a row, METER_ENOTFOUND for none, or the failure. */
+METER_MUSTCHECK enum meter_rc db_util_exists(PGconn *conn, const char *what, const char *sql, int n,
+					     const char *const *params);
+
 /* The SQLSTATE of the latest statement db_util_exec saw fail on this
  * thread since db_util_failed_clear(), or "" (borrowed, thread-local). An
  * HTTP request runs on one thread from its pool connection to its answer,

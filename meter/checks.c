@@ -160,6 +160,19 @@ static void set_unavailable(struct item *it, const char *why)
 	set_error(it, 503, "metering_unavailable", why, NULL);
 }
 
+/* The connection broke while the item's batch was in the database: it
+ * may have committed, its hold in place. Not a refusal: the caller learns
+ * the decision by sending the check again with the same idempotency key
+ * (the stored answer if it committed, else a new decision). */
+static void set_in_doubt(struct item *it)
+{
+	set_error(it, 503, "metering_unavailable",
+		  "the connection to the metering database broke while this check was being"
+		  " decided: it may have been allowed and held; send it again with the same"
+		  " idempotency key to learn its answer",
+		  json_pack("{s:s}", "reason", "outcome_unknown"));
+}
+
 /* Calls the item's callback and frees it. */
 static void finish(struct item *it)
 {
@@ -1147,7 +1160,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 	struct batch b = {.items = items, .n = n};
 	char sqlstate[6] = "";
 	enum meter_rc rc = METER_EDB;
-	bool poison = false;
+	bool poison = false, in_doubt = false;
 
 	assert(n > 0);
 	b.in = calloc(n, sizeof(*b.in));
@@ -1169,6 +1182,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 	}
 	for (int attempt = 0; attempt < BATCH_ATTEMPTS; attempt++) {
 		int64_t deadline;
+		bool applying = false; /* the writes and COMMIT sent */
 
 		batch_reset(&b);
 		if (!conn_ensure(bt, true)) {
@@ -1187,6 +1201,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 				rc = db_checks_lock(bt->conn, b.rows, b.nrows, deadline, sqlstate);
 			if (rc == METER_OK) {
 				batch_decide(&b);
+				applying = true;
 				rc = db_checks_apply(bt->conn, b.now, b.arrs, deadline, sqlstate);
 			}
 			batch_classic_rows(e, &b, false, rc == METER_OK);
@@ -1198,9 +1213,11 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 		if (rc == METER_EIO || !bt->conn || PQstatus(bt->conn) != CONNECTION_OK) {
 			/* The server stopped answering: whether a COMMIT in flight
 			 * landed is unknown; a retry with the same idempotency key
-			 * gets the stored answer if it did. */
+			 * gets the stored answer if it did. Before the writes were
+			 * sent, nothing can have landed. */
 			conn_drop(bt);
 			rc = METER_EDB;
+			in_doubt = applying;
 			break;
 		}
 		db_checks_rollback(bt->conn);
@@ -1225,7 +1242,11 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 				batch_run(bt, &items[i], 1);
 		} else {
 			for (size_t i = 0; i < n; i++)
-				set_unavailable(items[i], "the metering database is unreachable");
+				if (in_doubt)
+					set_in_doubt(items[i]);
+				else
+					set_unavailable(items[i],
+							"the metering database is unreachable");
 		}
 	}
 out:
@@ -1269,7 +1290,7 @@ static void batcher_broken(struct batcher *bt, struct batcher_work *w)
 		flight_release(bt->e, f, false);
 		batch_reset(&f->b);
 		for (size_t j = 0; j < f->n; j++)
-			set_unavailable(f->items[j], "the metering database is unreachable");
+			set_in_doubt(f->items[j]);
 		finish_all(f->items, f->n);
 		flight_free(f);
 	}

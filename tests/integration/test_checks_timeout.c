@@ -41,6 +41,21 @@ static void *run_call(void *arg)
 	return NULL;
 }
 
+/* A check whose batch is in the database when the engine's connection
+ * breaks: the answer says that its outcome is unknown, and the same
+ * request again learns it. */
+static void *run_doubt(void *arg)
+{
+	struct call *c = arg;
+	struct apitest_resp r;
+
+	c->status = cu_create(&t, 0, key, "to-doubt", 1, 1024, 600, NULL, &r);
+	snprintf(c->code, sizeof(c->code), "%s",
+		 apitest_jstr(json_object_get(r.json, "error"), "reason"));
+	apitest_resp_release(&r);
+	return NULL;
+}
+
 static double mono_s(void)
 {
 	struct timespec ts;
@@ -160,5 +175,61 @@ int main(void)
 	}
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
+
+	/* The connection breaks while a batch is in the database (here held
+	 * at the ledger row, then its backend terminated; as well after its
+	 * COMMIT was sent): the check may have been allowed, so its 503 says
+	 * the outcome is unknown, never a bare "unreachable" that reads as a
+	 * refusal. The same request again gets the decision. The statement
+	 * timeout is the default (10 s) so that the termination comes first. */
+	{
+		const char *args2[] = {"--clock-offset-s", off, NULL};
+		struct call c = {.i = 0};
+		pthread_t th1;
+		long long pid;
+
+		if (apitest_start(&t, "checks_doubt", 1, args2, NULL) < 0)
+			return 1;
+		CHECK(apitest_create_account(&t, "Doubt", acc) == 0);
+		CHECK(apitest_create_key(&t, acc, "full", 10000000, NULL, key, token) == 0);
+		CHECK_I64(cu_create(&t, 0, key, "to-first", 1, 1024, 600, NULL, &r), 200);
+		apitest_resp_release(&r);
+		lk = cu_lock_day(t.db.url, acc, key, today);
+		pthread_create(&th1, NULL, run_doubt, &c);
+		cu_await_lock_waiters(t.db.conn, 1);
+		pid = cu_sql_int(t.db.conn, "SELECT pid FROM pg_stat_activity"
+					    " WHERE datname = current_database()"
+					    " AND wait_event_type = 'Lock' LIMIT 1");
+		CHECK(cu_sql_int(t.db.conn,
+				 "SELECT count(*) FROM pg_terminate_backend(%lld) x"
+				 " WHERE x",
+				 pid) == 1);
+		pthread_join(th1, NULL);
+		CHECK_I64(c.status, 503);
+		CHECK_STR(c.code, "outcome_unknown");
+		cu_sql(lk, "COMMIT");
+		PQfinish(lk);
+		/* Here the batch was rolled back: the retry decides it anew,
+		 * once the engine's pause after the broken connection (100 ms,
+		 * growing while it cannot connect) has passed. */
+		for (int i = 0; i < 50; i++) {
+			if (cu_create(&t, 0, key, "to-doubt", 1, 1024, 600, NULL, &r) != 503)
+				break;
+			apitest_resp_release(&r);
+			cu_sleep_ms(100);
+		}
+		CHECK_I64(r.status, 200);
+		CHECK(!r.headers || !strstr(r.headers, "Idempotent-Replayed"));
+		apitest_resp_release(&r);
+		CHECK_I64(cu_create(&t, 0, key, "to-doubt", 1, 1024, 600, NULL, &r), 200);
+		CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+		apitest_resp_release(&r);
+		CHECK_I64(
+		    cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key),
+		    2);
+		CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+		CHECK(apitest_stop(&t) == 0);
+		apitest_drop(&t);
+	}
 	return check_done();
 }

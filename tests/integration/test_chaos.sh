@@ -24,7 +24,7 @@ mkdir -p "$work"
 seed=${METER_CHAOS_SEED:-20261130}
 token=chaos-control-plane-token-0123456789
 ro_secret=chaosReadOnlySecret0123456789abcdefghij
-nchecks=24
+nchecks=36
 pid=
 ref_pid=
 loads=()
@@ -95,7 +95,7 @@ start_meterd() {
 # run_sim PORT LOG: the simulated fleet, in push mode.
 run_sim() {
 	exec "$bin/meterctl" simulate --push "http://127.0.0.1:$1/v1/samples" --token "$token" \
-		--steps 120 --seed 11 --hosts 2 --sandboxes-per-host 20 --key-ids kc1,kc2 \
+		--steps 200 --seed 11 --hosts 2 --sandboxes-per-host 20 --key-ids kc1,kc2 \
 		--start 2026-11-29T18:05:00Z --period-s 30 --speed 0 >"$2" 2>&1
 }
 

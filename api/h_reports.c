@@ -27,6 +27,8 @@
 #include "auth.h"
 #include "clock.h"
 #include "db.h"
+#include "db_keys.h"
+#include "db_sandboxes.h"
 #include "export.h"
 #include "h_util.h"
 #include "log.h"
@@ -226,6 +228,39 @@ static void stream_reply(struct stream *st, struct MHD_Response *resp)
 		MHD_destroy_response(resp); /* drops the response's reference */
 }
 
+/* The export's key and sandbox filters, on the producer's connection (not
+ * an HTTP thread's: they never wait on the database): true when each
+ * names one of the account's; else the parked request is answered (404,
+ * or 503 when the look-up failed) and false. */
+static bool stream_filters_known(struct stream *st, PGconn *conn)
+{
+	const char *what = NULL;
+	enum meter_rc rc = METER_OK;
+
+	if (st->p.key_id[0]) {
+		rc = db_key_exists(conn, st->p.account_id, st->p.key_id);
+		what = "no such key";
+	}
+	if (rc == METER_OK && st->p.sandbox_id[0]) {
+		rc = db_sandbox_exists(conn, st->p.account_id, st->p.sandbox_id);
+		what = "no such sandbox";
+	}
+	if (rc == METER_OK)
+		return true;
+	if (rc != METER_ENOTFOUND) {
+		stream_reply(st, NULL);
+		return false;
+	}
+	pthread_mutex_lock(&st->lock);
+	if (st->req) {
+		http_reply_error(st->req, 404, "not_found", what, NULL);
+		st->req = NULL;
+		MHD_resume_connection(st->conn);
+	}
+	pthread_mutex_unlock(&st->lock);
+	return false;
+}
+
 /* The headers an export's answer carries, GET or HEAD. */
 static void export_headers(struct MHD_Response *resp, enum export_format format, const char *disp)
 {
@@ -246,8 +281,14 @@ static void *stream_produce(void *arg)
 	PGconn *conn = NULL;
 	char err[512];
 
-	if (db_connect(st->db_url, &conn, err, sizeof(err)) != METER_OK ||
-	    export_open(conn, &st->p, &cur, err, sizeof(err)) != METER_OK) {
+	if (db_connect(st->db_url, &conn, err, sizeof(err)) != METER_OK) {
+		log_warn("export could not start: %s", err);
+		stream_reply(st, NULL);
+		goto out;
+	}
+	if (!stream_filters_known(st, conn))
+		goto out;
+	if (export_open(conn, &st->p, &cur, err, sizeof(err)) != METER_OK) {
 		log_warn("export could not start: %s", err);
 		stream_reply(st, NULL);
 		goto out;
@@ -409,13 +450,17 @@ static void usage_export(struct http_req *req, enum export_format format)
 				 json_pack("{s:s}", "field", field));
 		return;
 	}
-	if (!hutil_filters_known(req, NULL, p.account_id, p.key_id, p.sandbox_id))
+	/* The account here (the operator's look-up); a GET's key and sandbox
+	 * filters on the producer's connection (stream_filters_known), a
+	 * HEAD's here, as it runs no producer. */
+	head = strcmp(req->method, "HEAD") == 0;
+	if (!hutil_filters_known(req, NULL, p.account_id, head ? p.key_id : NULL,
+				 head ? p.sandbox_id : NULL))
 		return;
 	agent_doc_format_time(p.from_usec, from, sizeof(from));
 	agent_doc_format_time(p.to_usec, to, sizeof(to));
 	snprintf(disp, sizeof(disp), "attachment; filename=\"usage-%s-%.10s-%.10s.%s\"",
 		 p.account_id, from, to, format == EXPORT_CSV ? "csv" : "ndjson");
-	head = strcmp(req->method, "HEAD") == 0;
 	if (!head) {
 		st = calloc(1, sizeof(*st));
 		if (!st || pthread_mutex_init(&st->lock, NULL) != 0) {

@@ -3335,12 +3335,15 @@ static void ing_lap(int64_t *mark, int64_t *acc)
 
 /* A call that writes more rows than ING_ROWS_FREE gives each of its
  * statements ING_ROW_USEC more per row than the connection's statement
- * timeout. A long gap is an hourly row for every hour of it (2,000
- * sandboxes back after 40 days: 1.9 million), which no timeout made for a
- * round of samples covers: such a call failed the same way at every try,
- * and its host's later samples with it, for good. */
-#define ING_ROWS_FREE 50000
+ * timeout, ING_MORE_MS at most. A long gap is an hourly row for every
+ * hour of it (2,000 sandboxes back after 40 days: 1.9 million), which no
+ * timeout made for a round of samples covers: such a call failed the same
+ * way at every try, and its host's later samples with it, for good. The
+ * cap bounds what a document can hold a worker for (an agent's first
+ * sample dated 2000 is 236,000 rows a sandbox). */
+#define ING_ROWS_FREE 10000
 #define ING_ROW_USEC  100
+#define ING_MORE_MS   300000
 
 static enum meter_rc ing_more_time(struct ing_call *c)
 {
@@ -3354,7 +3357,9 @@ static enum meter_rc ing_more_time(struct ing_call *c)
 
 	if (rows <= ING_ROWS_FREE)
 		return METER_OK;
-	snprintf(ms, sizeof(ms), "%zu", rows * ING_ROW_USEC / 1000);
+	snprintf(ms, sizeof(ms), "%zu",
+		 rows * ING_ROW_USEC / 1000 < ING_MORE_MS ? rows * ING_ROW_USEC / 1000
+							  : (size_t)ING_MORE_MS);
 	log_info("ingest: %zu rows to write: %s ms more for each statement", rows, ms);
 	return ing_q(c, "statement timeout", sql, 1, params, PGRES_TUPLES_OK, NULL);
 }

@@ -10,9 +10,9 @@
  * Rows go in batched: binary COPY into the samples table, binary array
  * parameters expanded by unnest() for the rest (the meter and usage rows as
  * arrays of row types, sql/0009_ingest_rows.sql); never a round trip per
- * row. A call that writes more than 50,000 rows (a long gap is a row for
+ * row. A call that writes more than 10,000 rows (a long gap is a row for
  * every hour of it) gives each statement 0.1 ms a row beyond the
- * connection's statement timeout.
+ * connection's statement timeout, 300 s at most.
  *
  * Rules:
  * - Per sandbox, samples are taken in time order; one at or before

@@ -41,6 +41,20 @@ static struct received reqs[MAX_REQ];
 static int nreqs;
 static int fail_next; /* answer 500 to this many more requests */
 static int slow_ms;   /* answer after this long */
+static int slow_body; /* answer 200 with a body of 10 bytes every 200 ms */
+
+/* slow_body's body: 1,000 bytes over 20 s, longer than meterd waits. */
+static ssize_t trickle(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)cls;
+	if (pos >= 1000)
+		return MHD_CONTENT_READER_END_OF_STREAM;
+	cu_sleep_ms(200);
+	if (max > 10)
+		max = 10;
+	memset(buf, 'x', max);
+	return (ssize_t)max;
+}
 
 struct upload {
 	char *buf;
@@ -102,7 +116,11 @@ static enum MHD_Result on_hook(void *cls, struct MHD_Connection *conn, const cha
 	free(u->buf);
 	free(u);
 	*con_cls = NULL;
-	resp = MHD_create_response_from_buffer(2, (void *)"ok", MHD_RESPMEM_PERSISTENT);
+	pthread_mutex_lock(&mu);
+	resp = slow_body && status == 200
+		   ? MHD_create_response_from_callback(1000, 10, trickle, NULL, NULL)
+		   : MHD_create_response_from_buffer(2, (void *)"ok", MHD_RESPMEM_PERSISTENT);
+	pthread_mutex_unlock(&mu);
 	ret = MHD_queue_response(conn, status, resp);
 	MHD_destroy_response(resp);
 	return ret;
@@ -241,6 +259,39 @@ static void test_metrics(struct apitest *t, const char *acc, const char *key)
 		CHECK_I64(wait_gauge(t, i, oldest_s, 0, 0, 15000), 0);
 	}
 	CHECK_I64(apitest_metric(t, 0, delivered_s) + apitest_metric(t, 1, delivered_s), ok + 1);
+}
+
+/* A 2xx whose body comes slower than meterd waits (or never ends): the
+ * status line says the event is delivered, once; the body is not read. */
+static void test_slow_body(struct apitest *t, const char *acc, const char *key)
+{
+	char sql[512];
+
+	pthread_mutex_lock(&mu);
+	slow_body = 1;
+	pthread_mutex_unlock(&mu);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
+		 " VALUES ('%s', '%s', 'spend_limit_crossed', 'slow-body-1', '{}')",
+		 acc, key);
+	cu_sql(t->db.conn, sql);
+	CHECK_I64(wait_delivered(t->db.conn, 10000), 0);
+	cu_sleep_ms(7000); /* past meterd's 5 s wait and a retry's backoff */
+	CHECK_I64(cu_sql_int(t->db.conn,
+			     "SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL"),
+		  0);
+	{
+		PGresult *res = PQexec(t->db.conn, "SELECT event_id FROM webhook_outbox"
+						   " WHERE dedup_key = 'slow-body-1'");
+
+		CHECK(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1);
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+			CHECK_I64(delivered(PQgetvalue(res, 0, 0)), 1);
+		PQclear(res);
+	}
+	pthread_mutex_lock(&mu);
+	slow_body = 0;
+	pthread_mutex_unlock(&mu);
 }
 
 static void spend(PGconn *db, const char *acc, const char *key, const char *sandbox,
@@ -751,6 +802,7 @@ int main(void)
 	test_resumed_without_wake(&t, acc);
 	test_lease_ended_lagging(&t, acc);
 	test_crossings(&t, acc);
+	test_slow_body(&t, acc, key);
 
 	/* Restart: stop both servers, start another; nothing is sent again. */
 	CHECK(apitest_stop(&t) == 0);

@@ -716,8 +716,8 @@ void h_dash_keys(struct http_req *req)
 	}
 	if (n == 0)
 		html_raw(&h, "<tr><td colspan=\"8\">No keys.</td></tr>");
-	html_raw(&h, "</tbody></table><p class=\"muted\">Limits are changed through the API "
-		     "with a full key; this page only shows them.</p>");
+	html_raw(&h, "</tbody></table><p class=\"muted\">A full key changes its own limits "
+		     "through the API, the operator any key's; this page only shows them.</p>");
 	free(keys);
 	page_end(&h);
 	send_page(req, 200, &h);

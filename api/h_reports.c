@@ -27,8 +27,6 @@
 #include "auth.h"
 #include "clock.h"
 #include "db.h"
-#include "db_keys.h"
-#include "db_sandboxes.h"
 #include "export.h"
 #include "h_util.h"
 #include "log.h"
@@ -235,16 +233,9 @@ static void stream_reply(struct stream *st, struct MHD_Response *resp)
 static bool stream_filters_known(struct stream *st, PGconn *conn)
 {
 	const char *what = NULL;
-	enum meter_rc rc = METER_OK;
+	enum meter_rc rc =
+	    hutil_filters_lookup(conn, st->p.account_id, st->p.key_id, st->p.sandbox_id, &what);
 
-	if (st->p.key_id[0]) {
-		rc = db_key_exists(conn, st->p.account_id, st->p.key_id);
-		what = "no such key";
-	}
-	if (rc == METER_OK && st->p.sandbox_id[0]) {
-		rc = db_sandbox_exists(conn, st->p.account_id, st->p.sandbox_id);
-		what = "no such sandbox";
-	}
 	if (rc == METER_OK)
 		return true;
 	if (rc != METER_ENOTFOUND) {

@@ -102,18 +102,28 @@ bool hutil_filters_known(struct http_req *req, PGconn *conn, const char *account
 		rc = db_account_exists(conn, account);
 		what = "no such account";
 	}
-	if (rc == METER_OK && key && key[0]) {
-		rc = db_key_exists(conn, scope, key);
-		what = "no such key";
-	}
-	if (rc == METER_OK && sandbox && sandbox[0]) {
-		rc = db_sandbox_exists(conn, scope, sandbox);
-		what = "no such sandbox";
-	}
+	if (rc == METER_OK)
+		rc = hutil_filters_lookup(conn, scope, key, sandbox, &what);
 	if (rc != METER_OK)
 		hutil_reply_rc(req, conn, rc, what);
 	hutil_db_release(req, own);
 	return rc == METER_OK;
+}
+
+enum meter_rc hutil_filters_lookup(PGconn *conn, const char *account, const char *key,
+				   const char *sandbox, const char **what)
+{
+	enum meter_rc rc = METER_OK;
+
+	if (key && key[0]) {
+		rc = db_key_exists(conn, account, key);
+		*what = "no such key";
+	}
+	if (rc == METER_OK && sandbox && sandbox[0]) {
+		rc = db_sandbox_exists(conn, account, sandbox);
+		*what = "no such sandbox";
+	}
+	return rc;
 }
 
 void hutil_bad(struct http_req *req, const char *field, const char *message)

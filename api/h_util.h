@@ -55,6 +55,13 @@ bool hutil_account_known(struct http_req *req, PGconn *conn, const char *account
 bool hutil_filters_known(struct http_req *req, PGconn *conn, const char *account, const char *key,
 			 const char *sandbox);
 
+/* The look-ups of hutil_filters_known's key and sandbox (each NULL or ""
+ * when not given) in account (NULL: any) on conn: METER_ENOTFOUND with
+ * *what naming the one missing, or the failure. */
+METER_MUSTCHECK enum meter_rc hutil_filters_lookup(PGconn *conn, const char *account,
+						   const char *key, const char *sandbox,
+						   const char **what);
+
 /* 400 invalid_request naming field, with message. */
 void hutil_bad(struct http_req *req, const char *field, const char *message);
 

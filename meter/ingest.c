@@ -3351,15 +3351,13 @@ static enum meter_rc ing_more_time(struct ing_call *c)
 	    "SELECT set_config('statement_timeout', (s + $1::bigint)::text, true)"
 	    " FROM (SELECT setting::bigint AS s FROM pg_settings"
 	    "  WHERE name = 'statement_timeout') t WHERE s > 0";
-	size_t rows = c->nrows + (size_t)c->st.accepted;
+	size_t rows = c->nrows + (size_t)c->st.accepted, more = rows * ING_ROW_USEC / 1000;
 	char ms[24];
 	const char *params[1] = {ms};
 
 	if (rows <= ING_ROWS_FREE)
 		return METER_OK;
-	snprintf(ms, sizeof(ms), "%zu",
-		 rows * ING_ROW_USEC / 1000 < ING_MORE_MS ? rows * ING_ROW_USEC / 1000
-							  : (size_t)ING_MORE_MS);
+	snprintf(ms, sizeof(ms), "%zu", more < ING_MORE_MS ? more : (size_t)ING_MORE_MS);
 	log_info("ingest: %zu rows to write: %s ms more for each statement", rows, ms);
 	return ing_q(c, "statement timeout", sql, 1, params, PGRES_TUPLES_OK, NULL);
 }

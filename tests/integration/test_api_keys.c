@@ -28,6 +28,19 @@ static long long jint(const json_t *o, const char *name)
 	return json_is_integer(v) ? json_integer_value(v) : -1;
 }
 
+/* The limit on key's ledger row of its today, as text into buf. */
+static const char *today_limit(const char *key, char *buf, size_t len)
+{
+	char sql[512];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT l.limit_micros FROM key_day_ledger l JOIN api_keys k USING (account_id,"
+		 " key_id) WHERE l.key_id = '%s' AND l.day = meter_key_day(k.time_zone, now())",
+		 key);
+	testdb_query_text(t.db.conn, sql, buf, len);
+	return buf;
+}
+
 static void test_accounts_and_keys(void)
 {
 	struct apitest_resp r;
@@ -208,12 +221,7 @@ static void test_accounts_and_keys(void)
 	      0);
 	CHECK_I64(r.status, 200);
 	apitest_resp_release(&r);
-	snprintf(sql, sizeof(sql),
-		 "SELECT l.limit_micros FROM key_day_ledger l JOIN api_keys k USING (account_id,"
-		 " key_id) WHERE l.key_id = '%s' AND l.day = meter_key_day(k.time_zone, now())",
-		 kr);
-	testdb_query_text(t.db.conn, sql, got, sizeof(got));
-	CHECK_STR(got, "9");
+	CHECK_STR(today_limit(kr, got, sizeof(got)), "9");
 	CHECK(apitest_call(&t, 0, "PUT", path, tf, "{}", &r) == 0);
 	CHECK_I64(r.status, 400);
 	apitest_resp_release(&r);
@@ -236,12 +244,7 @@ static void test_accounts_and_keys(void)
 	CHECK_I64(r.status, 403);
 	CHECK_STR(apitest_error_code(&r), "forbidden");
 	apitest_resp_release(&r);
-	snprintf(sql, sizeof(sql),
-		 "SELECT l.limit_micros FROM key_day_ledger l JOIN api_keys k USING (account_id,"
-		 " key_id) WHERE l.key_id = '%s' AND l.day = meter_key_day(k.time_zone, now())",
-		 kr);
-	testdb_query_text(t.db.conn, sql, got, sizeof(got));
-	CHECK_STR(got, "9");
+	CHECK_STR(today_limit(kr, got, sizeof(got)), "9");
 
 	/* Authentication: a wrong secret and an unknown key look alike. */
 	snprintf(bad, sizeof(bad), "%s", tf);

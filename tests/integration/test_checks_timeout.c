@@ -22,10 +22,12 @@
 static struct apitest t;
 static char key[65];
 
+/* One create of sandbox "to-<i>" (or sb), on a thread of its own. */
 struct call {
 	int i;
+	const char *sb;
 	long status;
-	char code[64];
+	char code[64], reason[64];
 };
 
 static void *run_call(void *arg)
@@ -35,22 +37,9 @@ static void *run_call(void *arg)
 	char sb[32];
 
 	snprintf(sb, sizeof(sb), "to-%d", c->i);
-	c->status = cu_create(&t, 0, key, sb, 1, 1024, 600, NULL, &r);
+	c->status = cu_create(&t, 0, key, c->sb ? c->sb : sb, 1, 1024, 600, NULL, &r);
 	snprintf(c->code, sizeof(c->code), "%s", apitest_error_code(&r));
-	apitest_resp_release(&r);
-	return NULL;
-}
-
-/* A check whose batch is in the database when the engine's connection
- * breaks: the answer says that its outcome is unknown, and the same
- * request again learns it. */
-static void *run_doubt(void *arg)
-{
-	struct call *c = arg;
-	struct apitest_resp r;
-
-	c->status = cu_create(&t, 0, key, "to-doubt", 1, 1024, 600, NULL, &r);
-	snprintf(c->code, sizeof(c->code), "%s",
+	snprintf(c->reason, sizeof(c->reason), "%s",
 		 apitest_jstr(json_object_get(r.json, "error"), "reason"));
 	apitest_resp_release(&r);
 	return NULL;
@@ -184,7 +173,7 @@ int main(void)
 	 * timeout is the default (10 s) so that the termination comes first. */
 	{
 		const char *args2[] = {"--clock-offset-s", off, NULL};
-		struct call c = {.i = 0};
+		struct call c = {.sb = "to-doubt"};
 		pthread_t th1;
 		long long pid;
 
@@ -195,7 +184,7 @@ int main(void)
 		CHECK_I64(cu_create(&t, 0, key, "to-first", 1, 1024, 600, NULL, &r), 200);
 		apitest_resp_release(&r);
 		lk = cu_lock_day(t.db.url, acc, key, today);
-		pthread_create(&th1, NULL, run_doubt, &c);
+		pthread_create(&th1, NULL, run_call, &c);
 		cu_await_lock_waiters(t.db.conn, 1);
 		pid = cu_sql_int(t.db.conn, "SELECT pid FROM pg_stat_activity"
 					    " WHERE datname = current_database()"
@@ -206,7 +195,7 @@ int main(void)
 				 pid) == 1);
 		pthread_join(th1, NULL);
 		CHECK_I64(c.status, 503);
-		CHECK_STR(c.code, "outcome_unknown");
+		CHECK_STR(c.reason, "outcome_unknown");
 		cu_sql(lk, "COMMIT");
 		PQfinish(lk);
 		/* Here the batch was rolled back: the retry decides it anew,

@@ -67,7 +67,11 @@ enum meter_rc export_params_check(const struct export_params *p, char *err, size
 			 "sandbox_id: must be 1 to 64 characters of A-Z a-z 0-9 _ . -");
 		return METER_EINVAL;
 	}
-	if (p->from_usec % MONEY_USEC_PER_HOUR != 0 || p->from_usec < 0) {
+	if (p->from_usec < 0) {
+		snprintf(err, errlen, "from: must be 1970-01-01T00:00:00Z or later");
+		return METER_EINVAL;
+	}
+	if (p->from_usec % MONEY_USEC_PER_HOUR != 0) {
 		snprintf(err, errlen, "from: must be a whole hour (UTC)");
 		return METER_EINVAL;
 	}

@@ -211,6 +211,12 @@ static void test_params(void)
 	CHECK(export_params_check(&p, err, sizeof(err)) == METER_EINVAL);
 	p.to_usec = p.from_usec + EXPORT_MAX_RANGE_USEC + 3600000000;
 	CHECK(export_params_check(&p, err, sizeof(err)) == METER_ERANGE);
+	/* Before 1970: said so, not "not a whole hour" (it is one). */
+	p.from_usec = -INT64_C(3600000000);
+	p.to_usec = INT64_C(3600000000);
+	CHECK(export_params_check(&p, err, sizeof(err)) == METER_EINVAL);
+	CHECK(strcmp(err, "from: must be 1970-01-01T00:00:00Z or later") == 0);
+	p.from_usec = at("2026-11-01T00");
 	p.to_usec = at("2026-11-02T00");
 	snprintf(p.key_id, sizeof(p.key_id), "bad key");
 	CHECK(export_params_check(&p, err, sizeof(err)) == METER_EINVAL);

@@ -476,6 +476,7 @@ void h_dash_sandboxes(struct http_req *req)
 	struct html h;
 	PGconn *conn;
 	enum meter_rc rc;
+	bool no_key = false;
 
 	if (!http_query_allowed(req, allowed))
 		return;
@@ -513,6 +514,14 @@ void h_dash_sandboxes(struct http_req *req)
 	month_bounds(clock_real_usec(), &mstart, &mend);
 	rc = db_dash_sandboxes(conn, page_account(req), state, key, "", sort, page * DB_DASH_PAGE,
 			       mstart, rows, &n, &total);
+	/* A key filter naming no key of the account is said to be one (and
+	 * the page is a 404, as the API's filter is), not an idle key. */
+	if (rc == METER_OK && total == 0 && *key) {
+		rc = db_key_exists(conn, page_account(req), key);
+		no_key = rc == METER_ENOTFOUND;
+		if (no_key)
+			rc = METER_OK;
+	}
 	page_db_done(req, conn, rc);
 	if (rc != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
@@ -564,7 +573,9 @@ void h_dash_sandboxes(struct http_req *req)
 		html_dollars(&h, r->cost_month_micros);
 		html_raw(&h, "</td></tr>");
 	}
-	if (n == 0)
+	if (no_key)
+		html_printf(&h, "<tr><td colspan=\"9\">No key %s in this account.</td></tr>", key);
+	else if (n == 0)
 		html_raw(&h, "<tr><td colspan=\"9\">No sandboxes here.</td></tr>");
 	html_raw(&h, "</tbody></table><p>");
 	if (page > 0) {
@@ -579,7 +590,7 @@ void h_dash_sandboxes(struct http_req *req)
 	}
 	html_raw(&h, "</p>");
 	page_end(&h);
-	send_page(req, 200, &h);
+	send_page(req, no_key ? 404 : 200, &h);
 }
 
 void h_dash_sandbox(struct http_req *req)

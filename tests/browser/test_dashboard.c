@@ -193,6 +193,23 @@ int main(void)
 	CHECK_STR(text, "1");
 	free(text);
 	page_done(&wd, "sandboxes-paused");
+	/* A key of the account with no sandbox: none here; a key filter
+	 * naming no key of the account says so (a 404 page, in the console). */
+	snprintf(url, sizeof(url), "%s/dashboard/sandboxes?key_id=%s", t.servers[0].base, ro_key);
+	CHECK(wd_get(&wd, url) == 0);
+	text = wd_text(&wd, "tbody");
+	CHECK_STR(text, "No sandboxes here.");
+	free(text);
+	page_done(&wd, "sandboxes-idle-key");
+	snprintf(url, sizeof(url), "%s/dashboard/sandboxes?key_id=key_none", t.servers[0].base);
+	CHECK(wd_get(&wd, url) == 0);
+	text = wd_text(&wd, "tbody");
+	CHECK_STR(text, "No key key_none in this account.");
+	free(text);
+	text = wd_text(&wd, "#sandbox-count");
+	CHECK_STR(text, "0");
+	free(text);
+	json_decref(wd_console_errors(&wd)); /* the 404 is expected there */
 
 	/* Never metered (no meter row), and metered on an earlier day only:
 	 * both on the unfiltered list, which ranks the meter rows alone, after

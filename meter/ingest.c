@@ -55,9 +55,11 @@
 #define ING_VERSION_NONE  (-1)
 #define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
 #define ING_DAY_NONE_SQL  "-2147483648"
-#define ING_TIME_NONE	  INT64_MIN		    /* no instant */
-#define ING_CACHE_MAX	  10000000		    /* cache_sandboxes at most */
-#define ING_CACHE_AGE	  (INT64_C(3600) * 1000000) /* a cache entry is used this long, µs */
+/* A sandbox's created_at in µs since the Unix epoch (a bigint column). */
+#define ING_CREATED_SQL "(extract(epoch FROM sb.created_at) * 1000000)::bigint"
+#define ING_TIME_NONE	INT64_MIN		  /* no instant */
+#define ING_CACHE_MAX	10000000		  /* cache_sandboxes at most */
+#define ING_CACHE_AGE	(INT64_C(3600) * 1000000) /* a cache entry is used this long, µs */
 
 /* Cached day starts of one zone: start[i] is when day d0 + i begins. */
 struct ing_zone {
@@ -601,6 +603,7 @@ struct ing_sbx {
 	int zone;
 	int32_t row_vcpus;
 	int64_t row_memory_mib, row_storage_mib;
+	int64_t created_usec; /* its created_at: nothing before it is billed */
 	/* sandbox_meter: state before the call, then as updated. */
 	bool had_meter;
 	bool cached;	    /* the meter row came from the cache: no ctid */
@@ -737,9 +740,9 @@ struct ing_call {
 	struct ing_rows usage_rows;    /* usage rows to add */
 	struct ing_ahour *ahour;       /* their money per account and hour */
 	size_t nahour, ahour_cap;
-	Oid meter_type, usage_type;	       /* the row types of sql/0009_ingest_rows.sql */
-	struct ing_buf samples;		       /* binary COPY of samples */
-	struct ing_buf a1, a2, a3, a4, a5, a6; /* array literals */
+	Oid meter_type, usage_type;		   /* the row types of sql/0009_ingest_rows.sql */
+	struct ing_buf samples;			   /* binary COPY of samples */
+	struct ing_buf a1, a2, a3, a4, a5, a6, a7; /* array literals */
 
 	struct ingest_stats st;
 };
@@ -1179,18 +1182,23 @@ static const char SQL_PRICES[] =
  * (sql/0010_ingest_cache.sql) as of the same snapshot. */
 static const char SQL_SANDBOXES[] =
     "SELECT sb.sandbox_id, sb.account_id, COALESCE(sb.key_id, ''), sb.vcpus, sb.memory_mib,"
-    " sb.storage_mib, COALESCE(k.time_zone, 'UTC'), COALESCE(g.generation, 0)"
-    " FROM unnest($1::text[]) AS q(s)"
+    " sb.storage_mib, COALESCE(k.time_zone, 'UTC'), COALESCE(g.generation, 0),"
+    " " ING_CREATED_SQL " FROM unnest($1::text[]) AS q(s)"
     " JOIN sandboxes sb ON sb.sandbox_id = q.s"
     " LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id"
     " LEFT JOIN ingest_generation g ON g.account_id = sb.account_id";
 
+/* A sandbox first seen in samples was made at its first sample of the call
+ * (or now, for one dated ahead): its created_at is where billing starts. */
 static const char SQL_SANDBOXES_CREATE[] =
     "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, storage_mib,"
-    " state)"
-    " SELECT COALESCE(k.account_id, 'unattributed'), q.s, k.key_id, q.v, q.m, q.st, q.state"
+    " state, created_at, state_since)"
+    " SELECT COALESCE(k.account_id, 'unattributed'), q.s, k.key_id, q.v, q.m, q.st, q.state,"
+    "        t.at, t.at"
     " FROM unnest($1::text[], $2::text[], $3::integer[], $4::bigint[], $5::bigint[],"
-    "             $6::text[]) AS q(s, kid, v, m, st, state)"
+    "             $6::text[], $7::bigint[]) AS q(s, kid, v, m, st, state, first_usec)"
+    " CROSS JOIN LATERAL (SELECT LEAST(now(), TIMESTAMPTZ 'epoch' + q.first_usec *"
+    "                                          INTERVAL '1 microsecond') AS at) t"
     " LEFT JOIN api_keys k ON k.key_id = NULLIF(q.kid, '')"
     " ORDER BY q.s"
     " ON CONFLICT DO NOTHING";
@@ -1214,8 +1222,7 @@ static const char SQL_SANDBOXES_CREATE[] =
 	" m.day_cpu_used_mcus, m.day_cpu_billed_mcus, m.day_total_micros,"                         \
 	" COALESCE(m.month - DATE '1970-01-01', " ING_DAY_NONE_SQL "), m.month_total_micros,"      \
 	" m.day_ends_at,"                                                                          \
-	" m.xmin, COALESCE(g.generation, 0)"                                                       \
-	" FROM unnest($1::text[]) AS q(s)"                                                         \
+	" m.xmin, COALESCE(g.generation, 0), " ING_CREATED_SQL " FROM unnest($1::text[]) AS q(s)"  \
 	" JOIN sandboxes sb ON sb.sandbox_id = q.s"                                                \
 	" JOIN sandbox_meter m ON m.account_id = sb.account_id AND m.sandbox_id = sb.sandbox_id"   \
 	" LEFT JOIN api_keys k ON k.account_id = sb.account_id AND k.key_id = sb.key_id"           \
@@ -1644,7 +1651,8 @@ out:
 }
 
 /* Fills a sandbox's attribution from columns 1-6 of a row (sandboxes and
- * the key's zone) and their generation from column gen_col. */
+ * the key's zone), their generation from column gen_col and its
+ * created_at from the next one. */
 static enum meter_rc ing_take_sandbox(struct ing_call *c, struct ing_sbx *sb, const PGresult *res,
 				      int r, int gen_col)
 {
@@ -1654,7 +1662,8 @@ static enum meter_rc ing_take_sandbox(struct ing_call *c, struct ing_sbx *sb, co
 	snprintf(sb->account, sizeof(sb->account), "%s", PQgetvalue(res, r, 1));
 	snprintf(sb->key, sizeof(sb->key), "%s", PQgetvalue(res, r, 2));
 	if (ing_i64(res, r, 3, &v) != METER_OK || ing_i64(res, r, 4, &sb->row_memory_mib) ||
-	    ing_i64(res, r, 5, &sb->row_storage_mib) || ing_i64(res, r, gen_col, &sb->gen)) {
+	    ing_i64(res, r, 5, &sb->row_storage_mib) || ing_i64(res, r, gen_col, &sb->gen) ||
+	    ing_i64(res, r, gen_col + 1, &sb->created_usec)) {
 		snprintf(c->err, c->errlen, "sandboxes: bad row");
 		return METER_EINVAL;
 	}
@@ -1705,7 +1714,7 @@ static enum meter_rc ing_load_sandboxes(struct ing_call *c, bool only_missing)
 
 static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 {
-	const char *params[6];
+	const char *params[7];
 	PGresult *res = NULL;
 	enum meter_rc rc;
 	size_t missing = 0;
@@ -1717,6 +1726,7 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 	arr_open(&c->a4);
 	arr_open(&c->a5);
 	arr_open(&c->a6);
+	arr_open(&c->a7);
 	for (size_t i = 0; i < c->nsbx; i++) {
 		const struct ing_sbx *sb = &c->sbx[i];
 		if (sb->found)
@@ -1728,6 +1738,7 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 		arr_i64(&c->a4, sb->hint_memory_mib);
 		arr_i64(&c->a5, sb->hint_storage_mib);
 		arr_text(&c->a6, sandbox_state_name(sb->hint_state));
+		arr_i64(&c->a7, sb->min_at);
 	}
 	if (missing == 0)
 		return METER_OK;
@@ -1737,7 +1748,8 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 	arr_close(&c->a4);
 	arr_close(&c->a5);
 	arr_close(&c->a6);
-	if (c->a1.oom || c->a2.oom || c->a3.oom || c->a4.oom || c->a5.oom || c->a6.oom)
+	arr_close(&c->a7);
+	if (c->a1.oom || c->a2.oom || c->a3.oom || c->a4.oom || c->a5.oom || c->a6.oom || c->a7.oom)
 		return METER_ENOMEM;
 	params[0] = c->a1.p;
 	params[1] = c->a2.p;
@@ -1745,7 +1757,8 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 	params[3] = c->a4.p;
 	params[4] = c->a5.p;
 	params[5] = c->a6.p;
-	rc = ing_q(c, "create sandboxes", SQL_SANDBOXES_CREATE, 6, params, PGRES_COMMAND_OK, &res);
+	params[6] = c->a7.p;
+	rc = ing_q(c, "create sandboxes", SQL_SANDBOXES_CREATE, 7, params, PGRES_COMMAND_OK, &res);
 	if (rc != METER_OK)
 		return rc;
 	if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &created) == METER_OK)
@@ -1884,7 +1897,7 @@ struct ing_cached {
 	char zone[48]; /* longer names are not cached */
 	int64_t gen;
 	int32_t row_vcpus;
-	int64_t row_memory_mib, row_storage_mib;
+	int64_t row_memory_mib, row_storage_mib, created_usec;
 	struct usage_sample last;
 	int32_t version;
 	struct usage_carry carry;
@@ -2076,6 +2089,7 @@ static enum meter_rc ing_cache_take(struct ing_call *c)
 		sb->row_vcpus = e->row_vcpus;
 		sb->row_memory_mib = e->row_memory_mib;
 		sb->row_storage_mib = e->row_storage_mib;
+		sb->created_usec = e->created_usec;
 		sb->last = e->last;
 		sb->version = e->version;
 		sb->carry = e->carry;
@@ -2147,6 +2161,7 @@ static void ing_cache_store(struct ing_call *c)
 		e->row_vcpus = sb->row_vcpus;
 		e->row_memory_mib = sb->row_memory_mib;
 		e->row_storage_mib = sb->row_storage_mib;
+		e->created_usec = sb->created_usec;
 		e->last = sb->last;
 		e->version = sb->version;
 		e->carry = sb->carry;
@@ -2374,8 +2389,13 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 	 * prev's time sets the state the interval starts in (the event is
 	 * authoritative over the sample taken as it happened), one at cur's is
 	 * left to the next interval. A stop is final: nothing after the first
-	 * one is billed, whatever later samples or events say. */
+	 * one is billed, whatever later samples or events say. Nothing before
+	 * the sandbox's create is billed either (an agent's clock behind, a
+	 * stale first reading): the interval starts there, and the events
+	 * before it count as at it. */
 	t = prev->at_usec;
+	if (t < sb->created_usec)
+		t = sb->created_usec;
 	if (sb->stop_at <= t)
 		st = SANDBOX_STOPPED;
 	while (sb->ev_pos < sb->ev_off + sb->ev_n && c->events[sb->ev_pos].at < cur->at_usec) {
@@ -2413,7 +2433,11 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 		cpu_before = upto;
 	}
 
-	/* Each piece: its quantities (its version's floor), then hours and days. */
+	/* Each piece: its quantities (its version's floor), then hours and
+	 * days. A paused piece is billed for the snapshot size of prev when
+	 * prev is paused; one an event paused, for the size the sample after
+	 * the pause reports when it is paused (the snapshot is made at the
+	 * pause: a running prev has none to report). */
 	for (size_t i = 0; i < c->npieces; i++) {
 		const struct ing_piece *pc = &c->pieces[i];
 		struct usage_wide q;
@@ -2423,7 +2447,9 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 		sp.state = pc->state;
 		sp.cpu_usec = 0;
 		sp.memory_mib = prev->memory_mib;
-		sp.storage_mib = prev->storage_mib;
+		sp.storage_mib = prev->state != SANDBOX_PAUSED && cur->state == SANDBOX_PAUSED
+				     ? cur->storage_mib
+				     : prev->storage_mib;
 		sp.vcpus = prev->vcpus;
 		sc = sp;
 		sc.at_usec = pc->b;
@@ -2632,8 +2658,10 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 			cur.vcpus = sb->row_vcpus;
 		if (cur.memory_mib == SAMPLE_UNKNOWN)
 			cur.memory_mib = sb->row_memory_mib;
+		/* Left out (optional in a document, unknown to a cgroup):
+		 * the size last reported, else the record's. */
 		if (cur.storage_mib == SAMPLE_UNKNOWN)
-			cur.storage_mib = sb->row_storage_mib;
+			cur.storage_mib = sb->has_prev ? sb->last.storage_mib : sb->row_storage_mib;
 		if (sb->has_prev && cur.at_usec <= sb->last.at_usec) {
 			c->st.ignored++;
 			continue;
@@ -3577,6 +3605,7 @@ static void ing_call_release(struct ing_call *c)
 	buf_release(&c->a4);
 	buf_release(&c->a5);
 	buf_release(&c->a6);
+	buf_release(&c->a7);
 }
 
 enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct sample_batch *batches,

@@ -26,6 +26,8 @@
 #define HOUR	(3600 * SEC)
 #define DIV_CPU ((__int128)1000 * 3600000000LL)
 #define DIV_MIB ((__int128)1024 * 3600000000LL)
+/* created_at of the sandboxes rows made here: before every sample. */
+#define MADE "'2026-11-01T00:00:00Z'"
 
 static PGconn *conn;
 static struct ingest *ing;
@@ -483,8 +485,9 @@ static void test_events(void)
 
 	fprintf(stderr, "pause and stop events\n");
 	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-	     " storage_mib, state) VALUES ('acct_1', 's_pause', 'key_a', 2, 2048, 5120, 'running'),"
-	     " ('acct_1', 's_stop', 'key_a', 1, 1024, 0, 'running')");
+	     " storage_mib, state, created_at) VALUES ('acct_1', 's_pause', 'key_a', 2, 2048, "
+	     "5120, 'running', " MADE "),"
+	     " ('acct_1', 's_stop', 'key_a', 1, 1024, 0, 'running', " MADE ")");
 	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
 	     " ('acct_1', 's_pause', 'paused', '2026-11-30T01:30:04Z'),"
 	     " ('acct_1', 's_stop', 'stopped', '2026-11-30T01:30:03Z')");
@@ -519,9 +522,10 @@ static void test_events_edges(void)
 
 	fprintf(stderr, "events at a sample's time, and after a stop\n");
 	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-	     " storage_mib, state) VALUES ('acct_1', 'e_late', 'key_a', 1, 1024, 5120, 'running'),"
-	     " ('acct_1', 'e_early', 'key_a', 1, 1024, 5120, 'running'),"
-	     " ('acct_1', 'e_final', 'key_a', 1, 1024, 0, 'running')");
+	     " storage_mib, state, created_at) VALUES ('acct_1', 'e_late', 'key_a', 1, 1024, 5120, "
+	     "'running', " MADE "),"
+	     " ('acct_1', 'e_early', 'key_a', 1, 1024, 5120, 'running', " MADE "),"
+	     " ('acct_1', 'e_final', 'key_a', 1, 1024, 0, 'running', " MADE ")");
 	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
 	     " ('acct_1', 'e_early', 'paused', '2026-11-30T02:30:10Z'),"
 	     " ('acct_1', 'e_final', 'stopped', '2026-11-30T02:30:05Z'),"
@@ -834,9 +838,9 @@ static void test_unattributed(void)
 	int64_t used = 1000 * 2 * SEC;
 
 	fprintf(stderr, "unattributed and unknown sizes\n");
-	exec(
-	    "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-	    " storage_mib, state) VALUES ('acct_1', 's_cg_known', 'key_a', 2, 2048, 0, 'running')");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) VALUES ('acct_1', 's_cg_known', 'key_a', 2, 2048, "
+	     "0, 'running', " MADE ")");
 	batch(&b, "h11");
 	add(&b, "s_orphan", NULL, t0, 'r', 0, 512, 0, 1);
 	add(&b, "s_orphan", NULL, t0 + 10 * SEC, 'r', 2 * SEC, 512, 0, 1);
@@ -874,6 +878,74 @@ static void test_unattributed(void)
 	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger WHERE account_id = 'unattributed'"), 0);
 }
 
+/* Nothing of a sandbox before its create is billed (an agent's clock
+ * behind, a stale first reading): the interval across the create starts
+ * there with all its CPU, and an event before it counts as at it. A
+ * sandbox first seen in samples was made at its first sample. */
+static void test_before_create(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2026-11-30T04:00:00Z"), made = T("2026-11-30T05:00:30Z");
+	int64_t used = 1000 * 10 * SEC, billed = used, mem = 2048 * 30 * SEC;
+
+	fprintf(stderr, "nothing before the create\n");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) VALUES"
+	     " ('acct_1', 's_made', 'key_a', 2, 2048, 0, 'running', '2026-11-30T05:00:30Z'),"
+	     " ('acct_1', 's_made_p', 'key_a', 2, 2048, 0, 'running', '2026-11-30T05:00:30Z')");
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 's_made_p', 'paused', '2026-11-30T04:30:00Z')");
+	batch(&b, "h_made");
+	add(&b, "s_made", "key_a", t0, 'r', 0, 2048, 0, 2);
+	add(&b, "s_made", "key_a", t0 + HOUR, 'r', 5 * SEC, 2048, 0, 2);
+	add(&b, "s_made", "key_a", made + 30 * SEC, 'r', 15 * SEC, 2048, 0, 2);
+	add(&b, "s_made_p", "key_a", t0, 'r', 0, 2048, 0, 2);
+	add(&b, "s_made_p", "key_a", made + 30 * SEC, 'p', 0, 2048, 1024, 2);
+	add(&b, "s_seen", "key_a", t0, 'r', 0, 2048, 0, 2);
+	add(&b, "s_seen", "key_a", t0 + 10 * SEC, 'r', SEC, 2048, 0, 2);
+	run1(&b);
+	/* 30 s from the create, with the interval's 10 s of CPU. */
+	check_totals("s_made", 30, 0, used, billed, mem, 0, micros(billed, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id = 's_made'"
+		      " AND hour < '2026-11-30T05:00:00Z'"),
+		  0);
+	/* Paused before its create: paused from it (storage as the sample
+	 * after the pause reported). */
+	check_totals("s_made_p", 0, 30, 0, 0, 0, 1024 * 30 * SEC, 0, 0,
+		     micros(1024 * 30 * SEC, 100, DIV_MIB));
+	/* First seen in samples: made at its first, and billed from it. */
+	CHECK_I64(q64("SELECT (extract(epoch FROM created_at) * 1000000)::bigint"
+		      " FROM sandboxes WHERE sandbox_id = 's_seen'"),
+		  t0);
+	CHECK_I64(usum("s_seen", "running_usec"), 10 * SEC);
+}
+
+/* A sample that leaves storage_mib out keeps the size last reported (the
+ * record's is 0 for a sandbox a create made). */
+static void test_storage_left_out(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2026-11-30T06:00:00Z");
+	int64_t sto = (int64_t)1048576 * 2 * HOUR;
+
+	fprintf(stderr, "storage left out\n");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) VALUES"
+	     " ('acct_1', 's_sto', 'key_a', 1, 1024, 0, 'paused', " MADE ")");
+	batch(&b, "h_sto");
+	add(&b, "s_sto", "key_a", t0, 'p', 0, 1024, 1048576, 1);
+	run1(&b);
+	batch(&b, "h_sto");
+	add(&b, "s_sto", "key_a", t0 + HOUR, 'p', 0, 1024, SAMPLE_UNKNOWN, 1);
+	add(&b, "s_sto", "key_a", t0 + 2 * HOUR, 'p', 0, 1024, SAMPLE_UNKNOWN, 1);
+	run1(&b);
+	check_totals("s_sto", 0, 2 * 3600, 0, 0, 0, sto, 0, 0, micros(sto, 100, DIV_MIB));
+	CHECK_I64(q64("SELECT count(*) FROM samples WHERE sandbox_id = 's_sto'"
+		      " AND storage_mib = 1048576"),
+		  3);
+}
+
 /* Metering consumes the sandbox's open holds; committed = spent + holds. */
 static void test_holds(void)
 {
@@ -886,7 +958,8 @@ static void test_holds(void)
 
 	fprintf(stderr, "holds consumed\n");
 	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-	     " storage_mib, state) VALUES ('acct_1', 's_hold', 'key_hold', 2, 4096, 0, 'running')");
+	     " storage_mib, state, created_at) VALUES ('acct_1', 's_hold', 'key_hold', 2, 4096, 0, "
+	     "'running', " MADE ")");
 	exec("INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
 	     " lease_starts_at, lease_ends_at) VALUES ('acct_1', 'key_hold', 's_hold',"
 	     " '2026-11-30', 2000, 'open', '2026-11-30T00:20:00Z', '2026-11-30T00:35:00Z')");
@@ -937,7 +1010,8 @@ static void one_hold(const char *sbx, const char *key, const char *hold_key, con
 
 	snprintf(sql, sizeof(sql),
 		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-		 " storage_mib, state) VALUES ('acct_1', '%s', '%s', 2, 4096, 0, 'running')",
+		 " storage_mib, state, created_at) VALUES ('acct_1', '%s', '%s', 2, 4096, 0, "
+		 "'running', " MADE ")",
 		 sbx, key);
 	exec(sql);
 	snprintf(sql, sizeof(sql),
@@ -982,7 +1056,8 @@ static void holds_setup(const char *x)
 
 	snprintf(sql, sizeof(sql),
 		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-		 " storage_mib, state) VALUES ('acct_1', 's_%s', 'key_%s', 2, 4096, 0, 'running')",
+		 " storage_mib, state, created_at) VALUES ('acct_1', 's_%s', 'key_%s', 2, 4096, 0, "
+		 "'running', " MADE ")",
 		 x, x);
 	exec(sql);
 	snprintf(sql, sizeof(sql),
@@ -1459,9 +1534,9 @@ static struct ingest_stats zsample(int t, int c)
 static void test_cache_generation(void)
 {
 	fprintf(stderr, "cached zone and size changed\n");
-	exec(
-	    "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-	    " storage_mib, state) VALUES ('acct_1', 's_cache_z', 'key_cz', 2, 1024, 0, 'running')");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) VALUES ('acct_1', 's_cache_z', 'key_cz', 2, 1024, "
+	     "0, 'running', " MADE ")");
 	zsample(0, 0);
 	zsample(300, 30);
 	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id = 's_cache_z'"
@@ -1573,6 +1648,8 @@ int main(void)
 	test_new_york();
 	test_price_change();
 	test_unattributed();
+	test_before_create();
+	test_storage_left_out();
 	test_holds();
 	test_holds_multi();
 	test_hold_other_key();

@@ -35,7 +35,9 @@ static void check_batch(const struct sample_batch *b)
 			   s->u.state == SANDBOX_STOPPED);
 		FUZZ_CHECK(s->u.vcpus >= 1 && s->u.vcpus <= 1024);
 		FUZZ_CHECK(s->u.memory_mib >= 0 && s->u.memory_mib <= MIB_MAX);
-		FUZZ_CHECK(s->u.storage_mib >= 0 && s->u.storage_mib <= MIB_MAX);
+		/* Left out or null: unknown (ingestion keeps the last size). */
+		FUZZ_CHECK(s->u.storage_mib == SAMPLE_UNKNOWN ||
+			   (s->u.storage_mib >= 0 && s->u.storage_mib <= MIB_MAX));
 		FUZZ_CHECK(s->u.cpu_usec >= 0 && s->u.cpu_usec <= CPU_USEC_MAX);
 		FUZZ_CHECK(s->u.at_usec == b->sampled_at_usec);
 		if (b->n <= DUP_CHECK_ITEMS_MAX)
@@ -54,13 +56,14 @@ static char *to_doc(const struct sample_batch *b)
 	FUZZ_CHECK(list != NULL);
 	for (size_t i = 0; i < b->n; i++) {
 		const struct meter_sample *s = &b->items[i];
-		json_t *o =
-		    json_pack("{s:s, s:s, s:i, s:I, s:I, s:I}", "sandbox_id", s->sandbox_id,
-			      "state", sandbox_state_name(s->u.state), "vcpus", (int)s->u.vcpus,
-			      "memory_mib", (json_int_t)s->u.memory_mib, "storage_mib",
-			      (json_int_t)s->u.storage_mib, "cpu_usec", (json_int_t)s->u.cpu_usec);
+		json_t *o = json_pack("{s:s, s:s, s:i, s:I, s:I}", "sandbox_id", s->sandbox_id,
+				      "state", sandbox_state_name(s->u.state), "vcpus",
+				      (int)s->u.vcpus, "memory_mib", (json_int_t)s->u.memory_mib,
+				      "cpu_usec", (json_int_t)s->u.cpu_usec);
 
 		FUZZ_CHECK(o != NULL);
+		if (s->u.storage_mib != SAMPLE_UNKNOWN)
+			json_object_set_new(o, "storage_mib", json_integer(s->u.storage_mib));
 		if (s->key_id[0])
 			json_object_set_new(o, "key_id", json_string(s->key_id));
 		json_array_append_new(list, o);

@@ -250,7 +250,7 @@ static enum meter_rc doc_item(json_t *item, size_t idx, struct meter_sample *s, 
 					    "memory_mib", "storage_mib", "cpu_usec", NULL};
 	const struct doc_ctx c = {.idx = (long)idx, .err = err, .errlen = errlen};
 	const char *state;
-	int64_t vcpus = 0, memory = 0, storage = 0, cpu = 0;
+	int64_t vcpus = 0, memory = 0, storage = SAMPLE_UNKNOWN, cpu = 0;
 	enum meter_rc rc;
 
 	if (!json_is_object(item)) {

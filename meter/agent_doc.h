@@ -5,7 +5,8 @@
  *   {"sandbox_id":"sbx_1","key_id":"key_1","state":"running","vcpus":2,
  *    "memory_mib":4096,"storage_mib":5120,"cpu_usec":123456789}]}
  *
- * key_id and storage_mib are optional (storage_mib defaults to 0); every
+ * key_id and storage_mib are optional (storage_mib left out or null is
+ * SAMPLE_UNKNOWN: ingestion keeps the size last reported); every
  * other field is required. Unknown fields, wrong types, negative or absurd
  * numbers (vcpus > 1024, memory or storage > 16 TiB, cpu_usec > 2^62,
  * sampled_at before 2000 or more than 10 minutes ahead of now), bad ids, a

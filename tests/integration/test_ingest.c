@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent_doc.h"
 #include "check.h"
 #include "db.h"
 #include "ingest.h"
@@ -936,10 +937,24 @@ static void test_storage_left_out(void)
 	batch(&b, "h_sto");
 	add(&b, "s_sto", "key_a", t0, 'p', 0, 1024, 1048576, 1);
 	run1(&b);
-	batch(&b, "h_sto");
-	add(&b, "s_sto", "key_a", t0 + HOUR, 'p', 0, 1024, SAMPLE_UNKNOWN, 1);
-	add(&b, "s_sto", "key_a", t0 + 2 * HOUR, 'p', 0, 1024, SAMPLE_UNKNOWN, 1);
-	run1(&b);
+	/* As an agent's documents say it: left out, then null. */
+	for (int i = 1; i <= 2; i++) {
+		static const char *const docs[] = {
+		    NULL,
+		    "{\"host_id\":\"h_sto\",\"sampled_at\":\"2026-11-30T07:00:00Z\","
+		    "\"sandboxes\":[{\"sandbox_id\":\"s_sto\",\"key_id\":\"key_a\","
+		    "\"state\":\"paused\",\"vcpus\":1,\"memory_mib\":1024,\"cpu_usec\":0}]}",
+		    "{\"host_id\":\"h_sto\",\"sampled_at\":\"2026-11-30T08:00:00Z\","
+		    "\"sandboxes\":[{\"sandbox_id\":\"s_sto\",\"key_id\":\"key_a\","
+		    "\"state\":\"paused\",\"vcpus\":1,\"memory_mib\":1024,"
+		    "\"storage_mib\":null,\"cpu_usec\":0}]}"};
+		char err[256];
+
+		CHECK_I64(
+		    agent_doc_parse(docs[i], strlen(docs[i]), t0 + 3 * HOUR, &b, err, sizeof(err)),
+		    METER_OK);
+		run1(&b);
+	}
 	check_totals("s_sto", 0, 2 * 3600, 0, 0, 0, sto, 0, 0, micros(sto, 100, DIV_MIB));
 	CHECK_I64(q64("SELECT count(*) FROM samples WHERE sandbox_id = 's_sto'"
 		      " AND storage_mib = 1048576"),

@@ -55,11 +55,12 @@
 #define ING_VERSION_NONE  (-1)
 #define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
 #define ING_DAY_NONE_SQL  "-2147483648"
+#define ING_TIME_NONE	  INT64_MIN		    /* no instant */
+#define ING_CACHE_MAX	  10000000		    /* cache_sandboxes at most */
+#define ING_CACHE_AGE	  (INT64_C(3600) * 1000000) /* a cache entry is used this long, µs */
+
 /* A sandbox's created_at in µs since the Unix epoch (a bigint column). */
 #define ING_CREATED_SQL "(extract(epoch FROM sb.created_at) * 1000000)::bigint"
-#define ING_TIME_NONE	INT64_MIN		  /* no instant */
-#define ING_CACHE_MAX	10000000		  /* cache_sandboxes at most */
-#define ING_CACHE_AGE	(INT64_C(3600) * 1000000) /* a cache entry is used this long, µs */
 
 /* Cached day starts of one zone: start[i] is when day d0 + i begins. */
 struct ing_zone {
@@ -1196,9 +1197,8 @@ static const char SQL_SANDBOXES_CREATE[] =
     " SELECT COALESCE(k.account_id, 'unattributed'), q.s, k.key_id, q.v, q.m, q.st, q.state,"
     "        t.at, t.at"
     " FROM unnest($1::text[], $2::text[], $3::integer[], $4::bigint[], $5::bigint[],"
-    "             $6::text[], $7::bigint[]) AS q(s, kid, v, m, st, state, first_usec)"
-    " CROSS JOIN LATERAL (SELECT LEAST(now(), TIMESTAMPTZ 'epoch' + q.first_usec *"
-    "                                          INTERVAL '1 microsecond') AS at) t"
+    "             $6::text[], $7::timestamptz[]) AS q(s, kid, v, m, st, state, first)"
+    " CROSS JOIN LATERAL (SELECT LEAST(now(), q.first) AS at) t"
     " LEFT JOIN api_keys k ON k.key_id = NULLIF(q.kid, '')"
     " ORDER BY q.s"
     " ON CONFLICT DO NOTHING";
@@ -1719,6 +1719,7 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 	enum meter_rc rc;
 	size_t missing = 0;
 	int64_t created;
+	char first[64];
 
 	arr_open(&c->a1);
 	arr_open(&c->a2);
@@ -1738,7 +1739,8 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 		arr_i64(&c->a4, sb->hint_memory_mib);
 		arr_i64(&c->a5, sb->hint_storage_mib);
 		arr_text(&c->a6, sandbox_state_name(sb->hint_state));
-		arr_i64(&c->a7, sb->min_at);
+		ing_fmt_time(sb->min_at, first, sizeof(first));
+		arr_text(&c->a7, first);
 	}
 	if (missing == 0)
 		return METER_OK;

@@ -41,6 +41,15 @@ static void page_done(struct webdriver *wd, const char *name)
 	CHECK(wd_screenshot(wd, path) == 0);
 }
 
+/* The text of the page's first element matching css is want. */
+static void text_is(struct webdriver *wd, const char *css, const char *want)
+{
+	char *text = wd_text(wd, css);
+
+	CHECK_STR(text, want);
+	free(text);
+}
+
 /* Inserts an hour of usage `ago` hours before the current UTC hour, with
  * the given money; returns 1 when that hour is in the current UTC month. */
 static int usage(PGconn *c, const char *acc, const char *key, const char *sbx, int ago, int64_t cpu,
@@ -162,10 +171,8 @@ int main(void)
 	free(text);
 
 	/* Overview: the week's spend, this hour's most expensive sandbox. */
-	text = wd_text(&wd, "#week-total");
 	dollars(week, want, sizeof(want));
-	CHECK_STR(text, want);
-	free(text);
+	text_is(&wd, "#week-total", want);
 	src = wd_source(&wd);
 	CHECK(src && strstr(src, "sbx_busy") != NULL);
 	CHECK(src && strstr(src, "$0.080000") != NULL); /* sbx_busy today */
@@ -177,9 +184,7 @@ int main(void)
 	/* Sandboxes: both, with today's and the month's cost. */
 	snprintf(url, sizeof(url), "%s/dashboard/sandboxes", t.servers[0].base);
 	CHECK(wd_get(&wd, url) == 0);
-	text = wd_text(&wd, "#sandbox-count");
-	CHECK_STR(text, "2");
-	free(text);
+	text_is(&wd, "#sandbox-count", "2");
 	src = wd_source(&wd);
 	dollars(busy_month, want, sizeof(want));
 	CHECK(src && strstr(src, want) != NULL);
@@ -189,26 +194,18 @@ int main(void)
 	page_done(&wd, "sandboxes");
 	snprintf(url, sizeof(url), "%s/dashboard/sandboxes?state=paused", t.servers[0].base);
 	CHECK(wd_get(&wd, url) == 0);
-	text = wd_text(&wd, "#sandbox-count");
-	CHECK_STR(text, "1");
-	free(text);
+	text_is(&wd, "#sandbox-count", "1");
 	page_done(&wd, "sandboxes-paused");
 	/* A key of the account with no sandbox: none here; a key filter
 	 * naming no key of the account says so (a 404 page, in the console). */
 	snprintf(url, sizeof(url), "%s/dashboard/sandboxes?key_id=%s", t.servers[0].base, ro_key);
 	CHECK(wd_get(&wd, url) == 0);
-	text = wd_text(&wd, "tbody");
-	CHECK_STR(text, "No sandboxes here.");
-	free(text);
+	text_is(&wd, "tbody", "No sandboxes here.");
 	page_done(&wd, "sandboxes-idle-key");
 	snprintf(url, sizeof(url), "%s/dashboard/sandboxes?key_id=key_none", t.servers[0].base);
 	CHECK(wd_get(&wd, url) == 0);
-	text = wd_text(&wd, "tbody");
-	CHECK_STR(text, "No key key_none in this account.");
-	free(text);
-	text = wd_text(&wd, "#sandbox-count");
-	CHECK_STR(text, "0");
-	free(text);
+	text_is(&wd, "tbody", "No key key_none in this account.");
+	text_is(&wd, "#sandbox-count", "0");
 	json_decref(wd_console_errors(&wd)); /* the 404 is expected there */
 
 	/* Never metered (no meter row), and metered on an earlier day only:
@@ -235,9 +232,7 @@ int main(void)
 
 		snprintf(url, sizeof(url), "%s/dashboard/sandboxes", t.servers[0].base);
 		CHECK(wd_get(&wd, url) == 0);
-		text = wd_text(&wd, "#sandbox-count");
-		CHECK_STR(text, "4");
-		free(text);
+		text_is(&wd, "#sandbox-count", "4");
 		src = wd_source(&wd);
 		at = src;
 		for (size_t i = 0; at && i < sizeof(order) / sizeof(order[0]); i++) {
@@ -252,9 +247,7 @@ int main(void)
 		free(src);
 		snprintf(url, sizeof(url), "%s/dashboard/sandboxes?page=1", t.servers[0].base);
 		CHECK(wd_get(&wd, url) == 0);
-		text = wd_text(&wd, "#sandbox-count");
-		CHECK_STR(text, "4");
-		free(text);
+		text_is(&wd, "#sandbox-count", "4");
 		src = wd_source(&wd);
 		CHECK(src && strstr(src, "href=\"/dashboard/sandboxes/sbx_") == NULL);
 		free(src);
@@ -263,9 +256,7 @@ int main(void)
 	/* A sandbox: the month's breakdown adds up to its total. */
 	snprintf(url, sizeof(url), "%s/dashboard/sandboxes/sbx_busy", t.servers[0].base);
 	CHECK(wd_get(&wd, url) == 0);
-	text = wd_text(&wd, "#cost-4");
-	CHECK_STR(text, want);
-	free(text);
+	text_is(&wd, "#cost-4", want);
 	src = wd_source(&wd);
 	CHECK(src && strstr(src, "class=\"floor\"") != NULL);
 	free(src);

@@ -286,7 +286,7 @@ bool hutil_body_str(struct http_req *req, json_t *body, const char *name, size_t
 {
 	json_t *v = json_object_get(body, name);
 	const char *s;
-	size_t len;
+	size_t len, chars;
 	char msg[200];
 
 	if (!v) {
@@ -303,17 +303,27 @@ bool hutil_body_str(struct http_req *req, json_t *body, const char *name, size_t
 	}
 	s = json_string_value(v);
 	len = json_string_length(v);
-	if (len == 0 || len > maxlen || strlen(s) != len) {
-		snprintf(msg, sizeof(msg), "%s must be 1 to %zu bytes", name, maxlen);
+	if (strlen(s) != len) {
+		snprintf(msg, sizeof(msg), "%s holds a NUL character", name);
 		hutil_bad(req, name, msg);
 		return false;
 	}
+	/* Characters, as the schema's maxLength and the table's length()
+	 * count them: jansson hands over valid UTF-8, so each is one byte
+	 * that does not continue another. */
+	chars = 0;
 	for (size_t i = 0; i < len; i++) {
 		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
 			snprintf(msg, sizeof(msg), "%s holds a control character", name);
 			hutil_bad(req, name, msg);
 			return false;
 		}
+		chars += ((unsigned char)s[i] & 0xc0) != 0x80;
+	}
+	if (chars == 0 || chars > maxlen) {
+		snprintf(msg, sizeof(msg), "%s must be 1 to %zu characters", name, maxlen);
+		hutil_bad(req, name, msg);
+		return false;
 	}
 	*out = s;
 	return true;

@@ -89,8 +89,9 @@ bool hutil_body_allowed(struct http_req *req, json_t *body, const char *const *a
 bool hutil_body_int(struct http_req *req, json_t *body, const char *name, int64_t min, int64_t max,
 		    bool required, bool nullable, int64_t *out, bool *is_null, bool *present);
 
-/* Body member name as a string of 1..maxlen bytes without control
- * characters; *out borrowed from body. required: absence is an error. */
+/* Body member name as a string of 1..maxlen characters (UTF-8 code
+ * points, so up to 4 * maxlen bytes) without control characters; *out
+ * borrowed from body. required: absence is an error. */
 bool hutil_body_str(struct http_req *req, json_t *body, const char *name, size_t maxlen,
 		    bool required, const char **out);
 

@@ -157,6 +157,7 @@ json_t *http_json_body(struct http_req *req)
 {
 	json_error_t jerr;
 	json_t *root;
+	const char *nul;
 	char msg[200];
 
 	if (!req->body || req->body_len == 0) {
@@ -168,8 +169,18 @@ json_t *http_json_body(struct http_req *req)
 		http_reply_error(req, 400, "invalid_request", "JSON nested too deeply", NULL);
 		return NULL;
 	}
-	/* No JSON_ALLOW_NUL: a NUL inside a string is rejected by the parser,
-	 * as is invalid UTF-8. */
+	/* A raw NUL byte is never JSON (inside a string it is written
+	 * \u0000), and jansson took one before a closing bracket for the end
+	 * of the text and parsed what came before it. */
+	nul = memchr(req->body, '\0', req->body_len);
+	if (nul) {
+		snprintf(msg, sizeof(msg), "malformed JSON at byte %zu: a NUL byte",
+			 (size_t)(nul - req->body));
+		http_reply_error(req, 400, "invalid_request", msg, NULL);
+		return NULL;
+	}
+	/* No JSON_ALLOW_NUL: an escaped NUL inside a string is rejected by
+	 * the parser, as is invalid UTF-8. */
 	root = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
 		snprintf(msg, sizeof(msg), "malformed JSON at byte %d: %s", jerr.position,

@@ -386,6 +386,7 @@ enum meter_rc agent_doc_parse(const char *text, size_t len, int64_t now_usec,
 {
 	json_error_t jerr;
 	json_t *root;
+	const char *nul;
 	enum meter_rc rc;
 
 	if (err && errlen)
@@ -405,6 +406,14 @@ enum meter_rc agent_doc_parse(const char *text, size_t len, int64_t now_usec,
 	}
 	if (parse_json_depth(text, len) > DOC_DEPTH_MAX) {
 		doc_err(err, errlen, "document", "nested deeper than %d levels", DOC_DEPTH_MAX);
+		return METER_EINVAL;
+	}
+	/* A raw NUL byte is never JSON; jansson took one before a closing
+	 * bracket for the end of the text. */
+	nul = memchr(text, '\0', len);
+	if (nul) {
+		doc_err(err, errlen, "document", "malformed JSON: a NUL byte at byte %zu",
+			(size_t)(nul - text));
 		return METER_EINVAL;
 	}
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);

@@ -33,6 +33,10 @@ struct bad_case {
 };
 
 #define ID65 "a1234567890123456789012345678901234567890123456789012345678901234"
+/* 200 characters of two bytes each (U+00E9). */
+#define E10  "\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"
+#define E50  E10 E10 E10 E10 E10
+#define E200 E50 E50 E50 E50
 
 static const struct bad_case cases[] = {
     /* POST /v1/accounts: JSON itself. */
@@ -54,6 +58,14 @@ static const struct bad_case cases[] = {
      "invalid_request", NULL},
     {"raw NUL byte", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\0b\"}", 14, NULL, 400,
      "invalid_request", NULL},
+    /* jansson alone took a NUL after a number or a literal for the end of
+     * the text, and the bracket after it: these made a key. */
+    {"raw NUL after a number", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"daily_limit_micros\":1\0}", 39, NULL, 400, "invalid_request", NULL},
+    {"raw NUL after a literal", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"daily_limit_micros\":null\0}", 42, NULL, 400, "invalid_request", NULL},
+    {"trailing raw NUL", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\"}\0", 13, NULL, 400,
+     "invalid_request", NULL},
     {"invalid UTF-8", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"\xff\xfe\"}", 0, NULL, 400,
      "invalid_request", NULL},
     {"overlong UTF-8", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"\xc0\xaf\"}", 0, NULL,
@@ -73,6 +85,8 @@ static const struct bad_case cases[] = {
      "invalid_request", "name"},
     {"name control character", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\\u0007\"}", 0,
      NULL, 400, "invalid_request", "name"},
+    {"name 201 characters", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"" E200 "\u00e9\"}",
+     0, NULL, 400, "invalid_request", "name"},
     /* POST /v1/accounts/{id}/keys. */
     {"role unknown", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR, "{\"role\":\"admin\"}", 0,
      NULL, 400, "invalid_request", "role"},
@@ -813,6 +827,31 @@ int main(void)
 					       " THEN RAISE 'created'; END IF; END $$"),
 		  "00000");
 	test_unknown_key_body(); /* creates a key of its own */
+	/* (After the count above.) A name is up to 200 characters, as the schema's maxLength and
+	 * the table's length() count them, not bytes: 200 two-byte characters are taken and kept
+	 * whole. */
+	CHECK(apitest_call(&t, 0, "POST", "/v1/accounts", t.operator_token,
+			   "{\"name\":\"" E200 "\"}", &r) == 0);
+	CHECK_I64(r.status, 201);
+	{
+		const char *id = json_string_value(json_object_get(r.json, "account_id"));
+		const char *name = json_string_value(json_object_get(r.json, "name"));
+		const char *params[1] = {id};
+		PGresult *res;
+
+		CHECK(name && strlen(name) == 400);
+		res = PQexecParams(t.db.conn,
+				   "SELECT char_length(name), octet_length(name) FROM accounts"
+				   " WHERE account_id = $1",
+				   1, NULL, params, NULL, NULL, 0);
+		CHECK(id && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1);
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+			CHECK_STR(PQgetvalue(res, 0, 0), "200");
+			CHECK_STR(PQgetvalue(res, 0, 1), "400");
+		}
+		PQclear(res);
+	}
+	apitest_resp_release(&r);
 	/* Zero is a valid limit; null removes it. */
 	snprintf(sql, sizeof(sql), "/v1/keys/%s/limits", key);
 	CHECK(apitest_call(&t, 0, "PUT", sql, tok_full, "{\"daily_limit_micros\":0}", &r) == 0);

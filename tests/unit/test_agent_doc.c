@@ -378,6 +378,34 @@ static void test_api_edges(void)
 	CHECK(b.n == 0 && b.items == NULL);
 }
 
+/* A raw NUL byte is not JSON wherever it is: jansson alone took one after
+ * a number or a literal for the end of the text (and the bracket after
+ * it). */
+static void test_raw_nul(void)
+{
+	static const char before_bracket[] =
+	    "{\"host_id\":\"h1\",\"sampled_at\":\"2026-11-30T01:02:03Z\",\"sandboxes\":[{"
+	    "\"sandbox_id\":\"s1\",\"state\":\"running\",\"vcpus\":1,\"memory_mib\":512,"
+	    "\"cpu_usec\":5\0}]}";
+	static const char trailing[] = "{\"host_id\":\"h1\",\"sampled_at\":"
+				       "\"2026-11-30T01:02:03Z\",\"sandboxes\":[]}\0";
+	struct sample_batch b;
+	char err[160];
+
+	sample_batch_init(&b);
+	CHECK(agent_doc_parse(before_bracket, sizeof(before_bracket) - 1, NOW_USEC, &b, err,
+			      sizeof(err)) == METER_EINVAL);
+	CHECK_STR(err, "document: malformed JSON: a NUL byte at byte 141");
+	CHECK(agent_doc_parse(trailing, sizeof(trailing) - 1, NOW_USEC, &b, err, sizeof(err)) ==
+	      METER_EINVAL);
+	CHECK_STR(err, "document: malformed JSON: a NUL byte at byte 67");
+	CHECK(b.n == 0 && b.items == NULL);
+	/* The same text without its NUL is taken. */
+	CHECK(agent_doc_parse(trailing, sizeof(trailing) - 2, NOW_USEC, &b, err, sizeof(err)) ==
+	      METER_OK);
+	sample_batch_release(&b);
+}
+
 static void test_time_known(void)
 {
 	static const struct {
@@ -464,6 +492,7 @@ int main(void)
 	test_size_cap();
 	test_many_sandboxes();
 	test_api_edges();
+	test_raw_nul();
 	test_time_known();
 	test_time_sweep();
 	return check_done();

@@ -132,6 +132,21 @@ static const json_t *resolve(const json_t *doc, const char *ref)
  * fail (close the whole with unevaluatedProperties instead). Recursive, as
  * deep as the checked-in document.
  * NOLINTNEXTLINE(misc-no-recursion) */
+/* The security schemes an operation lists: 1 bearer, 2 session. */
+static int security_schemes(const json_t *security)
+{
+	size_t i;
+	json_t *alt;
+	int bits = 0;
+
+	json_array_foreach(security, i, alt)
+	{
+		bits |= json_object_get(alt, "bearer") ? 1 : 0;
+		bits |= json_object_get(alt, "session") ? 2 : 0;
+	}
+	return bits;
+}
+
 static void check_refs(const json_t *doc, const json_t *v, int *bad)
 {
 	const char *key;
@@ -218,6 +233,18 @@ int main(void)
 			  routes[i].roles == ROLE_PUBLIC);
 		/* A route that takes a body documents it. */
 		CHECK_I64(json_object_get(op, "requestBody") != NULL, routes[i].max_body > 0);
+		/* The server answers a wrong method (405) and a body over the
+		 * cap, or any body where none is taken (413), on every route. */
+		CHECK(json_object_get(json_object_get(op, "responses"), "405") != NULL);
+		CHECK(json_object_get(json_object_get(op, "responses"), "413") != NULL);
+		/* A route a session may call takes the bearer token too (the
+		 * cookie stands for it only when no Authorization is sent). */
+		if (routes[i].session && routes[i].roles != ROLE_PUBLIC) {
+			if (security_schemes(json_object_get(op, "security")) != 3)
+				fprintf(stderr, "route %s %s: session and bearer not both listed\n",
+					routes[i].method, routes[i].path);
+			CHECK_I64(security_schemes(json_object_get(op, "security")), 3);
+		}
 	}
 
 	/* Every documented operation is served. */

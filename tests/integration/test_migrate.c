@@ -1,9 +1,12 @@
 /* Integration: the migration runner against a real PostgreSQL, and the
  * schema's partitioned samples. */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "check.h"
 #include "db.h"
@@ -277,6 +280,50 @@ static void test_concurrent(void)
 	testdb_drop(&db);
 }
 
+/* The socket's keepalive idle time and user timeout, as the kernel has
+ * them. */
+static void socket_keepalive(PGconn *conn, int *idle, int *user_timeout_ms)
+{
+	socklen_t len = sizeof(int);
+
+	*idle = *user_timeout_ms = -1;
+	CHECK_I64(getsockopt(PQsocket(conn), IPPROTO_TCP, TCP_KEEPIDLE, idle, &len), 0);
+	len = sizeof(int);
+	CHECK_I64(getsockopt(PQsocket(conn), IPPROTO_TCP, TCP_USER_TIMEOUT, user_timeout_ms, &len),
+		  0);
+}
+
+/* Every connection meter opens finds a server gone without a word in
+ * about half a minute (keepalives after 15 s idle, unacknowledged data
+ * given up after 30 s), unless the URL says otherwise. */
+static void test_keepalives(const char *url)
+{
+	char other[1024], err[256];
+	PGconn *conn = NULL;
+	int idle, user_timeout;
+
+	CHECK_I64(db_connect(url, &conn, err, sizeof(err)), METER_OK);
+	if (conn) {
+		socket_keepalive(conn, &idle, &user_timeout);
+		CHECK_I64(idle, 15);
+		CHECK_I64(user_timeout, 30000);
+		PQfinish(conn);
+		conn = NULL;
+	}
+	if (strncmp(url, "postgres", 8) == 0)
+		snprintf(other, sizeof(other), "%s%ckeepalives_idle=99&tcp_user_timeout=7000", url,
+			 strchr(url, '?') ? '&' : '?');
+	else /* key=value pairs */
+		snprintf(other, sizeof(other), "%s keepalives_idle=99 tcp_user_timeout=7000", url);
+	CHECK_I64(db_connect(other, &conn, err, sizeof(err)), METER_OK);
+	if (conn) {
+		socket_keepalive(conn, &idle, &user_timeout);
+		CHECK_I64(idle, 99);
+		CHECK_I64(user_timeout, 7000);
+		PQfinish(conn);
+	}
+}
+
 /* The partition a sample of sandbox sbx_p at time at landed in. */
 static void sample_partition(PGconn *conn, const char *at, char *out, size_t len)
 {
@@ -404,6 +451,7 @@ int main(void)
 	test_first_run(db.conn);
 	test_rerun(db.conn);
 	test_partitions(db.conn);
+	test_keepalives(db.url);
 	testdb_drop(&db);
 	test_concurrent();
 	return check_done();

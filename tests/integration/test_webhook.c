@@ -482,6 +482,86 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 	event_at(t, "wh-woken", "stopped", 8);
 }
 
+/* Pushes a sample of sandbox sb under key (1 vCPU, 1 GiB) dated now +
+ * ahead seconds, in state; must be 200. */
+static void sample_at(struct apitest *t, const char *key, const char *sb, const char *state,
+		      int ahead, long long cpu_usec)
+{
+	struct apitest_resp r;
+	char body[512], at[40];
+
+	cu_rfc3339(time(NULL) + ahead, at, sizeof(at));
+	snprintf(body, sizeof(body),
+		 "{\"host_id\":\"h-wh\",\"sampled_at\":\"%s\",\"sandboxes\":[{\"sandbox_id\":"
+		 "\"%s\",\"key_id\":\"%s\",\"state\":\"%s\",\"vcpus\":1,\"memory_mib\":1024,"
+		 "\"cpu_usec\":%lld}]}",
+		 at, sb, key, state, cpu_usec);
+	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+}
+
+/* A paused sandbox its agent finds running again with neither a wake nor
+ * an event (its hold settled by the pause): hold_outrun
+ * "running_while_paused" at the sample, by that hold, once per hold. None
+ * for one woken first, nor for a resume the samples show before the
+ * pause, nor for samples that stay running (no resume seen). */
+static void test_paused_running(struct apitest *t, const char *acc)
+{
+	static const char *const sbs[] = {"wh-pr", "wh-pr-woken", "wh-pr-early"};
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char key[65], token[APITEST_TOKEN_MAX];
+	long long hold;
+
+	CHECK(apitest_create_key(t, acc, "full", -1, NULL, key, token) == 0);
+	for (size_t i = 0; i < 3; i++) {
+		CHECK_I64(cu_create(t, 0, key, sbs[i], 1, 1024, 900, NULL, &r), 200);
+		apitest_resp_release(&r);
+	}
+	hold = cu_sql_int(db, "SELECT hold_id FROM holds WHERE sandbox_id = 'wh-pr'"
+			      " ORDER BY day DESC, hold_id DESC LIMIT 1");
+	/* wh-pr-early: its pause event first, then samples that saw it
+	 * paused and running before the pause's time (they came late), and
+	 * running after it. */
+	event_at(t, "wh-pr-early", "paused", 3);
+	sample_at(t, key, "wh-pr-early", "paused", 1, 0);
+	sample_at(t, key, "wh-pr-early", "running", 2, 0);
+	sample_at(t, key, "wh-pr-early", "running", 4, 1000000);
+	/* wh-pr: paused by its event, seen paused, then running. */
+	event_at(t, "wh-pr", "paused", 0);
+	sample_at(t, key, "wh-pr", "paused", 1, 0);
+	CHECK_I64(outruns(db, "wh-pr", "running_while_paused"), 0);
+	sample_at(t, key, "wh-pr", "running", 2, 0);
+	CHECK_I64(outruns(db, "wh-pr", "running_while_paused"), 1);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+			     " AND payload->>'sandbox_id' = 'wh-pr' AND"
+			     " (payload->>'hold_id')::bigint = %lld AND key_id = '%s'"
+			     " AND payload->>'reason' = 'running_while_paused'"
+			     " AND (payload->>'at')::timestamptz = (SELECT last_sampled_at"
+			     " FROM sandbox_meter WHERE sandbox_id = 'wh-pr')",
+			     hold, key),
+		  1);
+	/* Seen paused and running again on the same settled hold: told. */
+	sample_at(t, key, "wh-pr", "paused", 3, 0);
+	sample_at(t, key, "wh-pr", "running", 4, 0);
+	CHECK_I64(outruns(db, "wh-pr", "running_while_paused"), 1);
+	/* wh-pr-woken: paused, seen paused, woken, then seen running. */
+	event_at(t, "wh-pr-woken", "paused", 0);
+	sample_at(t, key, "wh-pr-woken", "paused", 1, 0);
+	CHECK_I64(cu_wake(t, 0, "wh-pr-woken", 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	sample_at(t, key, "wh-pr-woken", "running", 2, 0);
+	CHECK_I64(outruns(db, "wh-pr-woken", "running_while_paused"), 0);
+	CHECK_I64(outruns(db, "wh-pr-early", "running_while_paused"), 0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				 " AND payload->>'sandbox_id' IN ('wh-pr-woken', 'wh-pr-early')"),
+		  0);
+	for (size_t i = 0; i < 3; i++)
+		event_at(t, sbs[i], "stopped", 8);
+}
+
 /* A lease the sweeper released while its sandbox ran, with its unmetered
  * tail kept open (a sample came before the lease end, none after: the
  * host lags): reported once the grace has passed, not when metering
@@ -803,6 +883,7 @@ int main(void)
 	test_metrics(&t, acc, key);
 	test_lease_ended(&t, acc);
 	test_resumed_without_wake(&t, acc);
+	test_paused_running(&t, acc);
 	test_lease_ended_lagging(&t, acc);
 	test_crossings(&t, acc);
 	test_slow_body(&t, acc, key);

@@ -405,6 +405,16 @@ static enum meter_rc batch_prepare(struct batcher *e, struct batch *b, int64_t d
 				  json_pack("{s:s}", "key_id", r->key_id));
 			continue;
 		}
+		/* A read_only key changes nothing: no sandbox is created or
+		 * woken on it (a sandbox metering found under one, too). */
+		if (r->key_read_only) {
+			set_error(it, 403, "read_only_key",
+				  rq->op == CHECKS_CREATE
+				      ? "a read_only key cannot create sandboxes"
+				      : "the sandbox's key is read_only: it cannot be woken",
+				  json_pack("{s:s}", "key_id", r->key_id));
+			continue;
+		}
 		if (rq->op == CHECKS_CREATE && r->sb_exists) {
 			set_error(it, 409, "sandbox_exists", "a sandbox with this id exists",
 				  json_pack("{s:s}", "sandbox_id", rq->sandbox_id));
@@ -780,7 +790,8 @@ static void batch_learn(struct checks_engine *e, const struct batch *b)
 
 		if (!r->key_exists)
 			continue;
-		if (r->key_revoked) {
+		if (r->key_revoked || r->key_read_only) {
+			/* Never decided on the fast path: refused above. */
 			check_facts_key_forget(e->facts, r->key_id);
 			continue;
 		}

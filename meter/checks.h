@@ -21,6 +21,7 @@
  *        day_spent_micros, day_held_micros, daily_limit_micros, parts, ...}
  *   402 spending_limit_reached, 402 max_cost_exceeded (nothing written)
  *   404 key_not_found, 404 sandbox_not_found, 403 key_revoked,
+ *   403 read_only_key (the key, or the woken sandbox's, is read_only),
  *   409 idempotency_conflict, 409 sandbox_exists, 409 sandbox_stopped,
  *   503 metering_unavailable.
  * Only allowed answers are stored under the idempotency key (default: the

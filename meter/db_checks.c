@@ -38,7 +38,7 @@ static const char sql_read[] =
     "       AND EXISTS (SELECT 1 FROM holds h WHERE h.account_id = sb.account_id"
     "        AND h.sandbox_id = sb.sandbox_id AND h.status = 'open' AND h.settles_at IS NULL"
     "        AND h.lease_starts_at = ik.created_at), false)),"
-    "  ik.row_xmin"
+    "  ik.row_xmin, k.role = 'read_only'"
     " FROM c"
     " LEFT JOIN sandboxes sb ON sb.sandbox_id = c.sandbox_id"
     " LEFT JOIN api_keys k ON k.key_id = CASE WHEN c.op = 'create' THEN c.key_id"
@@ -501,6 +501,7 @@ enum meter_rc db_checks_read(PGconn *conn, const struct db_check_in *in, size_t 
 		}
 		r->idem_stale = db_util_bool(res[1], row, 17);
 		db_util_str(res[1], row, 18, r->idem_xmin, sizeof(r->idem_xmin));
+		r->key_read_only = db_util_bool(res[1], row, 19);
 	}
 	*nprices = 0;
 	for (int i = 0; i < PQntuples(res[2]) && i < DB_CHECKS_PRICES_MAX; i++) {

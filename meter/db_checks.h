@@ -49,6 +49,7 @@ struct db_check_read {
 	/* The key: create's key_id, or the sandbox's key for a wake. */
 	bool key_exists;
 	bool key_revoked;
+	bool key_read_only; /* role read_only: it creates and wakes nothing */
 	char account_id[PARSE_ID_MAX + 1];
 	char key_id[PARSE_ID_MAX + 1];
 	bool has_limit;

@@ -127,6 +127,50 @@ static void test_revoked(struct apitest *t, const char *acc)
 	CHECK_I64(cu_sql_int(t->db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key), 1);
 }
 
+/* A read_only key changes nothing: a create on it (twice: the second
+ * would go the fast way were the key known to the engine), and a wake of a
+ * sandbox metering found under it, are refused 403 read_only_key, with
+ * nothing held or written. */
+static void test_read_only(struct apitest *t, const char *acc)
+{
+	struct apitest_resp r;
+	char key[65], token[APITEST_TOKEN_MAX];
+	PGconn *db = t->db.conn;
+
+	CHECK(apitest_create_key(t, acc, "read_only", 1000000, NULL, key, token) == 0);
+	for (int i = 0; i < 2; i++) {
+		CHECK_I64(cu_create(t, 0, key, "ro-1", 1, 1024, 60, NULL, &r), 403);
+		CHECK_STR(apitest_error_code(&r), "read_only_key");
+		CHECK_STR(
+		    json_string_value(json_object_get(json_object_get(r.json, "error"), "key_id"))
+			?: "",
+		    key);
+		apitest_resp_release(&r);
+	}
+	CHECK_I64(
+	    cu_sql_int(db,
+		       "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus,"
+		       " memory_mib, state) VALUES ('%s', 'ro-found', '%s', 1, 1024, 'paused')"
+		       " RETURNING 1",
+		       acc, key),
+	    1);
+	CHECK_I64(cu_wake(t, 0, "ro-found", 60, NULL, &r), 403);
+	CHECK_STR(apitest_error_code(&r), "read_only_key");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE key_id = '%s'", key), 1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE key_id = '%s'", key), 0);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM key_day_ledger WHERE key_id = '%s'"
+			     " AND held_micros <> 0",
+			     key),
+		  0);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM idempotency_keys WHERE account_id = '%s'"
+			     " AND idempotency_key IN ('ro-1', 'ro-found')",
+			     acc),
+		  0);
+}
+
 static void test_max_cost(struct apitest *t, const char *key)
 {
 	struct apitest_resp r;
@@ -1601,6 +1645,7 @@ int main(void)
 	test_idempotency(&t, key);
 	test_max_cost(&t, key);
 	test_revoked(&t, acc);
+	test_read_only(&t, acc);
 	test_limit(&t, acc);
 	test_wake_and_events(&t, key);
 	test_renewal_and_skew(&t, key);

@@ -125,13 +125,6 @@ static const json_t *resolve(const json_t *doc, const char *ref)
 	return at;
 }
 
-/* Every "$ref" under v resolves to a member of doc; and no member of an
- * "allOf" (itself or the schema its $ref names) closes its object with
- * "additionalProperties": false, which under JSON Schema 2020-12 refuses
- * the properties of the other members: every instance of the whole would
- * fail (close the whole with unevaluatedProperties instead). Recursive, as
- * deep as the checked-in document.
- * NOLINTNEXTLINE(misc-no-recursion) */
 /* The security schemes an operation lists: 1 bearer, 2 session. */
 static int security_schemes(const json_t *security)
 {
@@ -147,6 +140,13 @@ static int security_schemes(const json_t *security)
 	return bits;
 }
 
+/* Every "$ref" under v resolves to a member of doc; and no member of an
+ * "allOf" (itself or the schema its $ref names) closes its object with
+ * "additionalProperties": false, which under JSON Schema 2020-12 refuses
+ * the properties of the other members: every instance of the whole would
+ * fail (close the whole with unevaluatedProperties instead). Recursive, as
+ * deep as the checked-in document.
+ * NOLINTNEXTLINE(misc-no-recursion) */
 static void check_refs(const json_t *doc, const json_t *v, int *bad)
 {
 	const char *key;

@@ -23,6 +23,7 @@
 #include "collector.h"
 #include "config.h"
 #include "db.h"
+#include "db_util.h"
 #include "dbpool.h"
 #include "log.h"
 #include "parse.h"
@@ -150,6 +151,9 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
+	/* The server keeps the statement timeout; a server that stopped
+	 * answering is given up on 2 s after it (checks keep their own). */
+	db_util_set_deadline_ms(cfg.db_statement_timeout_ms + 2000);
 	pool = db_pool_new(cfg.database_url, (int)cfg.db_pool_size, cfg.db_statement_timeout_ms);
 	if (!pool) {
 		fprintf(stderr, "meterd: out of memory\n");

@@ -1,11 +1,17 @@
 /* meter: helpers of the db_* query files (see db_util.h). */
 #include "db_util.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
+#include "clock.h"
 #include "log.h"
 #include "parse.h"
 
@@ -31,10 +37,66 @@ void db_util_failed_note(const PGresult *res)
 		failed_state[0] = '\0';
 }
 
+static _Atomic int64_t deadline_ms;
+
+void db_util_set_deadline_ms(int64_t ms)
+{
+	deadline_ms = ms > 0 ? ms : 0;
+}
+
+/* PQexecParams, waiting at most ms for the answer. Past it the socket is
+ * shut, which makes the connection bad (the statement's fate unknown to
+ * us: as when the connection breaks), and the result is NULL with
+ * *timed_out set. Like PQexecParams, the result is the last one, or the
+ * first error. */
+static PGresult *exec_within(PGconn *conn, const char *sql, int n, const char *const *params,
+			     int64_t ms, bool *timed_out)
+{
+	int64_t end = clock_mono_ms() + ms;
+	PGresult *out = NULL, *r;
+
+	*timed_out = false;
+	if (!PQsendQueryParams(conn, sql, n, NULL, params, NULL, NULL, 0))
+		return NULL;
+	while (PQisBusy(conn)) {
+		struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+		int64_t left = end - clock_mono_ms();
+		int pr = left > 0 ? poll(&pfd, 1, (int)(left < INT_MAX ? left : INT_MAX)) : 0;
+
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0) {
+			*timed_out = true;
+			shutdown(PQsocket(conn), SHUT_RDWR);
+			(void)PQconsumeInput(conn); /* reads the end: the connection is bad */
+			break;
+		}
+		if (!PQconsumeInput(conn))
+			break;
+	}
+	while ((r = PQgetResult(conn)) != NULL) {
+		if (*timed_out || (out && PQresultStatus(out) != PGRES_TUPLES_OK &&
+				   PQresultStatus(out) != PGRES_COMMAND_OK)) {
+			PQclear(r); /* the first error stands */
+			continue;
+		}
+		PQclear(out);
+		out = r;
+	}
+	if (*timed_out) {
+		PQclear(out);
+		return NULL;
+	}
+	return out;
+}
+
 enum meter_rc db_util_exec(PGconn *conn, const char *what, const char *sql, int n,
 			   const char *const *params, PGresult **res, char *sqlstate)
 {
-	PGresult *r = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
+	const int64_t ms = deadline_ms;
+	bool timed_out = false;
+	PGresult *r = ms > 0 ? exec_within(conn, sql, n, params, ms, &timed_out)
+			     : PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
 	ExecStatusType st = PQresultStatus(r);
 	const char *state;
 
@@ -48,6 +110,12 @@ enum meter_rc db_util_exec(PGconn *conn, const char *what, const char *sql, int 
 		else
 			PQclear(r);
 		return METER_OK;
+	}
+	if (timed_out) {
+		failed_state[0] = '\0';
+		log_warn("db %s: no answer within %lld ms: connection dropped", what,
+			 (long long)ms);
+		return METER_EDB;
 	}
 	state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
 	if (sqlstate && state && strlen(state) == 5)

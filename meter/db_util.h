@@ -33,6 +33,14 @@
 #define DB_STR_(x) #x
 #define DB_STR(x)  DB_STR_(x)
 
+/* The longest db_util_exec waits for an answer, in ms (0, the default:
+ * as long as it takes). meterd sets it past the statement timeout, which
+ * the server keeps: so a server that stopped answering (its process
+ * stopped, a network that drops packets) fails the statement and drops
+ * the connection (PQstatus bad), instead of holding the caller's thread
+ * until it answers. Set once, before the threads that query start. */
+void db_util_set_deadline_ms(int64_t ms);
+
 /* Runs sql with n text parameters (NULL entries are SQL NULL). On METER_OK
  * *res (may be NULL to discard) is the result, caller PQclear()s. On
  * failure logs what plus the SQLSTATE and message, copies the SQLSTATE into

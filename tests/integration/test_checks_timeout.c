@@ -11,7 +11,9 @@
  * answer 503 with the timeout as their reason, and answer again once the
  * tables they waited for are free. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -217,6 +219,57 @@ int main(void)
 		    cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key),
 		    2);
 		CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+		CHECK(apitest_stop(&t) == 0);
+		apitest_drop(&t);
+	}
+
+	/* The database stops answering without a word (every backend of
+	 * meterd's stopped, as behind a network that drops packets): the
+	 * statement timeout is the server's and cannot fire. A read answers
+	 * 503 once meterd's own deadline (the timeout and 2 s) has passed,
+	 * not when the server answers again, and the same process answers
+	 * once it does. */
+	{
+		const char *args3[] = {"--db-statement-timeout-ms", "500", NULL};
+		char path[160];
+		PGresult *pids;
+
+		if (apitest_start(&t, "checks_frozen", 1, args3, NULL) < 0)
+			return 1;
+		CHECK(apitest_create_account(&t, "Frozen", acc) == 0);
+		snprintf(path, sizeof(path), "/v1/keys?account_id=%s", acc);
+		CHECK(apitest_call(&t, 0, "GET", path, t.operator_token, NULL, &r) == 0);
+		CHECK_I64(r.status, 200);
+		apitest_resp_release(&r);
+		pids = PQexec(t.db.conn, "SELECT pid FROM pg_stat_activity"
+					 " WHERE datname = current_database()"
+					 " AND backend_type = 'client backend'"
+					 " AND pid <> pg_backend_pid()");
+		CHECK(PQresultStatus(pids) == PGRES_TUPLES_OK && PQntuples(pids) > 0);
+		for (int i = 0; i < PQntuples(pids); i++)
+			CHECK_I64(kill((pid_t)strtoll(PQgetvalue(pids, i, 0), NULL, 10), SIGSTOP),
+				  0);
+		t0 = mono_s();
+		CHECK(apitest_call(&t, 0, "GET", path, t.operator_token, NULL, &r) == 0);
+		took = mono_s() - t0;
+		CHECK_I64(r.status, 503);
+		CHECK_STR(apitest_error_code(&r), "metering_unavailable");
+		apitest_resp_release(&r);
+		printf("frozen database: a read answered 503 after %.2f s\n", took);
+		CHECK(took >= 2.4 && took < 6.0);
+		for (int i = 0; i < PQntuples(pids); i++)
+			CHECK_I64(kill((pid_t)strtoll(PQgetvalue(pids, i, 0), NULL, 10), SIGCONT),
+				  0);
+		PQclear(pids);
+		for (int i = 0; i < 100; i++) {
+			CHECK(apitest_call(&t, 0, "GET", path, t.operator_token, NULL, &r) == 0);
+			if (r.status == 200)
+				break;
+			apitest_resp_release(&r);
+			cu_sleep_ms(100);
+		}
+		CHECK_I64(r.status, 200);
+		apitest_resp_release(&r);
 		CHECK(apitest_stop(&t) == 0);
 		apitest_drop(&t);
 	}

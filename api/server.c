@@ -602,18 +602,22 @@ static void work_submit(struct http_req *req)
 	}
 }
 
-/* The lanes' workers for a pool of n connections. Reads get all but a
- * quarter of them (at least one when n >= 2), which they therefore never
- * hold; the writes' workers (at least one) get that quarter, so slow
- * reads cannot starve them. A worker holds one connection at a time (the
- * key look-up of a request's credentials, then its handler), and nothing
- * else takes one, so no worker waits for a connection. */
+/* The lanes' workers for a pool of n connections (n >= 2, as the
+ * configuration allows). Reads get all but a quarter of them (at least
+ * one), which they therefore never hold; the writes' workers (at least
+ * one) get that quarter, so slow reads cannot starve them. A worker holds
+ * one connection at a time (the key look-up of a request's credentials,
+ * then its handler), and nothing else takes one, so no worker waits for a
+ * connection. */
 static void server_workers(int n, int *reads, int *writes)
 {
-	int reserved = n >= 2 ? (n / 4 > 1 ? n / 4 : 1) : 0;
+	int reserved;
 
+	if (n < 2)
+		n = 2; /* not reached: the configuration's minimum */
+	reserved = n / 4 > 1 ? n / 4 : 1;
 	*reads = n - reserved;
-	*writes = reserved > 0 ? reserved : 1;
+	*writes = reserved;
 }
 
 /* Starts n workers on lane l (its lock and condition first). */

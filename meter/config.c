@@ -64,7 +64,8 @@ static const struct opt opts[] = {
     INT_OPT("request_timeout_s", request_timeout_s, 0, 3600,
 	    "seconds a client has to send a whole request (headers and body) from connecting or "
 	    "from its previous response; slower clients are cut off (0 = no limit)"),
-    INT_OPT("db_pool_size", db_pool_size, 1, 256, "PostgreSQL connections for requests"),
+    INT_OPT("db_pool_size", db_pool_size, 2, 256,
+	    "PostgreSQL connections for requests (at least one per lane of workers: 2)"),
     STR_OPT("operator_token", operator_token, true, "bearer token of the operator (secret)"),
     STR_OPT("control_plane_token", control_plane_token, true,
 	    "bearer token of the control plane (secret)"),

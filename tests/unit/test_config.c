@@ -93,6 +93,12 @@ static void test_errors(void)
 	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_EINVAL);
 	unlink(tmpfile_path);
 	CHECK(config_load_file(&c, "/nonexistent/meter.conf", err, sizeof(err)) == METER_EIO);
+	/* Each lane of request workers needs a connection of its own: a pool
+	 * of one would leave a write waiting for a slow read's. */
+	CHECK(config_set(&c, "db_pool_size", "1", err, sizeof(err)) != METER_OK);
+	CHECK_STR(err, "db_pool_size: expected an integer in 2..256");
+	CHECK(config_set(&c, "db_pool_size", "2", err, sizeof(err)) == METER_OK);
+	CHECK_I64(c.db_pool_size, 2);
 	/* The database URL is a secret: an error about it never echoes it. */
 	{
 		char big[CONFIG_STR_MAX + 10];

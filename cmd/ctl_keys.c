@@ -16,6 +16,7 @@
 #include "db.h"
 #include "db_accounts.h"
 #include "db_keys.h"
+#include "db_util.h"
 #include "keys.h"
 
 #define CTL_LIMIT_MAX INT64_C(1000000000000000) /* as the API: 10^15 µ$ */
@@ -68,6 +69,33 @@ static int ctl_print_json(const char *cmd, json_t *o)
 	return status;
 }
 
+/* Runs BEGIN or COMMIT on conn; false after a message. */
+static bool ctl_tx(const char *cmd, PGconn *conn, const char *sql)
+{
+	if (db_util_exec(conn, sql, sql, 0, NULL, NULL, NULL) == METER_OK)
+		return true;
+	ctl_fail(cmd, "%s failed: %s", sql, PQerrorMessage(conn));
+	return false;
+}
+
+/* Prints o (ctl_print_json), then commits what the transaction made: a
+ * result that could not be written is not made (the key's secret would be
+ * lost with it), and one written but not committed is said to be void. */
+static int ctl_print_commit(const char *cmd, PGconn *conn, json_t *o)
+{
+	int status = ctl_print_json(cmd, o);
+
+	if (status != 0) {
+		ctl_fail(cmd, "nothing was created");
+		return status; /* closing the connection rolls back */
+	}
+	if (!ctl_tx(cmd, conn, "COMMIT")) {
+		ctl_fail(cmd, "nothing was created: disregard the result printed");
+		return 1;
+	}
+	return 0;
+}
+
 /* Connects to the database of url; NULL after a message. */
 static PGconn *ctl_connect(const char *cmd, const char *url)
 {
@@ -92,7 +120,7 @@ static int ctl_account_create(int argc, char **argv)
 	const char *url;
 	PGconn *conn = NULL;
 	char when[40];
-	size_t len;
+	size_t len, chars = 0;
 	int status = 1;
 	enum meter_rc rc;
 
@@ -101,21 +129,23 @@ static int ctl_account_create(int argc, char **argv)
 	if (parsed >= 0)
 		return parsed;
 	len = strlen(args[0].s);
-	if (len > DB_ACCOUNT_NAME_MAX) {
-		ctl_fail(cmd, "--name must be at most %d bytes", DB_ACCOUNT_NAME_MAX);
-		return 2;
-	}
 	for (size_t i = 0; i < len; i++) {
 		if ((unsigned char)args[0].s[i] < 0x20 || args[0].s[i] == 0x7f) {
 			ctl_fail(cmd, "--name holds a control character");
 			return 2;
 		}
+		/* Characters, as the API and the table count them. */
+		chars += ((unsigned char)args[0].s[i] & 0xc0) != 0x80;
+	}
+	if (chars == 0 || chars > DB_ACCOUNT_NAME_MAX) {
+		ctl_fail(cmd, "--name must be 1 to %d characters", DB_ACCOUNT_NAME_MAX);
+		return 2;
 	}
 	url = ctl_database_url(cmd, args[1].s);
 	if (!url)
 		return 2;
 	conn = ctl_connect(cmd, url);
-	if (!conn)
+	if (!conn || !ctl_tx(cmd, conn, "BEGIN"))
 		goto out;
 	rc = db_account_create(conn, args[0].s, &acc);
 	if (rc == METER_EINVAL) {
@@ -128,8 +158,9 @@ static int ctl_account_create(int argc, char **argv)
 		goto out;
 	}
 	agent_doc_format_time(acc.created_at_usec, when, sizeof(when));
-	status = ctl_print_json(cmd, json_pack("{s:s, s:s, s:s}", "account_id", acc.account_id,
-					       "name", acc.name, "created_at", when));
+	status = ctl_print_commit(cmd, conn,
+				  json_pack("{s:s, s:s, s:s}", "account_id", acc.account_id, "name",
+					    acc.name, "created_at", when));
 out:
 	PQfinish(conn);
 	return status;
@@ -179,7 +210,7 @@ static int ctl_key_create(int argc, char **argv)
 		goto out;
 	}
 	conn = ctl_connect(cmd, url);
-	if (!conn)
+	if (!conn || !ctl_tx(cmd, conn, "BEGIN"))
 		goto out;
 	rc = db_key_create(conn, args[0].s, hash, args[1].s, args[2].seen, args[2].i, args[3].s,
 			   &key);
@@ -202,7 +233,7 @@ static int ctl_key_create(int argc, char **argv)
 		      "account_id", key.account_id, "role", key.role, "daily_limit_micros",
 		      key.has_limit ? json_integer(key.daily_limit_micros) : json_null(),
 		      "time_zone", key.time_zone, "created_at", when);
-	status = ctl_print_json(cmd, o);
+	status = ctl_print_commit(cmd, conn, o);
 out:
 	OPENSSL_cleanse(secret, sizeof(secret));
 	OPENSSL_cleanse(token, sizeof(token));

@@ -51,6 +51,19 @@ expect "no such account" "$(status "$bin/meterctl" key create --account acc_nope
 expect "no name" "$(status "$bin/meterctl" account create)" 2
 expect "bad verb" "$(status "$bin/meterctl" key delete)" 2
 expect "keys stored" "$(psql "$url" -Atq -c "SELECT count(*) FROM api_keys")" 1
+# A result that cannot be written is not made: the key's secret would be
+# lost with it (and an account made for nothing).
+expect "key create, stdout full" "$("$bin/meterctl" key create --account "$acc" --role full \
+	>/dev/full 2>"$work/err"; echo $?)" 1
+grep -q "nothing was created" "$work/err" && ok || fail "message: $(cat "$work/err")"
+expect "account create, stdout full" "$("$bin/meterctl" account create --name Lost \
+	>/dev/full 2>/dev/null; echo $?)" 1
+expect "nothing made" "$(psql "$url" -Atq -c "SELECT (SELECT count(*) FROM api_keys),
+	(SELECT count(*) FROM accounts WHERE name = 'Lost')")" "1|0"
+# A name is up to 200 characters, not bytes, as the API counts it.
+long=$(printf 'é%.0s' $(seq 200))
+expect "a 200-character name" "$("$bin/meterctl" account create --name "$long" | jq -r '.name | length')" 200
+expect "a 201-character name" "$(status "$bin/meterctl" account create --name "${long}é")" 2
 # Revoking: the right account or nothing; bad arguments exit 2.
 fkey=$("$bin/meterctl" key create --account "$acc" --role full | jq -r .key_id)
 acc2=$("$bin/meterctl" account create --name Other | jq -r .account_id)

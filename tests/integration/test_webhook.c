@@ -558,6 +558,21 @@ static void test_paused_running(struct apitest *t, const char *acc)
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
 				 " AND payload->>'sandbox_id' IN ('wh-pr-woken', 'wh-pr-early')"),
 		  0);
+	/* wh-pr-wake: seen paused, woken (between two samples), paused
+	 * again by an event that came before the agent saw it: the next
+	 * sample finds it running after the pause, on a lease honoured. */
+	CHECK_I64(cu_create(t, 0, key, "wh-pr-wake", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	event_at(t, "wh-pr-wake", "paused", 0);
+	sample_at(t, key, "wh-pr-wake", "paused", 0, 0);
+	cu_sleep_ms(1100);
+	CHECK_I64(cu_wake(t, 0, "wh-pr-wake", 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_sleep_ms(1100);
+	event_at(t, "wh-pr-wake", "paused", 0);
+	sample_at(t, key, "wh-pr-wake", "running", 1, 0);
+	CHECK_I64(outruns(db, "wh-pr-wake", "running_while_paused"), 0);
+	event_at(t, "wh-pr-wake", "stopped", 8);
 	for (size_t i = 0; i < 3; i++)
 		event_at(t, sbs[i], "stopped", 8);
 }

@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct http_req req, req2;
 	json_t *body = fuzz_req_body(&req, data, size), *again;
 	const char *name = NULL, *name2 = NULL;
-	size_t len;
+	size_t len, chars = 0;
 	bool ok;
 
 	if (!body)
@@ -28,10 +28,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(json_object_size(body) == 1 && name != NULL);
 	FUZZ_CHECK(name == json_string_value(json_object_get(body, "name")));
 	len = strlen(name);
-	FUZZ_CHECK(len >= 1 && len <= DB_ACCOUNT_NAME_MAX);
 	FUZZ_CHECK(len == json_string_length(json_object_get(body, "name")));
-	for (size_t i = 0; i < len; i++)
+	for (size_t i = 0; i < len; i++) {
 		FUZZ_CHECK((unsigned char)name[i] >= 0x20 && name[i] != 0x7f);
+		chars += ((unsigned char)name[i] & 0xc0) != 0x80; /* jansson: valid UTF-8 */
+	}
+	FUZZ_CHECK(chars >= 1 && chars <= DB_ACCOUNT_NAME_MAX);
 	again = fuzz_req_reparse(&req2, json_pack("{s:s}", "name", name));
 	FUZZ_CHECK(again != NULL);
 	FUZZ_CHECK(h_account_create_parse(&req2, again, &name2));

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "db_accounts.h"
 #include "parse.h"
 #include "rc.h"
 
@@ -44,8 +45,8 @@ struct statement_line {
 
 struct statement {
 	char account_id[PARSE_ID_MAX + 1];
-	char account_name[256];
-	int year, month; /* the month, UTC */
+	char account_name[DB_ACCOUNT_NAME_MAX * 4 + 1]; /* UTF-8 */
+	int year, month;				/* the month, UTC */
 	int64_t free_sandbox_hours;
 	struct statement_line *lines; /* owned, ordered by sandbox_id */
 	size_t n;

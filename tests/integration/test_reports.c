@@ -267,6 +267,15 @@ static void test_statement(PGconn *c)
 	free(text);
 	statement_release(&s);
 
+	/* A name of 200 two-byte characters (400 bytes; up to 800 for four-
+	 * byte ones) comes out whole, not cut inside a character. */
+	CHECK_STR(testdb_exec_state(c, "INSERT INTO accounts (account_id, name) VALUES"
+				       " ('acc_long', repeat(U&'\\00e9', 200))"),
+		  "00000");
+	CHECK(statement_build(c, "acc_long", 2026, 11, &s, err, sizeof(err)) == METER_OK);
+	CHECK_I64(strlen(s.account_name), 400);
+	statement_release(&s);
+
 	CHECK(statement_build(c, "acc_none", 2026, 11, &s, err, sizeof(err)) == METER_ENOTFOUND);
 	CHECK(statement_parse_month("2026-11", &y, &m) == METER_OK && y == 2026 && m == 11);
 	CHECK(statement_parse_month("2026-13", &y, &m) == METER_EINVAL);

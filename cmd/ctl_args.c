@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db.h"
 #include "parse.h"
 
 void ctl_fail(const char *cmd, const char *fmt, ...)
@@ -128,6 +129,13 @@ const char *ctl_database_url(const char *cmd, const char *flag_value)
 		url = getenv("METER_DATABASE_URL");
 	if (!url || !*url) {
 		ctl_fail(cmd, "no database: set METER_DATABASE_URL or --database-url");
+		return NULL;
+	}
+	/* A URL libpq cannot read is a bad argument (exit 2), as for
+	 * migrate, not a database that failed; the URL is not echoed (it may
+	 * hold a password). */
+	if (!db_url_ok(url)) {
+		ctl_fail(cmd, "the database URL is not one libpq can read");
 		return NULL;
 	}
 	return url;

@@ -195,8 +195,9 @@ int main(int argc, char **argv)
 		rc = collector_start(&co, &collector, err, sizeof(err));
 		if (rc != METER_OK) {
 			log_error("meterd: collector: %s", err);
-			if (rc == METER_EINVAL)
-				status = 2; /* a bad setting (an agent URL, the host id) */
+			if (rc == METER_EINVAL || rc == METER_EIO)
+				status = 2; /* a bad setting (an agent URL, the host id, an
+					     * agents file that cannot be read) */
 			goto out;
 		}
 	}
@@ -232,8 +233,11 @@ int main(int argc, char **argv)
 			goto out;
 		}
 	}
-	if (http_server_start(&app, &srv, err, sizeof(err)) != METER_OK) {
+	rc = http_server_start(&app, &srv, err, sizeof(err));
+	if (rc != METER_OK) {
 		log_error("meterd: %s", err);
+		if (rc == METER_EINVAL)
+			status = 2; /* a bad listen address */
 		goto out;
 	}
 	{

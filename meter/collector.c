@@ -592,9 +592,13 @@ static enum meter_rc collector_agents(struct collector *c, char *err, size_t err
 			goto out;
 	}
 	if (c->o.agents_file && c->o.agents_file[0]) {
-		rc = agent_urls_load_file(c->o.agents_file, &b, &nb, err, errlen);
-		if (rc != METER_OK)
+		char why[320];
+
+		rc = agent_urls_load_file(c->o.agents_file, &b, &nb, why, sizeof(why));
+		if (rc != METER_OK) {
+			snprintf(err, errlen, "agents_file: %s", why);
 			goto out;
+		}
 	}
 	if (na + nb == 0)
 		goto out;

@@ -80,6 +80,9 @@ expect "nothing revoked" "$(psql "$url" -Atq -c "SELECT count(*) FROM api_keys
 	WHERE revoked_at IS NOT NULL")" 0
 unset METER_DATABASE_URL
 expect "no database" "$(status "$bin/meterctl" account create --name x)" 2
+expect "a database URL libpq cannot read" "$(status "$bin/meterctl" key create --account "$acc" \
+	--role full --database-url 'postgresql://u:pw@[bad')" 2
+grep -q "pw" "$work/err" && fail "the URL echoed: $(cat "$work/err")" || ok
 expect "revoke, no database" "$(status "$bin/meterctl" key revoke --account "$acc" \
 	--key "$key")" 2
 

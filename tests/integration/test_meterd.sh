@@ -147,6 +147,10 @@ bad_value "a webhook URL that is not http(s)" --database-url "$url" --webhook-ur
 bad_value "--config and no file" --database-url "$url" --config
 bad_value "--config= and no file" --database-url "$url" --config=
 bad_value "an agent URL with a query" --database-url "$url" --agents "http://127.0.0.1:1/x?q=1"
+bad_value "an agents file that cannot be read" --database-url "$url" --agents-file "$work/none"
+grep -q "agents_file: $work/none" "$work/err" && ok || fail "agents file: $(cat "$work/err")"
+bad_value "a listen host that does not resolve" --database-url "$url" --collector off \
+	--listen 256.1.1.1:1
 
 # --- a cluster of its own, to stop and start -----------------------------
 export METER_PG_DIR=$work/pg METER_PG_PORT

@@ -99,6 +99,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_set_level((enum log_level)log_level_parse(cfg.log_level));
+	if (cfg.unknown_environment[0])
+		log_warn("environment variables that name no option, not applied: %s",
+			 cfg.unknown_environment);
 	if (cfg.secrets_on_command_line[0])
 		log_warn("secret options on the command line (%s): every local user can read a "
 			 "command line until it is overwritten, as meterd has now done; set them "

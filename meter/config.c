@@ -338,8 +338,24 @@ enum meter_rc config_load_env(struct meter_config *cfg, char *const *envp, char 
 		}
 		name[len] = '\0';
 		o = opt_find(name, len);
-		if (!o)
-			continue; /* METER_CONFIG and variables of other tools */
+		if (!o) {
+			/* Not applied; listed for a warning (the project's
+			 * scripts and other tools use METER_ names too, so not
+			 * an error). */
+			size_t used = strlen(cfg->unknown_environment);
+
+			if (strcmp(name, "config") == 0)
+				continue;
+			if (used + len + 8 < sizeof(cfg->unknown_environment))
+				snprintf(cfg->unknown_environment + used,
+					 sizeof(cfg->unknown_environment) - used, "%sMETER_%.*s",
+					 used ? "," : "", (int)len, e + 6);
+			else if (used + 5 < sizeof(cfg->unknown_environment) &&
+				 !strstr(cfg->unknown_environment, "..."))
+				snprintf(cfg->unknown_environment + used,
+					 sizeof(cfg->unknown_environment) - used, ",...");
+			continue;
+		}
 		if (opt_apply(cfg, o, eq + 1, err, errlen) != METER_OK) {
 			char sub[512];
 			snprintf(sub, sizeof(sub), "%s", err);

@@ -55,6 +55,11 @@ struct meter_config {
 	/* Not an option: the secret options config_load found among the
 	 * flags, comma-separated (empty: none), for a warning. */
 	char secrets_on_command_line[256];
+	/* Not an option: METER_ variables of the environment that name no
+	 * option (a misspelt one is otherwise silently not applied), comma-
+	 * separated (empty: none; "..." ends a list cut short), for a
+	 * warning. METER_CONFIG is not listed. */
+	char unknown_environment[256];
 };
 
 /* Fills cfg with the defaults. */

@@ -49,9 +49,20 @@ static void test_precedence(void)
 	CHECK_STR(c.listen, "127.0.0.1:9001");
 	CHECK_STR(c.database_url, "postgresql://x@h/db");
 	CHECK_I64(c.http_threads, 3);
+	CHECK_STR(c.unknown_environment, "");
 	CHECK(config_load(&c, 3, argv_none, env, &help, err, sizeof(err)) == METER_OK);
 	CHECK_STR(c.listen, "127.0.0.1:9002");
 	CHECK_I64(c.db_pool_size, 5);
+	/* A METER_ name that is no option is listed for a warning, by name
+	 * only (a misspelt secret's value is not repeated). */
+	CHECK_STR(c.unknown_environment, "METER_UNRELATED_TOOL");
+	{
+		char *typo[] = {"METER_OPERATOR_TOKN=s3cret-value", "METER_CONFIG=", NULL};
+
+		CHECK(config_load(&c, 3, argv_none, typo, &help, err, sizeof(err)) == METER_OK);
+		CHECK_STR(c.unknown_environment, "METER_OPERATOR_TOKN");
+		CHECK_STR(c.operator_token, "");
+	}
 	CHECK(config_load(&c, 5, argv, env, &help, err, sizeof(err)) == METER_OK);
 	CHECK_STR(c.listen, "127.0.0.1:9003");
 	CHECK(!help);

@@ -151,7 +151,21 @@ static int report_usage(int argc, char **argv)
 		return 2;
 	}
 	if (export_params_check(&p, err, sizeof(err)) != METER_OK) {
-		ctl_fail(cmd, "--%s", err);
+		/* The check names the API's fields; say the flags. */
+		static const char *const flags[][2] = {{"account_id:", "--account:"},
+						       {"key_id:", "--key-id:"},
+						       {"sandbox_id:", "--sandbox-id:"}};
+		const char *flag = NULL, *rest = err;
+
+		for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+			if (strncmp(err, flags[i][0], strlen(flags[i][0])) == 0) {
+				flag = flags[i][1];
+				rest = err + strlen(flags[i][0]);
+			}
+		if (flag)
+			ctl_fail(cmd, "%s%s", flag, rest);
+		else
+			ctl_fail(cmd, "--%s", err);
 		return 2;
 	}
 	url = ctl_database_url(cmd, args[8].s);

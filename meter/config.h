@@ -71,7 +71,8 @@ void config_init(struct meter_config *cfg);
 METER_MUSTCHECK enum meter_rc config_set(struct meter_config *cfg, const char *name,
 					 const char *value, char *err, size_t errlen);
 
-/* Reads "name = value" lines ('#' starts a comment, blank lines ignored)
+/* Reads "name = value" lines (a line whose first non-blank character is
+ * '#' is a comment, as is a blank one; a '#' after the '=' is the value's)
  * from path. An unknown name or a bad value is an error naming the line. */
 METER_MUSTCHECK enum meter_rc config_load_file(struct meter_config *cfg, const char *path,
 					       char *err, size_t errlen);

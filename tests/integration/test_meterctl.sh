@@ -75,5 +75,15 @@ for f in "--key-id key_none:key" "--sandbox-id sbx_none:sandbox"; do
 	expect "stderr of 'meterctl $c'" "$(cat /tmp/meterctl-err.$$)" \
 		"meterctl report usage: ${f#*:} not found in the account"
 done
+# A bad id is named by its flag, not by the API's field.
+for f in "--account a/b:--account" "--account acc_rep --key-id x/y:--key-id" \
+	"--account acc_rep --sandbox-id x/y:--sandbox-id"; do
+	# shellcheck disable=SC2086
+	$ctl report usage ${f%%:*} --from 2026-11-01T00:00:00Z --to 2026-11-02T00:00:00Z \
+		--database-url "$url" >/dev/null 2>/tmp/meterctl-err.$$ && status=0 || status=$?
+	expect "status of a bad ${f#*:}" "$status" 2
+	expect "stderr of a bad ${f#*:}" "$(cat /tmp/meterctl-err.$$)" \
+		"meterctl report usage: ${f#*:}: must be 1 to 64 characters of A-Z a-z 0-9 _ . -"
+done
 rm -f /tmp/meterctl-err.$$
 finish

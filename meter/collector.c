@@ -676,7 +676,8 @@ enum meter_rc collector_start(const struct collector_opts *o, struct collector *
 	if ((!o->cgroup_root || !o->cgroup_root[0]) && (!o->agents || !o->agents[0]) &&
 	    (!o->agents_file || !o->agents_file[0])) {
 		log_info("collector: no source configured (cgroup_root, agents, agents_file); "
-			 "samples come only through POST /v1/samples");
+			 "samples come only through POST /v1/samples, of a meterd whose API is "
+			 "on");
 		return METER_OK;
 	}
 	if (o->period_s < 1 || !o->database_url) {

@@ -374,6 +374,16 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 
 	*help = false;
 	config_init(cfg);
+	/* --help first, whatever the file or the environment hold (every
+	 * option takes a value: "--name value" skips the value). */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			*help = true;
+			return METER_OK;
+		}
+		if (strncmp(argv[i], "--", 2) == 0 && !strchr(argv[i], '='))
+			i++;
+	}
 	for (char *const *e = envp; e && *e; e++)
 		if (strncmp(*e, "METER_CONFIG=", 13) == 0)
 			file = *e + 13;

@@ -149,6 +149,23 @@ static void test_secret_flags(void)
 	CHECK_STR(l1, "--listen=127.0.0.1:9005");
 }
 
+/* --help is answered whatever the file or the environment hold; a
+ * "--help" that is an option's value is that value. */
+static void test_help_first(void)
+{
+	struct meter_config c;
+	char err[256];
+	bool help;
+	char *argv[] = {"meterd", "--listen", "127.0.0.1:1", "--help", NULL};
+	char *as_value[] = {"meterd", "--host-id", "--help", NULL};
+	char *env_bad[] = {"METER_CONFIG=/nonexistent/meter.conf", "METER_HTTP_THREADS=abc", NULL};
+
+	CHECK(config_load(&c, 4, argv, env_bad, &help, err, sizeof(err)) == METER_OK);
+	CHECK(help);
+	CHECK(config_load(&c, 3, as_value, env_bad, &help, err, sizeof(err)) != METER_OK);
+	CHECK(!help);
+}
+
 static void test_listen(void)
 {
 	char host[64];
@@ -174,5 +191,6 @@ int main(void)
 	test_errors();
 	test_secret_flags();
 	test_listen();
+	test_help_first();
 	return check_done();
 }

@@ -20,6 +20,33 @@ void ctl_fail(const char *cmd, const char *fmt, ...)
 	(void)fprintf(stderr, "meterctl %s: %s\n", cmd, msg);
 }
 
+/* The copies ctl_secret_value made: a process's options live as long as
+ * it does, so they are kept (and reachable) to its end. */
+static char *secret_copies[8];
+
+const char *ctl_secret_value(char *value)
+{
+	char *copy;
+	size_t i = 0;
+
+	while (i < sizeof(secret_copies) / sizeof(secret_copies[0]) && secret_copies[i])
+		i++;
+	if (i == sizeof(secret_copies) / sizeof(secret_copies[0]))
+		return value;
+	copy = strdup(value);
+	if (!copy)
+		return value;
+	secret_copies[i] = copy;
+	memset(value, 'x', strlen(value));
+	return copy;
+}
+
+/* Options whose value is a secret: overwritten in argv once read. */
+static bool ctl_secret_option(const char *name)
+{
+	return strcmp(name, "database-url") == 0 || strcmp(name, "token") == 0;
+}
+
 int ctl_args_exit(enum ctl_args_result r)
 {
 	switch (r) {
@@ -97,7 +124,7 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 			return CTL_ARGS_BAD;
 		}
 		if (o->kind == CTL_ARG_STR) {
-			o->s = value;
+			o->s = ctl_secret_option(o->name) ? ctl_secret_value((char *)value) : value;
 			continue;
 		}
 		switch (parse_int64(value, o->min, o->max, &o->i)) {

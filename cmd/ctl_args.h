@@ -48,6 +48,13 @@ struct ctl_arg *ctl_arg_get(struct ctl_arg *args, size_t nargs, const char *name
 /* Prints "meterctl <cmd>: <message>" on stderr. */
 __attribute__((format(printf, 2, 3))) void ctl_fail(const char *cmd, const char *fmt, ...);
 
+/* A secret's value taken from the command line (a database URL, which may
+ * hold a password; a token): a copy kept for the process's life, and the
+ * text in argv overwritten with 'x' (a command line is readable by every
+ * local user for as long as the process runs). value points into argv.
+ * The value itself when no copy can be made (then left as it is). */
+const char *ctl_secret_value(char *value);
+
 /* The database URL: --database-url when given (s non-NULL), else
  * METER_DATABASE_URL; NULL (after a line on stderr) when neither is set. */
 const char *ctl_database_url(const char *cmd, const char *flag_value);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "ctl_args.h"
 #include "db.h"
 #include "migrate.h"
 
@@ -35,9 +36,9 @@ int ctl_migrate_main(int argc, char **argv)
 				fprintf(stderr, "meterctl migrate: --database-url needs a value\n");
 				return 2;
 			}
-			url = argv[++i];
+			url = ctl_secret_value(argv[++i]);
 		} else if (strncmp(a, "--database-url=", 15) == 0) {
-			url = a + 15;
+			url = ctl_secret_value(argv[i] + 15);
 		} else {
 			fprintf(stderr,
 				"meterctl migrate: unknown argument \"%s\" (see meterctl migrate "

@@ -58,6 +58,7 @@
 #include "agent_doc.h"
 #include "clock.h"
 #include "config.h"
+#include "ctl_args.h"
 #include "parse.h"
 #include "sample.h"
 
@@ -885,7 +886,9 @@ static int sim_parse_args(int argc, char **argv, struct sim_opts *o)
 				sim_fail("--%s: empty value", strs[k].name);
 				return 2;
 			}
-			*strs[k].value = value;
+			*strs[k].value = strcmp(strs[k].name, "token") == 0
+					     ? ctl_secret_value((char *)value)
+					     : value;
 		}
 		if (!found) {
 			sim_fail("unknown option --%.*s", (int)(nlen > 64 ? 64 : nlen), arg);
@@ -910,8 +913,10 @@ static int sim_parse_args(int argc, char **argv, struct sim_opts *o)
 			sim_fail("--push: expected an http:// or https:// URL");
 			return 2;
 		}
-		if (!o->token) {
-			sim_fail("--push needs --token");
+		if (!o->token || !*o->token) /* the environment keeps it off the command line */
+			o->token = getenv("METER_AGENT_TOKEN");
+		if (!o->token || !*o->token) {
+			sim_fail("--push needs --token or METER_AGENT_TOKEN");
 			return 2;
 		}
 		if (o->urls_file) {

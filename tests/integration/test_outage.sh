@@ -207,6 +207,15 @@ sims=($!)
 sims+=($!)
 run_client "$work/client" &
 client=$!
+# The token given as a flag is overwritten in the fleet's command line
+# (readable by every local user while it runs).
+sleep 0.5
+if tr '\0' ' ' <"/proc/${sims[0]}/cmdline" | grep -qF -- "$token"; then
+	fail "the agent token is readable in meterctl simulate's command line"
+else
+	tr '\0' ' ' <"/proc/${sims[0]}/cmdline" | grep -q -- "--token x" && ok ||
+		fail "cmdline: $(tr '\0' ' ' <"/proc/${sims[0]}/cmdline")"
+fi
 # A crash of the server: every process killed at once, no checkpoint; the
 # next start replays the WAL.
 pg_crash() {

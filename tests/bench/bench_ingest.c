@@ -311,9 +311,11 @@ int main(int argc, char **argv)
 	/* Both sets of sandboxes; the ingested set has an open hold each. */
 	snprintf(q, sizeof(q),
 		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-		 " storage_mib, state) SELECT 'acct_b', p || i, 'k' || (i %% 100), 1 + i %% 4,"
-		 " 512 * (1 + i %% 8), 1024, 'running' FROM generate_series(0, %zu) i,"
-		 " unnest(ARRAY['sb_', 'rw_']) p",
+		 " storage_mib, state, created_at, state_since) SELECT 'acct_b', p || i,"
+		 " 'k' || (i %% 100), 1 + i %% 4, 512 * (1 + i %% 8), 1024, 'running',"
+		 /* Made at the first sample: nothing before a create is billed. */
+		 " '2026-11-30T10:50:00Z', '2026-11-30T10:50:00Z'"
+		 " FROM generate_series(0, %zu) i, unnest(ARRAY['sb_', 'rw_']) p",
 		 g.nsbx - 1);
 	if (sql(c, q))
 		goto out;
@@ -367,6 +369,16 @@ int main(int argc, char **argv)
 	if (total.accepted != rows || total.intervals != rows - g.nsbx) {
 		fprintf(stderr, "bench: expected %zu accepted samples, got %" PRIu64 "\n", rows,
 			total.accepted);
+		goto out;
+	}
+	/* Every interval is one hour's running usage (none crosses an hour
+	 * in this workload's rounds): a run that bills nothing measured
+	 * nothing. */
+	if (total.usage_rows != total.intervals || total.micros <= 0) {
+		fprintf(stderr,
+			"bench: expected %" PRIu64 " usage rows and money, got %" PRIu64
+			" rows and %" PRId64 " micros\n",
+			total.intervals, total.usage_rows, total.micros);
 		goto out;
 	}
 	status = 0;

@@ -138,11 +138,28 @@ static void month_bounds(int64_t usec, int64_t *start, int64_t *end)
 	*end = (int64_t)timegm(&tm) * 1000000;
 }
 
-/* Borrows a connection, or replies 503 and returns NULL. */
+/* True when the page has an account to show; else answers 400. The
+ * operator's bearer token (not a session, which names one) names none:
+ * shown as an idle account it would read as one with nothing metered. */
+static bool page_has_account(struct http_req *req)
+{
+	if (page_account(req) && page_account(req)[0])
+		return true;
+	http_reply_error(req, 400, "invalid_request",
+			 "the operator's token names no account: sign in at /dashboard/sign-in "
+			 "naming one",
+			 NULL);
+	return false;
+}
+
+/* A connection for the page (NULL after an answer: no account to show, or
+ * the database unreachable). */
 static PGconn *page_db(struct http_req *req)
 {
 	PGconn *conn = NULL;
 
+	if (!page_has_account(req))
+		return NULL;
 	if (db_pool_acquire(req->app->pool, 2000, &conn) != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
 				 NULL);
@@ -740,6 +757,8 @@ void h_dash_exports(struct http_req *req)
 	char from[40], to[40], month[8];
 	struct html h;
 
+	if (!page_has_account(req))
+		return;
 	month_bounds(now, &mstart, &mend);
 	agent_doc_format_time(mstart, from, sizeof(from));
 	agent_doc_format_time(hour_start(now) + MONEY_USEC_PER_HOUR, to, sizeof(to));

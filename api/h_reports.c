@@ -608,10 +608,15 @@ static void statement_reply(struct http_req *req, bool html)
 	http_reply_text(req, 200, html ? "text/html; charset=utf-8" : "text/csv; charset=utf-8",
 			text, len);
 	free(text);
+	/* The printable page: its inline stylesheet and nothing else, never
+	 * framed (it shows money, opened with the dashboard's session). */
 	if (html && req->resp &&
-	    MHD_add_response_header(req->resp, "Content-Security-Policy",
-				    "default-src 'none'; style-src 'unsafe-inline'") != MHD_YES)
-		log_warn("could not add Content-Security-Policy");
+	    (MHD_add_response_header(req->resp, "Content-Security-Policy",
+				     "default-src 'none'; style-src 'unsafe-inline'; "
+				     "frame-ancestors 'none'") != MHD_YES ||
+	     MHD_add_response_header(req->resp, "X-Content-Type-Options", "nosniff") != MHD_YES ||
+	     MHD_add_response_header(req->resp, "X-Frame-Options", "DENY") != MHD_YES))
+		log_warn("could not add the statement page's headers");
 }
 
 void h_report_statement_csv(struct http_req *req)

@@ -311,6 +311,16 @@ static enum MHD_Result queue(struct http_req *req)
 	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store") !=
 		MHD_YES)
 		log_warn("could not add response headers");
+	/* The dashboard's answers that are not its pages (a JSON error, a
+	 * redirect) carry a policy too: nothing may run, load or frame them.
+	 * Its pages set their own, with the stylesheet. */
+	if (req->path && strncmp(req->path, "/dashboard", 10) == 0 &&
+	    !MHD_get_response_header(req->resp, "Content-Security-Policy") &&
+	    (MHD_add_response_header(req->resp, "Content-Security-Policy",
+				     "default-src 'none'; frame-ancestors 'none'") != MHD_YES ||
+	     MHD_add_response_header(req->resp, "X-Content-Type-Options", "nosniff") != MHD_YES ||
+	     MHD_add_response_header(req->resp, "X-Frame-Options", "DENY") != MHD_YES))
+		log_warn("could not add the dashboard's headers");
 	r = MHD_queue_response(req->conn, req->status, req->resp);
 	MHD_destroy_response(req->resp);
 	req->resp = NULL;

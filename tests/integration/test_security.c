@@ -1069,7 +1069,34 @@ static void other_accounts(void)
 		/* A's key is no key of B's account: the filter says so. */
 		CHECK_I64(x.r.status, 404);
 		CHECK(!shows_a(&x, i == 1 ? kf : NULL));
+		/* The dashboard's answers that are not its pages (here a JSON
+		 * 404) may not be framed or run anything either. */
+		if (i == 0)
+			CHECK(x.r.head &&
+			      strstr(x.r.head, "Content-Security-Policy: default-src 'none'; "
+					       "frame-ancestors 'none'\r\n") &&
+			      strstr(x.r.head, "X-Frame-Options: DENY\r\n") &&
+			      strstr(x.r.head, "X-Content-Type-Options: nosniff\r\n"));
 		resp_release(&x);
+	}
+	/* The operator's bearer token on a page names no account: refused,
+	 * not shown as an idle account with nothing metered. */
+	{
+		static const char *const pages[] = {"/dashboard/", "/dashboard/sandboxes",
+						    "/dashboard/keys", "/dashboard/exports"};
+
+		for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++) {
+			char hdr[200];
+			struct req rq = {.method = "GET", .target = pages[i], .headers = hdr};
+			struct resp x;
+
+			snprintf(hdr, sizeof(hdr), "Authorization: Bearer %s\r\n",
+				 t.operator_token);
+			do_req(&rq, &x, true);
+			CHECK_I64(x.r.status, 400);
+			CHECK_STR(x.code, "invalid_request");
+			resp_release(&x);
+		}
 	}
 	/* A session stands for a key only on the pages and exports: not on the
 	 * API, and never for a change. */

@@ -33,6 +33,7 @@ static struct ingest *samples_ingest(const struct meter_config *cfg)
 		struct ingest_opts o;
 		ingest_opts_init(&o);
 		o.cache_sandboxes = (size_t)cfg->ingest_cache_sandboxes;
+		o.statement_timeout_ms = cfg->db_statement_timeout_ms; /* the request pool's */
 		samples_ing = ingest_new(&o);
 	}
 	ing = samples_ing;

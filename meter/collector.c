@@ -734,6 +734,7 @@ enum meter_rc collector_start(const struct collector_opts *o, struct collector *
 	c->pool = db_pool_new(c->database_url, (int)c->conns,
 			      o->statement_timeout_ms > 60000 ? o->statement_timeout_ms : 60000);
 	ingest_opts_init(&io);
+	io.statement_timeout_ms = o->statement_timeout_ms > 60000 ? o->statement_timeout_ms : 60000;
 	if (o->cache_sandboxes != 0)
 		io.cache_sandboxes = o->cache_sandboxes > 0 ? (size_t)o->cache_sandboxes : 0;
 	c->ing = ingest_new(&io);

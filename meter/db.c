@@ -53,7 +53,7 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 	 * earlier ones): a server gone without a word (a host down, a network
 	 * cut) is found in about half a minute instead of the system's two
 	 * hours, also by the threads that wait on a query with no deadline of
-	 * their own (ingestion, an export; see db_util_set_deadline_ms). */
+	 * their own (a statement, an export; see db_util_set_deadline_ms). */
 	static const char *const keywords[] = {"keepalives",	      "keepalives_idle",
 					       "keepalives_interval", "keepalives_count",
 					       "tcp_user_timeout",    "dbname",

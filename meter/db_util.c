@@ -44,20 +44,12 @@ void db_util_set_deadline_ms(int64_t ms)
 	deadline_ms = ms > 0 ? ms : 0;
 }
 
-/* PQexecParams, waiting at most ms for the answer. Past it the socket is
- * shut, which makes the connection bad (the statement's fate unknown to
- * us: as when the connection breaks), and the result is NULL with
- * *timed_out set. Like PQexecParams, the result is the last one, or the
- * first error. */
-static PGresult *exec_within(PGconn *conn, const char *sql, int n, const char *const *params,
-			     int64_t ms, bool *timed_out)
+bool db_util_await(PGconn *conn, int64_t ms)
 {
 	int64_t end = clock_mono_ms() + ms;
-	PGresult *out = NULL, *r;
 
-	*timed_out = false;
-	if (!PQsendQueryParams(conn, sql, n, NULL, params, NULL, NULL, 0))
-		return NULL;
+	if (ms <= 0)
+		return true;
 	while (PQisBusy(conn)) {
 		struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
 		int64_t left = end - clock_mono_ms();
@@ -66,14 +58,28 @@ static PGresult *exec_within(PGconn *conn, const char *sql, int n, const char *c
 		if (pr < 0 && errno == EINTR)
 			continue;
 		if (pr <= 0) {
-			*timed_out = true;
 			shutdown(PQsocket(conn), SHUT_RDWR);
 			(void)PQconsumeInput(conn); /* reads the end: the connection is bad */
-			break;
+			return false;
 		}
 		if (!PQconsumeInput(conn))
-			break;
+			break; /* the connection failed: PQgetResult says so */
 	}
+	return true;
+}
+
+PGresult *db_util_exec_within(PGconn *conn, const char *sql, int n, const Oid *types,
+			      const char *const *values, const int *lengths, const int *formats,
+			      int result_format, int64_t ms, bool *timed_out)
+{
+	PGresult *out = NULL, *r;
+
+	*timed_out = false;
+	if (ms <= 0)
+		return PQexecParams(conn, sql, n, types, values, lengths, formats, result_format);
+	if (!PQsendQueryParams(conn, sql, n, types, values, lengths, formats, result_format))
+		return NULL;
+	*timed_out = !db_util_await(conn, ms);
 	while ((r = PQgetResult(conn)) != NULL) {
 		if (*timed_out || (out && PQresultStatus(out) != PGRES_TUPLES_OK &&
 				   PQresultStatus(out) != PGRES_COMMAND_OK)) {
@@ -95,8 +101,8 @@ enum meter_rc db_util_exec(PGconn *conn, const char *what, const char *sql, int 
 {
 	const int64_t ms = deadline_ms;
 	bool timed_out = false;
-	PGresult *r = ms > 0 ? exec_within(conn, sql, n, params, ms, &timed_out)
-			     : PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
+	PGresult *r =
+	    db_util_exec_within(conn, sql, n, NULL, params, NULL, NULL, 0, ms, &timed_out);
 	ExecStatusType st = PQresultStatus(r);
 	const char *state;
 

@@ -41,6 +41,19 @@
  * until it answers. Set once, before the threads that query start. */
 void db_util_set_deadline_ms(int64_t ms);
 
+/* Waits at most ms (no limit when <= 0) until conn's answer can be read
+ * without blocking. false when the time ran out: the socket is then shut
+ * and the connection bad (what the statement did is unknown). */
+bool db_util_await(PGconn *conn, int64_t ms);
+
+/* PQexecParams waiting at most ms for the answer (no limit when <= 0).
+ * NULL with *timed_out set when the time ran out (db_util_await). Not for
+ * COPY. Like PQexecParams, the result is the last one, or the first
+ * error. */
+PGresult *db_util_exec_within(PGconn *conn, const char *sql, int n, const Oid *types,
+			      const char *const *values, const int *lengths, const int *formats,
+			      int result_format, int64_t ms, bool *timed_out);
+
 /* Runs sql with n text parameters (NULL entries are SQL NULL). On METER_OK
  * *res (may be NULL to discard) is the result, caller PQclear()s. On
  * failure logs what plus the SQLSTATE and message, copies the SQLSTATE into

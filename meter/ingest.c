@@ -486,6 +486,7 @@ void ingest_opts_init(struct ingest_opts *o)
 
 	o->default_vcpus = n >= 1 && n <= 1024 ? (int32_t)n : 1;
 	o->cache_sandboxes = INGEST_CACHE_DEFAULT;
+	o->statement_timeout_ms = 0;
 }
 
 struct ingest *ingest_new(const struct ingest_opts *o)
@@ -695,6 +696,8 @@ static int ing_ahour_cmp(const void *x, const void *y)
 struct ing_call {
 	struct ingest *ing;
 	PGconn *conn;
+	int64_t wait_base_ms; /* longest wait for an answer (0: no limit) */
+	int64_t wait_ms;      /* the try's: the base and what ing_more_time added */
 	const struct sample_batch *batches;
 	size_t nbatches;
 	char *err;
@@ -776,6 +779,17 @@ static void ing_fail(struct ing_call *c, const char *what, const PGresult *res)
 /* Takes a statement's result: METER_OK and *out (may be NULL: freed) when
  * its status is want, else METER_EDB after recording why. Frees or hands
  * over res either way. */
+/* Records that what got no answer within the call's wait: the connection
+ * was dropped. */
+static enum meter_rc ing_no_answer(struct ing_call *c, const char *what)
+{
+	c->sqlstate[0] = '\0';
+	db_util_failed_clear();
+	snprintf(c->err, c->errlen, "%s: no answer within %lld ms: connection dropped", what,
+		 (long long)c->wait_ms);
+	return METER_EDB;
+}
+
 static enum meter_rc ing_result(struct ing_call *c, const char *what, PGresult *res,
 				ExecStatusType want, PGresult **out)
 {
@@ -798,8 +812,13 @@ static enum meter_rc ing_result(struct ing_call *c, const char *what, PGresult *
 static enum meter_rc ing_q(struct ing_call *c, const char *what, const char *sql, int nparams,
 			   const char *const *params, ExecStatusType want, PGresult **out)
 {
-	return ing_result(c, what, PQexecParams(c->conn, sql, nparams, NULL, params, NULL, NULL, 0),
-			  want, out);
+	bool timed_out;
+	PGresult *res = db_util_exec_within(c->conn, sql, nparams, NULL, params, NULL, NULL, 0,
+					    c->wait_ms, &timed_out);
+
+	if (timed_out)
+		return ing_no_answer(c, what);
+	return ing_result(c, what, res, want, out);
 }
 
 /* Starts the binary array parameters arr[0..n) with these array types. */
@@ -834,6 +853,7 @@ static enum meter_rc ing_qa_fmt(struct ing_call *c, const char *what, const char
 	const char *values[ING_NARR + 4];
 	int lengths[ING_NARR + 4], formats[ING_NARR + 4];
 	PGresult *res;
+	bool timed_out;
 
 	if (out)
 		*out = NULL;
@@ -854,7 +874,10 @@ static enum meter_rc ing_qa_fmt(struct ing_call *c, const char *what, const char
 		lengths[n + i] = 0;
 		formats[n + i] = 0;
 	}
-	res = PQexecParams(c->conn, sql, n + ntext, types, values, lengths, formats, fmt);
+	res = db_util_exec_within(c->conn, sql, n + ntext, types, values, lengths, formats, fmt,
+				  c->wait_ms, &timed_out);
+	if (timed_out)
+		return ing_no_answer(c, what);
 	return ing_result(c, what, res, want, out);
 }
 
@@ -870,6 +893,8 @@ static enum meter_rc ing_qrows(struct ing_call *c, struct ing_rows *rec, const c
 {
 	const char *value;
 	int length, format = 1;
+	PGresult *res;
+	bool timed_out;
 
 	if (out)
 		*out = NULL;
@@ -880,8 +905,11 @@ static enum meter_rc ing_qrows(struct ing_call *c, struct ing_rows *rec, const c
 	}
 	value = rec->a.b.p;
 	length = (int)rec->a.b.n;
-	return ing_result(c, what, PQexecParams(c->conn, sql, 1, NULL, &value, &length, &format, 0),
-			  want, out);
+	res = db_util_exec_within(c->conn, sql, 1, NULL, &value, &length, &format, 0, c->wait_ms,
+				  &timed_out);
+	if (timed_out)
+		return ing_no_answer(c, what);
+	return ing_result(c, what, res, want, out);
 }
 
 /* Sends buf through COPY ... FROM STDIN (sql), to its end: the server may
@@ -889,9 +917,14 @@ static enum meter_rc ing_qrows(struct ing_call *c, struct ing_rows *rec, const c
 static enum meter_rc ing_copy_send(struct ing_call *c, const char *what, const char *sql,
 				   const struct ing_buf *buf)
 {
-	PGresult *res = PQexec(c->conn, sql);
+	PGresult *res = NULL;
 	enum meter_rc rc = METER_OK;
 
+	if (PQsendQuery(c->conn, sql)) {
+		if (!db_util_await(c->conn, c->wait_ms))
+			return ing_no_answer(c, what);
+		res = PQgetResult(c->conn);
+	}
 	if (PQresultStatus(res) != PGRES_COPY_IN) {
 		ing_fail(c, what, res);
 		PQclear(res);
@@ -921,6 +954,8 @@ static enum meter_rc ing_copy_result(struct ing_call *c, const char *what)
 	enum meter_rc rc = METER_OK;
 	PGresult *res;
 
+	if (!db_util_await(c->conn, c->wait_ms))
+		rc = ing_no_answer(c, what);
 	while ((res = PQgetResult(c->conn)) != NULL) {
 		if (rc == METER_OK && PQresultStatus(res) != PGRES_COMMAND_OK) {
 			ing_fail(c, what, res);
@@ -3387,8 +3422,12 @@ static enum meter_rc ing_more_time(struct ing_call *c)
 
 	if (rows <= ING_ROWS_FREE)
 		return METER_OK;
-	snprintf(ms, sizeof(ms), "%zu", more < ING_MORE_MS ? more : (size_t)ING_MORE_MS);
+	if (more > ING_MORE_MS)
+		more = ING_MORE_MS;
+	snprintf(ms, sizeof(ms), "%zu", more);
 	log_info("ingest: %zu rows to write: %s ms more for each statement", rows, ms);
+	if (c->wait_ms > 0)
+		c->wait_ms += (int64_t)more; /* the call's own wait follows */
 	return ing_q(c, "statement timeout", sql, 1, params, PGRES_TUPLES_OK, NULL);
 }
 
@@ -3447,16 +3486,12 @@ static enum meter_rc ing_write_samples(struct ing_call *c)
 static enum meter_rc ing_try(struct ing_call *c)
 {
 	enum meter_rc rc;
-	PGresult *res;
 	int64_t mark = clock_mono_usec();
 
-	res = PQexec(c->conn, SQL_BEGIN);
-	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-		ing_fail(c, "begin", res);
-		PQclear(res);
-		return METER_EDB;
-	}
-	PQclear(res);
+	c->wait_ms = c->wait_base_ms;
+	rc = ing_q(c, "begin", SQL_BEGIN, 0, NULL, PGRES_COMMAND_OK, NULL);
+	if (rc != METER_OK)
+		return rc;
 	rc = ing_step(c, "price book", ing_load_prices);
 	if (rc == METER_OK)
 		rc = ing_step(c, "cache", ing_cache_take);
@@ -3501,13 +3536,9 @@ static enum meter_rc ing_try(struct ing_call *c)
 		if (rc != METER_OK)
 			return rc;
 	}
-	res = PQexec(c->conn, "COMMIT");
-	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-		ing_fail(c, "commit", res);
-		PQclear(res);
-		return METER_EDB;
-	}
-	PQclear(res);
+	rc = ing_q(c, "commit", "COMMIT", 0, NULL, PGRES_COMMAND_OK, NULL);
+	if (rc != METER_OK)
+		return rc;
 	ing_lap(&mark, &c->st.usec_commit);
 	return METER_OK;
 }
@@ -3631,6 +3662,9 @@ enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct samp
 	}
 	c.ing = ing;
 	c.conn = conn;
+	c.wait_base_ms =
+	    ing->opts.statement_timeout_ms > 0 ? ing->opts.statement_timeout_ms + 2000 : 0;
+	c.wait_ms = c.wait_base_ms;
 	c.batches = batches;
 	c.nbatches = n;
 	c.err = err;

@@ -97,6 +97,11 @@ struct ingest_opts {
 	/* Sandboxes whose meter row is cached between calls (0: no cache); the
 	 * cache starts over when full. About 460 bytes each. */
 	size_t cache_sandboxes;
+	/* The statement timeout of the connections calls are given (ms; 0:
+	 * none or unknown). A call waits for an answer at most 2 s past it
+	 * (and past what it adds for a big call), then drops the connection
+	 * and fails: a server that stopped answering does not hold it. */
+	int64_t statement_timeout_ms;
 };
 
 /* Defaults: default_vcpus = the number of online CPUs of this machine;

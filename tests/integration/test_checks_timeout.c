@@ -257,6 +257,7 @@ int main(void)
 		apitest_resp_release(&r);
 		printf("frozen database: a read answered 503 after %.2f s\n", took);
 		CHECK(took >= 2.4 && took < 6.0);
+
 		for (int i = 0; i < PQntuples(pids); i++)
 			CHECK_I64(kill((pid_t)strtoll(PQgetvalue(pids, i, 0), NULL, 10), SIGCONT),
 				  0);
@@ -270,6 +271,39 @@ int main(void)
 		}
 		CHECK_I64(r.status, 200);
 		apitest_resp_release(&r);
+		/* Again, for a push of samples (ingestion's own statements):
+		 * 503 past the deadline, nothing of the document ingested. */
+		pids = PQexec(t.db.conn, "SELECT pid FROM pg_stat_activity"
+					 " WHERE datname = current_database()"
+					 " AND backend_type = 'client backend'"
+					 " AND pid <> pg_backend_pid()");
+		CHECK(PQresultStatus(pids) == PGRES_TUPLES_OK && PQntuples(pids) > 0);
+		for (int i = 0; i < PQntuples(pids); i++)
+			CHECK_I64(kill((pid_t)strtoll(PQgetvalue(pids, i, 0), NULL, 10), SIGSTOP),
+				  0);
+		{
+			char doc[256], at[40];
+
+			cu_rfc3339(time(NULL), at, sizeof(at));
+			snprintf(doc, sizeof(doc),
+				 "{\"host_id\":\"h-frozen\",\"sampled_at\":\"%s\","
+				 "\"sandboxes\":[{\"sandbox_id\":\"fz-1\",\"state\":\"running\","
+				 "\"vcpus\":1,\"memory_mib\":512,\"cpu_usec\":0}]}",
+				 at);
+			t0 = mono_s();
+			CHECK(apitest_call(&t, 0, "POST", "/v1/samples", t.agent_token, doc, &r) ==
+			      0);
+			took = mono_s() - t0;
+			CHECK_I64(r.status, 503);
+			CHECK_STR(apitest_error_code(&r), "metering_unavailable");
+			apitest_resp_release(&r);
+			printf("frozen database: a push answered 503 after %.2f s\n", took);
+			CHECK(took >= 2.4 && took < 6.0);
+		}
+		for (int i = 0; i < PQntuples(pids); i++)
+			CHECK_I64(kill((pid_t)strtoll(PQgetvalue(pids, i, 0), NULL, 10), SIGCONT),
+				  0);
+		PQclear(pids);
 		CHECK(apitest_stop(&t) == 0);
 		apitest_drop(&t);
 	}

@@ -156,7 +156,7 @@ int main(int argc, char **argv)
 
 	/* The server keeps the statement timeout; a server that stopped
 	 * answering is given up on 2 s after it (checks keep their own). */
-	db_util_set_deadline_ms(cfg.db_statement_timeout_ms + 2000);
+	db_util_set_deadline_ms(cfg.db_statement_timeout_ms + DB_UTIL_DEADLINE_SLACK_MS);
 	pool = db_pool_new(cfg.database_url, (int)cfg.db_pool_size, cfg.db_statement_timeout_ms);
 	if (!pool) {
 		fprintf(stderr, "meterd: out of memory\n");

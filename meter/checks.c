@@ -26,8 +26,7 @@
 
 #define BACKOFF_MIN_MS	  100
 #define BACKOFF_MAX_MS	  5000
-#define BATCH_ATTEMPTS	  8    /* redo of a batch that met a concurrent writer */
-#define DEADLINE_SLACK_MS 2000 /* beyond the statement timeout */
+#define BATCH_ATTEMPTS	  8 /* redo of a batch that met a concurrent writer */
 #define TZ_CACHE	  64
 #define SWEEP_INTERVAL_MS 1000
 #define SWEEP_MAX	  100 /* holds a sweep settles at once: it holds their ledger rows meanwhile */
@@ -1063,7 +1062,7 @@ static enum launch flight_launch(struct batcher *bt, struct flight *f)
 	    !fast_decide(e, &f->b, &f->x, clock_mono_ms() + e->opt.statement_timeout_ms))
 		return LAUNCH_CLASSIC;
 	f->reserved = true;
-	f->deadline_ms = clock_mono_ms() + e->opt.statement_timeout_ms + DEADLINE_SLACK_MS;
+	f->deadline_ms = clock_mono_ms() + e->opt.statement_timeout_ms + DB_UTIL_DEADLINE_SLACK_MS;
 	if (db_checks_fast_send(bt->conn, f->b.now, f->b.price_version, &f->x.ticket, f->x.expect,
 				f->b.nrows, f->x.keys, f->x.nkeys, f->b.arrs) != METER_OK) {
 		flight_release(e, f, false);
@@ -1201,7 +1200,8 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 			rc = METER_EDB;
 			break;
 		}
-		deadline = clock_mono_ms() + e->opt.statement_timeout_ms + DEADLINE_SLACK_MS;
+		deadline =
+		    clock_mono_ms() + e->opt.statement_timeout_ms + DB_UTIL_DEADLINE_SLACK_MS;
 		b.now = checks_now_usec(e);
 		rc = db_checks_read(bt->conn, b.in, n, b.now, b.now + PRICES_AHEAD_USEC, b.rd,
 				    b.prices, &b.nprices, &b.price_version, deadline, sqlstate);

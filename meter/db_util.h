@@ -41,6 +41,10 @@
  * until it answers. Set once, before the threads that query start. */
 void db_util_set_deadline_ms(int64_t ms);
 
+/* How much longer than the statement timeout meter waits for an answer
+ * before it gives the server up (requests, ingestion, checks). */
+#define DB_UTIL_DEADLINE_SLACK_MS 2000
+
 /* Waits at most ms (no limit when <= 0) until conn's answer can be read
  * without blocking. false when the time ran out: the socket is then shut
  * and the connection bad (what the statement did is unknown). */

@@ -807,18 +807,30 @@ static enum meter_rc ing_result(struct ing_call *c, const char *what, PGresult *
 	return METER_OK;
 }
 
+/* Runs sql (PQexecParams' arguments) within the try's wait, then takes its
+ * result as ing_result does. */
+static enum meter_rc ing_exec(struct ing_call *c, const char *what, const char *sql, int n,
+			      const Oid *types, const char *const *values, const int *lengths,
+			      const int *formats, int fmt, ExecStatusType want, PGresult **out)
+{
+	bool timed_out;
+	PGresult *res = db_util_exec_within(c->conn, sql, n, types, values, lengths, formats, fmt,
+					    c->wait_ms, &timed_out);
+
+	if (timed_out) {
+		if (out)
+			*out = NULL;
+		return ing_no_answer(c, what);
+	}
+	return ing_result(c, what, res, want, out);
+}
+
 /* Runs sql with text parameters; *out (may be NULL) gets the result when its
  * status is want. */
 static enum meter_rc ing_q(struct ing_call *c, const char *what, const char *sql, int nparams,
 			   const char *const *params, ExecStatusType want, PGresult **out)
 {
-	bool timed_out;
-	PGresult *res = db_util_exec_within(c->conn, sql, nparams, NULL, params, NULL, NULL, 0,
-					    c->wait_ms, &timed_out);
-
-	if (timed_out)
-		return ing_no_answer(c, what);
-	return ing_result(c, what, res, want, out);
+	return ing_exec(c, what, sql, nparams, NULL, params, NULL, NULL, 0, want, out);
 }
 
 /* Starts the binary array parameters arr[0..n) with these array types. */
@@ -852,8 +864,6 @@ static enum meter_rc ing_qa_fmt(struct ing_call *c, const char *what, const char
 	Oid types[ING_NARR + 4];
 	const char *values[ING_NARR + 4];
 	int lengths[ING_NARR + 4], formats[ING_NARR + 4];
-	PGresult *res;
-	bool timed_out;
 
 	if (out)
 		*out = NULL;
@@ -874,11 +884,7 @@ static enum meter_rc ing_qa_fmt(struct ing_call *c, const char *what, const char
 		lengths[n + i] = 0;
 		formats[n + i] = 0;
 	}
-	res = db_util_exec_within(c->conn, sql, n + ntext, types, values, lengths, formats, fmt,
-				  c->wait_ms, &timed_out);
-	if (timed_out)
-		return ing_no_answer(c, what);
-	return ing_result(c, what, res, want, out);
+	return ing_exec(c, what, sql, n + ntext, types, values, lengths, formats, fmt, want, out);
 }
 
 static enum meter_rc ing_qa(struct ing_call *c, const char *what, const char *sql, int n, int ntext,
@@ -893,8 +899,6 @@ static enum meter_rc ing_qrows(struct ing_call *c, struct ing_rows *rec, const c
 {
 	const char *value;
 	int length, format = 1;
-	PGresult *res;
-	bool timed_out;
 
 	if (out)
 		*out = NULL;
@@ -905,11 +909,7 @@ static enum meter_rc ing_qrows(struct ing_call *c, struct ing_rows *rec, const c
 	}
 	value = rec->a.b.p;
 	length = (int)rec->a.b.n;
-	res = db_util_exec_within(c->conn, sql, 1, NULL, &value, &length, &format, 0, c->wait_ms,
-				  &timed_out);
-	if (timed_out)
-		return ing_no_answer(c, what);
-	return ing_result(c, what, res, want, out);
+	return ing_exec(c, what, sql, 1, NULL, &value, &length, &format, 0, want, out);
 }
 
 /* Sends buf through COPY ... FROM STDIN (sql), to its end: the server may
@@ -3662,8 +3662,9 @@ enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct samp
 	}
 	c.ing = ing;
 	c.conn = conn;
-	c.wait_base_ms =
-	    ing->opts.statement_timeout_ms > 0 ? ing->opts.statement_timeout_ms + 2000 : 0;
+	c.wait_base_ms = ing->opts.statement_timeout_ms > 0
+			     ? ing->opts.statement_timeout_ms + DB_UTIL_DEADLINE_SLACK_MS
+			     : 0;
 	c.wait_ms = c.wait_base_ms;
 	c.batches = batches;
 	c.nbatches = n;

@@ -55,6 +55,41 @@ static double mono_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Signals every backend of t's database but the test's own connection. */
+static void signal_backends(struct apitest *at, int sig)
+{
+	PGresult *pids = PQexec(at->db.conn, "SELECT pid FROM pg_stat_activity"
+					     " WHERE datname = current_database()"
+					     " AND backend_type = 'client backend'"
+					     " AND pid <> pg_backend_pid()");
+
+	CHECK(PQresultStatus(pids) == PGRES_TUPLES_OK && PQntuples(pids) > 0);
+	for (int i = 0; i < PQntuples(pids); i++)
+		CHECK_I64(kill((pid_t)strtoll(PQgetvalue(pids, i, 0), NULL, 10), sig), 0);
+	PQclear(pids);
+}
+
+/* With meterd's backends stopped, one request (what) answers 503
+ * metering_unavailable once meterd's deadline (500 ms and 2 s) has passed,
+ * not when they go on; they go on after it. */
+static void frozen_request(struct apitest *at, const char *what, const char *method,
+			   const char *path, const char *token, const char *body)
+{
+	struct apitest_resp r;
+	double t0, took;
+
+	signal_backends(at, SIGSTOP);
+	t0 = mono_s();
+	CHECK(apitest_call(at, 0, method, path, token, body, &r) == 0);
+	took = mono_s() - t0;
+	CHECK_I64(r.status, 503);
+	CHECK_STR(apitest_error_code(&r), "metering_unavailable");
+	apitest_resp_release(&r);
+	printf("frozen database: %s answered 503 after %.2f s\n", what, took);
+	CHECK(took >= 2.4 && took < 6.0);
+	signal_backends(at, SIGCONT);
+}
+
 int main(void)
 {
 	char off[32], acc[65], token[APITEST_TOKEN_MAX], today[16];
@@ -232,7 +267,6 @@ int main(void)
 	{
 		const char *args3[] = {"--db-statement-timeout-ms", "500", NULL};
 		char path[160];
-		PGresult *pids;
 
 		if (apitest_start(&t, "checks_frozen", 1, args3, NULL) < 0)
 			return 1;
@@ -241,27 +275,7 @@ int main(void)
 		CHECK(apitest_call(&t, 0, "GET", path, t.operator_token, NULL, &r) == 0);
 		CHECK_I64(r.status, 200);
 		apitest_resp_release(&r);
-		pids = PQexec(t.db.conn, "SELECT pid FROM pg_stat_activity"
-					 " WHERE datname = current_database()"
-					 " AND backend_type = 'client backend'"
-					 " AND pid <> pg_backend_pid()");
-		CHECK(PQresultStatus(pids) == PGRES_TUPLES_OK && PQntuples(pids) > 0);
-		for (int i = 0; i < PQntuples(pids); i++)
-			CHECK_I64(kill((pid_t)strtoll(PQgetvalue(pids, i, 0), NULL, 10), SIGSTOP),
-				  0);
-		t0 = mono_s();
-		CHECK(apitest_call(&t, 0, "GET", path, t.operator_token, NULL, &r) == 0);
-		took = mono_s() - t0;
-		CHECK_I64(r.status, 503);
-		CHECK_STR(apitest_error_code(&r), "metering_unavailable");
-		apitest_resp_release(&r);
-		printf("frozen database: a read answered 503 after %.2f s\n", took);
-		CHECK(took >= 2.4 && took < 6.0);
-
-		for (int i = 0; i < PQntuples(pids); i++)
-			CHECK_I64(kill((pid_t)strtoll(PQgetvalue(pids, i, 0), NULL, 10), SIGCONT),
-				  0);
-		PQclear(pids);
+		frozen_request(&t, "a read", "GET", path, t.operator_token, NULL);
 		for (int i = 0; i < 100; i++) {
 			CHECK(apitest_call(&t, 0, "GET", path, t.operator_token, NULL, &r) == 0);
 			if (r.status == 200)
@@ -273,14 +287,6 @@ int main(void)
 		apitest_resp_release(&r);
 		/* Again, for a push of samples (ingestion's own statements):
 		 * 503 past the deadline, nothing of the document ingested. */
-		pids = PQexec(t.db.conn, "SELECT pid FROM pg_stat_activity"
-					 " WHERE datname = current_database()"
-					 " AND backend_type = 'client backend'"
-					 " AND pid <> pg_backend_pid()");
-		CHECK(PQresultStatus(pids) == PGRES_TUPLES_OK && PQntuples(pids) > 0);
-		for (int i = 0; i < PQntuples(pids); i++)
-			CHECK_I64(kill((pid_t)strtoll(PQgetvalue(pids, i, 0), NULL, 10), SIGSTOP),
-				  0);
 		{
 			char doc[256], at[40];
 
@@ -290,20 +296,8 @@ int main(void)
 				 "\"sandboxes\":[{\"sandbox_id\":\"fz-1\",\"state\":\"running\","
 				 "\"vcpus\":1,\"memory_mib\":512,\"cpu_usec\":0}]}",
 				 at);
-			t0 = mono_s();
-			CHECK(apitest_call(&t, 0, "POST", "/v1/samples", t.agent_token, doc, &r) ==
-			      0);
-			took = mono_s() - t0;
-			CHECK_I64(r.status, 503);
-			CHECK_STR(apitest_error_code(&r), "metering_unavailable");
-			apitest_resp_release(&r);
-			printf("frozen database: a push answered 503 after %.2f s\n", took);
-			CHECK(took >= 2.4 && took < 6.0);
+			frozen_request(&t, "a push", "POST", "/v1/samples", t.agent_token, doc);
 		}
-		for (int i = 0; i < PQntuples(pids); i++)
-			CHECK_I64(kill((pid_t)strtoll(PQgetvalue(pids, i, 0), NULL, 10), SIGCONT),
-				  0);
-		PQclear(pids);
 		CHECK(apitest_stop(&t) == 0);
 		apitest_drop(&t);
 	}

@@ -708,6 +708,21 @@ static void work_destroy(struct http_server *srv)
 		lane_destroy(&srv->lanes[i]);
 }
 
+/* Parks req's connection and hands req to a worker of its route's lane (of
+ * the read lane for a route of the HTTP threads, which comes back to
+ * on_request once its credentials are decided). */
+static void to_worker(struct http_server *srv, struct MHD_Connection *conn, struct http_req *req)
+{
+	enum route_lane lane = req->route->lane;
+
+	req->handled = !req->auth_pending;
+	req->handler_ctx = &srv->lanes[lane != ROUTE_LANE_HTTP ? lane : ROUTE_LANE_READ];
+	req->on_suspended = work_submit;
+	req->suspended = true;
+	MHD_suspend_connection(conn);
+	req->on_suspended(req);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **req_cls)
@@ -740,6 +755,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			 * (16 MiB for samples) per connection. */
 			req->auth_pending = true;
 			req->body_ignored = !(req->route->roles & (ROLE_FULL | ROLE_READ_ONLY));
+			if (req->body_too_large) {
+				/* Its Content-Length is over the cap: the
+				 * credentials are decided now, with none of the
+				 * body read (nor a 100 Continue sent), and the
+				 * answer is theirs or 413. */
+				req->body_ignored = true;
+				conn_watch_mark(srv, conn, false);
+				to_worker(srv, conn, req);
+			}
 			return MHD_YES;
 		case AUTH_ALLOWED:
 			break;
@@ -763,18 +787,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 		conn_watch_mark(srv, conn, false); /* the whole request is in */
 		if (req->auth_pending || (lane != ROUTE_LANE_HTTP && !req->body_too_large)) {
-			/* To a worker of the route's lane, which looks the key
-			 * up first when it must; of the read lane for a route of
-			 * the HTTP threads, which comes back here once its
-			 * credentials are decided. */
-			req->handled = !req->auth_pending;
-			req->handler_ctx =
-			    &srv->lanes[lane != ROUTE_LANE_HTTP ? lane : ROUTE_LANE_READ];
-			req->on_suspended = work_submit;
-			req->suspended = true;
-		} else {
-			run_handler(req);
+			/* To a worker, which looks the key up first when it
+			 * must. */
+			to_worker(srv, conn, req);
+			return MHD_YES;
 		}
+		run_handler(req);
 		if (!req->resp && req->suspended) {
 			MHD_suspend_connection(conn);
 			if (req->on_suspended)

@@ -309,16 +309,12 @@ bool hutil_body_str(struct http_req *req, json_t *body, const char *name, size_t
 		return false;
 	}
 	/* Characters, as the schema's maxLength and the table's length()
-	 * count them: jansson hands over valid UTF-8, so each is one byte
-	 * that does not continue another. */
-	chars = 0;
-	for (size_t i = 0; i < len; i++) {
-		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f) {
-			snprintf(msg, sizeof(msg), "%s holds a control character", name);
-			hutil_bad(req, name, msg);
-			return false;
-		}
-		chars += ((unsigned char)s[i] & 0xc0) != 0x80;
+	 * count them; no control character, C1 (U+0080 to U+009F)
+	 * included. (jansson hands over valid UTF-8.) */
+	if (parse_plain_text(s, len, &chars) != METER_OK) {
+		snprintf(msg, sizeof(msg), "%s holds a control character", name);
+		hutil_bad(req, name, msg);
+		return false;
 	}
 	if (chars == 0 || chars > maxlen) {
 		snprintf(msg, sizeof(msg), "%s must be 1 to %zu characters", name, maxlen);

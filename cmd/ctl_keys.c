@@ -18,13 +18,14 @@
 #include "db_keys.h"
 #include "db_util.h"
 #include "keys.h"
+#include "parse.h"
 
 #define CTL_LIMIT_MAX INT64_C(1000000000000000) /* as the API: 10^15 µ$ */
 
 static const char account_usage[] =
     "usage: meterctl account create --name NAME [--database-url URL]\n"
     "Creates an account and prints {\"account_id\", \"name\", \"created_at\"} as JSON.\n"
-    "  --name NAME         1 to 200 bytes, no control characters\n"
+    "  --name NAME         1 to 200 characters of UTF-8, no control characters\n"
     "  --database-url URL  libpq URL (default: $METER_DATABASE_URL)\n";
 
 static const char key_usage[] =
@@ -120,7 +121,7 @@ static int ctl_account_create(int argc, char **argv)
 	const char *url;
 	PGconn *conn = NULL;
 	char when[40];
-	size_t len, chars = 0;
+	size_t chars = 0;
 	int status = 1;
 	enum meter_rc rc;
 
@@ -128,14 +129,16 @@ static int ctl_account_create(int argc, char **argv)
 
 	if (parsed >= 0)
 		return parsed;
-	len = strlen(args[0].s);
-	for (size_t i = 0; i < len; i++) {
-		if ((unsigned char)args[0].s[i] < 0x20 || args[0].s[i] == 0x7f) {
-			ctl_fail(cmd, "--name holds a control character");
-			return 2;
-		}
-		/* Characters, as the API and the table count them. */
-		chars += ((unsigned char)args[0].s[i] & 0xc0) != 0x80;
+	/* As the API takes it: characters counted as the table counts them. */
+	switch (parse_plain_text(args[0].s, strlen(args[0].s), &chars)) {
+	case METER_OK:
+		break;
+	case METER_ERANGE:
+		ctl_fail(cmd, "--name holds a control character");
+		return 2;
+	default:
+		ctl_fail(cmd, "--name is not UTF-8");
+		return 2;
 	}
 	if (chars == 0 || chars > DB_ACCOUNT_NAME_MAX) {
 		ctl_fail(cmd, "--name must be 1 to %d characters", DB_ACCOUNT_NAME_MAX);

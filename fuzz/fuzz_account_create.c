@@ -30,8 +30,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	len = strlen(name);
 	FUZZ_CHECK(len == json_string_length(json_object_get(body, "name")));
 	for (size_t i = 0; i < len; i++) {
-		FUZZ_CHECK((unsigned char)name[i] >= 0x20 && name[i] != 0x7f);
-		chars += ((unsigned char)name[i] & 0xc0) != 0x80; /* jansson: valid UTF-8 */
+		unsigned char c = (unsigned char)name[i];
+
+		FUZZ_CHECK(c >= 0x20 && c != 0x7f);
+		/* No C1 control (U+0080 to U+009F: 0xc2 0x80 to 0xc2 0x9f). */
+		FUZZ_CHECK(!(c == 0xc2 && i + 1 < len && (unsigned char)name[i + 1] <= 0x9f));
+		chars += (c & 0xc0) != 0x80; /* jansson: valid UTF-8 */
 	}
 	FUZZ_CHECK(chars >= 1 && chars <= DB_ACCOUNT_NAME_MAX);
 	again = fuzz_req_reparse(&req2, json_pack("{s:s}", "name", name));

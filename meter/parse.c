@@ -73,6 +73,48 @@ bool parse_is_id(const char *s)
 	return n >= 1;
 }
 
+enum meter_rc parse_plain_text(const char *s, size_t len, size_t *chars)
+{
+	/* By a sequence's continuation bytes: its lead byte's bits, and the
+	 * least code point it may encode (shorter forms are refused). */
+	static const uint32_t lead_bits[4] = {0x7f, 0x1f, 0x0f, 0x07};
+	static const uint32_t least[4] = {0, 0x80, 0x800, 0x10000};
+	const unsigned char *p = (const unsigned char *)s;
+	size_t i = 0, n = 0;
+
+	while (i < len) {
+		uint32_t c = p[i];
+		size_t more;
+
+		if (c < 0x80)
+			more = 0;
+		else if ((c & 0xe0) == 0xc0)
+			more = 1;
+		else if ((c & 0xf0) == 0xe0)
+			more = 2;
+		else if ((c & 0xf8) == 0xf0)
+			more = 3;
+		else
+			return METER_EINVAL; /* a continuation byte, or 0xf8 and above */
+		if (more >= len - i)
+			return METER_EINVAL; /* cut short */
+		c &= lead_bits[more];
+		for (size_t k = 1; k <= more; k++) {
+			if ((p[i + k] & 0xc0) != 0x80)
+				return METER_EINVAL;
+			c = (c << 6) | (p[i + k] & 0x3fu);
+		}
+		if (c < least[more] || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff))
+			return METER_EINVAL;
+		if (c < 0x20 || (c >= 0x7f && c <= 0x9f))
+			return METER_ERANGE;
+		i += more + 1;
+		n++;
+	}
+	*chars = n;
+	return METER_OK;
+}
+
 int parse_json_depth(const char *text, size_t len)
 {
 	int depth = 0, max = 0;

@@ -25,6 +25,14 @@ int parse_json_depth(const char *text, size_t len);
 
 #define PARSE_ID_MAX 64
 
+/* Checks len bytes of text meant to be shown to people (an account's
+ * name): valid UTF-8 (shortest forms, no surrogates, at most U+10FFFF)
+ * with no control character, C0 (below U+0020), DEL or C1 (U+0080 to
+ * U+009F). METER_EINVAL when it is not UTF-8, METER_ERANGE when it holds
+ * a control character (NUL included); else METER_OK with *chars set to
+ * its characters (code points), as PostgreSQL's length() counts them. */
+METER_MUSTCHECK enum meter_rc parse_plain_text(const char *s, size_t len, size_t *chars);
+
 /* Days since 1970-01-01 of the proleptic Gregorian date y-m-d (m 1-12,
  * d 1-31), and back. Integers only. */
 int64_t parse_days_from_civil(int64_t y, int64_t m, int64_t d);

@@ -87,6 +87,12 @@ static const struct bad_case cases[] = {
      "invalid_request", "name"},
     {"name control character", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\\u0007\"}", 0,
      NULL, 400, "invalid_request", "name"},
+    {"name DEL", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\\u007f\"}", 0, NULL, 400,
+     "invalid_request", "name"},
+    {"name C1 control (NEL)", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\\u0085b\"}", 0,
+     NULL, 400, "invalid_request", "name"},
+    {"name C1 control, raw UTF-8", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\xc2\x9f\"}",
+     0, NULL, 400, "invalid_request", "name"},
     {"name 201 characters", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"" E200 "\u00e9\"}",
      0, NULL, 400, "invalid_request", "name"},
     /* POST /v1/accounts/{id}/keys. */

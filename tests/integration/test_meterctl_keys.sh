@@ -64,6 +64,8 @@ expect "nothing made" "$(psql "$url" -Atq -c "SELECT (SELECT count(*) FROM api_k
 long=$(printf 'é%.0s' $(seq 200))
 expect "a 200-character name" "$("$bin/meterctl" account create --name "$long" | jq -r '.name | length')" 200
 expect "a 201-character name" "$(status "$bin/meterctl" account create --name "${long}é")" 2
+expect "a C1 control in the name" "$(status "$bin/meterctl" account create --name "$(printf 'a\302\205b')")" 2
+expect "a name not UTF-8" "$(status "$bin/meterctl" account create --name "$(printf 'a\351b')")" 2
 # Revoking: the right account or nothing; bad arguments exit 2.
 fkey=$("$bin/meterctl" key create --account "$acc" --role full | jq -r .key_id)
 acc2=$("$bin/meterctl" account create --name Other | jq -r .account_id)

@@ -179,11 +179,65 @@ static void test_ids(void)
 	}
 }
 
+/* Text for people: valid UTF-8, no control character, counted in
+ * characters. */
+static void test_plain_text(void)
+{
+	static const struct {
+		const char *s;
+		enum meter_rc want;
+		size_t chars;
+	} cases[] = {
+	    {"Acme", METER_OK, 4},
+	    {"", METER_OK, 0},
+	    {"caf\xc3\xa9", METER_OK, 4},      /* é: two bytes, one character */
+	    {"\xe2\x82\xac 5", METER_OK, 3},   /* € */
+	    {"\xf0\x9f\x98\x80", METER_OK, 1}, /* U+1F600 */
+	    {"\xc2\xa0", METER_OK, 1},	       /* U+00A0, just past C1 */
+	    {"\xe2\x80\xa8", METER_OK, 1},     /* U+2028: a separator, not a control */
+	    {"a\tb", METER_ERANGE, 0},	       /* C0 */
+	    {"a\x1f", METER_ERANGE, 0},
+	    {"a\x7f", METER_ERANGE, 0},	    /* DEL */
+	    {"a\xc2\x80", METER_ERANGE, 0}, /* U+0080, C1's first */
+	    {"a\xc2\x85"
+	     "b",
+	     METER_ERANGE, 0},		    /* NEL */
+	    {"a\xc2\x9f", METER_ERANGE, 0}, /* C1's last */
+	    {"\xc3", METER_EINVAL, 0},	    /* cut short */
+	    {"\xe2\x82", METER_EINVAL, 0},
+	    {"\x80", METER_EINVAL, 0},		   /* a continuation first */
+	    {"\xc0\xaf", METER_EINVAL, 0},	   /* overlong '/' */
+	    {"\xe0\x80\xaf", METER_EINVAL, 0},	   /* overlong */
+	    {"\xf0\x80\x80\xaf", METER_EINVAL, 0}, /* overlong */
+	    {"\xc1\x85", METER_EINVAL, 0},	   /* overlong NEL, not a way round */
+	    {"\xed\xa0\x80", METER_EINVAL, 0},	   /* a surrogate */
+	    {"\xf4\x90\x80\x80", METER_EINVAL, 0}, /* past U+10FFFF */
+	    {"\xf8\x88\x80\x80\x80", METER_EINVAL, 0},
+	    {"\xc3(", METER_EINVAL, 0},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t chars = 99;
+		enum meter_rc rc = parse_plain_text(cases[i].s, strlen(cases[i].s), &chars);
+
+		CHECK_I64(rc, cases[i].want);
+		if (rc == METER_OK)
+			CHECK_I64((long long)chars, (long long)cases[i].chars);
+	}
+	/* A NUL inside the length is a control character. */
+	{
+		size_t chars;
+
+		CHECK_I64(parse_plain_text("a\0b", 3, &chars), METER_ERANGE);
+	}
+}
+
 int main(void)
 {
 	test_good_ints();
 	test_bad_ints();
 	test_ranges();
 	test_ids();
+	test_plain_text();
 	return check_done();
 }

@@ -308,13 +308,35 @@ static enum auth_step auth_run(struct http_req *req, bool may_wait)
 			return AUTH_REFUSED;
 		}
 	} else {
-		/* The scheme's name is case-insensitive (RFC 9110, 11.1). */
-		if (!h || strncasecmp(h, "Bearer ", 7) != 0 || h[7] == '\0') {
+		const char *tok = h ? h + 7 : NULL;
+		size_t n = 0;
+		char *trimmed = NULL;
+
+		/* The scheme's name is case-insensitive and one or more spaces
+		 * part it from the token (RFC 9110, 11.1 and 11.4); whitespace
+		 * after the token is not part of the field's value (5.5). */
+		if (h && strncasecmp(h, "Bearer ", 7) == 0) {
+			tok += strspn(tok, " ");
+			n = strlen(tok);
+			while (n > 0 && (tok[n - 1] == ' ' || tok[n - 1] == '\t'))
+				n--;
+		}
+		if (n == 0) {
 			http_reply_error(req, 401, "unauthorized",
 					 "missing or malformed bearer token", NULL);
 			return AUTH_REFUSED;
 		}
-		rc = verify_token(req->app, h + 7, may_wait, a);
+		if (tok[n] != '\0') {
+			trimmed = strndup(tok, n);
+			if (!trimmed) {
+				http_reply_error(req, 503, "metering_unavailable", "out of memory",
+						 NULL);
+				return AUTH_REFUSED;
+			}
+			tok = trimmed;
+		}
+		rc = verify_token(req->app, tok, may_wait, a);
+		free(trimmed);
 		if (rc == AUTH_KEY_LOOKUP)
 			return AUTH_LOOKUP; /* a was cleared: no role until decided */
 		if (rc == AUTH_KEY_DOWN) {

@@ -635,6 +635,39 @@ static void expect_early(const char *method, const char *path, const char *token
 	close(fd);
 }
 
+/* Whitespace around a bearer token is not part of it: more than one space
+ * after the scheme, and spaces or a tab after the token (which a proxy may
+ * leave), name the same key. Only spaces is no token at all. */
+static void test_bearer_whitespace(void)
+{
+	static const char *const forms[][2] = {
+	    {"Bearer  ", ""}, {"Bearer ", " "}, {"Bearer ", "\t"}, {"bearer   ", " \t"}};
+	struct rawhttp_resp rr;
+	char req[512], value[256];
+	int n;
+
+	for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+		snprintf(value, sizeof(value), "%s%s%s", forms[i][0], tok_ro, forms[i][1]);
+		n = snprintf(req, sizeof(req),
+			     "GET /v1/keys HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\n"
+			     "Connection: close\r\n\r\n",
+			     value);
+		CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
+		if (rr.status != 200)
+			fprintf(stderr, "Authorization form %zu: %d %s\n", i, rr.status,
+				rr.body ? rr.body : "");
+		CHECK_I64(rr.status, 200);
+		rawhttp_resp_release(&rr);
+	}
+	n = snprintf(req, sizeof(req),
+		     "GET /v1/keys HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer  \t \r\n"
+		     "Connection: close\r\n\r\n");
+	CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
+	CHECK_I64(rr.status, 401);
+	CHECK(rr.body && strstr(rr.body, "malformed bearer token") != NULL);
+	rawhttp_resp_release(&rr);
+}
+
 static void test_expect_over_cap(void)
 {
 	char fresh[65], tok_fresh[APITEST_TOKEN_MAX], path[128];
@@ -883,6 +916,7 @@ int main(void)
 					       " OR (SELECT count(*) FROM price_book) <> 1"
 					       " THEN RAISE 'created'; END IF; END $$"),
 		  "00000");
+	test_bearer_whitespace();
 	test_unknown_key_body(); /* creates a key of its own */
 	test_expect_over_cap();	 /* and so does this */
 	/* (After the count above.) A name is up to 200 characters, as the schema's maxLength and

@@ -1552,17 +1552,13 @@ static void *sweeper_main(void *arg)
 		if (!sweeper_pause(e, SWEEP_INTERVAL_MS))
 			break;
 		if (!conn && clock_mono_ms() >= next_connect) {
-			char set[64];
-
 			/* The statement timeout the server keeps, as on every
 			 * other connection: past meterd's deadline (2 s more) a
 			 * sweep that the server stopped answering is given up,
 			 * and must not go on there without a limit. */
-			snprintf(set, sizeof(set), "SET statement_timeout = %lld",
-				 (long long)e->opt.statement_timeout_ms);
 			if (db_connect(e->url, &conn, err, sizeof(err)) != METER_OK ||
-			    db_util_exec(conn, "sweeper session", set, 0, NULL, NULL, NULL) !=
-				METER_OK) {
+			    db_util_session_timeouts(conn, "sweeper session",
+						     e->opt.statement_timeout_ms) != METER_OK) {
 				int64_t delay = BACKOFF_MIN_MS << (failures < 6 ? failures : 6);
 				next_connect = clock_mono_ms() +
 					       (delay > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay);

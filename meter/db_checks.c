@@ -187,10 +187,7 @@ static bool session_exec(PGconn *conn, const char *sql, ExecStatusType want)
 
 enum meter_rc db_checks_session(PGconn *conn, int64_t statement_timeout_ms)
 {
-	char sql[96];
-
-	snprintf(sql, sizeof(sql), "SET statement_timeout = %lld", (long long)statement_timeout_ms);
-	if (!session_exec(conn, sql, PGRES_COMMAND_OK) ||
+	if (db_util_session_timeouts(conn, "checks session", statement_timeout_ms) != METER_OK ||
 	    !session_exec(conn, "SET synchronous_commit = on", PGRES_COMMAND_OK) ||
 	    /* Days read as text go into answers and their stored numbers
 	     * as YYYY-MM-DD, whatever the server's default style. */

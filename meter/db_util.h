@@ -45,6 +45,22 @@ void db_util_set_deadline_ms(int64_t ms);
  * before it gives the server up (requests, ingestion, checks). */
 #define DB_UTIL_DEADLINE_SLACK_MS 2000
 
+/* Sets conn's session up as every connection of meterd's is: statements
+ * cancelled by the server past statement_timeout_ms (0: never), and a
+ * transaction left idle (meterd's own steps between two statements take
+ * milliseconds) ended by the server after db_util_idle_tx_ms() of it,
+ * with its connection: a meterd that stopped (SIGSTOP, a debugger, a
+ * paused VM) while it held row locks, a key-day's ledger row say, does not
+ * hold every other process's checks on them until it runs again. */
+METER_MUSTCHECK enum meter_rc db_util_session_timeouts(PGconn *conn, const char *what,
+						       int64_t statement_timeout_ms);
+
+/* The idle-in-transaction limit for a statement timeout: half of it, so
+ * that a statement waiting on the locks of a stopped process gets them
+ * before its own timeout, and at least 1 s (no limit when the statement
+ * timeout is 0). */
+int64_t db_util_idle_tx_ms(int64_t statement_timeout_ms);
+
 /* Waits at most ms (no limit when <= 0) until conn's answer can be read
  * without blocking. false when the time ran out: the socket is then shut
  * and the connection bad (what the statement did is unknown). */

@@ -111,24 +111,17 @@ static void backoff_ok(struct db_pool *p)
 /* Opens a connection for a slot and sets the session up. Lock not held. */
 static enum meter_rc slot_connect(struct db_pool *p, PGconn **out, char *err, size_t errlen)
 {
-	char sql[96];
 	PGconn *conn = NULL;
-	PGresult *res;
 	enum meter_rc rc;
 
 	rc = db_connect(p->url, &conn, err, errlen);
 	if (rc != METER_OK)
 		return rc;
-	snprintf(sql, sizeof(sql), "SET statement_timeout = %lld",
-		 (long long)p->statement_timeout_ms);
-	res = PQexec(conn, sql);
-	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+	if (db_util_session_timeouts(conn, "pool session", p->statement_timeout_ms) != METER_OK) {
 		snprintf(err, errlen, "%s", PQerrorMessage(conn));
-		PQclear(res);
 		PQfinish(conn);
 		return METER_EDB;
 	}
-	PQclear(res);
 	*out = conn;
 	return METER_OK;
 }

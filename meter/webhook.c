@@ -323,9 +323,13 @@ static void *deliver_main(void *arg)
 				backoff = backoff ? (backoff * 2 > 5000 ? 5000 : backoff * 2) : 200;
 				continue;
 			}
-			snprintf(err, sizeof(err), "SET statement_timeout = %lld",
-				 (long long)w->opt.statement_timeout_ms);
-			PQclear(PQexec(conn, err));
+			if (db_util_session_timeouts(conn, "webhook session",
+						     w->opt.statement_timeout_ms) != METER_OK) {
+				PQfinish(conn);
+				conn = NULL;
+				backoff = 200;
+				continue;
+			}
 		}
 		backoff = 0;
 		do {

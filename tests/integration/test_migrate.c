@@ -7,9 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "db.h"
+#include "db_util.h"
 #include "migrate.h"
 #include "testdb.h"
 
@@ -324,6 +327,51 @@ static void test_keepalives(const char *url)
 	}
 }
 
+static long long rawclock_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Every meterd connection's session limits (db_util_session_timeouts): the
+ * statement timeout, and half of it (at least 1 s) for a transaction left
+ * idle, after which the server ends the session: a stopped meterd does not
+ * keep the row locks it holds. */
+static void test_session_timeouts(const char *url)
+{
+	char err[256], v[64];
+	PGconn *conn = NULL;
+	PGresult *res;
+	long long t0;
+
+	CHECK_I64(db_util_idle_tx_ms(0), 0);
+	CHECK_I64(db_util_idle_tx_ms(100), 1000);
+	CHECK_I64(db_util_idle_tx_ms(10000), 5000);
+	CHECK_I64(db_connect(url, &conn, err, sizeof(err)), METER_OK);
+	if (!conn)
+		return;
+	CHECK_I64(db_util_session_timeouts(conn, "test", 10000), METER_OK);
+	query_value(conn, "SHOW statement_timeout", v, sizeof(v));
+	CHECK_STR(v, "10s");
+	query_value(conn, "SHOW idle_in_transaction_session_timeout", v, sizeof(v));
+	CHECK_STR(v, "5s");
+	CHECK_I64(db_util_session_timeouts(conn, "test", 2000), METER_OK);
+	query_value(conn, "SHOW idle_in_transaction_session_timeout", v, sizeof(v));
+	CHECK_STR(v, "1s");
+	/* A transaction idle past it: the server ends the session. */
+	PQclear(PQexec(conn, "BEGIN"));
+	t0 = rawclock_ms();
+	while (rawclock_ms() - t0 < 1600)
+		usleep(50 * 1000);
+	res = PQexec(conn, "SELECT 1");
+	CHECK(PQresultStatus(res) != PGRES_TUPLES_OK);
+	PQclear(res);
+	CHECK(PQstatus(conn) == CONNECTION_BAD);
+	PQfinish(conn);
+}
+
 /* The partition a sample of sandbox sbx_p at time at landed in. */
 static void sample_partition(PGconn *conn, const char *at, char *out, size_t len)
 {
@@ -452,6 +500,7 @@ int main(void)
 	test_rerun(db.conn);
 	test_partitions(db.conn);
 	test_keepalives(db.url);
+	test_session_timeouts(db.url);
 	testdb_drop(&db);
 	test_concurrent();
 	return check_done();

@@ -1571,22 +1571,31 @@ static void *sweeper_main(void *arg)
 		}
 		if (!conn)
 			continue;
-		/* Each step again while it took a whole SWEEP_MAX, until the
-		 * engine stops (what is left is due at the next start): a hot
-		 * key's ended leases kept SIGTERM waiting for minutes. A sweep
-		 * holds the ledger rows of its holds (waiting for them behind
-		 * the check batches on them) until it commits: after a whole
-		 * one, the sweeper rests as long as it took, so the checks of
-		 * a key with many ended leases get its row at least half the
-		 * time. */
-		for (int step = 0; step < 3 && PQstatus(conn) == CONNECTION_OK; step++) {
+		/* The three steps in turn, each again while it took a whole
+		 * SWEEP_MAX, until the engine stops (what is left is due at the
+		 * next start): a hot key's ended leases kept SIGTERM waiting
+		 * for minutes. In turn, not each to its end: a step with much
+		 * to do (a burst's closings) does not hold the others (the
+		 * leases that ended, whose budget their keys' checks wait for)
+		 * back until it is done. A sweep holds the ledger rows of its
+		 * holds (waiting for them behind the check batches on them)
+		 * until it commits: after a whole one, the sweeper rests as
+		 * long as it took, so the checks of a key with many ended
+		 * leases get its row at least half the time. */
+		{
 			static const char *const what[] = {"holds settled at lease end",
 							   "settling holds closed",
 							   "leases past their end looked at"};
-			int64_t n = 0, now, took, grace = e->opt.lease_grace_s;
-			enum meter_rc rc;
+			bool more[3] = {true, true, true};
 
-			for (;;) {
+			for (int step = 0;
+			     (more[0] || more[1] || more[2]) && PQstatus(conn) == CONNECTION_OK;
+			     step = (step + 1) % 3) {
+				int64_t n = 0, now, took, grace = e->opt.lease_grace_s;
+				enum meter_rc rc;
+
+				if (!more[step])
+					continue;
 				took = clock_mono_ms();
 				now = checks_now_usec(e);
 				rc = step == 0 ? db_checks_expire(conn, now, SWEEP_MAX, &n)
@@ -1597,7 +1606,8 @@ static void *sweeper_main(void *arg)
 				if (rc == METER_OK && n > 0)
 					log_debug("checks: %lld %s in %lld ms", (long long)n,
 						  what[step], (long long)took);
-				if (rc != METER_OK || n < SWEEP_MAX ||
+				more[step] = rc == METER_OK && n >= SWEEP_MAX;
+				if (more[step] &&
 				    !sweeper_pause(e, took < SWEEP_REST_MAX_MS ? took
 									       : SWEEP_REST_MAX_MS))
 					break;

@@ -64,6 +64,7 @@ struct http_req {
 	void (*on_suspended)(struct http_req *req);
 	void *handler_ctx;	    /* the parked handler's own state, its to free */
 	struct http_req *work_next; /* the request workers' queue (api/server.c) */
+	struct http_server *srv;    /* borrowed: the server that made it (api/server.c) */
 	char params[HTTP_PARAMS_MAX][PARSE_ID_MAX + 1]; /* {…} path segments */
 	struct auth *auth; /* owned: who is calling, set before the handler */
 	int nparams;

@@ -12,6 +12,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "clock.h"
@@ -62,6 +63,9 @@ struct http_server {
 	int port;
 	uint64_t rid_prefix;
 	atomic_uint_fast64_t rid_next;
+	atomic_int live;      /* requests made (on_uri) and not finished */
+	atomic_bool draining; /* http_server_quiesce was called */
+	MHD_socket quiesced;  /* the listening socket once quiesced, closed after the stop */
 	int64_t request_timeout_usec; /* 0: no sweeper */
 	pthread_mutex_t watch_lock;   /* the list, every entry's fields, stopping */
 	pthread_cond_t watch_cond;    /* signalled to stop the sweeper */
@@ -278,6 +282,8 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	req->query_cut = uri && query_cut(uri);
 	req->conn = conn;
 	req->app = srv->app;
+	req->srv = srv;
+	atomic_fetch_add(&srv->live, 1);
 	req->start_usec = http_now_usec();
 	n = atomic_fetch_add(&srv->rid_next, 1);
 	snprintf(req->request_id, sizeof(req->request_id), "%08llx%08llx",
@@ -321,6 +327,10 @@ static enum MHD_Result queue(struct http_req *req)
 	     MHD_add_response_header(req->resp, "X-Content-Type-Options", "nosniff") != MHD_YES ||
 	     MHD_add_response_header(req->resp, "X-Frame-Options", "DENY") != MHD_YES))
 		log_warn("could not add the dashboard's headers");
+	/* Shutting down: the client sends its next request elsewhere. */
+	if (req->srv && atomic_load(&req->srv->draining) &&
+	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES)
+		log_warn("could not add Connection: close");
 	r = MHD_queue_response(req->conn, req->status, req->resp);
 	MHD_destroy_response(req->resp);
 	req->resp = NULL;
@@ -737,6 +747,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		req->method = method;
 		req->path = target_path(url);
 		req->version = version;
+		if (atomic_load(&srv->draining)) {
+			http_reply_error(req, 503, "metering_unavailable",
+					 "the service is shutting down", NULL);
+			conn_watch_mark(srv, conn, false);
+			return queue(req);
+		}
 		if (!route_request(req)) {
 			conn_watch_mark(srv, conn, false);
 			return queue(req);
@@ -862,6 +878,8 @@ static void req_finish(struct MHD_Connection *conn, struct http_req *req, bool a
 		 aborted ? " aborted=1" : "");
 	if (req->resp)
 		MHD_destroy_response(req->resp);
+	if (req->srv)
+		atomic_fetch_sub(&req->srv->live, 1);
 	free(req->body);
 	free(req->auth);
 	free(req);
@@ -913,6 +931,7 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 		return METER_ENOMEM;
 	}
 	srv->app = app;
+	srv->quiesced = MHD_INVALID_SOCKET;
 	srv->request_timeout_usec = cfg->request_timeout_s * 1000000;
 	if (watch_init(srv) != METER_OK) {
 		freeaddrinfo(ai);
@@ -973,6 +992,30 @@ int http_server_port(const struct http_server *srv)
 	return srv->port;
 }
 
+void http_server_quiesce(struct http_server *srv)
+{
+	if (!srv || atomic_exchange(&srv->draining, true))
+		return;
+	/* No new connection is taken: one that comes now waits in the
+	 * kernel's queue, unanswered, and is refused when the socket is
+	 * closed (after the stop). */
+	srv->quiesced = MHD_quiesce_daemon(srv->daemon);
+}
+
+bool http_server_drained(struct http_server *srv, int64_t wait_ms)
+{
+	const struct timespec step = {.tv_nsec = 10 * 1000000L};
+
+	if (!srv)
+		return true;
+	for (int64_t waited = 0; atomic_load(&srv->live) > 0; waited += 10) {
+		if (waited >= wait_ms)
+			return false;
+		nanosleep(&step, NULL);
+	}
+	return true;
+}
+
 void http_server_stop(struct http_server *srv)
 {
 	if (!srv)
@@ -991,6 +1034,8 @@ void http_server_stop(struct http_server *srv)
 	work_stop(srv);
 	/* Every connection is closed here, and its watch entry freed. */
 	MHD_stop_daemon(srv->daemon);
+	if (srv->quiesced != MHD_INVALID_SOCKET)
+		close(srv->quiesced);
 	work_destroy(srv);
 	pthread_cond_destroy(&srv->watch_cond);
 	pthread_mutex_destroy(&srv->watch_lock);

@@ -25,6 +25,15 @@ METER_MUSTCHECK enum meter_rc http_server_start(struct app *app, struct http_ser
 /* The port actually bound. */
 int http_server_port(const struct http_server *srv);
 
+/* The start of a shutdown: from now on every answer closes its connection
+ * (Connection: close), and a request that comes on a connection kept
+ * alive is answered 503 metering_unavailable at once. */
+void http_server_quiesce(struct http_server *srv);
+
+/* Waits up to wait_ms for every request under way to be answered and its
+ * answer sent (after http_server_quiesce). False when some were not. */
+bool http_server_drained(struct http_server *srv, int64_t wait_ms);
+
 /* Stops accepting, finishes nothing further, frees the server. */
 void http_server_stop(struct http_server *srv);
 

@@ -276,15 +276,18 @@ int main(int argc, char **argv)
 	}
 	status = 0;
 out:
-	/* Checks first: every parked connection gets its answer (or a 503) and
-	 * is resumed before the server stops; new checks get a 503 at once. */
+	/* Every answer from here on closes its connection, and a request on a
+	 * connection kept alive is answered 503 at once. Then the checks:
+	 * every parked connection gets its answer (or a 503) and is resumed;
+	 * new checks get a 503 at once. The server stops once every request
+	 * under way has had its answer sent (2 s at most: an export still
+	 * streaming is cut then). */
+	http_server_quiesce(srv);
 	collector_stop(collector);
 	checks_engine_stop(checks);
 	webhook_stop(webhook);
-	if (srv) {
-		struct timespec flush = {.tv_nsec = 100 * 1000000L}; /* let answers go out */
-		nanosleep(&flush, NULL);
-	}
+	if (srv && !http_server_drained(srv, 2000))
+		log_warn("stopping with requests still under way");
 	http_server_stop(srv);
 	checks_engine_free(checks);
 	db_pool_free(pool);

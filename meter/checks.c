@@ -1557,8 +1557,9 @@ static void *sweeper_main(void *arg)
 			 * sweep that the server stopped answering is given up,
 			 * and must not go on there without a limit. */
 			if (db_connect(e->url, &conn, err, sizeof(err)) != METER_OK ||
-			    db_util_session_timeouts(conn, "sweeper session",
-						     e->opt.statement_timeout_ms) != METER_OK) {
+			    db_util_session_timeouts(
+				conn, "sweeper session", e->opt.statement_timeout_ms,
+				db_util_idle_tx_ms(e->opt.statement_timeout_ms)) != METER_OK) {
 				int64_t delay = BACKOFF_MIN_MS << (failures < 6 ? failures : 6);
 				next_connect = clock_mono_ms() +
 					       (delay > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay);

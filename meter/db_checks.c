@@ -187,7 +187,8 @@ static bool session_exec(PGconn *conn, const char *sql, ExecStatusType want)
 
 enum meter_rc db_checks_session(PGconn *conn, int64_t statement_timeout_ms)
 {
-	if (db_util_session_timeouts(conn, "checks session", statement_timeout_ms) != METER_OK ||
+	if (db_util_session_timeouts(conn, "checks session", statement_timeout_ms,
+				     db_util_idle_tx_ms(statement_timeout_ms)) != METER_OK ||
 	    !session_exec(conn, "SET synchronous_commit = on", PGRES_COMMAND_OK) ||
 	    /* Days read as text go into answers and their stored numbers
 	     * as YYYY-MM-DD, whatever the server's default style. */

@@ -103,14 +103,15 @@ int64_t db_util_idle_tx_ms(int64_t statement_timeout_ms)
 	return statement_timeout_ms / 2 > 1000 ? statement_timeout_ms / 2 : 1000;
 }
 
-enum meter_rc db_util_session_timeouts(PGconn *conn, const char *what, int64_t statement_timeout_ms)
+enum meter_rc db_util_session_timeouts(PGconn *conn, const char *what, int64_t statement_timeout_ms,
+				       int64_t idle_tx_ms)
 {
 	char st[24], idle[24];
 	const char *params[2] = {st, idle};
 
 	snprintf(st, sizeof(st), "%lld",
 		 (long long)(statement_timeout_ms > 0 ? statement_timeout_ms : 0));
-	snprintf(idle, sizeof(idle), "%lld", (long long)db_util_idle_tx_ms(statement_timeout_ms));
+	snprintf(idle, sizeof(idle), "%lld", (long long)(idle_tx_ms > 0 ? idle_tx_ms : 0));
 	return db_util_exec(conn, what,
 			    "SELECT set_config('statement_timeout', $1, false),"
 			    " set_config('idle_in_transaction_session_timeout', $2, false)",

@@ -45,15 +45,19 @@ void db_util_set_deadline_ms(int64_t ms);
  * before it gives the server up (requests, ingestion, checks). */
 #define DB_UTIL_DEADLINE_SLACK_MS 2000
 
-/* Sets conn's session up as every connection of meterd's is: statements
- * cancelled by the server past statement_timeout_ms (0: never), and a
- * transaction left idle (meterd's own steps between two statements take
- * milliseconds) ended by the server after db_util_idle_tx_ms() of it,
- * with its connection: a meterd that stopped (SIGSTOP, a debugger, a
- * paused VM) while it held row locks, a key-day's ledger row say, does not
- * hold every other process's checks on them until it runs again. */
+/* Sets conn's session up: statements cancelled by the server past
+ * statement_timeout_ms (0: never), and a transaction left idle for
+ * idle_tx_ms (0: no limit) ended by the server, with its connection. The
+ * check engine's, the sweeper's and the webhook deliverer's connections
+ * take db_util_idle_tx_ms() (their steps between two statements take
+ * milliseconds): a meterd that stopped (SIGSTOP, a debugger, a paused VM)
+ * while it held row locks, a key-day's ledger row say, does not hold
+ * every other process's checks on them until it runs again. The request
+ * pool's take none: ingestion of a big document works for seconds between
+ * its statements. */
 METER_MUSTCHECK enum meter_rc db_util_session_timeouts(PGconn *conn, const char *what,
-						       int64_t statement_timeout_ms);
+						       int64_t statement_timeout_ms,
+						       int64_t idle_tx_ms);
 
 /* The idle-in-transaction limit for a statement timeout: half of it, so
  * that a statement waiting on the locks of a stopped process gets them

@@ -117,7 +117,10 @@ static enum meter_rc slot_connect(struct db_pool *p, PGconn **out, char *err, si
 	rc = db_connect(p->url, &conn, err, errlen);
 	if (rc != METER_OK)
 		return rc;
-	if (db_util_session_timeouts(conn, "pool session", p->statement_timeout_ms) != METER_OK) {
+	/* No idle limit: ingestion of a big document works for seconds
+	 * between its statements (db_util_session_timeouts). */
+	if (db_util_session_timeouts(conn, "pool session", p->statement_timeout_ms, 0) !=
+	    METER_OK) {
 		snprintf(err, errlen, "%s", PQerrorMessage(conn));
 		PQfinish(conn);
 		return METER_EDB;

@@ -323,8 +323,9 @@ static void *deliver_main(void *arg)
 				backoff = backoff ? (backoff * 2 > 5000 ? 5000 : backoff * 2) : 200;
 				continue;
 			}
-			if (db_util_session_timeouts(conn, "webhook session",
-						     w->opt.statement_timeout_ms) != METER_OK) {
+			if (db_util_session_timeouts(
+				conn, "webhook session", w->opt.statement_timeout_ms,
+				db_util_idle_tx_ms(w->opt.statement_timeout_ms)) != METER_OK) {
 				PQfinish(conn);
 				conn = NULL;
 				backoff = 200;

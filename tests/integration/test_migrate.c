@@ -335,10 +335,11 @@ static long long rawclock_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Every meterd connection's session limits (db_util_session_timeouts): the
- * statement timeout, and half of it (at least 1 s) for a transaction left
- * idle, after which the server ends the session: a stopped meterd does not
- * keep the row locks it holds. */
+/* The check engine's, sweeper's and deliverer's session limits
+ * (db_util_session_timeouts): the statement timeout, and half of it (at
+ * least 1 s) for a transaction left idle, after which the server ends the
+ * session: a stopped meterd does not keep the row locks it holds. The
+ * request pool's set the statement timeout alone. */
 static void test_session_timeouts(const char *url)
 {
 	char err[256], v[64];
@@ -352,14 +353,20 @@ static void test_session_timeouts(const char *url)
 	CHECK_I64(db_connect(url, &conn, err, sizeof(err)), METER_OK);
 	if (!conn)
 		return;
-	CHECK_I64(db_util_session_timeouts(conn, "test", 10000), METER_OK);
+	CHECK_I64(db_util_session_timeouts(conn, "test", 10000, db_util_idle_tx_ms(10000)),
+		  METER_OK);
 	query_value(conn, "SHOW statement_timeout", v, sizeof(v));
 	CHECK_STR(v, "10s");
 	query_value(conn, "SHOW idle_in_transaction_session_timeout", v, sizeof(v));
 	CHECK_STR(v, "5s");
-	CHECK_I64(db_util_session_timeouts(conn, "test", 2000), METER_OK);
+	CHECK_I64(db_util_session_timeouts(conn, "test", 2000, db_util_idle_tx_ms(2000)), METER_OK);
 	query_value(conn, "SHOW idle_in_transaction_session_timeout", v, sizeof(v));
 	CHECK_STR(v, "1s");
+	/* No idle limit: a transaction stays. */
+	CHECK_I64(db_util_session_timeouts(conn, "test", 2000, 0), METER_OK);
+	query_value(conn, "SHOW idle_in_transaction_session_timeout", v, sizeof(v));
+	CHECK_STR(v, "0");
+	CHECK_I64(db_util_session_timeouts(conn, "test", 2000, db_util_idle_tx_ms(2000)), METER_OK);
 	/* A transaction idle past it: the server ends the session. */
 	PQclear(PQexec(conn, "BEGIN"));
 	t0 = rawclock_ms();

@@ -152,7 +152,7 @@ static int ctl_account_create(int argc, char **argv)
 		goto out;
 	rc = db_account_create(conn, args[0].s, &acc);
 	if (rc == METER_EINVAL) {
-		ctl_fail(cmd, "the database refused the name (not valid UTF-8?)");
+		ctl_fail(cmd, "the database refused the name");
 		status = 2;
 		goto out;
 	}

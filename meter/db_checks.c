@@ -22,7 +22,10 @@
  * clocks': a pause dated ahead of the engine's clock, then a wake, leaves
  * the wake's hold alone and its retry is replayed. A renewal under a key of
  * its own does not end it either, so a retry of the first wake after one
- * is still that wake's answer. */
+ * is still that wake's answer. Only an answer of this sandbox's is stale:
+ * one stored for another sandbox's wake under a key of its caller's own that
+ * is this sandbox's id stays, and this default wake is its conflict (409)
+ * rather than a new decision that drops it. */
 static const char sql_read[] =
     "WITH c AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])"
     "  WITH ORDINALITY AS c(op, key_id, sandbox_id, idem, i))"
@@ -33,6 +36,7 @@ static const char sql_read[] =
     "  ik.idempotency_key IS NOT NULL, encode(ik.request_sha256, 'hex'), ik.status_code,"
     "  ik.response,"
     "  (c.op = 'wake' AND c.idem = c.sandbox_id AND ik.idempotency_key IS NOT NULL"
+    "   AND ik.response::jsonb->>'sandbox_id' IS NOT DISTINCT FROM c.sandbox_id"
     "   AND NOT COALESCE(sb.state = 'running'"
     "       AND (ik.response::jsonb->>'lease_ends_at')::timestamptz > $5::timestamptz"
     "       AND EXISTS (SELECT 1 FROM holds h WHERE h.account_id = sb.account_id"

@@ -754,6 +754,31 @@ static void test_wake_replay_holds(struct apitest *t, const char *key)
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'wr-2' AND"
 				 " status = 'open' AND settles_at IS NULL"),
 		  2);
+
+	/* A wake of wr-4 under a key of its caller's own that is wr-3's id:
+	 * wr-3's default wake is its conflict, not a new decision that drops
+	 * it (wr-3 is paused, so such a stored answer of its own would be
+	 * stale), and wr-4's retry is still replayed. */
+	CHECK_I64(cu_create(t, 0, key, "wr-3", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "wr-4", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_rfc3339(time(NULL) + 5, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "wr-3", "paused", at, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_event(t, 0, "wr-4", "paused", at, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "wr-4", 600, "\"idempotency_key\":\"wr-3\"", &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "wr-3", 600, NULL, &r), 409);
+	CHECK_STR(apitest_error_code(&r), "idempotency_conflict");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "wr-4", 600, "\"idempotency_key\":\"wr-3\"", &r), 200);
+	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id IN ('wr-3', 'wr-4')"
+				 " AND status = 'open' AND settles_at IS NULL"),
+		  1);
 	CHECK_I64(cu_held_mismatches(db), 0);
 }
 

@@ -53,6 +53,7 @@ struct item {
 	bool allowed;
 	bool pending;  /* read, needs the ledger */
 	bool r_listed; /* refused: its idempotency key is in the DB_R_* arrays */
+	bool kept;     /* refused (402) under a key of the caller's own: stored */
 	int64_t vcpus, memory_mib;
 	int64_t lease_max_micros;
 	int64_t lease_end_usec;
@@ -321,6 +322,7 @@ static void batch_reset(struct batch *b)
 		it->allowed = false;
 		it->pending = false;
 		it->r_listed = false;
+		it->kept = false;
 		it->nparts = 0;
 	}
 	db_check_read_release(b->rd, b->n);
@@ -349,6 +351,16 @@ static int batch_row(struct batch *b, const struct db_check_read *r, const char 
 	    .time_zone = r->time_zone,
 	};
 	return (int)b->nrows++;
+}
+
+/* True when it's idempotency key is the caller's own, not the default (its
+ * sandbox id): a refusal under it is stored and replayed like an allowed
+ * answer, since the key names this attempt. A default key names the
+ * sandbox, so a refusal under it is decided again on a retry: stored, it
+ * would refuse that sandbox for good. */
+static bool key_own(const struct item *it)
+{
+	return strcmp(it->idem, it->rq.sandbox_id) != 0;
 }
 
 /* Decides what can be decided from the reads alone (unknown key or
@@ -444,6 +456,7 @@ static enum meter_rc batch_prepare(struct batcher *e, struct batch *b, int64_t d
 				  json_pack("{s:I,s:I}", "lease_max_cost_micros",
 					    (json_int_t)it->lease_max_micros, "max_cost_micros",
 					    (json_int_t)rq->max_cost_micros));
+			it->kept = key_own(it) && it->status == 402;
 			continue;
 		}
 		rc = tz_days(e, r->time_zone, b->now, deadline, sqlstate, &tzd);
@@ -474,15 +487,15 @@ static bool key_on_sandbox(const struct item *it)
 	return it->rq.op == CHECKS_CREATE && strcmp(it->idem, it->rq.sandbox_id) == 0;
 }
 
-/* An earlier allowed check of this batch under the same idempotency key, or
- * NULL. */
+/* An earlier check of this batch under the same idempotency key whose answer
+ * is stored (allowed, or a refusal kept), or NULL. */
 static const struct item *batch_same_key(const struct batch *b, size_t upto,
 					 const struct db_check_read *r, const struct item *it)
 {
 	for (size_t j = 0; j < upto; j++) {
 		const struct item *o = b->items[j];
-		if (o->allowed && o->rq.op == it->rq.op && strcmp(o->idem, it->idem) == 0 &&
-		    key_on_sandbox(o) == key_on_sandbox(it) &&
+		if ((o->allowed || o->kept) && o->rq.op == it->rq.op &&
+		    strcmp(o->idem, it->idem) == 0 && key_on_sandbox(o) == key_on_sandbox(it) &&
 		    strcmp(b->rd[j].account_id, r->account_id) == 0)
 			return o;
 	}
@@ -601,6 +614,42 @@ static void batch_write(struct batch *b, size_t i)
 	}
 }
 
+/* it is a retry of same, an earlier check of the batch under the same
+ * idempotency key: same's answer, replayed, or 409 when their parameters
+ * differ. */
+static void answer_as_retry(struct item *it, const struct item *same)
+{
+	it->kept = false;
+	if (strcmp(same->sha_hex, it->sha_hex) != 0) {
+		set_error(it, 409, "idempotency_conflict",
+			  "idempotency key already used with other parameters",
+			  json_pack("{s:s}", "idempotency_key", it->idem));
+		return;
+	}
+	/* An allowed or kept item has its answer: one that could not be
+	 * built was undone (allowed = false) below, and a refusal without
+	 * its text is not kept. */
+	assert(same->body);
+	free(it->body);
+	it->body = strdup(same->body);
+	it->status = it->body ? same->status : 0;
+	it->replayed = true;
+}
+
+/* Adds a kept refusal's answer to the batch's stored answers. */
+static void batch_keep(struct batch *b, size_t i)
+{
+	struct item *it = b->items[i];
+	struct db_arr *a = b->arrs;
+
+	db_arr_str(&a[DB_I_ACCOUNT], b->rd[i].account_id);
+	db_arr_str(&a[DB_I_OP], it->rq.op == CHECKS_CREATE ? "create" : "wake");
+	db_arr_str(&a[DB_I_KEY], it->idem);
+	db_arr_str(&a[DB_I_SHA], it->sha_hex);
+	db_arr_i64(&a[DB_I_STATUS], it->status);
+	db_arr_str(&a[DB_I_RESPONSE], it->body);
+}
+
 /* Decides the pending checks in arrival order against the locked ledger. */
 static void batch_decide(struct batch *b)
 {
@@ -612,25 +661,18 @@ static void batch_decide(struct batch *b)
 		const struct item *same;
 		int failed = 0;
 
-		if (!it->pending)
+		if (!it->pending) {
+			/* Refused before the ledger (max_cost_exceeded) and
+			 * kept: a retry of an earlier check of the batch under
+			 * the same key gets that one's answer instead. */
+			if (it->kept && (same = batch_same_key(b, i, r, it)) != NULL)
+				answer_as_retry(it, same);
 			continue;
+		}
 		it->pending = false;
 		same = batch_same_key(b, i, r, it);
 		if (same) {
-			if (strcmp(same->sha_hex, it->sha_hex) != 0) {
-				set_error(it, 409, "idempotency_conflict",
-					  "idempotency key already used with other parameters",
-					  json_pack("{s:s}", "idempotency_key", it->idem));
-			} else {
-				it->status = same->status;
-				/* An allowed item has its answer: one that could
-				 * not be built was undone (allowed = false) below. */
-				assert(same->body);
-				it->body = strdup(same->body);
-				it->replayed = true;
-				if (!it->body)
-					it->status = 0;
-			}
+			answer_as_retry(it, same);
 			continue;
 		}
 		if (it->rq.op == CHECKS_CREATE && batch_created(b, i, it->rq.sandbox_id)) {
@@ -654,6 +696,13 @@ static void batch_decide(struct batch *b)
 					    "lease_max_cost_micros",
 					    (json_int_t)it->lease_max_micros, "hold_micros",
 					    (json_int_t)amounts[failed]));
+			if (key_own(it)) {
+				/* Stored (batch_keep): the insert fails on an
+				 * answer its first attempt stored meanwhile,
+				 * and the batch is decided again. */
+				it->kept = it->status == 402;
+				continue;
+			}
 			/* Unless its first attempt answered meanwhile (see
 			 * db_checks_apply). */
 			db_arr_str(&b->arrs[DB_R_ACCOUNT], r->account_id);
@@ -676,6 +725,8 @@ static void batch_decide(struct batch *b)
 	for (size_t i = 0; i < b->n; i++)
 		if (b->items[i]->allowed)
 			batch_write(b, i);
+		else if (b->items[i]->kept)
+			batch_keep(b, i);
 	/* Ledger rows: the new held and the key's current limit. */
 	for (size_t i = 0; i < b->nrows; i++) {
 		const struct db_ledger_row *lr = &b->rows[i];
@@ -926,7 +977,7 @@ static bool fast_decide(struct checks_engine *e, struct batch *b, struct fast_sc
 
 		if (it->allowed || it->replayed || !it->status)
 			continue;
-		if (!it->r_listed) {
+		if (!it->r_listed && !it->kept) {
 			db_arr_str(&b->arrs[DB_R_ACCOUNT], r->account_id);
 			db_arr_str(&b->arrs[DB_R_OP], "create");
 			db_arr_str(&b->arrs[DB_R_KEY], it->idem);

@@ -206,7 +206,8 @@ static void test_max_cost(struct apitest *t, const char *key)
 }
 
 /* A key with a small limit: refusals leave nothing; a retry after the limit
- * is raised is decided afresh (refusals are not stored). */
+ * is raised is decided afresh (refusals under the default key are not
+ * stored). */
 static void test_limit(struct apitest *t, const char *acc)
 {
 	struct apitest_resp r;
@@ -276,6 +277,85 @@ static void test_limit(struct apitest *t, const char *acc)
 	CHECK_I64(cu_errint(&r, "day_spent_micros"), 25000);
 	CHECK_I64(cu_errint(&r, "day_held_micros"), 70000);
 	apitest_resp_release(&r);
+	CHECK_I64(cu_over_limit(db), 0);
+}
+
+/* A refusal under a key of the caller's own is that key's first answer: a
+ * retry gets it again (replayed, also once budget is freed) and the key used
+ * for other parameters is 409. Under the default key (the sandbox id) a
+ * refusal is decided again. Neither leaves a hold. */
+static void test_refusal_kept(struct apitest *t, const char *acc)
+{
+	struct apitest_resp r, first;
+	char key[65], token[APITEST_TOKEN_MAX], zone[16], sql[256];
+	PGconn *db = t->db.conn;
+
+	CHECK(apitest_create_key(t, acc, "full", 30000, apitest_midday_zone(zone, sizeof(zone)),
+				 key, token) == 0);
+	CHECK_I64(cu_create(t, 0, key, "rk-1", 2, 4096, 900, NULL, &r), 200); /* 20000 */
+	apitest_resp_release(&r);
+	CHECK_I64(
+	    cu_create(t, 0, key, "rk-2", 2, 4096, 900, "\"idempotency_key\":\"att-1\"", &first),
+	    402);
+	CHECK_STR(apitest_error_code(&first), "spending_limit_reached");
+	CHECK(first.headers && !strstr(first.headers, "Idempotent-Replayed"));
+	CHECK_I64(cu_create(t, 0, key, "rk-2", 2, 4096, 900, "\"idempotency_key\":\"att-1\"", &r),
+		  402);
+	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+	CHECK(json_equal(r.json, first.json));
+	apitest_resp_release(&r);
+	/* The key is taken: another request under it is a conflict, even one
+	 * that would fit. */
+	CHECK_I64(cu_create(t, 0, key, "rk-3", 1, 1, 1, "\"idempotency_key\":\"att-1\"", &r), 409);
+	CHECK_STR(apitest_error_code(&r), "idempotency_conflict");
+	apitest_resp_release(&r);
+	/* Under the default key. */
+	CHECK_I64(cu_create(t, 0, key, "rk-4", 2, 4096, 900, NULL, &r), 402);
+	apitest_resp_release(&r);
+	/* max_cost_exceeded, decided before the ledger, is kept the same way. */
+	CHECK_I64(cu_create(t, 0, key, "rk-5", 2, 4096, 900,
+			    "\"max_cost_micros\":1,\"idempotency_key\":\"att-2\"", &r),
+		  402);
+	CHECK_STR(apitest_error_code(&r), "max_cost_exceeded");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "rk-5", 2, 4096, 900,
+			    "\"max_cost_micros\":20000,\"idempotency_key\":\"att-2\"", &r),
+		  409);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM check_answers WHERE account_id = '%s'"
+			     " AND idempotency_key IN ('att-1', 'att-2', 'rk-4')"
+			     " AND status_code = 402",
+			     acc),
+		  2);
+	/* Budget freed: the own keys' retries are still their first answer,
+	 * the default key's is decided again. */
+	snprintf(sql, sizeof(sql),
+		 "UPDATE api_keys SET daily_limit_micros = 100000 WHERE key_id = '%s'", key);
+	cu_sql(db, sql);
+	CHECK_I64(cu_create(t, 0, key, "rk-2", 2, 4096, 900, "\"idempotency_key\":\"att-1\"", &r),
+		  402);
+	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+	CHECK(json_equal(r.json, first.json));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "rk-5", 2, 4096, 900,
+			    "\"max_cost_micros\":1,\"idempotency_key\":\"att-2\"", &r),
+		  402);
+	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "rk-4", 2, 4096, 900, NULL, &r), 200);
+	CHECK(r.headers && !strstr(r.headers, "Idempotent-Replayed"));
+	apitest_resp_release(&r);
+	/* A new attempt takes a new key. */
+	CHECK_I64(cu_create(t, 0, key, "rk-2", 2, 4096, 900, "\"idempotency_key\":\"att-3\"", &r),
+		  200);
+	apitest_resp_release(&r);
+	apitest_resp_release(&first);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id IN ('rk-3', 'rk-5')"),
+		  0);
+	CHECK_I64(cu_sql_int(db, "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'", key),
+		  60000);
+	CHECK_I64(cu_held_mismatches(db), 0);
 	CHECK_I64(cu_over_limit(db), 0);
 }
 
@@ -1672,6 +1752,7 @@ int main(void)
 	test_revoked(&t, acc);
 	test_read_only(&t, acc);
 	test_limit(&t, acc);
+	test_refusal_kept(&t, acc);
 	test_wake_and_events(&t, key);
 	test_renewal_and_skew(&t, key);
 	test_wake_replay_holds(&t, key);

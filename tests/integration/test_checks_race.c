@@ -20,7 +20,8 @@
  *    - a create retried on the other process while its first attempt is
  *      in flight, with room for one lease: the attempt that takes the row
  *      second does not refuse for want of the budget the first one took,
- *      it replays the first one's answer;
+ *      it replays the first one's answer (under the default key, and under
+ *      a key of the caller's own, where a refusal would be stored);
  *    - a limit lowered (the ledger row, then the key, as PUT .../limits
  *      does) while a create waits: the create is decided against the new
  *      limit, and the day's row keeps it;
@@ -306,7 +307,16 @@ static void test_mixed(const char *acc)
 				     "SELECT count(*) FROM check_answers WHERE idempotency_key"
 				     " IN ('%s', '%s')",
 				     j->sandbox, j->idem[0] ? j->idem : "-"),
-			  j->op == OP_CREATE ? 0 : 1 /* the pre-created sandbox's create row */);
+			  /* A wake: the pre-created sandbox's create row, and the
+			   * refusal stored under the wake's own key. */
+			  j->op == OP_CREATE ? 0 : 2);
+		if (j->op == OP_WAKE)
+			CHECK_I64(
+			    cu_sql_int(t.db.conn,
+				       "SELECT count(*) FROM check_answers WHERE idempotency_key"
+				       " = '%s' AND operation = 'wake' AND status_code = 402",
+				       j->idem),
+			    1);
 	}
 	CHECK_I64(other, 0);
 	CHECK_I64(pauses_ok, NTHREADS / 4);
@@ -449,9 +459,10 @@ static void test_key_spaces(const char *acc)
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 }
 
-static void test_retry_race(const char *acc)
+static void test_retry_race(const char *acc, bool own)
 {
-	char key[65], token[APITEST_TOKEN_MAX];
+	const char *sb = own ? "retry-2" : "retry-1";
+	char key[65], token[APITEST_TOKEN_MAX], first[16];
 	struct call calls[2];
 	pthread_t th[2];
 	struct apitest_resp r;
@@ -459,15 +470,16 @@ static void test_retry_race(const char *acc)
 
 	/* Room for the first create and one more lease. */
 	CHECK(apitest_create_key(&t, acc, "full", 2 * LEASE_MICROS, NULL, key, token) == 0);
-	CHECK_I64(cu_create(&t, 0, key, "retry-0", 1, 1024, 3600, NULL, &r), 200);
+	snprintf(first, sizeof(first), "retry-0%s", own ? "o" : "");
+	CHECK_I64(cu_create(&t, 0, key, first, 1, 1024, 3600, NULL, &r), 200);
 	apitest_resp_release(&r);
 	lk = cu_lock_day(t.db.url, acc, key, today);
 	for (int i = 0; i < 2; i++) {
 		calls[i] = (struct call){.server = i, .path = "/v1/checks/create"};
 		snprintf(calls[i].body, sizeof(calls[i].body),
-			 "{\"key_id\":\"%s\",\"sandbox_id\":\"retry-1\",\"vcpus\":1,"
-			 "\"memory_mib\":1024,\"lease_seconds\":3600}",
-			 key);
+			 "{\"key_id\":\"%s\",\"sandbox_id\":\"%s\",\"vcpus\":1,"
+			 "\"memory_mib\":1024,\"lease_seconds\":3600%s}",
+			 key, sb, own ? ",\"idempotency_key\":\"retry-own\"" : "");
 		pthread_create(&th[i], NULL, run_call, &calls[i]);
 	}
 	/* Both processes read no answer and no sandbox, and wait for the row. */
@@ -482,7 +494,7 @@ static void test_retry_race(const char *acc)
 	CHECK_STR(calls[0].lease_ends_at, calls[1].lease_ends_at);
 	CHECK_I64(calls[0].hold_micros, LEASE_MICROS);
 	CHECK_I64(calls[1].hold_micros, LEASE_MICROS);
-	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE sandbox_id = 'retry-1'"),
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE sandbox_id = '%s'", sb),
 		  1);
 	CHECK_I64(cu_sql_int(t.db.conn,
 			     "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'"
@@ -642,7 +654,8 @@ int main(void)
 	test_mixed(acc);
 	test_stale_wake_race(acc);
 	test_key_spaces(acc);
-	test_retry_race(acc);
+	test_retry_race(acc, false);
+	test_retry_race(acc, true);
 	test_limit_race(acc);
 	test_new_row_order(acc);
 	CHECK(apitest_stop(&t) == 0);

@@ -258,11 +258,21 @@ static int deliver_one(struct webhook *w, PGconn *conn)
 		log_info("webhook: event %s delivered", id);
 	} else {
 		const char *p[5] = {acc, id, attempts_s, delay_s, why};
+		PGresult *rr = NULL;
 		metrics_counter_add(DELIVERIES, "outcome=\"failed\"", 1);
 		db_util_i64_param(webhook_retry_delay_s(attempts), delay_s, sizeof(delay_s));
-		if (db_util_exec(conn, "webhook retry", sql_retry, 5, p, NULL, NULL) != METER_OK)
+		if (db_util_exec(conn, "webhook retry", sql_retry, 5, p, &rr, NULL) != METER_OK)
 			goto out;
-		log_warn("webhook: event %s not delivered (%s); retry in %s s", id, why, delay_s);
+		if (strcmp(PQcmdTuples(rr), "0") != 0)
+			log_warn("webhook: event %s not delivered (%s); retry in %s s", id, why,
+				 delay_s);
+		else
+			/* This process was stopped past its claim: another
+			 * has the event now (or has delivered it). */
+			log_warn("webhook: event %s not delivered (%s), and its claim had lapsed;"
+				 " left to the process that holds it now",
+				 id, why);
+		PQclear(rr);
 	}
 	ret = 1;
 out:

@@ -294,6 +294,53 @@ static void test_slow_body(struct apitest *t, const char *acc, const char *key)
 	pthread_mutex_unlock(&mu);
 }
 
+/* A failed POST whose claim lapsed while it was sent (its process stopped
+ * past the claim: here another claim is written over it meanwhile): the
+ * other claim stands, untouched, and the log says so instead of announcing
+ * a retry that will not happen. */
+static void test_lapsed_claim(struct apitest *t, const char *acc, const char *key)
+{
+	char sql[512];
+	int found = 0;
+
+	pthread_mutex_lock(&mu);
+	slow_ms = 2000;
+	fail_next = 1;
+	pthread_mutex_unlock(&mu);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
+		 " VALUES ('%s', '%s', 'spend_limit_crossed', 'lapsed-1', '{}')",
+		 acc, key);
+	cu_sql(t->db.conn, sql);
+	for (int i = 0; i < 100 && cu_sql_int(t->db.conn, "SELECT attempts FROM webhook_outbox"
+							  " WHERE dedup_key = 'lapsed-1'") < 1;
+	     i++)
+		cu_sleep_ms(20);
+	/* The POST is in flight (the receiver answers 500 in 2 s). */
+	cu_sql(t->db.conn, "UPDATE webhook_outbox SET attempts = attempts + 1, next_attempt_at ="
+			   " now() + interval '1 hour' WHERE dedup_key = 'lapsed-1'");
+	cu_sleep_ms(3500);
+	CHECK_I64(cu_sql_int(t->db.conn, "SELECT count(*) FROM webhook_outbox WHERE dedup_key ="
+					 " 'lapsed-1' AND attempts = 2 AND last_error IS NULL"
+					 " AND next_attempt_at > now() + interval '50 minutes'"),
+		  1);
+	for (int i = 0; i < 2; i++) {
+		char *log = apitest_read_log(t, i);
+
+		if (log &&
+		    strstr(log, "its claim had lapsed; left to the process that holds it now"))
+			found++;
+		free(log);
+	}
+	CHECK_I64(found, 1);
+	pthread_mutex_lock(&mu);
+	slow_ms = 0;
+	fail_next = 0;
+	pthread_mutex_unlock(&mu);
+	cu_sql(t->db.conn, "UPDATE webhook_outbox SET delivered_at = now() WHERE dedup_key ="
+			   " 'lapsed-1'");
+}
+
 static void spend(PGconn *db, const char *acc, const char *key, const char *sandbox,
 		  const char *day, long long micros)
 {
@@ -902,6 +949,7 @@ int main(void)
 	test_lease_ended_lagging(&t, acc);
 	test_crossings(&t, acc);
 	test_slow_body(&t, acc, key);
+	test_lapsed_claim(&t, acc, key);
 
 	/* Restart: stop both servers, start another; nothing is sent again. */
 	CHECK(apitest_stop(&t) == 0);

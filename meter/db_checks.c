@@ -118,12 +118,19 @@ static const char sql_apply[] =
 /* A stored answer under a refused check's idempotency key that the batch
  * did not read (none was read, or another row version): raises MTR01. Run
  * after the ledger rows are locked, so a first attempt that took them
- * before this batch is visible. */
+ * before this batch is visible. The refusals listed are under default keys
+ * (one under a key of the caller's own is stored instead, and its insert
+ * is its guard): a create's answer is on its sandbox row, a wake's in
+ * idempotency_keys. A create's default key is not looked up there: an
+ * answer stored under a key of its caller's own that happens to be this
+ * sandbox's id is another request's, and taking it for this one's made
+ * every attempt conflict (503 for the whole batch). */
 static const char sql_refused[] =
     "SELECT meter_checks_conflict('answer of a refused check')"
     " FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(a, o, k, x)"
     " JOIN LATERAL (SELECT i.xmin::text AS xm FROM idempotency_keys i"
-    "   WHERE i.account_id = v.a AND i.operation = v.o AND i.idempotency_key = v.k"
+    "   WHERE v.o <> 'create' AND i.account_id = v.a AND i.operation = v.o"
+    "   AND i.idempotency_key = v.k"
     "  UNION ALL"
     "  SELECT s.xmin::text FROM sandboxes s WHERE v.o = 'create' AND s.sandbox_id = v.k"
     "   AND s.account_id = v.a AND s.create_request_sha256 IS NOT NULL) i ON true"

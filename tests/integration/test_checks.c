@@ -312,6 +312,21 @@ static void test_refusal_kept(struct apitest *t, const char *acc)
 	/* Under the default key. */
 	CHECK_I64(cu_create(t, 0, key, "rk-4", 2, 4096, 900, NULL, &r), 402);
 	apitest_resp_release(&r);
+	/* Answers stored under keys of the callers' own that are other
+	 * sandboxes' ids, a refusal and an allowed one (8 µ$), are not those
+	 * sandboxes' creates' default keys: refused on their own figures, they
+	 * are 402 (not a conflict on every attempt, 503). */
+	CHECK_I64(cu_create(t, 0, key, "rk-9", 2, 4096, 900, "\"idempotency_key\":\"rk-8\"", &r),
+		  402);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "rk-11", 1, 1, 1, "\"idempotency_key\":\"rk-10\"", &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "rk-8", 2, 4096, 900, NULL, &r), 402);
+	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "rk-10", 2, 4096, 900, NULL, &r), 402);
+	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
+	apitest_resp_release(&r);
 	/* max_cost_exceeded, decided before the ledger, is kept the same way. */
 	CHECK_I64(cu_create(t, 0, key, "rk-5", 2, 4096, 900,
 			    "\"max_cost_micros\":1,\"idempotency_key\":\"att-2\"", &r),
@@ -324,10 +339,10 @@ static void test_refusal_kept(struct apitest *t, const char *acc)
 	apitest_resp_release(&r);
 	CHECK_I64(cu_sql_int(db,
 			     "SELECT count(*) FROM check_answers WHERE account_id = '%s'"
-			     " AND idempotency_key IN ('att-1', 'att-2', 'rk-4')"
+			     " AND idempotency_key IN ('att-1', 'att-2', 'rk-4', 'rk-8')"
 			     " AND status_code = 402",
 			     acc),
-		  2);
+		  3);
 	/* Budget freed: the own keys' retries are still their first answer,
 	 * the default key's is decided again. */
 	snprintf(sql, sizeof(sql),
@@ -354,7 +369,7 @@ static void test_refusal_kept(struct apitest *t, const char *acc)
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id IN ('rk-3', 'rk-5')"),
 		  0);
 	CHECK_I64(cu_sql_int(db, "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'", key),
-		  60000);
+		  60008);
 	CHECK_I64(cu_held_mismatches(db), 0);
 	CHECK_I64(cu_over_limit(db), 0);
 }

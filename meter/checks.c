@@ -956,6 +956,18 @@ static bool fast_decide(struct checks_engine *e, struct batch *b, struct fast_sc
 		lr->state.limit_micros = lr->has_limit ? lr->limit_micros : 0;
 	}
 	batch_decide(b);
+	/* A refusal to store goes the classic way, which locks the ledger rows
+	 * before it writes: the same refusal sent to another process at once
+	 * (a retry) then waits for this one's row and replays its answer. A
+	 * fast batch writes before it locks, and the two would wait for each
+	 * other until PostgreSQL broke the tie (deadlock_timeout), with each
+	 * process's other checks queued behind them. Refusals are rare where
+	 * speed matters: a key at its limit is refused whatever the path. */
+	for (size_t i = 0; i < b->n; i++)
+		if (b->items[i]->kept) {
+			check_facts_unlock(e->facts);
+			return false;
+		}
 	/* Tickets are positive int32: 1 .. 2^31 - 1, then round again. */
 	e->ticket = e->ticket % INT32_MAX + 1;
 	x->ticket = (struct db_fast_ticket){.engine = e->engine_id, .ticket = e->ticket};

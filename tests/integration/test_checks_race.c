@@ -71,7 +71,9 @@ static void *run_job(void *arg)
 	pthread_barrier_wait(&barrier);
 	switch (j->op) {
 	case OP_CREATE:
-		cu_create(&t, j->i % 2, j->key, j->sandbox, 1, 1024, 3600, NULL, &r);
+		snprintf(extra, sizeof(extra), "\"idempotency_key\":\"%s\"", j->idem);
+		cu_create(&t, j->i % 2, j->key, j->sandbox, 1, 1024, 3600,
+			  j->idem[0] ? extra : NULL, &r);
 		break;
 	case OP_WAKE:
 		snprintf(extra, sizeof(extra), "\"idempotency_key\":\"%s\"", j->idem);
@@ -634,6 +636,51 @@ static void test_new_row_order(const char *acc)
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 }
 
+/* The same refusal under a key of the caller's own sent to both processes
+ * at once, 32 pairs, six times: one stored answer each, replayed to the
+ * other attempt, and no deadlock (a refusal to store goes the full path,
+ * which locks the ledger row before it writes, as the other attempt's). */
+static void test_refusal_pairs(const char *acc)
+{
+	char key[65], token[APITEST_TOKEN_MAX];
+	struct job jobs[NTHREADS];
+	struct apitest_resp r;
+	long long before;
+	int refused = 0, stored = 0;
+
+	CHECK(apitest_create_key(&t, acc, "full", 10, NULL, key, token) == 0);
+	/* Both processes meet the key and its day (the fast path's facts). */
+	for (int i = 0; i < 2; i++) {
+		CHECK_I64(
+		    cu_create(&t, i, key, i == 0 ? "rp-prime-0" : "rp-prime-1", 1, 1, 1, NULL, &r),
+		    i == 0 ? 200 : 402);
+		apitest_resp_release(&r);
+	}
+	before = deadlocks();
+	for (int round = 0; round < 6; round++) {
+		for (int i = 0; i < NTHREADS; i++) {
+			jobs[i] = (struct job){.i = i, .op = OP_CREATE};
+			snprintf(jobs[i].key, sizeof(jobs[i].key), "%s", key);
+			snprintf(jobs[i].sandbox, sizeof(jobs[i].sandbox), "rp-%d-%d", round,
+				 i / 2);
+			snprintf(jobs[i].idem, sizeof(jobs[i].idem), "rp-own-%d-%d", round, i / 2);
+		}
+		run_all(jobs);
+		for (int i = 0; i < NTHREADS; i++)
+			if (jobs[i].status == 402 &&
+			    strcmp(jobs[i].code, "spending_limit_reached") == 0)
+				refused++;
+	}
+	CHECK_I64(refused, 6 * NTHREADS);
+	stored =
+	    (int)cu_sql_int(t.db.conn, "SELECT count(*) FROM check_answers WHERE idempotency_key"
+				       " LIKE 'rp-own-%%' AND status_code = 402");
+	CHECK_I64(stored, 6 * NTHREADS / 2);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key), 1);
+	CHECK_I64(deadlocks(), before);
+	CHECK_I64(cu_over_limit(t.db.conn), 0);
+}
+
 int main(void)
 {
 	char off[32], acc[65];
@@ -658,6 +705,7 @@ int main(void)
 	test_retry_race(acc, true);
 	test_limit_race(acc);
 	test_new_row_order(acc);
+	test_refusal_pairs(acc);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

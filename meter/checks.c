@@ -540,6 +540,21 @@ static bool set_allowed(const struct batch *b, struct item *it, const struct db_
 		check_answer_numbers(&a, b->now, it->lease_end_usec, it->numbers));
 }
 
+/* Adds item i's answer (allowed, or a kept refusal) to the answers the
+ * batch stores in idempotency_keys. */
+static void batch_store_answer(struct batch *b, size_t i)
+{
+	struct item *it = b->items[i];
+	struct db_arr *a = b->arrs;
+
+	db_arr_str(&a[DB_I_ACCOUNT], b->rd[i].account_id);
+	db_arr_str(&a[DB_I_OP], it->rq.op == CHECKS_CREATE ? "create" : "wake");
+	db_arr_str(&a[DB_I_KEY], it->idem);
+	db_arr_str(&a[DB_I_SHA], it->sha_hex);
+	db_arr_i64(&a[DB_I_STATUS], it->status);
+	db_arr_str(&a[DB_I_RESPONSE], it->body);
+}
+
 /* Adds the writes of an allowed check to the batch's arrays. */
 static void batch_write(struct batch *b, size_t i)
 {
@@ -557,14 +572,8 @@ static void batch_write(struct batch *b, size_t i)
 	/* A create's answer under the default key (the sandbox id) is kept on
 	 * the sandbox row it makes (sql/0017), as its numbers (sql/0025);
 	 * every other in a row of its own. */
-	if (!key_on_sandbox(it)) {
-		db_arr_str(&a[DB_I_ACCOUNT], r->account_id);
-		db_arr_str(&a[DB_I_OP], op);
-		db_arr_str(&a[DB_I_KEY], it->idem);
-		db_arr_str(&a[DB_I_SHA], it->sha_hex);
-		db_arr_i64(&a[DB_I_STATUS], it->status);
-		db_arr_str(&a[DB_I_RESPONSE], it->body);
-	}
+	if (!key_on_sandbox(it))
+		batch_store_answer(b, i);
 	if (it->rq.op == CHECKS_CREATE) {
 		bool default_key = key_on_sandbox(it);
 
@@ -636,20 +645,6 @@ static void answer_as_retry(struct item *it, const struct item *same)
 	it->replayed = true;
 }
 
-/* Adds a kept refusal's answer to the batch's stored answers. */
-static void batch_keep(struct batch *b, size_t i)
-{
-	struct item *it = b->items[i];
-	struct db_arr *a = b->arrs;
-
-	db_arr_str(&a[DB_I_ACCOUNT], b->rd[i].account_id);
-	db_arr_str(&a[DB_I_OP], it->rq.op == CHECKS_CREATE ? "create" : "wake");
-	db_arr_str(&a[DB_I_KEY], it->idem);
-	db_arr_str(&a[DB_I_SHA], it->sha_hex);
-	db_arr_i64(&a[DB_I_STATUS], it->status);
-	db_arr_str(&a[DB_I_RESPONSE], it->body);
-}
-
 /* Decides the pending checks in arrival order against the locked ledger. */
 static void batch_decide(struct batch *b)
 {
@@ -697,7 +692,7 @@ static void batch_decide(struct batch *b)
 					    (json_int_t)it->lease_max_micros, "hold_micros",
 					    (json_int_t)amounts[failed]));
 			if (key_own(it)) {
-				/* Stored (batch_keep): the insert fails on an
+				/* Stored (batch_store_answer): its insert fails on an
 				 * answer its first attempt stored meanwhile,
 				 * and the batch is decided again. */
 				it->kept = it->status == 402;
@@ -726,7 +721,7 @@ static void batch_decide(struct batch *b)
 		if (b->items[i]->allowed)
 			batch_write(b, i);
 		else if (b->items[i]->kept)
-			batch_keep(b, i);
+			batch_store_answer(b, i);
 	/* Ledger rows: the new held and the key's current limit. */
 	for (size_t i = 0; i < b->nrows; i++) {
 		const struct db_ledger_row *lr = &b->rows[i];
@@ -989,7 +984,7 @@ static bool fast_decide(struct checks_engine *e, struct batch *b, struct fast_sc
 
 		if (it->allowed || it->replayed || !it->status)
 			continue;
-		if (!it->r_listed && !it->kept) {
+		if (!it->r_listed) {
 			db_arr_str(&b->arrs[DB_R_ACCOUNT], r->account_id);
 			db_arr_str(&b->arrs[DB_R_OP], "create");
 			db_arr_str(&b->arrs[DB_R_KEY], it->idem);

@@ -14,7 +14,8 @@
  *      versions read, INSERT of new ones, counts checked), usage_hourly
  *      (UPDATE of the rows that exist, INSERT of the others), then the
  *      key-day ledger and the open holds (meter_ledger_spend's rules, see
- *      SQL_LEDGER_SPENT) and ingest_watermarks; COMMIT.
+ *      SQL_LEDGER_SPENT), the events counted again under the ledger rows
+ *      (ing_events_again) and ingest_watermarks; COMMIT.
  * Rows other than samples travel as binary array parameters expanded by
  * unnest(): the meter and usage rows as one array of a row type each
  * (sql/0009_ingest_rows.sql), smaller sets one array per column. No text to
@@ -723,6 +724,8 @@ struct ing_call {
 	size_t nzones, zcap;
 	struct ing_event *events;
 	size_t nevents, ev_cap;
+	long ev_read;		   /* rows SQL_EVENTS returned; -1 when not run */
+	char ev_lo[64], ev_hi[64]; /* its window */
 
 	struct ing_piece *pieces;
 	size_t npieces, pieces_cap;
@@ -1276,17 +1279,22 @@ static const char SQL_METER_UNLOCKED[] = SQL_METER_READ;
  * so that both take the (account, sandbox, type, at) index rather than
  * the whole table); each sandbox skips those before its own watermark but
  * for its first stop. */
-static const char SQL_EVENTS[] =
-    "SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
-    " FROM unnest($1::text[], $2::text[]) AS q(a, s)"
-    " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
-    "  AND e.at >= $3::timestamptz AND e.at <= $4::timestamptz"
-    " UNION ALL"
-    " SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
-    " FROM unnest($1::text[], $2::text[]) AS q(a, s)"
-    " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
-    "  AND e.type = 'stopped' AND e.at < $3::timestamptz"
-    " ORDER BY 1, 2, 4";
+#define ING_EVENTS_SQL                                                                             \
+	"SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"    \
+	" FROM unnest($1::text[], $2::text[]) AS q(a, s)"                                          \
+	" JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"                    \
+	"  AND e.at >= $3::timestamptz AND e.at <= $4::timestamptz"                                \
+	" UNION ALL"                                                                               \
+	" SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"   \
+	" FROM unnest($1::text[], $2::text[]) AS q(a, s)"                                          \
+	" JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"                    \
+	"  AND e.type = 'stopped' AND e.at < $3::timestamptz"
+static const char SQL_EVENTS[] = ING_EVENTS_SQL " ORDER BY 1, 2, 4";
+
+/* The same events counted again once the call holds its key-days' ledger
+ * rows (ing_events_again). Events are only ever added, so another count is
+ * an event recorded since the read. */
+static const char SQL_EVENTS_COUNT[] = "SELECT count(*) FROM (" ING_EVENTS_SQL ") e";
 
 static const char SQL_DAYS[] =
     "SELECT q.z, d.day - DATE '1970-01-01',"
@@ -2225,19 +2233,30 @@ static void ing_cache_forget(struct ing_call *c)
 	pthread_mutex_unlock(&ing->mu);
 }
 
+/* The call's sandboxes as SQL_EVENTS' two array parameters. */
+static void ing_events_param(struct ing_call *c)
+{
+	static const Oid types[2] = {OID_TEXT_ARR, OID_TEXT_ARR};
+
+	ing_arrays(c, 2, types);
+	for (size_t i = 0; i < c->nsbx; i++) {
+		barr_text(&c->arr[0], c->sbx[i].account);
+		barr_text(&c->arr[1], c->sbx[i].id);
+	}
+}
+
 /* Reads the lifecycle events after each sandbox's watermark (or its first
  * sample in this call) up to its newest sample. */
 static enum meter_rc ing_load_events(struct ing_call *c)
 {
-	static const Oid types[2] = {OID_TEXT_ARR, OID_TEXT_ARR};
-	const char *window[2];
-	char lo_s[128], hi_s[128];
+	const char *window[2] = {c->ev_lo, c->ev_hi};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 	int64_t lo = INT64_MAX, hi = INT64_MIN;
 	int n;
 
 	c->nevents = 0;
+	c->ev_read = -1;
 	for (size_t i = 0; i < c->nsbx; i++) {
 		struct ing_sbx *sb = &c->sbx[i];
 		int64_t from = sb->had_meter ? sb->last.at_usec : sb->min_at;
@@ -2252,19 +2271,14 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 	}
 	if (lo >= hi)
 		return METER_OK;
-	ing_arrays(c, 2, types);
-	for (size_t i = 0; i < c->nsbx; i++) {
-		barr_text(&c->arr[0], c->sbx[i].account);
-		barr_text(&c->arr[1], c->sbx[i].id);
-	}
-	ing_fmt_time(lo, lo_s, sizeof(lo_s));
-	ing_fmt_time(hi, hi_s, sizeof(hi_s));
-	window[0] = lo_s;
-	window[1] = hi_s;
+	ing_events_param(c);
+	ing_fmt_time(lo, c->ev_lo, sizeof(c->ev_lo));
+	ing_fmt_time(hi, c->ev_hi, sizeof(c->ev_hi));
 	rc = ing_qa(c, "lifecycle events", SQL_EVENTS, 2, 2, window, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;
 	n = PQntuples(res);
+	c->ev_read = n;
 	if (n > 0 && !ing_grow(&c->events, &c->ev_cap, (size_t)n, sizeof(*c->events))) {
 		rc = METER_ENOMEM;
 		goto out;
@@ -3300,6 +3314,42 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 	return rc;
 }
 
+/* Counts the call's lifecycle events again, now that it holds the ledger
+ * rows of every key-day it spends on: one recorded since ing_load_events
+ * read them means the usage was worked out without it, and is a conflict
+ * (the retry reads it). A pause or stop settles its sandbox's holds under
+ * those same rows (meter_event_settle), keeping only the tail up to the
+ * sample metered: were the call to go on, it would bill the time after the
+ * event as it was before, beyond what the settled hold kept. An event
+ * waiting for the rows sees this call's sample once it has them. */
+static enum meter_rc ing_events_again(struct ing_call *c)
+{
+	const char *window[2] = {c->ev_lo, c->ev_hi};
+	PGresult *res;
+	enum meter_rc rc;
+	int64_t n;
+
+	if (c->nspend == 0 || c->ev_read < 0)
+		return METER_OK;
+	ing_events_param(c);
+	rc = ing_qa(c, "lifecycle events again", SQL_EVENTS_COUNT, 2, 2, window, PGRES_TUPLES_OK,
+		    &res);
+	if (rc != METER_OK)
+		return rc;
+	rc = ing_i64(res, 0, 0, &n);
+	PQclear(res);
+	if (rc != METER_OK) {
+		snprintf(c->err, c->errlen, "lifecycle_events: bad count");
+		return rc;
+	}
+	if (n == c->ev_read)
+		return METER_OK;
+	snprintf(c->err, c->errlen,
+		 "lifecycle_events: an event of a metered sandbox was recorded meanwhile");
+	c->retry = true;
+	return METER_ECONFLICT;
+}
+
 static enum meter_rc ing_write_watermarks(struct ing_call *c)
 {
 	const char *params[3];
@@ -3524,6 +3574,8 @@ static enum meter_rc ing_try(struct ing_call *c)
 		ing_lap(&mark, &c->st.usec_state);
 		if (rc == METER_OK)
 			rc = ing_step(c, "ledger", ing_write_ledger);
+		if (rc == METER_OK)
+			rc = ing_step(c, "lifecycle events", ing_events_again);
 		if (rc == METER_OK)
 			rc = ing_step(c, "ingest_watermarks", ing_write_watermarks);
 		ing_lap(&mark, &c->st.usec_ledger);

@@ -1380,6 +1380,90 @@ static void test_hold_changed(const char *url)
 	sample_batch_release(&b);
 }
 
+/* Sandbox sbx of key sbx's own name with a hold of 80,000 (2 vCPUs, 4 GiB
+ * for an hour: 04:00 to 05:00) and the key's ledger row holding it, metered
+ * from 04:00:00 running. */
+static void event_setup(const char *sbx)
+{
+	struct sample_batch b;
+	char sql[1024];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		 " storage_mib, state, created_at) VALUES ('acct_1', '%s', '%s', 2, 4096, 0,"
+		 " 'running', " MADE ")",
+		 sbx, sbx);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
+		 " lease_starts_at, lease_ends_at) VALUES ('acct_1', '%s', '%s', '2026-11-30',"
+		 " 80000, 'open', '2026-11-30T04:00:00Z', '2026-11-30T05:00:00Z')",
+		 sbx, sbx);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
+		 " VALUES ('acct_1', '%s', '2026-11-30', 0, 80000)",
+		 sbx);
+	exec(sql);
+	batch(&b, "h17");
+	add(&b, sbx, NULL, T("2026-11-30T04:00:00Z"), 'r', 0, 4096, 0, 2);
+	run1(&b);
+}
+
+/* A pause recorded while a call that meters its sandbox is in flight. The
+ * event (meter_sandbox_event, as POST .../events runs it) settles the hold
+ * under the key-day's ledger row, keeping the tail up to 04:00:10; the call
+ * read the events before the pause was committed and waits for that row.
+ * It must not bill the minute as running: it meets the new event under the
+ * row, is retried and bills 10 s running and 50 s paused, to the micro what
+ * a call made after the event bills, with nothing outrun. */
+static void test_event_in_flight(const char *url)
+{
+	static const char ev[] = "'paused', '2026-11-30T04:00:10Z', 30)";
+	struct sample_batch b;
+	struct racer r;
+	PGconn *other = NULL;
+	char err[512], sql[256], raced[512], after[512];
+	int64_t used = 1000 * 20 * SEC, mem = 4096 * 10 * SEC;
+	int64_t cost = micros(used, 25000, DIV_CPU) + micros(mem, 7500, DIV_MIB);
+
+	fprintf(stderr, "pause recorded while its sandbox is metered\n");
+	event_setup("s_evr");
+	event_setup("s_eva");
+	/* After: the event, then the samples. */
+	snprintf(sql, sizeof(sql), "SELECT * FROM meter_sandbox_event('s_eva', %s", ev);
+	exec(sql);
+	batch(&b, "h17");
+	add(&b, "s_eva", NULL, T("2026-11-30T04:01:00Z"), 'p', 20 * SEC, 4096, 0, 2);
+	CHECK_I64(run1(&b).outrun_micros, 0);
+	/* In flight: the samples' call waits for the ledger row the
+	 * uncommitted event holds. */
+	CHECK_I64(db_connect(url, &other, err, sizeof(err)), METER_OK);
+	exec_on(other, "BEGIN");
+	snprintf(sql, sizeof(sql), "SELECT * FROM meter_sandbox_event('s_evr', %s", ev);
+	exec_on(other, sql);
+	batch(&b, "h17");
+	add(&b, "s_evr", NULL, T("2026-11-30T04:01:00Z"), 'p', 20 * SEC, 4096, 0, 2);
+	race_past(url, &b, other, "INSERT INTO key_day_ledger %", &r);
+	CHECK_I64(r.rc, METER_OK);
+	CHECK_I64(r.st.retries, 1);
+	CHECK_I64(r.st.outrun_micros, 0);
+	sample_batch_release(&b);
+	check_totals("s_eva", 10, 50, used, used, mem, 0, micros(used, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
+	check_totals("s_evr", 10, 50, used, used, mem, 0, micros(used, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
+	/* The hold kept ceil(80,000 × 10 / 3,600) + 1 = 224 and covered the
+	 * cost; committed is what it kept. */
+	CHECK_I64(q64("SELECT spent_micros FROM key_day_ledger WHERE key_id = 's_evr'"), cost);
+	CHECK_I64(q64("SELECT spent_micros + held_micros FROM key_day_ledger"
+		      " WHERE key_id = 's_evr'"),
+		  224);
+	holds_of("s_evr", "s_evr", raced, sizeof(raced));
+	holds_of("s_eva", "s_eva", after, sizeof(after));
+	CHECK_STR(raced, after);
+}
+
 /* ---- the cache of meter rows ---------------------------------------------- */
 
 /* Ingests b through x (another ingest object: another process). */
@@ -1639,6 +1723,8 @@ int main(void)
 	     " ('acct_1', 'key_ist', decode(repeat('ab', 32), 'hex'), 'full', 'Asia/Kolkata'),"
 	     " ('acct_1', 'key_cz', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_rows', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 's_evr', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 's_eva', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'read_only',"
 	     "  'America/New_York')");
 	ingest_opts_init(&o);
@@ -1672,6 +1758,7 @@ int main(void)
 	test_concurrent(db.url);
 	test_meter_changed(db.url);
 	test_hold_changed(db.url);
+	test_event_in_flight(db.url);
 	test_cache_same();
 	test_cache_stale();
 	test_cache_ignored();

@@ -163,7 +163,9 @@ bool h_sandbox_event_parse(struct http_req *req, json_t *body, int64_t now_usec,
 		return false;
 	}
 	if (hutil_time_parse(at_s, at_usec) != METER_OK) {
-		hutil_bad(req, "at", "at must be an RFC 3339 time, e.g. 2026-11-30T01:02:03Z");
+		hutil_bad(req, "at",
+			  "at must be an RFC 3339 time in the years 1970 to 9999, e.g. "
+			  "2026-11-30T01:02:03.250Z");
 		return false;
 	}
 	/* As for samples: a pause or stop keeps its tail's hold until then. */

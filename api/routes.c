@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "checks.h"
 #include "dashboard.h"
 #include "dbpool.h"
 #include "h_accounts.h"
@@ -31,7 +32,10 @@ static void h_healthz(struct http_req *req)
 
 /* GET /readyz: 200 only when the database answers within a second and its
  * schema is the one this binary's migrations make (not yet migrated, or
- * migrated by a newer binary, every route would fail on it). */
+ * migrated by a newer binary, every route would fail on it). The pool and
+ * the check engine each back off on their own while the database is
+ * down; each that finds it back ends the other's wait, so this answer and
+ * the checks agree: ready means the next check connects. */
 static void h_readyz(struct http_req *req)
 {
 	int want = migrate_latest(), have = -1;
@@ -39,6 +43,8 @@ static void h_readyz(struct http_req *req)
 	enum meter_rc rc;
 	char msg[200];
 
+	if (checks_engine_connected(req->app->checks))
+		db_pool_retry_now(req->app->pool);
 	if (db_pool_ping(req->app->pool, READY_TIMEOUT_MS) != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
 		return;
@@ -63,6 +69,7 @@ static void h_readyz(struct http_req *req)
 					   "binary_schema_version", (json_int_t)want));
 		return;
 	}
+	checks_engine_db_back(req->app->checks);
 	http_reply_json(req, 200, json_pack("{s:s}", "status", "ready"));
 }
 

@@ -95,6 +95,7 @@ struct checks_engine {
 	bool joined;
 	/* Backoff while the database is unreachable (under mu). */
 	bool down;
+	bool connected; /* connected once, and not down since */
 	int64_t next_attempt_ms;
 	int failures;
 	unsigned seed;
@@ -749,6 +750,7 @@ static void conn_drop(struct batcher *bt)
 	if (!e->down)
 		log_warn("checks: database connection lost; checks fail closed until it is back");
 	e->down = true;
+	e->connected = false;
 	{
 		int64_t delay = BACKOFF_MIN_MS;
 		for (int i = 0; i < e->failures && delay < BACKOFF_MAX_MS; i++)
@@ -760,16 +762,6 @@ static void conn_drop(struct batcher *bt)
 	}
 	e->failures++;
 	pthread_mutex_unlock(&e->mu);
-}
-
-/* True when the server has closed c while nothing was asked on it: reads
- * what came (a shutdown's FATAL message), then, on a second read, its end. */
-static bool conn_closed(PGconn *c)
-{
-	for (int i = 0; i < 2; i++)
-		if (PQconsumeInput(c) != 1 || PQstatus(c) != CONNECTION_OK)
-			return true;
-	return false;
 }
 
 /* Makes sure the batcher has a connection; false (after backoff
@@ -784,7 +776,7 @@ static bool conn_ensure(struct batcher *bt, bool idle)
 	PGconn *conn = NULL;
 
 	if (bt->conn && PQstatus(bt->conn) == CONNECTION_OK) {
-		if (!idle || !conn_closed(bt->conn))
+		if (!idle || !db_idle_closed(bt->conn))
 			return true;
 		log_info("checks: the database closed the idle connection; connecting again");
 		PQfinish(bt->conn);
@@ -811,9 +803,32 @@ static bool conn_ensure(struct batcher *bt, bool idle)
 	if (e->down)
 		log_info("checks: database connected");
 	e->down = false;
+	e->connected = true;
 	e->failures = 0;
 	pthread_mutex_unlock(&e->mu);
 	return true;
+}
+
+void checks_engine_db_back(struct checks_engine *e)
+{
+	if (!e)
+		return;
+	pthread_mutex_lock(&e->mu);
+	if (e->down)
+		e->next_attempt_ms = 0;
+	pthread_mutex_unlock(&e->mu);
+}
+
+bool checks_engine_connected(struct checks_engine *e)
+{
+	bool up;
+
+	if (!e)
+		return false;
+	pthread_mutex_lock(&e->mu);
+	up = e->connected;
+	pthread_mutex_unlock(&e->mu);
+	return up;
 }
 
 /* Facts ---------------------------------------------------------------------- */

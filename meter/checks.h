@@ -108,6 +108,16 @@ void checks_engine_stop(struct checks_engine *e);
 /* Frees a stopped engine (NULL is fine). */
 void checks_engine_free(struct checks_engine *e);
 
+/* Another connection of the process has reached the database (GET
+ * /readyz): an engine waiting out its backoff connects at the next check
+ * instead of refusing it, so a process that says it is ready decides
+ * checks. NULL is fine. */
+void checks_engine_db_back(struct checks_engine *e);
+
+/* True when the engine has connected and found nothing wrong with the
+ * database since (false before its first check). NULL: false. */
+bool checks_engine_connected(struct checks_engine *e);
+
 /* The engine's clock: UTC µs since the epoch, shifted by clock_offset_s. */
 int64_t checks_now_usec(const struct checks_engine *e);
 

@@ -47,6 +47,14 @@ static void db_mask(char *s, const char *secret)
 /* Opens the connection; see db.h. The URL is parsed first so that a
  * malformed one is reported without libpq's detail, which may quote it
  * (password included). */
+bool db_idle_closed(PGconn *c)
+{
+	for (int i = 0; i < 2; i++)
+		if (PQconsumeInput(c) != 1 || PQstatus(c) != CONNECTION_OK)
+			return true;
+	return false;
+}
+
 enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen)
 {
 	/* TCP keepalives first, so the URL's own win (later values override

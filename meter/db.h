@@ -15,6 +15,12 @@
  * (never the password). */
 METER_MUSTCHECK enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen);
 
+/* True when the server has closed connection c while nothing was asked on
+ * it (a restart, which libpq sees only once it reads): reads what came (a
+ * shutdown's FATAL message) without waiting, then, on a second read, its
+ * end. */
+bool db_idle_closed(PGconn *c);
+
 /* True when libpq can read url (its syntax only: nothing is connected). */
 bool db_url_ok(const char *url);
 

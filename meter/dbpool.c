@@ -155,6 +155,11 @@ enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out)
 			return METER_EIO;
 		}
 	}
+	if (slot->conn && db_idle_closed(slot->conn)) {
+		/* Replaced below, at once: the server may be back already. */
+		PQfinish(slot->conn);
+		slot->conn = NULL;
+	}
 	if (slot->conn) {
 		slot->busy = true;
 		*out = slot->conn;
@@ -255,6 +260,13 @@ enum meter_rc db_pool_ping(struct db_pool *pool, int timeout_ms)
 	 * connection is dropped (closing it abandons the query). */
 	db_pool_release(pool, conn, rc != METER_OK);
 	return rc;
+}
+
+void db_pool_retry_now(struct db_pool *pool)
+{
+	pthread_mutex_lock(&pool->mu);
+	pool->next_attempt_ms = 0;
+	pthread_mutex_unlock(&pool->mu);
 }
 
 bool db_pool_up(struct db_pool *pool)

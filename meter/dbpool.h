@@ -24,10 +24,12 @@ struct db_pool *db_pool_new(const char *url, int size, int64_t statement_timeout
 void db_pool_free(struct db_pool *pool);
 
 /* Borrows a connection, waiting up to wait_ms for a free one. Connects if
- * the slot has none (subject to the backoff). On METER_OK *out is borrowed
- * until db_pool_release(). METER_EDB when the database cannot be reached
- * now, METER_EIO when every connection stayed busy for wait_ms. Clears this
- * thread's db_util_failed_state(): a request starts with no failure seen. */
+ * the slot has none (subject to the backoff), or if the server has closed
+ * its idle one (a restart: replaced at once, not failed). On METER_OK *out
+ * is borrowed until db_pool_release(). METER_EDB when the database cannot
+ * be reached now, METER_EIO when every connection stayed busy for wait_ms.
+ * Clears this thread's db_util_failed_state(): a request starts with no
+ * failure seen. */
 METER_MUSTCHECK enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out);
 
 /* Returns a borrowed connection. broken: the caller saw it fail (a
@@ -38,6 +40,11 @@ void db_pool_release(struct db_pool *pool, PGconn *conn, bool broken);
 /* Runs "SELECT 1" on a pooled connection within timeout_ms.
  * METER_OK when the database answered. */
 METER_MUSTCHECK enum meter_rc db_pool_ping(struct db_pool *pool, int timeout_ms);
+
+/* Ends the wait of a backoff: the next acquire that needs a connection
+ * tries at once (a failure backs off from where it was). For when
+ * another connection of the process has reached the database. */
+void db_pool_retry_now(struct db_pool *pool);
 
 /* Whether the last attempt to reach the database worked. */
 bool db_pool_up(struct db_pool *pool);

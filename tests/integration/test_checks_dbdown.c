@@ -2,7 +2,9 @@
  * the test's own (scripts/pg.sh with METER_PG_DIR / METER_PG_PORT) is
  * stopped under a running meterd: checks fail closed with 503
  * metering_unavailable, quickly and without a hold; once the cluster is back
- * the same meterd process decides checks again by itself. */
+ * the same meterd process decides checks again by itself, and /readyz and
+ * the checks agree: ready means the next check is decided, and a decided
+ * check means ready. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -50,6 +52,18 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* GET /readyz's status. */
+static long readyz(struct apitest *t)
+{
+	struct apitest_resp r;
+	long status;
+
+	apitest_call(t, 0, "GET", "/readyz", NULL, NULL, &r);
+	status = r.status;
+	apitest_resp_release(&r);
+	return status;
 }
 
 int main(void)
@@ -112,19 +126,63 @@ int main(void)
 
 	/* A restart while no check runs: the engine's connection closed
 	 * while idle is replaced at the next check, which is decided (not
-	 * 503 until a backoff ends). */
+	 * 503 until a backoff ends), and so are the pool's, which the
+	 * account and key above used: /readyz says so at once. */
+	CHECK_I64(readyz(&t), 200); /* the pool holds a connection */
 	CHECK(pg("stop", NULL) == 0);
 	CHECK(pg("start", "/dev/null") == 0);
+	CHECK_I64(readyz(&t), 200);
 	cu_sleep_ms(500);
 	CHECK_I64(cu_create(&t, 0, key, "restarted-1", 1, 1024, 600, NULL, &r), 200);
 	apitest_resp_release(&r);
 	CHECK_I64(cu_wake(&t, 0, "restarted-1", 600, NULL, &r), 200);
 	apitest_resp_release(&r);
 
+	/* Down for 4 s with checks and /readyz asked all along: the engine
+	 * and the pool each back off for seconds, out of step. Once the
+	 * database is back, whichever of the two finds it first, the other
+	 * follows at once: /readyz 200, then the next check decided; a check
+	 * decided, then /readyz 200. */
+	for (int round = 0; round < 2; round++) {
+		bool ready_first = round == 0;
+		long got = 0;
+
+		CHECK(pg("stop", NULL) == 0);
+		for (int i = 0; i < 16; i++) {
+			snprintf(sb, sizeof(sb), "gone-%d-%d", round, i);
+			CHECK_I64(cu_create(&t, 0, key, sb, 1, 1024, 600, NULL, &r), 503);
+			apitest_resp_release(&r);
+			CHECK_I64(readyz(&t), 503);
+			cu_sleep_ms(250);
+		}
+		CHECK(pg("start", "/dev/null") == 0);
+		t0 = now_s();
+		for (int i = 0; got != 200 && now_s() - t0 < 30.0; i++) {
+			if (ready_first) {
+				got = readyz(&t);
+			} else {
+				snprintf(sb, sizeof(sb), "again-%d-%d", round, i);
+				got = cu_create(&t, 0, key, sb, 1, 1024, 600, NULL, &r);
+				apitest_resp_release(&r);
+			}
+			if (got != 200)
+				cu_sleep_ms(50);
+		}
+		CHECK_I64(got, 200);
+		if (ready_first) {
+			snprintf(sb, sizeof(sb), "ready-%d", round);
+			CHECK_I64(cu_create(&t, 0, key, sb, 1, 1024, 600, NULL, &r), 200);
+			apitest_resp_release(&r);
+		} else {
+			CHECK_I64(readyz(&t), 200);
+		}
+	}
+
 	PQreset(t.db.conn);
-	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds"), 4);
+	/* up-1 and its wake, back-N, restarted-1 and its wake, one a round. */
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds"), 6);
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM sandboxes WHERE sandbox_id LIKE "
-					"'down-%%'"),
+					"'down-%%' OR sandbox_id LIKE 'gone-%%'"),
 		  0);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 	CHECK(apitest_stop(&t) == 0);

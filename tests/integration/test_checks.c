@@ -378,7 +378,7 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 {
 	struct apitest_resp r;
 	PGconn *db = t->db.conn;
-	char at[40], before[40];
+	char at[40], before[40], later[40];
 	time_t now = time(NULL);
 	long long tail, pause_s;
 
@@ -431,6 +431,14 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 	apitest_resp_release(&r);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM lifecycle_events WHERE sandbox_id = 'ev-1'"),
 		  1);
+	/* A later pause of the paused sandbox: recorded, and it has been
+	 * paused since the first one. */
+	cu_rfc3339((time_t)pause_s + 1, later, sizeof(later));
+	CHECK_I64(cu_event(t, 0, "ev-1", "paused", later, &r), 200);
+	CHECK(json_is_true(json_object_get(r.json, "recorded")));
+	CHECK_STR(apitest_json_str(&r, "state"), "paused");
+	CHECK_STR(apitest_json_str(&r, "state_since"), at);
+	apitest_resp_release(&r);
 	/* Older than the state: recorded, the state does not move back. */
 	cu_rfc3339(now - 100, before, sizeof(before));
 	CHECK_I64(cu_event(t, 0, "ev-1", "running", before, &r), 200);

@@ -93,6 +93,14 @@ void h_samples_push(struct http_req *req)
 					  "ignored", (json_int_t)st.ignored, "anomalies",
 					  (json_int_t)st.anomalies));
 		break;
+	case METER_ECONFLICT:
+		log_warn("samples: document of host %s not ingested: %s", b.host_id, err);
+		http_reply_error(
+		    req, 503, "metering_unavailable",
+		    "the document's sandboxes changed under it at every try (lifecycle "
+		    "events, another writer): nothing of it was ingested; send it again",
+		    json_pack("{s:s}", "reason", "contention"));
+		break;
 	case METER_EINVAL:
 	case METER_ERANGE:
 		log_warn("samples: document of host %s refused: %s", b.host_id, err);

@@ -623,6 +623,7 @@ struct ing_sbx {
 	struct ing_roll roll;
 	size_t ev_off, ev_n, ev_pos;
 	int64_t stop_at; /* its first stopped event (final), INT64_MAX if none */
+	int64_t ev_from; /* where its events were read from (ing_load_events) */
 };
 
 struct ing_piece {
@@ -724,8 +725,7 @@ struct ing_call {
 	size_t nzones, zcap;
 	struct ing_event *events;
 	size_t nevents, ev_cap;
-	long ev_read;		   /* rows SQL_EVENTS returned; -1 when not run */
-	char ev_lo[64], ev_hi[64]; /* its window */
+	long ev_read; /* events read that SQL_EVENTS_AGAIN counts; -1: none read */
 
 	struct ing_piece *pieces;
 	size_t npieces, pieces_cap;
@@ -1279,22 +1279,42 @@ static const char SQL_METER_UNLOCKED[] = SQL_METER_READ;
  * so that both take the (account, sandbox, type, at) index rather than
  * the whole table); each sandbox skips those before its own watermark but
  * for its first stop. */
-#define ING_EVENTS_SQL                                                                             \
-	"SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"    \
-	" FROM unnest($1::text[], $2::text[]) AS q(a, s)"                                          \
-	" JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"                    \
-	"  AND e.at >= $3::timestamptz AND e.at <= $4::timestamptz"                                \
-	" UNION ALL"                                                                               \
-	" SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"   \
-	" FROM unnest($1::text[], $2::text[]) AS q(a, s)"                                          \
-	" JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"                    \
-	"  AND e.type = 'stopped' AND e.at < $3::timestamptz"
-static const char SQL_EVENTS[] = ING_EVENTS_SQL " ORDER BY 1, 2, 4";
+static const char SQL_EVENTS[] =
+    "SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
+    " FROM unnest($1::text[], $2::text[]) AS q(a, s)"
+    " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
+    "  AND e.at >= $3::timestamptz AND e.at <= $4::timestamptz"
+    " UNION ALL"
+    " SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
+    " FROM unnest($1::text[], $2::text[]) AS q(a, s)"
+    " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
+    "  AND e.type = 'stopped' AND e.at < $3::timestamptz"
+    " ORDER BY 1, 2, 4";
 
-/* The same events counted again once the call holds its key-days' ledger
- * rows (ing_events_again). Events are only ever added, so another count is
- * an event recorded since the read. */
-static const char SQL_EVENTS_COUNT[] = "SELECT count(*) FROM (" ING_EVENTS_SQL ") e";
+/* The events that settle holds (meter_event_settle), counted again once
+ * the call holds its key-days' ledger rows (ing_events_again): for each
+ * sandbox with samples to meter, its pauses from where its events were
+ * read up to its newest sample, and its stops up to that sample (a stop
+ * is final, whenever it came). Events are only ever added, so another
+ * count is one recorded since the read (ing_event_counted, the same test
+ * in C). */
+static const char SQL_EVENTS_AGAIN[] =
+    "SELECT count(*) FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[])"
+    " AS q(a, s, f, t)"
+    " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s AND e.at <= q.t"
+    "  AND (e.type = 'stopped' OR (e.type = 'paused' AND e.at >= q.f))";
+
+/* After a conflict: the ledger rows of the holds an event would settle
+ * (meter_event_settle's), locked before the events are read, so that no
+ * such event comes between the read and the call's commit: the retry
+ * meets none it did not read. In the ledger's one lock order. */
+static const char SQL_EVENT_LEDGERS_LOCK[] =
+    "SELECT 1 FROM key_day_ledger l"
+    " WHERE (l.account_id, l.key_id, l.day) IN"
+    "  (SELECT h.account_id, h.key_id, h.day FROM unnest($1::text[], $2::text[]) AS q(a, s)"
+    "   JOIN holds h ON h.account_id = q.a AND h.sandbox_id = q.s"
+    "   WHERE h.status = 'open' AND h.settles_at IS NULL)"
+    " ORDER BY l.account_id, l.key_id, l.day FOR UPDATE OF l";
 
 static const char SQL_DAYS[] =
     "SELECT q.z, d.day - DATE '1970-01-01',"
@@ -2245,11 +2265,20 @@ static void ing_events_param(struct ing_call *c)
 	}
 }
 
+/* Whether an event of sb is one SQL_EVENTS_AGAIN counts. */
+static bool ing_event_counted(const struct ing_sbx *sb, enum sandbox_state state, int64_t at)
+{
+	if (sb->max_at <= sb->ev_from || at > sb->max_at)
+		return false;
+	return state == SANDBOX_STOPPED || (state == SANDBOX_PAUSED && at >= sb->ev_from);
+}
+
 /* Reads the lifecycle events after each sandbox's watermark (or its first
  * sample in this call) up to its newest sample. */
 static enum meter_rc ing_load_events(struct ing_call *c)
 {
-	const char *window[2] = {c->ev_lo, c->ev_hi};
+	char lo_s[64], hi_s[64];
+	const char *window[2] = {lo_s, hi_s};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 	int64_t lo = INT64_MAX, hi = INT64_MIN;
@@ -2262,6 +2291,7 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 		int64_t from = sb->had_meter ? sb->last.at_usec : sb->min_at;
 		sb->ev_off = sb->ev_n = sb->ev_pos = 0;
 		sb->stop_at = INT64_MAX;
+		sb->ev_from = from;
 		if (sb->max_at <= from)
 			continue;
 		if (from < lo)
@@ -2272,13 +2302,19 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 	if (lo >= hi)
 		return METER_OK;
 	ing_events_param(c);
-	ing_fmt_time(lo, c->ev_lo, sizeof(c->ev_lo));
-	ing_fmt_time(hi, c->ev_hi, sizeof(c->ev_hi));
+	ing_fmt_time(lo, lo_s, sizeof(lo_s));
+	ing_fmt_time(hi, hi_s, sizeof(hi_s));
+	if (c->locking) {
+		rc = ing_qa(c, "lock ledger rows of holds", SQL_EVENT_LEDGERS_LOCK, 2, 0, NULL,
+			    PGRES_TUPLES_OK, NULL);
+		if (rc != METER_OK)
+			return rc;
+	}
 	rc = ing_qa(c, "lifecycle events", SQL_EVENTS, 2, 2, window, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;
 	n = PQntuples(res);
-	c->ev_read = n;
+	c->ev_read = 0;
 	if (n > 0 && !ing_grow(&c->events, &c->ev_cap, (size_t)n, sizeof(*c->events))) {
 		rc = METER_ENOMEM;
 		goto out;
@@ -2298,7 +2334,9 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 			goto out;
 		}
 		sb = &c->sbx[x];
-		from = sb->had_meter ? sb->last.at_usec : sb->min_at;
+		from = sb->ev_from;
+		if (ing_event_counted(sb, e->state, e->at))
+			c->ev_read++;
 		if (e->state == SANDBOX_STOPPED && e->at < sb->stop_at)
 			sb->stop_at = e->at;
 		/* An event at the watermark's sample starts the next interval's
@@ -3314,25 +3352,37 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 	return rc;
 }
 
-/* Counts the call's lifecycle events again, now that it holds the ledger
+/* Counts the call's pauses and stops again, now that it holds the ledger
  * rows of every key-day it spends on: one recorded since ing_load_events
  * read them means the usage was worked out without it, and is a conflict
- * (the retry reads it). A pause or stop settles its sandbox's holds under
- * those same rows (meter_event_settle), keeping only the tail up to the
- * sample metered: were the call to go on, it would bill the time after the
- * event as it was before, beyond what the settled hold kept. An event
- * waiting for the rows sees this call's sample once it has them. */
+ * (the retry reads it, with those rows locked first). A pause or stop
+ * settles its sandbox's holds under those same rows (meter_event_settle),
+ * keeping only the tail up to the sample metered: were the call to go on,
+ * it would bill the time after the event as it was before, beyond what
+ * the settled hold kept. An event waiting for the rows sees this call's
+ * sample once it has them. A running event settles nothing: one recorded
+ * meanwhile is taken as coming after the call, as a late one is. */
 static enum meter_rc ing_events_again(struct ing_call *c)
 {
-	const char *window[2] = {c->ev_lo, c->ev_hi};
+	static const Oid types[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR,
+				     OID_TIMESTAMPTZ_ARR};
 	PGresult *res;
 	enum meter_rc rc;
 	int64_t n;
 
 	if (c->nspend == 0 || c->ev_read < 0)
 		return METER_OK;
-	ing_events_param(c);
-	rc = ing_qa(c, "lifecycle events again", SQL_EVENTS_COUNT, 2, 2, window, PGRES_TUPLES_OK,
+	ing_arrays(c, 4, types);
+	for (size_t i = 0; i < c->nsbx; i++) {
+		const struct ing_sbx *sb = &c->sbx[i];
+		if (sb->max_at <= sb->ev_from)
+			continue;
+		barr_text(&c->arr[0], sb->account);
+		barr_text(&c->arr[1], sb->id);
+		barr_ts(&c->arr[2], sb->ev_from);
+		barr_ts(&c->arr[3], sb->max_at);
+	}
+	rc = ing_qa(c, "lifecycle events again", SQL_EVENTS_AGAIN, 4, 0, NULL, PGRES_TUPLES_OK,
 		    &res);
 	if (rc != METER_OK)
 		return rc;
@@ -3637,6 +3687,8 @@ static void ing_metrics(const struct ingest_stats *st, enum meter_rc rc)
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 	pthread_once(&once, ing_metrics_describe);
+	if (st->retries)
+		metrics_counter_add("meter_ingest_retries_total", NULL, (uint64_t)st->retries);
 	if (rc != METER_OK) {
 		metrics_counter_add("meter_ingest_errors_total", NULL, 1);
 		return;
@@ -3650,8 +3702,6 @@ static void ing_metrics(const struct ingest_stats *st, enum meter_rc rc)
 	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"counter_reset\"", st->resets);
 	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"cpu_capped\"", st->cpu_capped);
 	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"overflow\"", st->overflows);
-	if (st->retries)
-		metrics_counter_add("meter_ingest_retries_total", NULL, (uint64_t)st->retries);
 	if (st->newest_sampled_at_usec > 0 && st->accepted > 0) {
 		int64_t lag = clock_real_usec() - st->newest_sampled_at_usec;
 
@@ -3769,8 +3819,6 @@ out:
 		if (rc == METER_EDB && (strncmp(c.sqlstate, "22", 2) == 0 ||
 					(strncmp(c.sqlstate, "23", 2) == 0 && !c.retry)))
 			rc = METER_EINVAL;
-		if (rc == METER_ECONFLICT)
-			rc = METER_EDB;
 		if (!err[0])
 			snprintf(err, errlen, "%s", meter_rc_str(rc));
 	}

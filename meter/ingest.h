@@ -149,7 +149,9 @@ struct ingest_stats {
  * ingest errors, ingest lag). On METER_OK *stats (may be NULL) tells what
  * was done. Errors: METER_EDB (the database failed or is unreachable; the
  * transaction is rolled back and nothing was written; the connection may be
- * broken: see db_conn_failed), METER_ENOMEM, METER_EINVAL (a batch the
+ * broken: see db_conn_failed), METER_ECONFLICT (rows of its sandboxes, or
+ * their pauses and stops, changed under it at every try: nothing was
+ * written, it may be sent again), METER_ENOMEM, METER_EINVAL (a batch the
  * database refused as data). err gets one line. */
 METER_MUSTCHECK enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn,
 					     const struct sample_batch *batches, size_t n,

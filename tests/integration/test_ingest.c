@@ -1284,10 +1284,11 @@ static bool await_lock(int pid, const char *pattern)
 
 /* Ingests b on a connection of its own while other (in a transaction that
  * holds a row the call needs) waits until the call waits on that row in a
- * statement like pattern, then commits: the call meets the row changed
- * between its read and its write. Fills r; closes other. */
-static void race_past(const char *url, struct sample_batch *b, PGconn *other, const char *pattern,
-		      struct racer *r)
+ * statement like pattern, runs meanwhile (if not NULL) on the test's
+ * connection, then commits: the call meets the row changed between its
+ * read and its write. Fills r; closes other. */
+static void race_past_with(const char *url, struct sample_batch *b, PGconn *other,
+			   const char *pattern, const char *meanwhile, struct racer *r)
 {
 	static pthread_barrier_t go; /* r keeps its address; one race at a time */
 	pthread_t t;
@@ -1300,11 +1301,19 @@ static void race_past(const char *url, struct sample_batch *b, PGconn *other, co
 	CHECK_I64(pthread_create(&t, NULL, race, r), 0);
 	pthread_barrier_wait(&go);
 	CHECK(await_lock(r->pid, pattern));
+	if (meanwhile)
+		exec(meanwhile);
 	exec_on(other, "COMMIT");
 	pthread_join(t, NULL);
 	pthread_barrier_destroy(&go);
 	r->go = NULL;
 	PQfinish(other);
+}
+
+static void race_past(const char *url, struct sample_batch *b, PGconn *other, const char *pattern,
+		      struct racer *r)
+{
+	race_past_with(url, b, other, pattern, NULL, r);
 }
 
 /* A meter row changed by another transaction between the call's read (no
@@ -1462,6 +1471,36 @@ static void test_event_in_flight(const char *url)
 	holds_of("s_evr", "s_evr", raced, sizeof(raced));
 	holds_of("s_eva", "s_eva", after, sizeof(after));
 	CHECK_STR(raced, after);
+}
+
+/* A running event recorded while a call that meters its sandbox waits for
+ * the key-day's ledger row settles nothing, so the call goes on without a
+ * retry, as if the event came after it: a minute running. */
+static void test_running_in_flight(const char *url)
+{
+	struct sample_batch b;
+	struct racer r;
+	PGconn *other = NULL;
+	char err[512];
+	int64_t used = 1000 * 30 * SEC, mem = 4096 * 60 * SEC;
+
+	fprintf(stderr, "running event recorded while its sandbox is metered\n");
+	event_setup("s_evn");
+	CHECK_I64(db_connect(url, &other, err, sizeof(err)), METER_OK);
+	exec_on(other, "BEGIN");
+	exec_on(other, "UPDATE key_day_ledger SET updated_at = now() WHERE key_id = 's_evn'");
+	batch(&b, "h17");
+	add(&b, "s_evn", NULL, T("2026-11-30T04:01:00Z"), 'r', 30 * SEC, 4096, 0, 2);
+	race_past_with(url, &b, other, "INSERT INTO key_day_ledger %",
+		       "SELECT * FROM meter_sandbox_event('s_evn', 'running',"
+		       " '2026-11-30T04:00:30Z', 30)",
+		       &r);
+	CHECK_I64(r.rc, METER_OK);
+	CHECK_I64(r.st.retries, 0);
+	sample_batch_release(&b);
+	CHECK_I64(q64("SELECT count(*) FROM lifecycle_events WHERE sandbox_id = 's_evn'"), 1);
+	check_totals("s_evn", 60, 0, used, used, mem, 0, micros(used, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
 }
 
 /* ---- the cache of meter rows ---------------------------------------------- */
@@ -1725,6 +1764,7 @@ int main(void)
 	     " ('acct_1', 'key_rows', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 's_evr', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 's_eva', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 's_evn', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'read_only',"
 	     "  'America/New_York')");
 	ingest_opts_init(&o);
@@ -1759,6 +1799,7 @@ int main(void)
 	test_meter_changed(db.url);
 	test_hold_changed(db.url);
 	test_event_in_flight(db.url);
+	test_running_in_flight(db.url);
 	test_cache_same();
 	test_cache_stale();
 	test_cache_ignored();

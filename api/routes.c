@@ -30,12 +30,21 @@ static void h_healthz(struct http_req *req)
 	http_reply_json(req, 200, body);
 }
 
-/* GET /readyz: 200 only when the database answers within a second and its
- * schema is the one this binary's migrations make (not yet migrated, or
- * migrated by a newer binary, every route would fail on it). The pool and
- * the check engine each back off on their own while the database is
- * down; each that finds it back ends the other's wait, so this answer and
- * the checks agree: ready means the next check connects. */
+/* GET /readyz: 200 only when the database answers within a second
+ * (app_db_ping: ready means the next check connects) and its schema is the
+ * one this binary's migrations make (not yet migrated, or migrated by a
+ * newer binary, every route would fail on it). */
+enum meter_rc app_db_ping(const struct app *app, int timeout_ms)
+{
+	enum meter_rc rc;
+
+	db_pool_retry_after(app->pool, checks_engine_connected_ms(app->checks));
+	rc = db_pool_ping(app->pool, timeout_ms);
+	if (rc == METER_OK)
+		checks_engine_db_back(app->checks);
+	return rc;
+}
+
 static void h_readyz(struct http_req *req)
 {
 	int want = migrate_latest(), have = -1;
@@ -43,9 +52,7 @@ static void h_readyz(struct http_req *req)
 	enum meter_rc rc;
 	char msg[200];
 
-	if (checks_engine_connected(req->app->checks))
-		db_pool_retry_now(req->app->pool);
-	if (db_pool_ping(req->app->pool, READY_TIMEOUT_MS) != METER_OK) {
+	if (app_db_ping(req->app, READY_TIMEOUT_MS) != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
 		return;
 	}
@@ -69,7 +76,6 @@ static void h_readyz(struct http_req *req)
 					   "binary_schema_version", (json_int_t)want));
 		return;
 	}
-	checks_engine_db_back(req->app->checks);
 	http_reply_json(req, 200, json_pack("{s:s}", "status", "ready"));
 }
 

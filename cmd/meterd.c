@@ -271,7 +271,7 @@ int main(int argc, char **argv)
 			log_error("meterd: sigtimedwait: %s", strerror(errno));
 			goto out;
 		}
-		if (db_pool_ping(pool, 2000) != METER_OK)
+		if (app_db_ping(&app, 2000) != METER_OK)
 			log_debug("database not answering");
 	}
 	status = 0;

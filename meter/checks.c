@@ -95,7 +95,7 @@ struct checks_engine {
 	bool joined;
 	/* Backoff while the database is unreachable (under mu). */
 	bool down;
-	bool connected; /* connected once, and not down since */
+	int64_t connected_ms; /* the last connection made (monotonic), 0 once down */
 	int64_t next_attempt_ms;
 	int failures;
 	unsigned seed;
@@ -750,7 +750,7 @@ static void conn_drop(struct batcher *bt)
 	if (!e->down)
 		log_warn("checks: database connection lost; checks fail closed until it is back");
 	e->down = true;
-	e->connected = false;
+	e->connected_ms = 0;
 	{
 		int64_t delay = BACKOFF_MIN_MS;
 		for (int i = 0; i < e->failures && delay < BACKOFF_MAX_MS; i++)
@@ -803,7 +803,7 @@ static bool conn_ensure(struct batcher *bt, bool idle)
 	if (e->down)
 		log_info("checks: database connected");
 	e->down = false;
-	e->connected = true;
+	e->connected_ms = clock_mono_ms();
 	e->failures = 0;
 	pthread_mutex_unlock(&e->mu);
 	return true;
@@ -819,16 +819,16 @@ void checks_engine_db_back(struct checks_engine *e)
 	pthread_mutex_unlock(&e->mu);
 }
 
-bool checks_engine_connected(struct checks_engine *e)
+int64_t checks_engine_connected_ms(struct checks_engine *e)
 {
-	bool up;
+	int64_t at;
 
 	if (!e)
-		return false;
+		return 0;
 	pthread_mutex_lock(&e->mu);
-	up = e->connected;
+	at = e->connected_ms;
 	pthread_mutex_unlock(&e->mu);
-	return up;
+	return at;
 }
 
 /* Facts ---------------------------------------------------------------------- */

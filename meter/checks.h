@@ -114,9 +114,9 @@ void checks_engine_free(struct checks_engine *e);
  * checks. NULL is fine. */
 void checks_engine_db_back(struct checks_engine *e);
 
-/* True when the engine has connected and found nothing wrong with the
- * database since (false before its first check). NULL: false. */
-bool checks_engine_connected(struct checks_engine *e);
+/* When (clock_mono_ms) the engine last connected to the database, or 0
+ * when it has not yet or has lost the database since. NULL: 0. */
+int64_t checks_engine_connected_ms(struct checks_engine *e);
 
 /* The engine's clock: UTC µs since the epoch, shifted by clock_offset_s. */
 int64_t checks_now_usec(const struct checks_engine *e);

@@ -44,9 +44,6 @@ static void db_mask(char *s, const char *secret)
 	}
 }
 
-/* Opens the connection; see db.h. The URL is parsed first so that a
- * malformed one is reported without libpq's detail, which may quote it
- * (password included). */
 bool db_idle_closed(PGconn *c)
 {
 	for (int i = 0; i < 2; i++)
@@ -55,6 +52,9 @@ bool db_idle_closed(PGconn *c)
 	return false;
 }
 
+/* Opens the connection; see db.h. The URL is parsed first so that a
+ * malformed one is reported without libpq's detail, which may quote it
+ * (password included). */
 enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen)
 {
 	/* TCP keepalives first, so the URL's own win (later values override

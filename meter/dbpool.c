@@ -32,6 +32,7 @@ struct db_pool {
 	/* Backoff while the database is unreachable. */
 	int failures;
 	int64_t next_attempt_ms;
+	int64_t failed_ms; /* when the last attempt failed (monotonic) */
 	bool up;
 	bool reported_down;
 	unsigned seed;
@@ -90,7 +91,8 @@ static void backoff_failed(struct db_pool *p, const char *why)
 	/* Jitter: 75% to 100% of the delay, so replicas do not retry in step. */
 	delay = delay * 3 / 4 + rand_r(&p->seed) % (delay / 4 + 1);
 	p->failures++;
-	p->next_attempt_ms = clock_mono_ms() + delay;
+	p->failed_ms = clock_mono_ms();
+	p->next_attempt_ms = p->failed_ms + delay;
 	if (p->up || !p->reported_down)
 		log_warn("database unreachable, retrying with backoff: %s", why);
 	p->up = false;
@@ -262,10 +264,11 @@ enum meter_rc db_pool_ping(struct db_pool *pool, int timeout_ms)
 	return rc;
 }
 
-void db_pool_retry_now(struct db_pool *pool)
+void db_pool_retry_after(struct db_pool *pool, int64_t reached_ms)
 {
 	pthread_mutex_lock(&pool->mu);
-	pool->next_attempt_ms = 0;
+	if (pool->failures > 0 && reached_ms > pool->failed_ms)
+		pool->next_attempt_ms = 0;
 	pthread_mutex_unlock(&pool->mu);
 }
 

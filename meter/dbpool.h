@@ -41,10 +41,11 @@ void db_pool_release(struct db_pool *pool, PGconn *conn, bool broken);
  * METER_OK when the database answered. */
 METER_MUSTCHECK enum meter_rc db_pool_ping(struct db_pool *pool, int timeout_ms);
 
-/* Ends the wait of a backoff: the next acquire that needs a connection
- * tries at once (a failure backs off from where it was). For when
- * another connection of the process has reached the database. */
-void db_pool_retry_now(struct db_pool *pool);
+/* Another connection of the process reached the database at reached_ms
+ * (clock_mono_ms; 0: none has): if that was after the pool's last failed
+ * attempt, its backoff ends and the next acquire that needs a connection
+ * tries at once (a failure backs off from where it was). */
+void db_pool_retry_after(struct db_pool *pool, int64_t reached_ms);
 
 /* Whether the last attempt to reach the database worked. */
 bool db_pool_up(struct db_pool *pool);

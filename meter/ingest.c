@@ -1304,18 +1304,6 @@ static const char SQL_EVENTS_AGAIN[] =
     " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s AND e.at <= q.t"
     "  AND (e.type = 'stopped' OR (e.type = 'paused' AND e.at >= q.f))";
 
-/* After a conflict: the ledger rows of the holds an event would settle
- * (meter_event_settle's), locked before the events are read, so that no
- * such event comes between the read and the call's commit: the retry
- * meets none it did not read. In the ledger's one lock order. */
-static const char SQL_EVENT_LEDGERS_LOCK[] =
-    "SELECT 1 FROM key_day_ledger l"
-    " WHERE (l.account_id, l.key_id, l.day) IN"
-    "  (SELECT h.account_id, h.key_id, h.day FROM unnest($1::text[], $2::text[]) AS q(a, s)"
-    "   JOIN holds h ON h.account_id = q.a AND h.sandbox_id = q.s"
-    "   WHERE h.status = 'open' AND h.settles_at IS NULL)"
-    " ORDER BY l.account_id, l.key_id, l.day FOR UPDATE OF l";
-
 static const char SQL_DAYS[] =
     "SELECT q.z, d.day - DATE '1970-01-01',"
     " (extract(epoch FROM meter_day_start(q.z, d.day)) * 1000000)::bigint"
@@ -2304,12 +2292,6 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 	ing_events_param(c);
 	ing_fmt_time(lo, lo_s, sizeof(lo_s));
 	ing_fmt_time(hi, hi_s, sizeof(hi_s));
-	if (c->locking) {
-		rc = ing_qa(c, "lock ledger rows of holds", SQL_EVENT_LEDGERS_LOCK, 2, 0, NULL,
-			    PGRES_TUPLES_OK, NULL);
-		if (rc != METER_OK)
-			return rc;
-	}
 	rc = ing_qa(c, "lifecycle events", SQL_EVENTS, 2, 2, window, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;
@@ -3355,13 +3337,17 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 /* Counts the call's pauses and stops again, now that it holds the ledger
  * rows of every key-day it spends on: one recorded since ing_load_events
  * read them means the usage was worked out without it, and is a conflict
- * (the retry reads it, with those rows locked first). A pause or stop
+ * (the retry reads it). A pause or stop
  * settles its sandbox's holds under those same rows (meter_event_settle),
  * keeping only the tail up to the sample metered: were the call to go on,
  * it would bill the time after the event as it was before, beyond what
  * the settled hold kept. An event waiting for the rows sees this call's
- * sample once it has them. A running event settles nothing: one recorded
- * meanwhile is taken as coming after the call, as a late one is. */
+ * sample once it has them. A pause or stop also takes its sandbox's meter
+ * row FOR SHARE before it writes anything (sql/0043), so none comes after
+ * this call has updated that row, nor after the retry has locked it
+ * before reading the events: the retry meets none it did not read. A
+ * running event settles nothing: one recorded meanwhile is taken as
+ * coming after the call, as a late one is. */
 static enum meter_rc ing_events_again(struct ing_call *c)
 {
 	static const Oid types[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR,

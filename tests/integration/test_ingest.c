@@ -1420,12 +1420,14 @@ static void event_setup(const char *sbx)
 }
 
 /* A pause recorded while a call that meters its sandbox is in flight. The
- * event (meter_sandbox_event, as POST .../events runs it) settles the hold
- * under the key-day's ledger row, keeping the tail up to 04:00:10; the call
- * read the events before the pause was committed and waits for that row.
- * It must not bill the minute as running: it meets the new event under the
- * row, is retried and bills 10 s running and 50 s paused, to the micro what
- * a call made after the event bills, with nothing outrun. */
+ * event (meter_sandbox_event, as POST .../events runs it) takes the
+ * sandbox's meter row FOR SHARE and settles the hold under the key-day's
+ * ledger row, keeping the tail up to 04:00:10; the call read the events
+ * before the pause was committed and waits to update the meter row. It
+ * must not bill the minute as running: it meets the new event once it
+ * holds the ledger row, is retried and bills 10 s running and 50 s paused,
+ * to the micro what a call made after the event bills, with nothing
+ * outrun. */
 static void test_event_in_flight(const char *url)
 {
 	static const char ev[] = "'paused', '2026-11-30T04:00:10Z', 30)";
@@ -1445,7 +1447,7 @@ static void test_event_in_flight(const char *url)
 	batch(&b, "h17");
 	add(&b, "s_eva", NULL, T("2026-11-30T04:01:00Z"), 'p', 20 * SEC, 4096, 0, 2);
 	CHECK_I64(run1(&b).outrun_micros, 0);
-	/* In flight: the samples' call waits for the ledger row the
+	/* In flight: the samples' call waits for the meter row the
 	 * uncommitted event holds. */
 	CHECK_I64(db_connect(url, &other, err, sizeof(err)), METER_OK);
 	exec_on(other, "BEGIN");
@@ -1453,7 +1455,7 @@ static void test_event_in_flight(const char *url)
 	exec_on(other, sql);
 	batch(&b, "h17");
 	add(&b, "s_evr", NULL, T("2026-11-30T04:01:00Z"), 'p', 20 * SEC, 4096, 0, 2);
-	race_past(url, &b, other, "INSERT INTO key_day_ledger %", &r);
+	race_past(url, &b, other, "UPDATE sandbox_meter %", &r);
 	CHECK_I64(r.rc, METER_OK);
 	CHECK_I64(r.st.retries, 1);
 	CHECK_I64(r.st.outrun_micros, 0);
@@ -1501,6 +1503,73 @@ static void test_running_in_flight(const char *url)
 	CHECK_I64(q64("SELECT count(*) FROM lifecycle_events WHERE sandbox_id = 's_evn'"), 1);
 	check_totals("s_evn", 60, 0, used, used, mem, 0, micros(used, 25000, DIV_CPU),
 		     micros(mem, 7500, DIV_MIB), 0);
+}
+
+struct sql_racer {
+	const char *url;
+	const char *sql;
+	int pid;
+	bool ok;
+	pthread_barrier_t *go;
+};
+
+/* Runs r->sql on a connection of its own (its backend's pid set before the
+ * barrier). */
+static void *sql_race(void *arg)
+{
+	struct sql_racer *r = arg;
+	PGconn *c = NULL;
+	char err[512];
+
+	if (db_connect(r->url, &c, err, sizeof(err)) == METER_OK)
+		r->pid = PQbackendPID(c);
+	pthread_barrier_wait(r->go);
+	if (c) {
+		PGresult *res = PQexec(c, r->sql);
+		r->ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+		PQclear(res);
+	}
+	PQfinish(c);
+	return NULL;
+}
+
+/* A stop of a sandbox whose hold is settled already (so that it has no
+ * ledger row to take) waits for a transaction that holds the sandbox's
+ * meter row, as ingestion's retry does before it reads the events: no
+ * pause or stop comes between that read and the retry's commit. */
+static void test_event_waits_for_meter_row(const char *url)
+{
+	struct sql_racer r = {.url = url,
+			      .sql = "SELECT * FROM meter_sandbox_event('s_eva', 'stopped',"
+				     " '2026-11-30T04:02:00Z', 30)"};
+	PGconn *other = NULL;
+	pthread_barrier_t go;
+	pthread_t t;
+	char err[512];
+
+	fprintf(stderr, "a stop waits for the meter row ingestion holds\n");
+	CHECK_I64(q64("SELECT count(*) FROM holds WHERE sandbox_id = 's_eva' AND status = 'open'"
+		      " AND settles_at IS NULL"),
+		  0);
+	CHECK_I64(db_connect(url, &other, err, sizeof(err)), METER_OK);
+	exec_on(other, "BEGIN");
+	exec_on(other, "SELECT 1 FROM sandbox_meter WHERE sandbox_id = 's_eva' FOR UPDATE");
+	pthread_barrier_init(&go, NULL, 2);
+	r.go = &go;
+	CHECK_I64(pthread_create(&t, NULL, sql_race, &r), 0);
+	pthread_barrier_wait(&go);
+	CHECK(await_lock(r.pid, "SELECT * FROM meter_sandbox_event%"));
+	CHECK_I64(q64("SELECT count(*) FROM lifecycle_events WHERE sandbox_id = 's_eva'"
+		      " AND type = 'stopped'"),
+		  0);
+	exec_on(other, "COMMIT");
+	pthread_join(t, NULL);
+	pthread_barrier_destroy(&go);
+	PQfinish(other);
+	CHECK(r.ok);
+	CHECK_I64(q64("SELECT count(*) FROM lifecycle_events WHERE sandbox_id = 's_eva'"
+		      " AND type = 'stopped'"),
+		  1);
 }
 
 /* ---- the cache of meter rows ---------------------------------------------- */
@@ -1800,6 +1869,7 @@ int main(void)
 	test_hold_changed(db.url);
 	test_event_in_flight(db.url);
 	test_running_in_flight(db.url);
+	test_event_waits_for_meter_row(db.url);
 	test_cache_same();
 	test_cache_stale();
 	test_cache_ignored();

@@ -30,10 +30,6 @@ static void h_healthz(struct http_req *req)
 	http_reply_json(req, 200, body);
 }
 
-/* GET /readyz: 200 only when the database answers within a second
- * (app_db_ping: ready means the next check connects) and its schema is the
- * one this binary's migrations make (not yet migrated, or migrated by a
- * newer binary, every route would fail on it). */
 enum meter_rc app_db_ping(const struct app *app, int timeout_ms)
 {
 	enum meter_rc rc;
@@ -45,6 +41,10 @@ enum meter_rc app_db_ping(const struct app *app, int timeout_ms)
 	return rc;
 }
 
+/* GET /readyz: 200 only when the database answers within a second
+ * (app_db_ping: ready means the next check connects) and its schema is the
+ * one this binary's migrations make (not yet migrated, or migrated by a
+ * newer binary, every route would fail on it). */
 static void h_readyz(struct http_req *req)
 {
 	int want = migrate_latest(), have = -1;

@@ -3337,17 +3337,17 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 /* Counts the call's pauses and stops again, now that it holds the ledger
  * rows of every key-day it spends on: one recorded since ing_load_events
  * read them means the usage was worked out without it, and is a conflict
- * (the retry reads it). A pause or stop
- * settles its sandbox's holds under those same rows (meter_event_settle),
- * keeping only the tail up to the sample metered: were the call to go on,
- * it would bill the time after the event as it was before, beyond what
- * the settled hold kept. An event waiting for the rows sees this call's
- * sample once it has them. A pause or stop also takes its sandbox's meter
- * row FOR SHARE before it writes anything (sql/0043), so none comes after
- * this call has updated that row, nor after the retry has locked it
- * before reading the events: the retry meets none it did not read. A
- * running event settles nothing: one recorded meanwhile is taken as
- * coming after the call, as a late one is. */
+ * (the retry reads it). A pause or stop settles its sandbox's holds under
+ * those same rows (meter_event_settle), keeping only the tail up to the
+ * sample metered: were the call to go on, it would bill the time after
+ * the event as it was before, beyond what the settled hold kept. An event
+ * waiting for the rows sees this call's sample once it has them. A pause
+ * or stop also takes its sandbox's meter row FOR SHARE before it writes
+ * anything (sql/0043), so none comes after this call has updated that
+ * row, nor after the retry has locked it before reading the events: the
+ * retry meets none it did not read. A running event settles nothing: one
+ * recorded meanwhile is taken as coming after the call, as a late one
+ * is. */
 static enum meter_rc ing_events_again(struct ing_call *c)
 {
 	static const Oid types[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR,

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+
 /* Copies msg into err as one line: line breaks and tabs become single
  * spaces, trailing white space is dropped. Truncates to errlen. */
 static void db_copy_line(char *err, size_t errlen, const char *msg)
@@ -50,6 +52,22 @@ bool db_idle_closed(PGconn *c)
 		if (PQconsumeInput(c) != 1 || PQstatus(c) != CONNECTION_OK)
 			return true;
 	return false;
+}
+
+/* The server's notices on a connection (a shutdown's "terminating
+ * connection", a RAISE WARNING, a migration's NOTICE) as log lines, instead
+ * of libpq's default, which writes them raw to stderr: a WARNING at warn,
+ * the rest at debug. */
+static void db_notice(void *arg, const PGresult *res)
+{
+	const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
+	(void)arg;
+	if (sev && strcmp(sev, "WARNING") == 0)
+		log_warn("database: warning: %s", msg ? msg : "");
+	else
+		log_debug("database: %s: %s", sev ? sev : "notice", msg ? msg : "");
 }
 
 /* Opens the connection; see db.h. The URL is parsed first so that a
@@ -108,6 +126,7 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 		rc = METER_EDB;
 		goto out;
 	}
+	PQsetNoticeReceiver(conn, db_notice, NULL);
 	*out = conn;
 	conn = NULL;
 	rc = METER_OK;

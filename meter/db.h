@@ -10,7 +10,8 @@
 
 /* Opens a connection to url (a libpq URI or key=value string) with a
  * connect timeout of 5 s, the session time zone set to UTC and
- * application_name "meter". On METER_OK *out is a new connection (caller
+ * application_name "meter"; the server's notices go to the log (a WARNING
+ * at warn, the rest at debug), not raw to stderr. On METER_OK *out is a new connection (caller
  * PQfinish()es it); on METER_EDB *out is NULL and err holds libpq's reason
  * (never the password). */
 METER_MUSTCHECK enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen);

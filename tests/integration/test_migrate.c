@@ -327,6 +327,38 @@ static void test_keepalives(const char *url)
 	}
 }
 
+/* A warning the server sends is a log line of ours at warn, not libpq's
+ * raw text on stderr; a notice is at debug, below the default level. */
+static void test_notices(const char *url)
+{
+	char path[] = "/tmp/meter-notice-XXXXXX", err[256], buf[4096];
+	int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+	PGconn *conn = NULL;
+	ssize_t n = -1;
+
+	CHECK(fd >= 0 && saved >= 0);
+	if (fd < 0 || saved < 0)
+		return;
+	fflush(stderr);
+	CHECK(dup2(fd, STDERR_FILENO) == STDERR_FILENO);
+	if (db_connect(url, &conn, err, sizeof(err)) == METER_OK) {
+		PGresult *r = PQexec(conn, "DO $$BEGIN RAISE WARNING 'meter-notice-test';"
+					   " RAISE NOTICE 'meter-quiet-test'; END$$");
+		PQclear(r);
+		PQfinish(conn);
+	}
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	unlink(path);
+	buf[n > 0 ? n : 0] = '\0';
+	CHECK(strstr(buf, " warn  database: warning: meter-notice-test") != NULL);
+	CHECK(strstr(buf, "WARNING:") == NULL);
+	CHECK(strstr(buf, "meter-quiet-test") == NULL);
+}
+
 static long long rawclock_ms(void)
 {
 	struct timespec ts;
@@ -507,6 +539,7 @@ int main(void)
 	test_rerun(db.conn);
 	test_partitions(db.conn);
 	test_keepalives(db.url);
+	test_notices(db.url);
 	test_session_timeouts(db.url);
 	testdb_drop(&db);
 	test_concurrent();

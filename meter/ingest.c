@@ -2241,18 +2241,6 @@ static void ing_cache_forget(struct ing_call *c)
 	pthread_mutex_unlock(&ing->mu);
 }
 
-/* The call's sandboxes as SQL_EVENTS' two array parameters. */
-static void ing_events_param(struct ing_call *c)
-{
-	static const Oid types[2] = {OID_TEXT_ARR, OID_TEXT_ARR};
-
-	ing_arrays(c, 2, types);
-	for (size_t i = 0; i < c->nsbx; i++) {
-		barr_text(&c->arr[0], c->sbx[i].account);
-		barr_text(&c->arr[1], c->sbx[i].id);
-	}
-}
-
 /* Whether an event of sb is one SQL_EVENTS_AGAIN counts. */
 static bool ing_event_counted(const struct ing_sbx *sb, enum sandbox_state state, int64_t at)
 {
@@ -2265,6 +2253,7 @@ static bool ing_event_counted(const struct ing_sbx *sb, enum sandbox_state state
  * sample in this call) up to its newest sample. */
 static enum meter_rc ing_load_events(struct ing_call *c)
 {
+	static const Oid types[2] = {OID_TEXT_ARR, OID_TEXT_ARR};
 	char lo_s[64], hi_s[64];
 	const char *window[2] = {lo_s, hi_s};
 	PGresult *res = NULL;
@@ -2289,7 +2278,11 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 	}
 	if (lo >= hi)
 		return METER_OK;
-	ing_events_param(c);
+	ing_arrays(c, 2, types);
+	for (size_t i = 0; i < c->nsbx; i++) {
+		barr_text(&c->arr[0], c->sbx[i].account);
+		barr_text(&c->arr[1], c->sbx[i].id);
+	}
 	ing_fmt_time(lo, lo_s, sizeof(lo_s));
 	ing_fmt_time(hi, hi_s, sizeof(hi_s));
 	rc = ing_qa(c, "lifecycle events", SQL_EVENTS, 2, 2, window, PGRES_TUPLES_OK, &res);
@@ -3343,7 +3336,7 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
  * the event as it was before, beyond what the settled hold kept. An event
  * waiting for the rows sees this call's sample once it has them. A pause
  * or stop also takes its sandbox's meter row FOR SHARE before it writes
- * anything (sql/0043), so none comes after this call has updated that
+ * anything (sql/0042), so none comes after this call has updated that
  * row, nor after the retry has locked it before reading the events: the
  * retry meets none it did not read. A running event settles nothing: one
  * recorded meanwhile is taken as coming after the call, as a late one

@@ -1,13 +1,23 @@
--- meter: an event of the state a sandbox is in already leaves its
--- state_since alone.
+-- meter: lifecycle events take their sandbox's meter row first, and an
+-- event of the state a sandbox is in leaves its state_since alone.
 --
--- meter_sandbox_event (0038) moved state_since to every event it took,
--- so a second pause of a paused sandbox (a later retry of the control
--- plane's, with a new at) said the sandbox had been paused only since
--- then: GET /v1/sandboxes showed the later time, and running_while_paused
--- (0040), which looks for samples that found the sandbox running after
--- state_since, missed those between the two pauses. state_since is when
--- the sandbox entered its state; only a change of state moves it.
+-- 1. Ingestion counts the pauses and stops of its sandboxes again once it
+--    holds its key-days' ledger rows, and retries when one came meanwhile
+--    (an event settles holds under those rows). An event with no unsettled
+--    hold (a stop after a pause, a second pause) takes no ledger row, so it
+--    could come between a retry's read and its commit, and a busy host's
+--    document ran out of tries (503). Every pause and stop now first takes
+--    its sandbox's meter row FOR SHARE, which waits for ingestion's update
+--    or lock of that row and holds both off until it commits: a retry,
+--    which locks its meter rows before it reads the events, meets no event
+--    it did not read. A running event settles nothing and takes no lock.
+-- 2. meter_sandbox_event (0038) moved state_since to every event it took,
+--    so a second pause of a paused sandbox (a later retry of the control
+--    plane's, with a new at) said the sandbox had been paused only since
+--    then: GET /v1/sandboxes showed the later time, and
+--    running_while_paused (0040), which looks for samples that found the
+--    sandbox running after state_since, missed those between the two
+--    pauses. Only a change of state moves state_since now.
 -- Otherwise as in 0038.
 
 CREATE OR REPLACE FUNCTION meter_sandbox_event(p_sandbox text, p_type text, p_at timestamptz,
@@ -31,6 +41,13 @@ BEGIN
 		RETURN QUERY SELECT false, false, NULL::text, NULL::timestamptz, 0, 0::bigint,
 				    0::bigint;
 		RETURN;
+	END IF;
+	-- Before anything of the event is written: ingestion locks these rows
+	-- FOR UPDATE after a conflict, and updates them, before its last read
+	-- of the events (meter/ingest.c).
+	IF p_type IN ('paused', 'stopped') THEN
+		PERFORM 1 FROM sandbox_meter m
+			WHERE m.account_id = acc AND m.sandbox_id = p_sandbox FOR SHARE;
 	END IF;
 	INSERT INTO lifecycle_events (account_id, sandbox_id, type, at)
 		VALUES (acc, p_sandbox, p_type, p_at)

@@ -23,11 +23,11 @@
  *   hour). So a row whose hour lies inside [F, T) or wholly outside it is
  *   decided by its hour alone; for a row whose hour straddles F (or T), the
  *   instant is >= F (or < T) exactly when ds is (SANDBOX_IN). The same rows
- *   as comparing meter_row_start itself, without calling that nested SQL
- *   function, which the planner cannot inline (some 50 µs a call), for
- *   every row: before, every row paid dozens of such calls, and a list
- *   sorted by cost or creation over 10,000 sandboxes ran into the statement
- *   timeout. */
+ *   as comparing meter_row_start itself, with ds worked out for a
+ *   straddling row only: before, every row paid dozens of calls of that
+ *   function, which the planner did not inline until sql/0043 (some 50 µs
+ *   a call), and a list sorted by cost or creation over 10,000 sandboxes
+ *   ran into the statement timeout. */
 /* clang-format off */
 #define SANDBOX_IN(F, T) \
 	"CASE WHEN u.hour >= " F " AND u.hour + interval '1 hour' <= " T " THEN true" \

@@ -38,10 +38,11 @@ struct db_usage {
 #define DB_USAGE_COLUMNS 13 /* columns DB_USAGE_SUMS yields */
 
 /* SQL: the instant usage row u (hour, day) of a key in time zone TZ (an SQL
- * expression) begins, equal to meter_row_start(TZ, u.hour, u.day). That
- * nested SQL function is one the planner cannot inline (about 50 µs a
- * call, and a query places a row more than once), so it is called only for
- * a row whose hour begins before its day's midnight as PostgreSQL reads it:
+ * expression) begins, equal to meter_row_start(TZ, u.hour, u.day). The
+ * planner inlines that function (sql/0043; before, about 50 µs a call),
+ * but its expression still reads times in TZ a dozen times, and a query
+ * places a row more than once; so it is evaluated only for a row whose
+ * hour begins before its day's midnight as PostgreSQL reads it:
  * the hour a key's midnight cuts, or one where midnight comes twice. The
  * day's start is never later than that reading (sql/0012_day_start.sql),
  * so every other row begins at its hour. */

@@ -551,6 +551,41 @@ static void test_row_start_zones(void)
 	CHECK(strcmp(got + 8, "0") != 0);
 }
 
+/* meter_row_start and meter_day_start are inlined (sql/0043): placing the
+ * usage rows shows neither name in the plan, only their expression (a call
+ * cost about 50 µs when they were not). A null argument still gives null. */
+static void test_row_start_inlined(void)
+{
+	static const char plan[] =
+	    "EXPLAIN (VERBOSE, COSTS OFF) SELECT meter_row_start(k.time_zone, u.hour, u.day),"
+	    " meter_day_start(k.time_zone, u.day)"
+	    " FROM usage_hourly u JOIN api_keys k"
+	    "  ON k.account_id = u.account_id AND k.key_id = u.key_id";
+	static const char nulls[] =
+	    "SELECT meter_row_start(NULL, now(), current_date) IS NULL"
+	    " AND meter_row_start('UTC', NULL, current_date) IS NULL"
+	    " AND meter_row_start('UTC', now(), NULL) IS NULL"
+	    " AND meter_day_start(NULL, current_date) IS NULL"
+	    " AND meter_day_start('UTC', NULL) IS NULL"
+	    " AND meter_row_start('Asia/Kolkata', '2026-03-01 18:00Z', '2026-03-02')"
+	    "  = '2026-03-01 18:30Z'";
+	PGresult *res = PQexec(t.db.conn, plan);
+	bool inlined = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) > 0;
+	char got[16];
+
+	for (int i = 0; inlined && i < PQntuples(res); i++)
+		if (strstr(PQgetvalue(res, i, 0), "meter_row_start(") ||
+		    strstr(PQgetvalue(res, i, 0), "meter_day_start("))
+			inlined = false;
+	if (!inlined)
+		for (int i = 0; i < PQntuples(res); i++)
+			fprintf(stderr, "plan: %.300s\n", PQgetvalue(res, i, 0));
+	PQclear(res);
+	CHECK(inlined);
+	testdb_query_text(t.db.conn, nulls, got, sizeof(got));
+	CHECK_STR(got, "t");
+}
+
 int main(void)
 {
 	if (apitest_start(&t, "api_read", 1, NULL, NULL) < 0)
@@ -562,6 +597,7 @@ int main(void)
 	test_unknown_account();
 	test_usage_items_cap();
 	test_row_start_zones();
+	test_row_start_inlined();
 	test_usage_repeated_midnight();
 	test_cpu_split_agrees();
 	CHECK(apitest_stop(&t) == 0);

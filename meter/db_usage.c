@@ -169,6 +169,16 @@ out:
 	return rc;
 }
 
+/* db_usage_today: $1 account, $2 key or NULL (UTC's day). */
+/* clang-format off */
+static const char sql_today[] =
+	"SELECT " DB_USEC("meter_day_start(z.tz, meter_key_day(z.tz, now()))") ","
+	" " DB_USEC("meter_day_start(z.tz, meter_key_day(z.tz, now()) + 1)") ", z.tz"
+	" FROM (SELECT time_zone AS tz FROM api_keys"
+	"  WHERE $2::text IS NOT NULL AND account_id = $1 AND key_id = $2"
+	"  UNION ALL SELECT 'UTC' WHERE $2::text IS NULL) z";
+/* clang-format on */
+
 enum meter_rc db_usage_today(PGconn *conn, const char *account_id, const char *key_id,
 			     int64_t *from_usec, int64_t *to_usec, char *tz)
 {
@@ -176,38 +186,7 @@ enum meter_rc db_usage_today(PGconn *conn, const char *account_id, const char *k
 	PGresult *res = NULL;
 	enum meter_rc rc;
 
-	rc = db_util_exec(
-	    conn, "today",
-	    "SELECT " DB_USEC(
-		"meter_day_start(z.tz, meter_key_day(z.tz, now()))") ","
-								     " " DB_USEC(
-									 "meter_day_start(z.tz, "
-									 "meter_key_day(z.tz, "
-									 "now()) + 1)") ", z.tz"
-											" FROM "
-											"(SELECT "
-											"time_zone "
-											"AS tz "
-											"FROM "
-											"api_keys"
-											"  WHERE "
-											"$2::text "
-											"IS NOT "
-											"NULL AND "
-											"account_"
-											"id = $1 "
-											"AND "
-											"key_id = "
-											"$2"
-											"  UNION "
-											"ALL "
-											"SELECT "
-											"'UTC' "
-											"WHERE "
-											"$2::text "
-											"IS NULL) "
-											"z",
-	    2, params, &res, NULL);
+	rc = db_util_exec(conn, "today", sql_today, 2, params, &res, NULL);
 	if (rc != METER_OK)
 		return rc;
 	if (PQntuples(res) != 1) {

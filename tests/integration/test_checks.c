@@ -280,6 +280,98 @@ static void test_limit(struct apitest *t, const char *acc)
 	CHECK_I64(cu_over_limit(db), 0);
 }
 
+/* A create under the default key of a sandbox its account made under the
+ * default key is that create's retry: with another key of the account it
+ * is 409 idempotency_conflict, not sandbox_exists, and changes nothing. */
+static void test_other_key_retry(struct apitest *t, const char *acc)
+{
+	struct apitest_resp r;
+	char key[65], token[APITEST_TOKEN_MAX], zone[16];
+	PGconn *db = t->db.conn;
+
+	CHECK(apitest_create_key(t, acc, "full", -1, apitest_midday_zone(zone, sizeof(zone)), key,
+				 token) == 0);
+	CHECK_I64(cu_create(t, 0, key, "idem-1", 2, 4096, 900, NULL, &r), 409);
+	CHECK_STR(apitest_error_code(&r), "idempotency_conflict");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'idem-1'"), 1);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'idem-1'"
+			     " AND key_id = '%s'",
+			     key),
+		  0);
+}
+
+/* An explicit idempotency key equal to the create's own sandbox id is the
+ * default key: the same create without it is a retry (replayed, one hold),
+ * and nothing is kept in idempotency_keys. */
+static void test_default_key_named(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+
+	CHECK_I64(cu_create(t, 0, key, "dk-1", 1, 1024, 60, "\"idempotency_key\":\"dk-1\"", &r),
+		  200);
+	CHECK(r.headers && !strstr(r.headers, "Idempotent-Replayed"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "dk-1", 1, 1024, 60, NULL, &r), 200);
+	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'dk-1'"), 1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key ="
+				 " 'dk-1'"),
+		  0);
+}
+
+/* Sets key's daily limit through the API, as the operator. */
+static void put_limit(struct apitest *t, const char *key, long long limit)
+{
+	struct apitest_resp r;
+	char path[128], body[64];
+
+	snprintf(path, sizeof(path), "/v1/keys/%s/limits", key);
+	snprintf(body, sizeof(body), "{\"daily_limit_micros\":%lld}", limit);
+	CHECK_I64(apitest_call(t, 0, "PUT", path, t->operator_token, body, &r), 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+}
+
+/* A limit changed by PUT /v1/keys/{id}/limits binds the next check, also on
+ * a key whose checks the engine has taken on its fast path (with the limit
+ * it read): lowered under what is held, a create is refused with the new
+ * limit and leaves nothing; raised again, the same create fits exactly. */
+static void test_limit_put(struct apitest *t, const char *acc)
+{
+	struct apitest_resp r;
+	char key[65], token[APITEST_TOKEN_MAX], zone[16];
+	PGconn *db = t->db.conn;
+
+	CHECK(apitest_create_key(t, acc, "full", 100000, apitest_midday_zone(zone, sizeof(zone)),
+				 key, token) == 0);
+	CHECK_I64(cu_create(t, 0, key, "lp-1", 2, 4096, 900, NULL, &r), 200); /* 20000 */
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "lp-2", 2, 4096, 900, NULL, &r), 200); /* 40000 */
+	CHECK_I64(cu_jint(r.json, "daily_limit_micros"), 100000);
+	apitest_resp_release(&r);
+	put_limit(t, key, 45000);
+	CHECK_I64(cu_create(t, 0, key, "lp-3", 2, 4096, 900, NULL, &r), 402);
+	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
+	CHECK_I64(cu_errint(&r, "daily_limit_micros"), 45000);
+	CHECK_I64(cu_errint(&r, "day_held_micros"), 40000);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'lp-3'"), 0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'lp-3'"), 0);
+	CHECK_I64(cu_sql_int(db, "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'", key),
+		  40000);
+	put_limit(t, key, 60000);
+	CHECK_I64(cu_create(t, 0, key, "lp-3", 2, 4096, 900, NULL, &r), 200);
+	CHECK_I64(cu_jint(r.json, "daily_limit_micros"), 60000);
+	CHECK_I64(cu_jint(r.json, "day_held_micros"), 60000);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_held_mismatches(db), 0);
+	CHECK_I64(cu_over_limit(db), 0);
+}
+
 /* A refusal under a key of the caller's own is that key's first answer: a
  * retry gets it again (replayed, also once budget is freed) and the key used
  * for other parameters is 409. Under the default key (the sandbox id) a
@@ -813,6 +905,89 @@ static void test_renewal_and_skew(struct apitest *t, const char *key)
 	CHECK_I64(cu_held_mismatches(db), 0);
 }
 
+/* The sandbox row's state, since when and lease end, as text. */
+static void sandbox_state(PGconn *db, const char *sb, char *out, size_t len)
+{
+	char sql[256];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT format('%%s %%s %%s', state, state_since, lease_ends_at) FROM sandboxes"
+		 " WHERE sandbox_id = '%s'",
+		 sb);
+	testdb_query_text(db, sql, out, len);
+}
+
+/* A wake refused for the key's limit holds, charges and changes nothing:
+ * the sandbox stays paused since its pause with its lease as it was, no
+ * hold is made, and the refusal is not kept (the default key): a smaller
+ * wake right after is decided afresh and allowed. */
+static void test_wake_refused(struct apitest *t, const char *acc)
+{
+	struct apitest_resp r;
+	char key[65], token[APITEST_TOKEN_MAX], zone[16], at[40], before[128], after[128];
+	PGconn *db = t->db.conn;
+
+	CHECK(apitest_create_key(t, acc, "full", 25000, apitest_midday_zone(zone, sizeof(zone)),
+				 key, token) == 0);
+	CHECK_I64(cu_create(t, 0, key, "wf-1", 2, 4096, 900, NULL, &r), 200); /* 20000 */
+	apitest_resp_release(&r);
+	/* Paused now (a pause stamped before the create counts as at it). */
+	cu_rfc3339(time(NULL), at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "wf-1", "paused", at, &r), 200);
+	apitest_resp_release(&r);
+	sandbox_state(db, "wf-1", before, sizeof(before));
+	CHECK(strncmp(before, "paused ", 7) == 0);
+	/* An hour is 80,000 µ$: over the 25,000 limit whatever the tail. */
+	CHECK_I64(cu_wake(t, 0, "wf-1", 3600, NULL, &r), 402);
+	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
+	CHECK_I64(cu_errint(&r, "hold_micros"), 80000);
+	apitest_resp_release(&r);
+	sandbox_state(db, "wf-1", after, sizeof(after));
+	CHECK_STR(after, before);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'wf-1'"), 1);
+	CHECK_I64(cu_held_mismatches(db), 0);
+	/* A minute (1,334 µ$) fits: decided afresh, not the refusal again. */
+	CHECK_I64(cu_wake(t, 0, "wf-1", 60, NULL, &r), 200);
+	CHECK(r.headers && !strstr(r.headers, "Idempotent-Replayed"));
+	CHECK_I64(cu_jint(r.json, "hold_micros"), 1334);
+	apitest_resp_release(&r);
+	sandbox_state(db, "wf-1", after, sizeof(after));
+	CHECK(strncmp(after, "running ", 8) == 0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'wf-1'"), 2);
+	CHECK_I64(cu_over_limit(db), 0);
+}
+
+/* Errors other than a refusal are not kept under a key of the caller's
+ * own: a wake of a sandbox not yet made (404) and a create of a sandbox id
+ * taken (409) leave their keys free for the next request. */
+static void test_errors_not_kept(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+
+	CHECK_I64(cu_wake(t, 0, "nk-1", 60, "\"idempotency_key\":\"own-404\"", &r), 404);
+	CHECK_STR(apitest_error_code(&r), "sandbox_not_found");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "nk-1", 1, 1024, 60, NULL, &r), 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "nk-1", 60, "\"idempotency_key\":\"own-404\"", &r), 200);
+	CHECK(r.headers && !strstr(r.headers, "Idempotent-Replayed"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "nk-1", 1, 1024, 60, "\"idempotency_key\":\"own-409\"", &r),
+		  409);
+	CHECK_STR(apitest_error_code(&r), "sandbox_exists");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM check_answers WHERE idempotency_key ="
+				 " 'own-409'"),
+		  0);
+	CHECK_I64(cu_create(t, 0, key, "nk-2", 1, 1024, 60, "\"idempotency_key\":\"own-409\"", &r),
+		  200);
+	CHECK(r.headers && !strstr(r.headers, "Idempotent-Replayed"));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id IN ('nk-1', 'nk-2')"),
+		  3);
+}
+
 /* A default-key wake is replayed while its own hold is open and unsettled,
  * whatever the clocks say: a pause dated 5 s ahead of the engine, then a
  * wake, then that wake again (replayed: one new hold). And not once a pause
@@ -1134,6 +1309,39 @@ static void push_sample(struct apitest *t, const char *key, const char *sb, long
 			const char *state, long long cpu_usec, long long storage_mib)
 {
 	push_sample_from(t, "h-tail", key, sb, at, state, cpu_usec, storage_mib);
+}
+
+/* A sandbox metering found with no key (filed under `unattributed`) is not
+ * the caller's to wake (404, by the default key and by one of its own),
+ * while its id is taken for a create (409); nothing is held for it. */
+static void test_unattributed(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char body[512], when[40];
+
+	cu_rfc3339(time(NULL), when, sizeof(when));
+	snprintf(body, sizeof(body),
+		 "{\"host_id\":\"h-ua\",\"sampled_at\":\"%s\",\"sandboxes\":[{\"sandbox_id\":"
+		 "\"ua-1\",\"state\":\"running\",\"vcpus\":1,\"memory_mib\":1024,"
+		 "\"storage_mib\":0,\"cpu_usec\":0}]}",
+		 when);
+	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'ua-1'"
+				 " AND account_id = 'unattributed' AND key_id IS NULL"),
+		  1);
+	CHECK_I64(cu_wake(t, 0, "ua-1", 60, NULL, &r), 404);
+	CHECK_STR(apitest_error_code(&r), "sandbox_not_found");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_wake(t, 0, "ua-1", 60, "\"idempotency_key\":\"ua-own\"", &r), 404);
+	CHECK_STR(apitest_error_code(&r), "sandbox_not_found");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_create(t, 0, key, "ua-1", 1, 1024, 60, NULL, &r), 409);
+	CHECK_STR(apitest_error_code(&r), "sandbox_exists");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'ua-1'"), 0);
 }
 
 /* Waits (up to 10 s) until the hold of sb placed first is closed. */
@@ -1771,12 +1979,18 @@ int main(void)
 	CHECK(apitest_create_key(&t, acc, "full", -1, apitest_midday_zone(zone, sizeof(zone)), key,
 				 token) == 0);
 	test_idempotency(&t, key);
+	test_other_key_retry(&t, acc);
 	test_max_cost(&t, key);
 	test_revoked(&t, acc);
 	test_read_only(&t, acc);
 	test_limit(&t, acc);
+	test_limit_put(&t, acc);
 	test_refusal_kept(&t, acc);
 	test_wake_and_events(&t, key);
+	test_wake_refused(&t, acc);
+	test_errors_not_kept(&t, key);
+	test_default_key_named(&t, key);
+	test_unattributed(&t, key);
 	test_renewal_and_skew(&t, key);
 	test_wake_replay_holds(&t, key);
 	test_events_during_wake(&t, key);

@@ -1904,6 +1904,18 @@ static void test_new_york(void)
 	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
 	CHECK_STR(json_string_value(json_object_get(json_object_get(r.json, "error"), "day")),
 		  "2026-03-08");
+	/* The refusal's figures are that day's: hold_micros the lease's part
+	 * on the 8th (half an hour and the seconds the test has run since the
+	 * engine's clock was set), not the whole hour. */
+	{
+		long long part = cu_errint(&r, "hold_micros"),
+			  whole = cu_errint(&r, "lease_max_cost_micros");
+
+		printf("ny-2 refused: the 8th's part %lld of %lld\n", part, whole);
+		CHECK(part < whole && 2 * part >= whole);
+		CHECK_I64(cu_errint(&r, "day_spent_micros"), 792500);
+		CHECK_I64(cu_errint(&r, "daily_limit_micros"), 800000);
+	}
 	apitest_resp_release(&r);
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE sandbox_id = 'ny-2'"), 0);
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT held_micros FROM key_day_ledger WHERE day ="

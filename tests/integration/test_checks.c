@@ -957,6 +957,37 @@ static void test_wake_refused(struct apitest *t, const char *acc)
 	CHECK_I64(cu_over_limit(db), 0);
 }
 
+/* An event's at may be up to 10 minutes ahead of the server's clock:
+ * 11 minutes ahead is 400 on at and records nothing; 9 minutes ahead is
+ * taken. */
+static void test_event_ahead(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char at[40];
+
+	CHECK_I64(cu_create(t, 0, key, "fa-1", 1, 1024, 3600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_rfc3339(time(NULL) + 11 * 60, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "fa-1", "paused", at, &r), 400);
+	CHECK_STR(apitest_error_code(&r), "invalid_request");
+	CHECK_STR(json_string_value(json_object_get(json_object_get(r.json, "error"), "field")),
+		  "at");
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM lifecycle_events WHERE sandbox_id = 'fa-1'"),
+		  0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'fa-1' AND status"
+				 " = 'open' AND settles_at IS NULL"),
+		  1);
+	cu_rfc3339(time(NULL) + 9 * 60, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "fa-1", "paused", at, &r), 200);
+	CHECK(json_is_true(json_object_get(r.json, "recorded")));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM lifecycle_events WHERE sandbox_id = 'fa-1'"),
+		  1);
+	CHECK_I64(cu_held_mismatches(db), 0);
+}
+
 /* Errors other than a refusal are not kept under a key of the caller's
  * own: a wake of a sandbox not yet made (404) and a create of a sandbox id
  * taken (409) leave their keys free for the next request. */
@@ -2001,6 +2032,7 @@ int main(void)
 	test_wake_and_events(&t, key);
 	test_wake_refused(&t, acc);
 	test_errors_not_kept(&t, key);
+	test_event_ahead(&t, key);
 	test_default_key_named(&t, key);
 	test_unattributed(&t, key);
 	test_renewal_and_skew(&t, key);

@@ -1316,20 +1316,22 @@ static void test_events_beside_references(struct apitest *t, const char *key)
 }
 
 /* Pushes one sample of sandbox sb (1 vCPU, 1 GiB) taken at UTC second at,
- * from host. */
+ * from host; under key, or with no key_id when key is NULL. */
 static void push_sample_from(struct apitest *t, const char *host, const char *key, const char *sb,
 			     long long at, const char *state, long long cpu_usec,
 			     long long storage_mib)
 {
 	struct apitest_resp r;
-	char body[512], when[40];
+	char body[512], when[40], key_member[96] = "";
 
 	cu_rfc3339((time_t)at, when, sizeof(when));
+	if (key)
+		snprintf(key_member, sizeof(key_member), "\"key_id\":\"%s\",", key);
 	snprintf(body, sizeof(body),
 		 "{\"host_id\":\"%s\",\"sampled_at\":\"%s\",\"sandboxes\":[{\"sandbox_id\":"
-		 "\"%s\",\"key_id\":\"%s\",\"state\":\"%s\",\"vcpus\":1,\"memory_mib\":1024,"
+		 "\"%s\",%s\"state\":\"%s\",\"vcpus\":1,\"memory_mib\":1024,"
 		 "\"storage_mib\":%lld,\"cpu_usec\":%lld}]}",
-		 host, when, sb, key, state, storage_mib, cpu_usec);
+		 host, when, sb, key_member, state, storage_mib, cpu_usec);
 	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
 	CHECK_I64(r.status, 200);
 	apitest_resp_release(&r);
@@ -1349,17 +1351,8 @@ static void test_unattributed(struct apitest *t, const char *key)
 {
 	struct apitest_resp r;
 	PGconn *db = t->db.conn;
-	char body[512], when[40];
 
-	cu_rfc3339(time(NULL), when, sizeof(when));
-	snprintf(body, sizeof(body),
-		 "{\"host_id\":\"h-ua\",\"sampled_at\":\"%s\",\"sandboxes\":[{\"sandbox_id\":"
-		 "\"ua-1\",\"state\":\"running\",\"vcpus\":1,\"memory_mib\":1024,"
-		 "\"storage_mib\":0,\"cpu_usec\":0}]}",
-		 when);
-	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
-	CHECK_I64(r.status, 200);
-	apitest_resp_release(&r);
+	push_sample_from(t, "h-ua", NULL, "ua-1", (long long)time(NULL), "running", 0, 0);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'ua-1'"
 				 " AND account_id = 'unattributed' AND key_id IS NULL"),
 		  1);

@@ -162,11 +162,12 @@ json_t *http_json_body(struct http_req *req)
 
 	if (!req->body || req->body_len == 0) {
 		http_reply_error(req, 400, "invalid_request", "request body must be a JSON object",
-				 NULL);
+				 json_pack("{s:s}", "field", "body"));
 		return NULL;
 	}
 	if (parse_json_depth(req->body, req->body_len) > HTTP_JSON_DEPTH_MAX) {
-		http_reply_error(req, 400, "invalid_request", "JSON nested too deeply", NULL);
+		http_reply_error(req, 400, "invalid_request", "JSON nested too deeply",
+				 json_pack("{s:s}", "field", "body"));
 		return NULL;
 	}
 	/* A raw NUL byte is never JSON (inside a string it is written
@@ -176,7 +177,8 @@ json_t *http_json_body(struct http_req *req)
 	if (nul) {
 		snprintf(msg, sizeof(msg), "malformed JSON at byte %zu: a NUL byte",
 			 (size_t)(nul - req->body));
-		http_reply_error(req, 400, "invalid_request", msg, NULL);
+		http_reply_error(req, 400, "invalid_request", msg,
+				 json_pack("{s:s}", "field", "body"));
 		return NULL;
 	}
 	/* No JSON_ALLOW_NUL: an escaped NUL inside a string is rejected by
@@ -185,13 +187,14 @@ json_t *http_json_body(struct http_req *req)
 	if (!root) {
 		snprintf(msg, sizeof(msg), "malformed JSON at byte %d: %s", jerr.position,
 			 jerr.text);
-		http_reply_error(req, 400, "invalid_request", msg, NULL);
+		http_reply_error(req, 400, "invalid_request", msg,
+				 json_pack("{s:s}", "field", "body"));
 		return NULL;
 	}
 	if (!json_is_object(root)) {
 		json_decref(root);
 		http_reply_error(req, 400, "invalid_request", "request body must be a JSON object",
-				 NULL);
+				 json_pack("{s:s}", "field", "body"));
 		return NULL;
 	}
 	return root;

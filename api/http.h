@@ -47,7 +47,10 @@ struct http_req {
 	size_t body_max;
 	bool body_too_large;
 	bool path_escape_bad; /* %00 or %2F in the path (as sent) */
-	bool query_cut;	      /* too many query parameters: not parsed (server.c) */
+	/* Where the request target ends as a C string, as libmicrohttpd
+	 * handed it over before touching it (server.c's head check). */
+	const char *target_end;
+	bool query_cut; /* too many query parameters: not parsed (server.c) */
 	bool started;
 	bool handled;
 	bool suspended; /* the handler parked the connection */

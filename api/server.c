@@ -278,6 +278,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 
 	if (!req)
 		return NULL;
+	req->target_end = uri ? uri + strlen(uri) : NULL;
 	req->path_escape_bad = uri && path_escape_bad(uri);
 	req->query_cut = uri && query_cut(uri);
 	req->conn = conn;
@@ -338,6 +339,126 @@ static enum MHD_Result queue(struct http_req *req)
 	return r;
 }
 
+/* A request whose head (its request line and header lines) holds a NUL
+ * byte. libmicrohttpd 0.9.75 hands over each part of the head as a C
+ * string, so a NUL ends it there and hides the rest: "GET /v1/keys/k1\0x"
+ * would be served as key k1, and "Content-Length: 5\0 0" or
+ * "Transfer-Encoding: chunked\0x" would frame the body by what a proxy in
+ * front may have read otherwise. It keeps the head as it was read, in one
+ * buffer, in the order sent, and writes a NUL in it where each part ends:
+ * after the method, before the version, at each header's colon and at
+ * each line's CR and LF. So each part must start exactly where the one
+ * before it ended, past those NULs and the spaces libmicrohttpd skips,
+ * and the head must end right after its last line and the empty line;
+ * anything else between them is what a NUL hid. A header line folded
+ * onto the next (obs-fold, which RFC 9112 lets a server refuse) is moved
+ * elsewhere when libmicrohttpd joins it, and is refused the same way. A
+ * head not laid out in that buffer at all (another libmicrohttpd, which
+ * reads the head its own way) is let through. */
+struct head_walk {
+	const char *head;   /* the head's first byte (the method's) */
+	size_t end;	    /* its length */
+	size_t at;	    /* where the part just checked ended (its NUL) */
+	const char *last;   /* the header just checked (NULL: the request line) */
+	const char *hidden; /* the header whose line hid something */
+	bool found;
+};
+
+/* Where p lies in the head, as an offset; false when it lies outside. */
+static bool head_at(const struct head_walk *w, const char *p, size_t *off)
+{
+	uintptr_t x = (uintptr_t)p, lo = (uintptr_t)w->head;
+
+	if (!p || x < lo || x - lo >= w->end)
+		return false;
+	*off = (size_t)(x - lo);
+	return true;
+}
+
+/* The length of the C string at offset i, within the head. */
+static size_t head_len(const struct head_walk *w, size_t i)
+{
+	return strnlen(w->head + i, w->end - i);
+}
+
+/* True when offset next starts a line right after the line ending at
+ * offset at: its CR and LF, or a bare LF, each written over with a NUL. */
+static bool head_next_line(const struct head_walk *w, size_t at, size_t next)
+{
+	return at < w->end && w->head[at] == '\0' &&
+	       (next == at + 1 || (next == at + 2 && at + 1 < w->end && w->head[at + 1] == '\0'));
+}
+
+static enum MHD_Result head_walk_one(void *cls, enum MHD_ValueKind kind, const char *key,
+				     const char *value)
+{
+	struct head_walk *w = cls;
+	size_t k, v, p;
+
+	(void)kind;
+	if (!head_at(w, key, &k) || !head_at(w, value, &v) || !head_next_line(w, w->at, k)) {
+		w->found = true;
+		w->hidden = w->last;
+		return MHD_NO;
+	}
+	/* The name, its colon (a NUL now) and the spaces and tabs before the
+	 * value. */
+	p = k + head_len(w, k) + 1;
+	while (p < v && (w->head[p] == ' ' || w->head[p] == '\t'))
+		p++;
+	if (p != v) {
+		w->found = true;
+		w->hidden = key;
+		return MHD_NO;
+	}
+	w->at = v + head_len(w, v);
+	w->last = key;
+	return MHD_YES;
+}
+
+/* True when the head of req holds a NUL byte; *field is then the part
+ * where it was found: "method", "path" or a header's name. */
+static bool head_nul(struct http_req *req, const char *url, const char **field)
+{
+	const union MHD_ConnectionInfo *ci;
+	struct head_walk w = {.head = req->method};
+	size_t p, u, v, t;
+
+	ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+	if (!ci || !req->method || ci->header_size == 0)
+		return false;
+	w.end = ci->header_size;
+	if (!head_at(&w, url, &u) || !head_at(&w, req->version, &v) ||
+	    !head_at(&w, req->target_end, &t) || u == 0 || v <= u || t < u || t >= v)
+		return false; /* not laid out in one buffer */
+	/* The method, its NUL and the spaces before the target. */
+	p = head_len(&w, 0) + 1;
+	while (p < u && w.head[p] == ' ')
+		p++;
+	if (p != u) {
+		*field = "method";
+		return true;
+	}
+	/* The target as given to on_uri, untouched then, ends at the NUL
+	 * written over the space before the version. */
+	if (t + 1 != v) {
+		*field = "path";
+		return true;
+	}
+	w.at = v + head_len(&w, v);
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, head_walk_one, &w);
+	if (!w.found) {
+		/* The last line's end and the empty line: two to four NULs,
+		 * the head's last bytes. */
+		w.found = w.end - w.at < 2 || w.end - w.at > 4;
+		for (p = w.at; !w.found && p < w.end; p++)
+			w.found = w.head[p] != '\0';
+		w.hidden = w.last;
+	}
+	*field = w.hidden ? w.hidden : "headers";
+	return w.found;
+}
+
 /* What the request's header lines say of its body's framing and its
  * target: its Content-Length lines (how many, whether their values
  * differ), its Transfer-Encoding lines (how many, the first one's value)
@@ -395,14 +516,22 @@ static void reply_closes(struct http_req *req)
  * none). Answers 400 and closes the connection, before any of the body is
  * read, and returns true. So it does, with 401, for more than one
  * Authorization line: credentials that are not one (libmicrohttpd gives
- * the first, and a proxy in front may have added or checked another). */
-static bool headers_refused(struct http_req *req)
+ * the first, and a proxy in front may have added or checked another).
+ * Before all of these, a head that holds a NUL byte (head_nul) is 400
+ * too: its parts are not what they seem, framing included. */
+static bool headers_refused(struct http_req *req, const char *url)
 {
 	struct headers_scan f = {0};
-	const char *why, *field = "Content-Length";
+	const char *why, *field = "Content-Length", *nul_in = NULL;
+	char name[PARSE_ID_MAX + 1];
 
 	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, headers_one, &f);
-	if (f.lengths_differ) {
+	if (head_nul(req, url, &nul_in)) {
+		why = "the request line and header lines may not hold a NUL byte, nor a header "
+		      "line go on to the next (obsolete line folding)";
+		http_safe_name(nul_in, name);
+		field = name;
+	} else if (f.lengths_differ) {
 		why = "Content-Length is given more than once, with different values";
 	} else if (f.lengths > 0 && f.encodings > 0) {
 		why = "Content-Length and Transfer-Encoding may not both be given";
@@ -429,15 +558,16 @@ static bool headers_refused(struct http_req *req)
 	return true;
 }
 
-/* Routes a new request; returns false when a reply is already decided. */
-static bool route_request(struct http_req *req)
+/* Routes a new request (url: its target as libmicrohttpd handed it to
+ * on_request); returns false when a reply is already decided. */
+static bool route_request(struct http_req *req, const char *url)
 {
 	char allow[64];
 	const char *clen;
 	const struct route *route = NULL;
 	char msg[128];
 
-	if (headers_refused(req))
+	if (headers_refused(req, url))
 		return false;
 	if (req->query_cut) {
 		snprintf(msg, sizeof(msg), "a request may have at most %d query parameters",
@@ -753,7 +883,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			conn_watch_mark(srv, conn, false);
 			return queue(req);
 		}
-		if (!route_request(req)) {
+		if (!route_request(req, url)) {
 			conn_watch_mark(srv, conn, false);
 			return queue(req);
 		}

@@ -41,39 +41,42 @@ struct bad_case {
 #define E200 E50 E50 E50 E50
 
 static const struct bad_case cases[] = {
-    /* POST /v1/accounts: JSON itself. */
+    /* POST /v1/accounts: JSON itself (the error names the body). */
     {"malformed JSON", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":", 0, NULL, 400,
-     "invalid_request", NULL},
+     "invalid_request", "body"},
     {"trailing garbage", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\"} x", 0, NULL, 400,
-     "invalid_request", NULL},
+     "invalid_request", "body"},
     {"array body", "POST", "/v1/accounts", TOK_OPERATOR, "[]", 0, NULL, 400, "invalid_request",
      NULL},
     {"null body", "POST", "/v1/accounts", TOK_OPERATOR, "null", 0, NULL, 400, "invalid_request",
      NULL},
-    {"empty body", "POST", "/v1/accounts", TOK_OPERATOR, "", 0, NULL, 400, "invalid_request", NULL},
-    {"no body", "POST", "/v1/accounts", TOK_OPERATOR, NULL, 0, NULL, 400, "invalid_request", NULL},
+    {"empty body", "POST", "/v1/accounts", TOK_OPERATOR, "", 0, NULL, 400, "invalid_request",
+     "body"},
+    {"no body", "POST", "/v1/accounts", TOK_OPERATOR, NULL, 0, NULL, 400, "invalid_request",
+     "body"},
     {"duplicate field", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\",\"name\":\"b\"}", 0,
-     NULL, 400, "invalid_request", NULL},
+     NULL, 400, "invalid_request", "body"},
     {"nested too deep", "POST", "/v1/accounts", TOK_OPERATOR,
-     "{\"name\":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}", 0, NULL, 400, "invalid_request", NULL},
+     "{\"name\":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}", 0, NULL, 400, "invalid_request",
+     "body"},
     {"escaped NUL", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\\u0000b\"}", 0, NULL, 400,
-     "invalid_request", NULL},
+     "invalid_request", "body"},
     {"raw NUL byte", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\0b\"}", 14, NULL, 400,
-     "invalid_request", NULL},
+     "invalid_request", "body"},
     /* jansson alone took a NUL after a number or a literal for the end of
      * the text, and the bracket after it: these made a key. */
     {"raw NUL after a number", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
-     "{\"role\":\"full\",\"daily_limit_micros\":1\0}", 39, NULL, 400, "invalid_request", NULL},
+     "{\"role\":\"full\",\"daily_limit_micros\":1\0}", 39, NULL, 400, "invalid_request", "body"},
     {"raw NUL after a literal", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
-     "{\"role\":\"full\",\"daily_limit_micros\":null\0}", 42, NULL, 400, "invalid_request", NULL},
+     "{\"role\":\"full\",\"daily_limit_micros\":null\0}", 42, NULL, 400, "invalid_request", "body"},
     {"trailing raw NUL", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\"}\0", 13, NULL, 400,
-     "invalid_request", NULL},
+     "invalid_request", "body"},
     {"invalid UTF-8", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"\xff\xfe\"}", 0, NULL, 400,
-     "invalid_request", NULL},
+     "invalid_request", "body"},
     {"overlong UTF-8", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"\xc0\xaf\"}", 0, NULL,
-     400, "invalid_request", NULL},
+     400, "invalid_request", "body"},
     {"lone surrogate", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"\\ud800\"}", 0, NULL, 400,
-     "invalid_request", NULL},
+     "invalid_request", "body"},
     /* POST /v1/accounts: fields. */
     {"missing name", "POST", "/v1/accounts", TOK_OPERATOR, "{}", 0, NULL, 400, "invalid_request",
      "name"},
@@ -915,6 +918,83 @@ int main(void)
 		}
 	}
 
+	/* A NUL byte in the request line or a header line. libmicrohttpd
+	 * hands each part over as a C string, cut at the NUL: each of these
+	 * would create an account (its path, method or framing read up to the
+	 * NUL; the last one's headers end at a line that starts with one). (A
+	 * Content-Length cut to nothing is libmicrohttpd's own 400.) A header
+	 * line folded onto the next is refused the same way.
+	 * Refused, naming the part, and the connection closed. Spaces, tabs,
+	 * bare LFs and an empty value are no NUL: the head after them is
+	 * served. */
+	{
+#define NUL_PART(s)                                                                                \
+	{                                                                                          \
+		s, sizeof(s) - 1                                                                   \
+	}
+		static const struct {
+			struct {
+				const char *s;
+				size_t len;
+			} line, framing;
+			const char *field;
+		} nuls[] = {
+		    {NUL_PART("POST /v1/accounts\0x HTTP/1.1"), NUL_PART("Content-Length: 19\r\n"),
+		     "path"},
+		    {NUL_PART("POST\0X /v1/accounts HTTP/1.1"), NUL_PART("Content-Length: 19\r\n"),
+		     "method"},
+		    {NUL_PART("POST /v1/accounts HTTP/1.1"),
+		     NUL_PART("Content-Length: 19\0 99\r\n"), "Content-Length"},
+		    {NUL_PART("POST /v1/accounts HTTP/1.1"),
+		     NUL_PART("Content-Length: 19\r\nX-Seen:\0 b\r\n"), "X-Seen"},
+		    {NUL_PART("POST /v1/accounts HTTP/1.1"),
+		     NUL_PART("Content-Length: 19\r\nX-Seen: a\0b\r\n"), "X-Seen"},
+		    {NUL_PART("POST /v1/accounts HTTP/1.1"),
+		     NUL_PART("Content-Length: 19\r\n\0X-After: 1\r\n"), "Content-Length"},
+		    {NUL_PART("POST /v1/accounts HTTP/1.1"),
+		     NUL_PART("Content-Length: 19\r\nX-Folded: a\r\n b\r\n"), "Content-Length"},
+		};
+#undef NUL_PART
+		struct rawhttp_resp rr;
+		char req[1024], want[64], id[80];
+		int n;
+
+		for (size_t i = 0; i < sizeof(nuls) / sizeof(nuls[0]); i++) {
+			size_t len = 0;
+
+			memcpy(req, nuls[i].line.s, nuls[i].line.len);
+			len += nuls[i].line.len;
+			n = snprintf(req + len, sizeof(req) - len,
+				     "\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+				     "Content-Type: application/json\r\n",
+				     t.operator_token);
+			CHECK(n > 0 && len + (size_t)n + nuls[i].framing.len + 22 < sizeof(req));
+			len += (size_t)n;
+			memcpy(req + len, nuls[i].framing.s, nuls[i].framing.len);
+			len += nuls[i].framing.len;
+			memcpy(req + len, "\r\n{\"name\":\"Smuggle\"}", 21);
+			len += 21;
+			CHECK(rawhttp_request(t.servers[0].port, req, len, 5000, &rr) == 0);
+			if (rr.status != 400 || !rr.body || !strstr(rr.body, "NUL byte"))
+				fprintf(stderr, "NUL case %zu: %d %s\n", i, rr.status,
+					rr.body ? rr.body : "");
+			CHECK_I64(rr.status, 400);
+			snprintf(want, sizeof(want), "\"field\":\"%s\"", nuls[i].field);
+			CHECK(rr.body && strstr(rr.body, "a NUL byte") != NULL &&
+			      strstr(rr.body, want) != NULL);
+			CHECK(rr.head &&
+			      rawhttp_header(&rr, "X-Request-Id", id, sizeof(id)) != NULL);
+			CHECK(rr.closed);
+			rawhttp_resp_release(&rr);
+		}
+		n = snprintf(req, sizeof(req),
+			     "GET    /v1/keys HTTP/1.1\nHost:x\r\nAuthorization:\t Bearer %s\r\n"
+			     "X-Empty:\r\nX-Tab: \t\nConnection: close\n\n",
+			     tok_ro);
+		CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
+		CHECK_I64(rr.status, 200);
+		rawhttp_resp_release(&rr);
+	}
 	/* Still serving, still alive; and nothing was created by the table. */
 	CHECK(apitest_call(&t, 0, "GET", "/healthz", NULL, NULL, &r) == 0);
 	CHECK_I64(r.status, 200);

@@ -354,7 +354,11 @@ static enum MHD_Result queue(struct http_req *req)
  * onto the next (obs-fold, which RFC 9112 lets a server refuse) is moved
  * elsewhere when libmicrohttpd joins it, and is refused the same way. A
  * head not laid out in that buffer at all (another libmicrohttpd, which
- * reads the head its own way) is let through. */
+ * reads the head its own way) is let through. Not seen: a NUL right
+ * before an LF, which reads as the CR libmicrohttpd wrote a NUL over (it
+ * hides nothing but itself, or ends the head as an empty line would), and
+ * a line before the request line, which libmicrohttpd skips as empty when
+ * it starts with a NUL (README, the API's errors). */
 struct head_walk {
 	const char *head;   /* the head's first byte (the method's) */
 	size_t end;	    /* its length */

@@ -47,9 +47,9 @@ static const struct bad_case cases[] = {
     {"trailing garbage", "POST", "/v1/accounts", TOK_OPERATOR, "{\"name\":\"a\"} x", 0, NULL, 400,
      "invalid_request", "body"},
     {"array body", "POST", "/v1/accounts", TOK_OPERATOR, "[]", 0, NULL, 400, "invalid_request",
-     NULL},
+     "body"},
     {"null body", "POST", "/v1/accounts", TOK_OPERATOR, "null", 0, NULL, 400, "invalid_request",
-     NULL},
+     "body"},
     {"empty body", "POST", "/v1/accounts", TOK_OPERATOR, "", 0, NULL, 400, "invalid_request",
      "body"},
     {"no body", "POST", "/v1/accounts", TOK_OPERATOR, NULL, 0, NULL, 400, "invalid_request",
@@ -939,20 +939,20 @@ int main(void)
 			} line, framing;
 			const char *field;
 		} nuls[] = {
-		    {NUL_PART("POST /v1/accounts\0x HTTP/1.1"), NUL_PART("Content-Length: 19\r\n"),
+		    {NUL_PART("POST /v1/accounts\0x HTTP/1.1"), NUL_PART("Content-Length: 18\r\n"),
 		     "path"},
-		    {NUL_PART("POST\0X /v1/accounts HTTP/1.1"), NUL_PART("Content-Length: 19\r\n"),
+		    {NUL_PART("POST\0X /v1/accounts HTTP/1.1"), NUL_PART("Content-Length: 18\r\n"),
 		     "method"},
 		    {NUL_PART("POST /v1/accounts HTTP/1.1"),
-		     NUL_PART("Content-Length: 19\0 99\r\n"), "Content-Length"},
+		     NUL_PART("Content-Length: 18\0 99\r\n"), "Content-Length"},
 		    {NUL_PART("POST /v1/accounts HTTP/1.1"),
-		     NUL_PART("Content-Length: 19\r\nX-Seen:\0 b\r\n"), "X-Seen"},
+		     NUL_PART("Content-Length: 18\r\nX-Seen:\0 b\r\n"), "X-Seen"},
 		    {NUL_PART("POST /v1/accounts HTTP/1.1"),
-		     NUL_PART("Content-Length: 19\r\nX-Seen: a\0b\r\n"), "X-Seen"},
+		     NUL_PART("Content-Length: 18\r\nX-Seen: a\0b\r\n"), "X-Seen"},
 		    {NUL_PART("POST /v1/accounts HTTP/1.1"),
-		     NUL_PART("Content-Length: 19\r\n\0X-After: 1\r\n"), "Content-Length"},
+		     NUL_PART("Content-Length: 18\r\n\0X-After: 1\r\n"), "Content-Length"},
 		    {NUL_PART("POST /v1/accounts HTTP/1.1"),
-		     NUL_PART("Content-Length: 19\r\nX-Folded: a\r\n b\r\n"), "Content-Length"},
+		     NUL_PART("Content-Length: 18\r\nX-Folded: a\r\n b\r\n"), "Content-Length"},
 		};
 #undef NUL_PART
 		struct rawhttp_resp rr;

@@ -5,6 +5,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "parse.h"
 
 int64_t http_now_usec(void)
 {
@@ -158,7 +159,7 @@ json_t *http_json_body(struct http_req *req)
 	json_error_t jerr;
 	json_t *root;
 	const char *nul;
-	char msg[200];
+	char msg[320], field[PARSE_ID_MAX + 1];
 
 	if (!req->body || req->body_len == 0) {
 		http_reply_error(req, 400, "invalid_request", "request body must be a JSON object",
@@ -185,6 +186,18 @@ json_t *http_json_body(struct http_req *req)
 	 * the parser, as is invalid UTF-8. */
 	root = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
+		/* jansson refuses a JSON integer outside 64 bits as it parses,
+		 * so the handler that would name the field never sees it: name
+		 * the member the parser stopped in. */
+		if (strncmp(jerr.text, "too big", 7) == 0 && jerr.position > 0 &&
+		    parse_json_member_at(req->body, req->body_len, (size_t)jerr.position - 1, field,
+					 sizeof(field))) {
+			snprintf(msg, sizeof(msg), "%s: a JSON integer past 64 bits (%s)", field,
+				 jerr.text);
+			http_reply_error(req, 400, "invalid_request", msg,
+					 json_pack("{s:s}", "field", field));
+			return NULL;
+		}
 		snprintf(msg, sizeof(msg), "malformed JSON at byte %d: %s", jerr.position,
 			 jerr.text);
 		http_reply_error(req, 400, "invalid_request", msg,

@@ -2,6 +2,7 @@
 #include "parse.h"
 
 #include <stddef.h>
+#include <string.h>
 
 /* The grammar is checked on the whole string before any value is formed, so
  * a malformed string is METER_EINVAL however many digits it has, and only a
@@ -140,6 +141,54 @@ int parse_json_depth(const char *text, size_t len)
 		}
 	}
 	return max;
+}
+
+bool parse_json_member_at(const char *text, size_t len, size_t pos, char *name, size_t cap)
+{
+	int depth = 0;
+	bool in_string = false, escaped = false, named = false;
+	size_t start = 0, end = 0, at = 0, at_end = 0;
+
+	if (pos > len)
+		pos = len;
+	for (size_t i = 0; i < pos; i++) {
+		if (depth == 0 && text[i] == '[')
+			return false; /* the top level is an array: no members */
+		char c = text[i];
+
+		if (in_string) {
+			if (c == '\\') {
+				escaped = true;
+				i++;
+			} else if (c == '"') {
+				in_string = false;
+				end = i;
+			}
+			continue;
+		}
+		if (c == '"') {
+			in_string = true;
+			escaped = false;
+			start = i + 1;
+			end = 0;
+		} else if (c == '{' || c == '[') {
+			depth++;
+		} else if (c == '}' || c == ']') {
+			depth--;
+		} else if (depth == 1 && c == ':' && end > start && !escaped) {
+			/* The string just closed is this member's name. */
+			named = true;
+			at = start;
+			at_end = end;
+		} else if (depth == 1 && c == ',') {
+			named = false;
+		}
+	}
+	if (depth < 1 || !named || at_end - at >= cap)
+		return false;
+	memcpy(name, text + at, at_end - at);
+	name[at_end - at] = '\0';
+	return true;
 }
 
 /* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's

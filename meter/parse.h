@@ -23,6 +23,15 @@ bool parse_is_id(const char *s);
  * parser. Malformed text gives some number; the parser rejects it anyway. */
 int parse_json_depth(const char *text, size_t len);
 
+/* The name of the member of the JSON object text (len bytes) whose value
+ * holds byte pos, at the object's top level (a member whose value is an
+ * object or array names the one at pos within it), written to name (cap
+ * bytes, NUL-terminated). A lexical walk of strings, brackets, colons and
+ * commas up to pos, so the text may be malformed past pos: it names what
+ * the parser refused there. False when pos is not inside a member's value,
+ * or the name holds an escape or does not fit. */
+bool parse_json_member_at(const char *text, size_t len, size_t pos, char *name, size_t cap);
+
 #define PARSE_ID_MAX 64
 
 /* Checks len bytes of text meant to be shown to people (an account's

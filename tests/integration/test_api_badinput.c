@@ -111,12 +111,22 @@ static const struct bad_case cases[] = {
     {"limit INT64_MAX", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
      "{\"role\":\"full\",\"daily_limit_micros\":9223372036854775807}", 0, NULL, 400,
      "invalid_request", "daily_limit_micros"},
+    /* Past 64 bits the parser refuses the number: the error names the
+     * member it stopped in. */
     {"limit overflows int64", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
      "{\"role\":\"full\",\"daily_limit_micros\":9223372036854775808}", 0, NULL, 400,
-     "invalid_request", NULL},
+     "invalid_request", "daily_limit_micros"},
     {"limit huge", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
      "{\"role\":\"full\",\"daily_limit_micros\":1000000000000000000000000000000}", 0, NULL, 400,
-     "invalid_request", NULL},
+     "invalid_request", "daily_limit_micros"},
+    {"limit overflows int64, negative", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"daily_limit_micros\": -9223372036854775809 ,\"role\":\"full\"}", 0, NULL, 400,
+     "invalid_request", "daily_limit_micros"},
+    {"overflow in an unknown member", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
+     "{\"role\":\"full\",\"x\":{\"y\":[99999999999999999999]}}", 0, NULL, 400, "invalid_request",
+     "x"},
+    {"overflow outside any member", "POST", "/v1/accounts", TOK_OPERATOR, "[99999999999999999999]",
+     0, NULL, 400, "invalid_request", "body"},
     {"limit real", "POST", "/v1/accounts/{acc}/keys", TOK_OPERATOR,
      "{\"role\":\"full\",\"daily_limit_micros\":1.5}", 0, NULL, 400, "invalid_request",
      "daily_limit_micros"},
@@ -346,6 +356,10 @@ static const struct bad_case cases[] = {
     {"check max cost string", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
      "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,\"lease_seconds\":60,"
      "\"max_cost_micros\":\"5\"}",
+     0, NULL, 400, "invalid_request", "max_cost_micros"},
+    {"check max cost past 64 bits", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,\"lease_seconds\":60,"
+     "\"max_cost_micros\":9223372036854775808}",
      0, NULL, 400, "invalid_request", "max_cost_micros"},
     {"check idempotency key bad", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
      "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,\"lease_seconds\":60,"

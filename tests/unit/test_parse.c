@@ -232,6 +232,59 @@ static void test_plain_text(void)
 	}
 }
 
+/* The member a byte of a JSON object's text lies in: pos is given as the
+ * offset of the first '#' in the text (the '#' itself is part of the text,
+ * where a parser would have stopped). */
+static void test_json_member_at(void)
+{
+	static const struct {
+		const char *s;
+		const char *want; /* NULL: none */
+	} cases[] = {
+	    {"{\"a\":#}", "a"},
+	    {"{\"max_cost_micros\":9#}", "max_cost_micros"},
+	    {"{ \"a\" : 1 , \"bc\" :  #", "bc"},
+	    {"{\"a\":1,\"b\":\"x\",\"c\":#", "c"},
+	    {"{\"a\":\"x:y,\\\"z\",\"b\":#", "b"}, /* colon, comma, quote in a value */
+	    {"{\"a\":{\"b\":{\"c\":#", "a"},	   /* nested: the top-level member */
+	    {"{\"a\":[1,2,{\"b\":#", "a"},
+	    {"{\"a\":{\"b\":1},\"c\":#", "c"},
+	    {"{\"a\":[],\"b\":#", "b"},
+	    {"{\"a\":1,#", NULL}, /* between members */
+	    {"{\"a\"#", NULL},	  /* a name, no colon yet */
+	    {"{#", NULL},
+	    {"#", NULL},
+	    {"[#", NULL},
+	    {"[\"a\":#", NULL},	       /* a name in an array is no member */
+	    {"{\"a\\u0062\":#", NULL}, /* an escaped name */
+	    {"{\"\":#", NULL},
+	    {"{\"a\":1}#", NULL}, /* after the object */
+	    {"{\""
+	     "a1234567890123456789012345678901234567890123456789012345678901234"
+	     "\":#",
+	     NULL},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char name[PARSE_ID_MAX + 1] = "untouched";
+		const char *hash = strchr(cases[i].s, '#');
+		bool got = parse_json_member_at(cases[i].s, strlen(cases[i].s),
+						(size_t)(hash - cases[i].s), name, sizeof(name));
+
+		CHECK_I64(got, cases[i].want != NULL);
+		if (got && cases[i].want)
+			CHECK_STR(name, cases[i].want);
+	}
+	/* A position past the text is its end. */
+	{
+		char name[8];
+
+		CHECK(parse_json_member_at("{\"a\":1", 6, 100, name, sizeof(name)));
+		CHECK_STR(name, "a");
+		CHECK(!parse_json_member_at("{\"abcdefgh\":1", 13, 13, name, sizeof(name)));
+	}
+}
+
 int main(void)
 {
 	test_good_ints();
@@ -239,5 +292,6 @@ int main(void)
 	test_ranges();
 	test_ids();
 	test_plain_text();
+	test_json_member_at();
 	return check_done();
 }

@@ -30,6 +30,10 @@
 #define QUERY_MAX    4096	 /* input bytes used */
 #define RUNS_MAX     64		 /* MHD_run rounds for one request */
 #define RESPONSE_MAX (64 * 1024) /* bytes of the response read back */
+/* The server refuses a query of more parameters before any handler reads
+ * it (api/server.c, query_cut; test_api_badinput), and libmicrohttpd alone
+ * leaves a request of about 900 unanswered: such input is not fuzzed. */
+#define PARAMS_MAX 64
 
 static const char *const allowed[] = {"from",  "to",	"account_id", "key_id",
 				      "state", "limit", "window",     NULL};
@@ -262,6 +266,17 @@ static char *request_text(const uint8_t *data, size_t size)
 	return out;
 }
 
+/* More parameters than the server lets a handler see. */
+static bool params_over(const uint8_t *data, size_t size)
+{
+	size_t n = 1;
+
+	for (size_t i = 0; i < size; i++)
+		if (data[i] == '&' && ++n > PARAMS_MAX)
+			return true;
+	return false;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct sockaddr_in addr = {.sin_family = AF_INET,
@@ -273,7 +288,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bool eof = false;
 	int sv[2];
 
-	if (size > QUERY_MAX)
+	if (size > QUERY_MAX || params_over(data, size))
 		return 0;
 	if (!daemon_) {
 		daemon_ = MHD_start_daemon(MHD_USE_NO_LISTEN_SOCKET, 0, NULL, NULL, on_request,

@@ -7,9 +7,10 @@
  *
  * Invariants: routes_match agrees with an independent matcher written here
  * (segment by segment); a found route has the method asked for (or is
- * the GET route a HEAD asks for), and its path rebuilt from the pattern and the captured parameters is the path
- * given, each parameter a valid id; a 405's Allow lists only methods that
- * do route that path; a 400 names a parameter of some pattern. */
+ * the GET route a HEAD asks for), and its path rebuilt from the pattern
+ * and the captured parameters is the path given, each parameter a valid
+ * id; a 405's Allow lists only methods that do route that path; a 400
+ * names a parameter of some pattern. */
 #include <stdlib.h>
 #include <string.h>
 

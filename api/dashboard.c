@@ -114,9 +114,10 @@ static void page_start(struct html *h, struct http_req *req, const char *title)
 
 static void page_end(struct html *h)
 {
-	html_raw(h,
-		 "<p class=\"muted\">Amounts are exact to the microdollar. Usage is metered "
-		 "as used, with the 50-millicore floor while running.</p></main></body></html>\n");
+	html_raw(
+	    h,
+	    "<p class=\"muted\">Amounts are exact to the microdollar. Usage is metered "
+	    "as used, with the price book's CPU floor while running.</p></main></body></html>\n");
 }
 
 /* Start of the current UTC hour / day / month. */
@@ -615,7 +616,7 @@ void h_dash_sandbox(struct http_req *req)
 	const char *account = page_account(req), *sandbox = req->params[0];
 	int64_t now = clock_real_usec(),
 		from = hour_start(now) - (HOURS_SANDBOX - 1) * MONEY_USEC_PER_HOUR;
-	int64_t used[HOURS_SANDBOX], mstart, mend;
+	int64_t used[HOURS_SANDBOX], mstart, mend, floor_mc = 0;
 	struct db_dash_point pts[HOURS_SANDBOX];
 	struct html_series s = {used, HOURS_SANDBOX};
 	struct db_dash_breakdown b;
@@ -626,12 +627,14 @@ void h_dash_sandbox(struct http_req *req)
 	struct html h;
 	PGconn *conn = page_db(req);
 	enum meter_rc rc;
-	char at[40];
+	char at[40], floor_label[40];
 
 	if (!conn)
 		return;
 	month_bounds(now, &mstart, &mend);
 	rc = db_dash_sandbox_series(conn, account, sandbox, from, HOURS_SANDBOX, pts);
+	if (rc == METER_OK)
+		rc = db_dash_floor(conn, now, &floor_mc);
 	if (rc == METER_OK)
 		rc = db_dash_breakdown(conn, account, sandbox, mstart, mend, &b);
 	if (rc == METER_OK)
@@ -671,10 +674,15 @@ void h_dash_sandbox(struct http_req *req)
 	}
 	for (int i = 0; i < HOURS_SANDBOX; i++)
 		used[i] = pts[i].used_millicores;
-	html_raw(&h, "<h2>CPU used against the 50-millicore floor, last 48 hours (average "
-		     "millicores while running)</h2>");
-	html_line_chart(&h, "CPU used per hour in millicores, with the floor", &s, 50, "floor 50 m",
-			960, 180);
+	/* The floor in force now: the price book's, which a new version may
+	 * have changed within the 48 hours (each hour is billed at its own). */
+	html_printf(&h,
+		    "<h2>CPU used against the <span id=\"floor\">%lld</span>-millicore floor, "
+		    "last 48 hours (average millicores while running)</h2>",
+		    (long long)floor_mc);
+	snprintf(floor_label, sizeof(floor_label), "floor %lld m", (long long)floor_mc);
+	html_line_chart(&h, "CPU used per hour in millicores, with the floor", &s, floor_mc,
+			floor_label, 960, 180);
 	html_raw(&h, "<h2>Cost this month (UTC)</h2><table><tbody>");
 	{
 		static const char *const labels[] = {"CPU used", "CPU floor top-up", "Memory",

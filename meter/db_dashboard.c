@@ -124,6 +124,28 @@ enum meter_rc db_dash_sandbox_series(PGconn *conn, const char *account_id, const
 	return rc;
 }
 
+enum meter_rc db_dash_floor(PGconn *conn, int64_t at_usec, int64_t *floor_millicores)
+{
+	char at[40];
+	const char *params[1] = {at};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	db_util_time_param(at_usec, at, sizeof(at));
+	rc = db_util_exec(conn, "dashboard floor",
+			  "SELECT floor_millicores FROM price_book WHERE effective_from <= $1"
+			  " ORDER BY effective_from DESC LIMIT 1",
+			  1, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	if (PQntuples(res) != 1)
+		rc = METER_ENOTFOUND;
+	else if (db_util_i64(res, 0, 0, floor_millicores, NULL) != METER_OK)
+		rc = METER_EDB;
+	PQclear(res);
+	return rc;
+}
+
 enum meter_rc db_dash_breakdown(PGconn *conn, const char *account_id, const char *sandbox_id,
 				int64_t from_usec, int64_t to_usec, struct db_dash_breakdown *out)
 {

@@ -47,6 +47,12 @@ METER_MUSTCHECK enum meter_rc db_dash_sandbox_series(PGconn *conn, const char *a
 						     const char *sandbox_id, int64_t from_usec,
 						     int n_hours, struct db_dash_point *out);
 
+/* The CPU floor, in millicores, of the price-book version in force at
+ * at_usec (the latest one effective by then): the line the sandbox page
+ * draws under its CPU series. METER_ENOTFOUND when no version is. */
+METER_MUSTCHECK enum meter_rc db_dash_floor(PGconn *conn, int64_t at_usec,
+					    int64_t *floor_millicores);
+
 /* A sandbox's cost in [from, to) split for people: the CPU money into the
  * part for CPU actually used, floor(cpu × used / billed), and the floor's
  * top-up (the rest), so the parts add up exactly to the CPU money. */

@@ -253,12 +253,22 @@ int main(void)
 		free(src);
 	}
 
-	/* A sandbox: the month's breakdown adds up to its total. */
+	/* A sandbox: the month's breakdown adds up to its total, and the CPU
+	 * chart's floor is the price book's now: a version in force from a
+	 * second ago raised it to 75 millicores. */
+	CHECK_STR(testdb_exec_state(
+		      t.db.conn, "INSERT INTO price_book (effective_from, cpu_micros_per_vcpu_hour,"
+				 " memory_micros_per_gib_hour, storage_micros_per_gib_hour,"
+				 " floor_millicores) VALUES (now() - interval '1 second', 25000,"
+				 " 7500, 100, 75)"),
+		  "00000");
 	snprintf(url, sizeof(url), "%s/dashboard/sandboxes/sbx_busy", t.servers[0].base);
 	CHECK(wd_get(&wd, url) == 0);
 	text_is(&wd, "#cost-4", want);
+	text_is(&wd, "#floor", "75");
 	src = wd_source(&wd);
 	CHECK(src && strstr(src, "class=\"floor\"") != NULL);
+	CHECK(src && strstr(src, ">floor 75 m</text>") != NULL);
 	free(src);
 	page_done(&wd, "sandbox");
 

@@ -739,7 +739,13 @@ static void batch_decide(struct batch *b)
 
 /* Connection and backoff -------------------------------------------------------- */
 
-static void conn_drop(struct batcher *bt)
+/* Closes the batcher's connection. lost: it was connected (it broke, or
+ * is dropped for being in no state to reuse), so the next check connects
+ * at once: the server that ended one session (a terminated backend, an
+ * idle-in-transaction timeout) is most likely there for the next, and
+ * only a connection that cannot be made is worth waiting for. Otherwise a
+ * connection could not be made: back off, 100 ms doubling to 5 s. */
+static void conn_drop(struct batcher *bt, bool lost)
 {
 	struct checks_engine *e = bt->e;
 
@@ -751,7 +757,9 @@ static void conn_drop(struct batcher *bt)
 		log_warn("checks: database connection lost; checks fail closed until it is back");
 	e->down = true;
 	e->connected_ms = 0;
-	{
+	if (lost && e->failures == 0) {
+		e->next_attempt_ms = 0;
+	} else {
 		int64_t delay = BACKOFF_MIN_MS;
 		for (int i = 0; i < e->failures && delay < BACKOFF_MAX_MS; i++)
 			delay *= 2;
@@ -759,8 +767,8 @@ static void conn_drop(struct batcher *bt)
 			delay = BACKOFF_MAX_MS;
 		delay = delay * 3 / 4 + rand_r(&e->seed) % (delay / 4 + 1);
 		e->next_attempt_ms = clock_mono_ms() + delay;
+		e->failures++;
 	}
-	e->failures++;
 	pthread_mutex_unlock(&e->mu);
 }
 
@@ -783,7 +791,7 @@ static bool conn_ensure(struct batcher *bt, bool idle)
 		bt->conn = NULL;
 	}
 	if (bt->conn)
-		conn_drop(bt);
+		conn_drop(bt, true);
 	pthread_mutex_lock(&e->mu);
 	if (e->down && clock_mono_ms() < e->next_attempt_ms) {
 		pthread_mutex_unlock(&e->mu);
@@ -795,7 +803,7 @@ static bool conn_ensure(struct batcher *bt, bool idle)
 		if (conn)
 			PQfinish(conn);
 		log_debug("checks: cannot connect: %s", err);
-		conn_drop(bt);
+		conn_drop(bt, false);
 		return false;
 	}
 	bt->conn = conn;
@@ -1300,7 +1308,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 			 * landed is unknown; a retry with the same idempotency key
 			 * gets the stored answer if it did. Before the writes were
 			 * sent, nothing can have landed. */
-			conn_drop(bt);
+			conn_drop(bt, true);
 			rc = METER_EDB;
 			in_doubt = applying;
 			break;
@@ -1381,7 +1389,7 @@ static void batcher_broken(struct batcher *bt, struct batcher_work *w)
 	}
 	w->nflights = 0;
 	if (bt->conn)
-		conn_drop(bt);
+		conn_drop(bt, true);
 }
 
 /* Moves f's items to the classic path and frees f. */
@@ -1573,7 +1581,7 @@ static void *batcher_main(void *arg)
 			int64_t t0 = clock_mono_ms();
 
 			if (bt->conn && !db_checks_fast_idle(bt->conn))
-				conn_drop(bt);
+				conn_drop(bt, true);
 			batch_run(bt, w.classic, w.nclassic);
 			metrics_counter_add(CHECK_BATCHES, "path=\"classic\"", 1);
 			log_debug("checks: classic batch of %zu decided in %lld ms", w.nclassic,

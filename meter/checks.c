@@ -739,13 +739,13 @@ static void batch_decide(struct batch *b)
 
 /* Connection and backoff -------------------------------------------------------- */
 
-/* Closes the batcher's connection. lost: it was connected (it broke, or
- * is dropped for being in no state to reuse), so the next check connects
- * at once: the server that ended one session (a terminated backend, an
- * idle-in-transaction timeout) is most likely there for the next, and
- * only a connection that cannot be made is worth waiting for. Otherwise a
- * connection could not be made: back off, 100 ms doubling to 5 s. */
-static void conn_drop(struct batcher *bt, bool lost)
+/* Closes the batcher's connection. lost (why, for the log): it was
+ * connected and broke, or is dropped for being in no state to reuse, so
+ * the next check connects at once: the server that ended one session (a
+ * terminated backend, an idle-in-transaction timeout) is most likely there
+ * for the next. NULL: a connection could not be made, and checks fail
+ * closed for a backoff, 100 ms doubling to 5 s, before the next try. */
+static void conn_drop(struct batcher *bt, const char *lost)
 {
 	struct checks_engine *e = bt->e;
 
@@ -753,14 +753,17 @@ static void conn_drop(struct batcher *bt, bool lost)
 		PQfinish(bt->conn);
 	bt->conn = NULL;
 	pthread_mutex_lock(&e->mu);
-	if (!e->down)
-		log_warn("checks: database connection lost; checks fail closed until it is back");
-	e->down = true;
 	e->connected_ms = 0;
-	if (lost && e->failures == 0) {
+	if (lost && !e->down) {
+		log_info("checks: database connection closed (%s); connecting again", lost);
 		e->next_attempt_ms = 0;
 	} else {
 		int64_t delay = BACKOFF_MIN_MS;
+
+		if (!e->down)
+			log_warn("checks: database connection lost; checks fail closed until it "
+				 "is back");
+		e->down = true;
 		for (int i = 0; i < e->failures && delay < BACKOFF_MAX_MS; i++)
 			delay *= 2;
 		if (delay > BACKOFF_MAX_MS)
@@ -791,7 +794,7 @@ static bool conn_ensure(struct batcher *bt, bool idle)
 		bt->conn = NULL;
 	}
 	if (bt->conn)
-		conn_drop(bt, true);
+		conn_drop(bt, "broken");
 	pthread_mutex_lock(&e->mu);
 	if (e->down && clock_mono_ms() < e->next_attempt_ms) {
 		pthread_mutex_unlock(&e->mu);
@@ -803,7 +806,7 @@ static bool conn_ensure(struct batcher *bt, bool idle)
 		if (conn)
 			PQfinish(conn);
 		log_debug("checks: cannot connect: %s", err);
-		conn_drop(bt, false);
+		conn_drop(bt, NULL);
 		return false;
 	}
 	bt->conn = conn;
@@ -1252,7 +1255,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 	struct batch b = {.items = items, .n = n};
 	char sqlstate[6] = "";
 	enum meter_rc rc = METER_EDB;
-	bool poison = false, in_doubt = false;
+	bool poison = false, in_doubt = false, redone = false;
 
 	assert(n > 0);
 	b.in = calloc(n, sizeof(*b.in));
@@ -1307,10 +1310,19 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 			/* The server stopped answering: whether a COMMIT in flight
 			 * landed is unknown; a retry with the same idempotency key
 			 * gets the stored answer if it did. Before the writes were
-			 * sent, nothing can have landed. */
-			conn_drop(bt, true);
+			 * sent, nothing can have landed: a session the server
+			 * ended (not one that reached the deadline, which would
+			 * only wait as long again) is decided again, once, on a
+			 * new connection. */
+			bool timed_out = clock_mono_ms() >= deadline;
+
+			conn_drop(bt, "broken");
 			rc = METER_EDB;
 			in_doubt = applying;
+			if (!applying && !timed_out && !redone) {
+				redone = true;
+				continue;
+			}
 			break;
 		}
 		db_checks_rollback(bt->conn);
@@ -1389,7 +1401,7 @@ static void batcher_broken(struct batcher *bt, struct batcher_work *w)
 	}
 	w->nflights = 0;
 	if (bt->conn)
-		conn_drop(bt, true);
+		conn_drop(bt, "broken with batches in flight");
 }
 
 /* Moves f's items to the classic path and frees f. */
@@ -1581,7 +1593,7 @@ static void *batcher_main(void *arg)
 			int64_t t0 = clock_mono_ms();
 
 			if (bt->conn && !db_checks_fast_idle(bt->conn))
-				conn_drop(bt, true);
+				conn_drop(bt, "not idle before a classic batch");
 			batch_run(bt, w.classic, w.nclassic);
 			metrics_counter_add(CHECK_BATCHES, "path=\"classic\"", 1);
 			log_debug("checks: classic batch of %zu decided in %lld ms", w.nclassic,

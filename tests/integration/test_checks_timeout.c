@@ -253,6 +253,53 @@ int main(void)
 		apitest_drop(&t);
 	}
 
+	/* The connection breaks while a classic batch waits for the ledger
+	 * row, before anything of it was written: the batch is decided again
+	 * on a new connection and its check answered, not refused 503 as if
+	 * the database were down. Server 1 makes the key's day row; server 0
+	 * knows nothing of the key yet, so its first check reads everything
+	 * (the classic path) and locks the row itself. */
+	{
+		const char *args2[] = {"--clock-offset-s", off, NULL};
+		struct call c = {.sb = "to-redo"};
+		pthread_t th1;
+		long long pid;
+
+		if (apitest_start(&t, "checks_redo", 2, args2, NULL) < 0)
+			return 1;
+		CHECK(apitest_create_account(&t, "Redo", acc) == 0);
+		CHECK(apitest_create_key(&t, acc, "full", 10000000, NULL, key, token) == 0);
+		CHECK_I64(cu_create(&t, 1, key, "to-made", 1, 1024, 600, NULL, &r), 200);
+		apitest_resp_release(&r);
+		lk = cu_lock_day(t.db.url, acc, key, today);
+		pthread_create(&th1, NULL, run_call, &c);
+		cu_await_lock_waiters(t.db.conn, 1);
+		pid = cu_sql_int(t.db.conn, "SELECT pid FROM pg_stat_activity"
+					    " WHERE datname = current_database()"
+					    " AND wait_event_type = 'Lock' LIMIT 1");
+		CHECK(cu_sql_int(t.db.conn,
+				 "SELECT count(*) FROM pg_terminate_backend(%lld) x"
+				 " WHERE x",
+				 pid) == 1);
+		/* The batch again, on a backend of its own, at the same row. */
+		cu_await_lock_waiters(t.db.conn, 1);
+		CHECK(cu_sql_int(t.db.conn,
+				 "SELECT count(*) FROM pg_stat_activity"
+				 " WHERE datname = current_database()"
+				 " AND wait_event_type = 'Lock' AND pid <> %lld",
+				 pid) == 1);
+		cu_sql(lk, "COMMIT");
+		PQfinish(lk);
+		pthread_join(th1, NULL);
+		CHECK_I64(c.status, 200);
+		CHECK_I64(
+		    cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key),
+		    2);
+		CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+		CHECK(apitest_stop(&t) == 0);
+		apitest_drop(&t);
+	}
+
 	/* The database stops answering without a word (every backend of
 	 * meterd's stopped, as behind a network that drops packets): the
 	 * statement timeout is the server's and cannot fire. A read answers

@@ -47,6 +47,22 @@ static void *run_call(void *arg)
 	return NULL;
 }
 
+/* Waits for the one backend of t's database that waits for a lock (a
+ * check batch at the ledger row the test holds) and terminates it;
+ * returns its pid. */
+static long long terminate_lock_waiter(void)
+{
+	long long pid;
+
+	cu_await_lock_waiters(t.db.conn, 1);
+	pid = cu_sql_int(t.db.conn, "SELECT pid FROM pg_stat_activity"
+				    " WHERE datname = current_database()"
+				    " AND wait_event_type = 'Lock' LIMIT 1");
+	CHECK(cu_sql_int(t.db.conn, "SELECT count(*) FROM pg_terminate_backend(%lld) x WHERE x",
+			 pid) == 1);
+	return pid;
+}
+
 static double mono_s(void)
 {
 	struct timespec ts;
@@ -212,7 +228,6 @@ int main(void)
 		const char *args2[] = {"--clock-offset-s", off, NULL};
 		struct call c = {.sb = "to-doubt"};
 		pthread_t th1;
-		long long pid;
 
 		if (apitest_start(&t, "checks_doubt", 1, args2, NULL) < 0)
 			return 1;
@@ -222,14 +237,7 @@ int main(void)
 		apitest_resp_release(&r);
 		lk = cu_lock_day(t.db.url, acc, key, today);
 		pthread_create(&th1, NULL, run_call, &c);
-		cu_await_lock_waiters(t.db.conn, 1);
-		pid = cu_sql_int(t.db.conn, "SELECT pid FROM pg_stat_activity"
-					    " WHERE datname = current_database()"
-					    " AND wait_event_type = 'Lock' LIMIT 1");
-		CHECK(cu_sql_int(t.db.conn,
-				 "SELECT count(*) FROM pg_terminate_backend(%lld) x"
-				 " WHERE x",
-				 pid) == 1);
+		(void)terminate_lock_waiter();
 		pthread_join(th1, NULL);
 		CHECK_I64(c.status, 503);
 		CHECK_STR(c.reason, "outcome_unknown");
@@ -273,14 +281,7 @@ int main(void)
 		apitest_resp_release(&r);
 		lk = cu_lock_day(t.db.url, acc, key, today);
 		pthread_create(&th1, NULL, run_call, &c);
-		cu_await_lock_waiters(t.db.conn, 1);
-		pid = cu_sql_int(t.db.conn, "SELECT pid FROM pg_stat_activity"
-					    " WHERE datname = current_database()"
-					    " AND wait_event_type = 'Lock' LIMIT 1");
-		CHECK(cu_sql_int(t.db.conn,
-				 "SELECT count(*) FROM pg_terminate_backend(%lld) x"
-				 " WHERE x",
-				 pid) == 1);
+		pid = terminate_lock_waiter();
 		/* The batch again, on a backend of its own, at the same row. */
 		cu_await_lock_waiters(t.db.conn, 1);
 		CHECK(cu_sql_int(t.db.conn,

@@ -1306,7 +1306,8 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 			batch_learn(e, &b);
 			break;
 		}
-		if (rc == METER_EIO || !bt->conn || PQstatus(bt->conn) != CONNECTION_OK) {
+		if (rc == METER_EIO || !bt->conn || PQstatus(bt->conn) != CONNECTION_OK ||
+		    db_checks_session_ended(sqlstate)) {
 			/* The server stopped answering: whether a COMMIT in flight
 			 * landed is unknown; a retry with the same idempotency key
 			 * gets the stored answer if it did. Before the writes were
@@ -1320,6 +1321,8 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 			rc = METER_EDB;
 			in_doubt = applying;
 			if (!applying && !timed_out && !redone) {
+				log_debug("checks: batch of %zu decided again on a new connection",
+					  n);
 				redone = true;
 				continue;
 			}

@@ -861,6 +861,14 @@ bool db_checks_timed_out(const char *sqlstate)
 			    strcmp(sqlstate, "55P03") == 0);  /* lock_not_available */
 }
 
+bool db_checks_session_ended(const char *sqlstate)
+{
+	return sqlstate &&
+	       (strncmp(sqlstate, "08", 2) == 0 ||   /* connection_exception */
+		strncmp(sqlstate, "57P0", 4) == 0 || /* admin or crash shutdown, idle session */
+		strcmp(sqlstate, "25P03") == 0);     /* idle_in_transaction_session_timeout */
+}
+
 enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_id, const char *type,
 			      int64_t at_usec, int64_t grace_s, struct db_event_result *out)
 {

@@ -275,6 +275,12 @@ bool db_checks_retryable(const char *sqlstate);
  * lock timeout) rather than failed on what it was given. */
 bool db_checks_timed_out(const char *sqlstate);
 
+/* True for a SQLSTATE with which the server ends the session (a terminated
+ * backend, a shutdown, the idle-in-transaction or idle-session limit, a
+ * connection exception): the connection is as good as broken, though
+ * libpq may not have read its end yet. */
+bool db_checks_session_ended(const char *sqlstate);
+
 /* The outcome of a lifecycle event (meter_sandbox_event). */
 struct db_event_result {
 	bool known;    /* the sandbox exists */

@@ -63,6 +63,37 @@ static long long terminate_lock_waiter(void)
 	return pid;
 }
 
+/* In the meterd started: an account named name and a full key of its own
+ * (key, token), one create (sandbox first) on server maker making the
+ * key's day row, that row held by a connection of the test's (*lk), and
+ * c, a create on server 0 on its thread *th, waiting at it while its
+ * backend is terminated. Returns that backend's pid. */
+static long long held_check_broken(const char *name, int maker, const char *first,
+				   const char *today, char *acc, char *token, struct call *c,
+				   pthread_t *th, PGconn **lk)
+{
+	struct apitest_resp r;
+
+	CHECK(apitest_create_account(&t, name, acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 10000000, NULL, key, token) == 0);
+	CHECK_I64(cu_create(&t, maker, key, first, 1, 1024, 600, NULL, &r), 200);
+	apitest_resp_release(&r);
+	*lk = cu_lock_day(t.db.url, acc, key, today);
+	pthread_create(th, NULL, run_call, c);
+	return terminate_lock_waiter();
+}
+
+/* The key's holds are want, each day's held figure is its open holds';
+ * then the meterd set stops. */
+static void stop_with_holds(long long want)
+{
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key),
+		  want);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+}
+
 static double mono_s(void)
 {
 	struct timespec ts;
@@ -231,13 +262,7 @@ int main(void)
 
 		if (apitest_start(&t, "checks_doubt", 1, args2, NULL) < 0)
 			return 1;
-		CHECK(apitest_create_account(&t, "Doubt", acc) == 0);
-		CHECK(apitest_create_key(&t, acc, "full", 10000000, NULL, key, token) == 0);
-		CHECK_I64(cu_create(&t, 0, key, "to-first", 1, 1024, 600, NULL, &r), 200);
-		apitest_resp_release(&r);
-		lk = cu_lock_day(t.db.url, acc, key, today);
-		pthread_create(&th1, NULL, run_call, &c);
-		(void)terminate_lock_waiter();
+		(void)held_check_broken("Doubt", 0, "to-first", today, acc, token, &c, &th1, &lk);
 		pthread_join(th1, NULL);
 		CHECK_I64(c.status, 503);
 		CHECK_STR(c.reason, "outcome_unknown");
@@ -253,12 +278,7 @@ int main(void)
 		CHECK_I64(cu_create(&t, 0, key, "to-doubt", 1, 1024, 600, NULL, &r), 200);
 		CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
 		apitest_resp_release(&r);
-		CHECK_I64(
-		    cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key),
-		    2);
-		CHECK_I64(cu_held_mismatches(t.db.conn), 0);
-		CHECK(apitest_stop(&t) == 0);
-		apitest_drop(&t);
+		stop_with_holds(2);
 	}
 
 	/* The connection breaks while a classic batch waits for the ledger
@@ -275,13 +295,7 @@ int main(void)
 
 		if (apitest_start(&t, "checks_redo", 2, args2, NULL) < 0)
 			return 1;
-		CHECK(apitest_create_account(&t, "Redo", acc) == 0);
-		CHECK(apitest_create_key(&t, acc, "full", 10000000, NULL, key, token) == 0);
-		CHECK_I64(cu_create(&t, 1, key, "to-made", 1, 1024, 600, NULL, &r), 200);
-		apitest_resp_release(&r);
-		lk = cu_lock_day(t.db.url, acc, key, today);
-		pthread_create(&th1, NULL, run_call, &c);
-		pid = terminate_lock_waiter();
+		pid = held_check_broken("Redo", 1, "to-made", today, acc, token, &c, &th1, &lk);
 		/* The batch again, on a backend of its own, at the same row
 		 * (the terminated one may still be listed a moment). */
 		for (int i = 0; i < 500; i++) {
@@ -300,12 +314,7 @@ int main(void)
 		PQfinish(lk);
 		pthread_join(th1, NULL);
 		CHECK_I64(c.status, 200);
-		CHECK_I64(
-		    cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE key_id = '%s'", key),
-		    2);
-		CHECK_I64(cu_held_mismatches(t.db.conn), 0);
-		CHECK(apitest_stop(&t) == 0);
-		apitest_drop(&t);
+		stop_with_holds(2);
 	}
 
 	/* The database stops answering without a word (every backend of

@@ -312,6 +312,20 @@ static const struct bad_case cases[] = {
      "{\"key_id\":\"k\",\"sandbox_id\":\"a/b\",\"vcpus\":1,\"memory_mib\":512,"
      "\"lease_seconds\":60}",
      0, NULL, 400, "invalid_request", "sandbox_id"},
+    {"check sandbox_id dot", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\".\",\"vcpus\":1,\"memory_mib\":512,"
+     "\"lease_seconds\":60}",
+     0, NULL, 400, "invalid_request", "sandbox_id"},
+    {"check sandbox_id dot dot", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"..\",\"vcpus\":1,\"memory_mib\":512,"
+     "\"lease_seconds\":60}",
+     0, NULL, 400, "invalid_request", "sandbox_id"},
+    {"check idempotency key dot dot", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
+     "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":1,\"memory_mib\":512,"
+     "\"lease_seconds\":60,\"idempotency_key\":\"..\"}",
+     0, NULL, 400, "invalid_request", "idempotency_key"},
+    {"wake sandbox_id dot dot", "POST", "/v1/checks/wake", TOK_CONTROL_PLANE,
+     "{\"sandbox_id\":\"..\",\"lease_seconds\":60}", 0, NULL, 400, "invalid_request", "sandbox_id"},
     {"check vcpus zero", "POST", "/v1/checks/create", TOK_CONTROL_PLANE,
      "{\"key_id\":\"k\",\"sandbox_id\":\"s1\",\"vcpus\":0,\"memory_mib\":512,"
      "\"lease_seconds\":60}",
@@ -901,6 +915,35 @@ int main(void)
 	put_limits_raw("Transfer-Encoding: Chunked\r\n",
 		       "1a\r\n{\"daily_limit_micros\":124}\r\n0\r\n\r\n",
 		       "\"daily_limit_micros\":124");
+	/* "." and ".." are not ids, in a path as in a body (a URL library
+	 * would drop them: sent raw). Three dots are an id like any other. */
+	{
+		static const struct {
+			const char *path;
+			long status;
+			const char *want;
+		} dots[] = {
+		    {"/v1/sandboxes/.", 400, "\"field\":\"sandbox_id\""},
+		    {"/v1/sandboxes/..", 400, "\"field\":\"sandbox_id\""},
+		    {"/v1/sandboxes/../usage", 400, "\"field\":\"sandbox_id\""},
+		    {"/v1/sandboxes/...", 404, "\"not_found\""},
+		};
+		struct rawhttp_resp rr;
+		char req[512];
+		int n;
+
+		for (size_t i = 0; i < sizeof(dots) / sizeof(dots[0]); i++) {
+			n = snprintf(req, sizeof(req),
+				     "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+				     "Connection: close\r\n\r\n",
+				     dots[i].path, tok_full);
+			CHECK(n > 0 && (size_t)n < sizeof(req));
+			CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
+			CHECK_I64(rr.status, dots[i].status);
+			CHECK(rr.body && strstr(rr.body, dots[i].want) != NULL);
+			rawhttp_resp_release(&rr);
+		}
+	}
 	/* HTTP/1.1 needs exactly one Host line; HTTP/1.0 none. A target in
 	 * absolute-form is served by its path. */
 	{

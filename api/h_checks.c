@@ -90,6 +90,15 @@ bool h_checks_create_parse(struct http_req *req, json_t *body, struct checks_req
 			    &rq->max_cost_micros, &is_null, &present) ||
 	    !body_id(req, body, "idempotency_key", false, rq->idempotency_key))
 		return false;
+	/* "." and ".." are ids (metering may meet a sandbox so named, and
+	 * reads take them), but no new sandbox is named so: a URL library
+	 * drops them from a path, so the sandbox's routes could not be
+	 * reached, and no cgroup directory can have those names. */
+	if (strcmp(rq->sandbox_id, ".") == 0 || strcmp(rq->sandbox_id, "..") == 0) {
+		hutil_bad(req, "sandbox_id",
+			  "sandbox_id must not be \".\" or \"..\": a URL's path cannot carry it");
+		return false;
+	}
 	rq->has_max_cost = present && !is_null;
 	return true;
 }

@@ -21,6 +21,7 @@ static void check_valid(json_t *body, const struct checks_request *rq)
 	fuzz_only_members(body, known);
 	FUZZ_CHECK(rq->op == CHECKS_CREATE);
 	FUZZ_CHECK(parse_is_id(rq->key_id) && parse_is_id(rq->sandbox_id));
+	FUZZ_CHECK(strcmp(rq->sandbox_id, ".") != 0 && strcmp(rq->sandbox_id, "..") != 0);
 	FUZZ_CHECK(rq->idempotency_key[0] == '\0' || parse_is_id(rq->idempotency_key));
 	FUZZ_CHECK(strcmp(rq->key_id, json_string_value(json_object_get(body, "key_id"))) == 0);
 	FUZZ_CHECK(strcmp(rq->sandbox_id, json_string_value(json_object_get(body, "sandbox_id"))) ==

@@ -71,10 +71,7 @@ bool parse_is_id(const char *s)
 		      c == '_' || c == '.' || c == '-'))
 			return false;
 	}
-	/* "." and ".." name a directory's own and its parent in a path: a
-	 * client's URL library drops them, and the collector's cgroup
-	 * directory names cannot be them. */
-	return n >= 1 && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
+	return n >= 1;
 }
 
 enum meter_rc parse_plain_text(const char *s, size_t len, size_t *chars)

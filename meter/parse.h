@@ -15,8 +15,7 @@
  * [min, max]. */
 METER_MUSTCHECK enum meter_rc parse_int64(const char *s, int64_t min, int64_t max, int64_t *out);
 
-/* True when s is an id: 1 to 64 characters of A-Z a-z 0-9 _ . -, but not
- * "." or "..". */
+/* True when s is an id: 1 to 64 characters of A-Z a-z 0-9 _ . - */
 bool parse_is_id(const char *s);
 
 /* The deepest nesting of { and [ in the JSON text (len bytes), outside

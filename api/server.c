@@ -517,7 +517,8 @@ static void reply_closes(struct http_req *req)
  * request; libmicrohttpd does so for the first two and waits out the
  * connection's timeout on the third. And one whose Host lines are not the
  * one HTTP/1.1 requires (RFC 9112, 3.2; an HTTP/1.0 request may have
- * none). Answers 400 and closes the connection, before any of the body is
+ * none; libmicrohttpd serves HTTP/1.2 to 1.9 as 1.1, as RFC 9110 2.5 asks,
+ * so they need it too). Answers 400 and closes the connection, before any of the body is
  * read, and returns true. So it does, with 401, for more than one
  * Authorization line: credentials that are not one (libmicrohttpd gives
  * the first, and a proxy in front may have added or checked another).
@@ -544,7 +545,7 @@ static bool headers_refused(struct http_req *req, const char *url)
 		why = "Transfer-Encoding: only chunked is accepted";
 		field = "Transfer-Encoding";
 	} else if (f.hosts > 1 || (f.hosts == 0 && req->version &&
-				   strcmp(req->version, MHD_HTTP_VERSION_1_1) == 0)) {
+				   strcmp(req->version, MHD_HTTP_VERSION_1_0) != 0)) {
 		why = "Host: an HTTP/1.1 request has exactly one";
 		field = "Host";
 	} else if (f.authorizations > 1) {

@@ -958,6 +958,10 @@ int main(void)
 		    {"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n",
 		     400},
 		    {"GET /healthz HTTP/1.0\r\n\r\n", 200},
+		    /* A later 1.x is served as 1.1: its Host too. */
+		    {"GET /healthz HTTP/1.2\r\nConnection: close\r\n\r\n", 400},
+		    {"GET /healthz HTTP/1.9\r\nConnection: close\r\n\r\n", 400},
+		    {"GET /healthz HTTP/1.2\r\nHost: a\r\nConnection: close\r\n\r\n", 200},
 		    {"GET http://127.0.0.1:1/healthz HTTP/1.1\r\nHost: a\r\nConnection: "
 		     "close\r\n\r\n",
 		     200},

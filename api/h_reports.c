@@ -72,6 +72,13 @@ static bool report_account(struct http_req *req, char *account, size_t len)
 {
 	const char *q = http_query(req, "account_id");
 
+	if (q && !parse_is_id(q)) {
+		/* Refused as on every route, whoever asks. */
+		http_reply_error(req, 400, "invalid_request",
+				 "account_id: 1 to 64 characters of A-Z a-z 0-9 _ . -",
+				 json_pack("{s:s}", "field", "account_id"));
+		return false;
+	}
 	if (req->auth->kind == AUTH_KEY) {
 		if (q && strcmp(q, req->auth->account_id) != 0) {
 			/* Another account's id: as if it did not exist. */
@@ -86,10 +93,9 @@ static bool report_account(struct http_req *req, char *account, size_t len)
 		snprintf(account, len, "%s", req->auth->account_id);
 		return true;
 	}
-	if (!q || !parse_is_id(q)) {
+	if (!q) {
 		http_reply_error(req, 400, "invalid_request",
-				 "account_id: required for the operator, 1 to 64 characters of "
-				 "A-Z a-z 0-9 _ . -",
+				 "account_id: required for the operator",
 				 json_pack("{s:s}", "field", "account_id"));
 		return false;
 	}

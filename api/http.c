@@ -61,6 +61,11 @@ static enum MHD_Result query_check_one(void *cls, enum MHD_ValueKind kind, const
 		qc->why = "a NUL byte in query parameter";
 		return MHD_NO;
 	}
+	if (key_size == 0) {
+		/* "?=x", "?a=1&&b=2": nothing to name but the query. */
+		qc->why = "a query parameter without a name";
+		return MHD_NO;
+	}
 	for (i = 0; qc->allowed[i]; i++)
 		if (strcmp(qc->allowed[i], key) == 0)
 			break;
@@ -87,6 +92,11 @@ bool http_query_allowed(struct http_req *req, const char *const *allowed)
 	if (!qc.why)
 		return true;
 	http_safe_name(qc.bad, name);
+	if (!name[0]) {
+		http_reply_error(req, 400, "invalid_request", qc.why,
+				 json_pack("{s:s}", "field", "query"));
+		return false;
+	}
 	snprintf(msg, sizeof(msg), "%s \"%s\"", qc.why, name);
 	http_reply_error(req, 400, "invalid_request", msg, json_pack("{s:s}", "field", name));
 	return false;

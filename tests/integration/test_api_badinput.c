@@ -264,6 +264,10 @@ static const struct bad_case cases[] = {
      "invalid_request", "acount_id"},
     {"keys account missing", "GET", "/v1/keys", TOK_OPERATOR, NULL, 0, NULL, 400, "invalid_request",
      "account_id"},
+    {"query: a value without a name", "GET", "/v1/keys?=x", TOK_READ_ONLY, NULL, 0, NULL, 400,
+     "invalid_request", "query"},
+    {"query: an empty parameter", "GET", "/v1/keys?&&", TOK_READ_ONLY, NULL, 0, NULL, 400,
+     "invalid_request", "query"},
     {"keys account 65 chars", "GET", "/v1/keys?account_id=" ID65, TOK_OPERATOR, NULL, 0, NULL, 400,
      "invalid_request", "account_id"},
     /* Bodies over 64 KiB. */

@@ -1684,7 +1684,11 @@ static void test_berlin(void)
  *      tail lands on the paused lease's hold, not on the new lease's.
  *   3. A pause after the lease end (not yet swept) by more than the grace:
  *      the time past the end is an outrun and is reported.
- *   4. One within the grace: settled as at the lease end, not reported. */
+ *   4. One within the grace: settled as at the lease end, not reported.
+ *   5. A sample past the lease end taken in before the sweep (its clock,
+ *      the engine's, is still within the lease; the database's is a day
+ *      past it) outruns the still open hold: not reported either, as the
+ *      sweep would have had it (sql/0044). */
 static void test_tail(void)
 {
 	struct apitest t;
@@ -1829,6 +1833,25 @@ static void test_tail(void)
 			     " 'tl-5'") > 0);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
 				 " AND payload->>'sandbox_id' = 'tl-5'"),
+		  0);
+	CHECK_I64(cu_held_mismatches(db), 0);
+
+	/* 5. A 60 s lease metered 100 s at full CPU before the sweep: the
+	 * open hold takes the running time past the end beyond its amount,
+	 * and no event is sent for it. */
+	CHECK_I64(cu_create(&t, 0, key2, "tl-6", 1, 1024, 60, NULL, &r), 200);
+	CHECK_I64(cu_jint(r.json, "hold_micros"), 542); /* 417 CPU + 125 memory */
+	apitest_resp_release(&r);
+	l0 = cu_sql_int(db, "SELECT floor(extract(epoch FROM lease_starts_at)) FROM holds WHERE"
+			    " sandbox_id = 'tl-6'");
+	push_sample(&t, key2, "tl-6", l0 + 1, "running", 0, 0);
+	push_sample(&t, key2, "tl-6", l0 + 100, "running", 99000000, 0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'tl-6' AND"
+				 " status = 'open' AND settles_at IS NULL AND consumed_micros >"
+				 " amount_micros + 300"),
+		  1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				 " AND payload->>'sandbox_id' = 'tl-6'"),
 		  0);
 	CHECK_I64(cu_held_mismatches(db), 0);
 	CHECK(apitest_stop(&t) == 0);

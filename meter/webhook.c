@@ -252,9 +252,12 @@ static int deliver_one(struct webhook *w, PGconn *conn)
 	}
 	if (post_event(w, id, body, why, sizeof(why))) {
 		const char *p[2] = {acc, id};
+		/* Counted as the receiver answered, whether or not the
+		 * database then records it (if not, the event is sent again
+		 * once its claim lapses, and counted again). */
+		metrics_counter_add(DELIVERIES, "outcome=\"delivered\"", 1);
 		if (db_util_exec(conn, "webhook delivered", sql_done, 2, p, NULL, NULL) != METER_OK)
 			goto out;
-		metrics_counter_add(DELIVERIES, "outcome=\"delivered\"", 1);
 		log_info("webhook: event %s delivered", id);
 	} else {
 		const char *p[5] = {acc, id, attempts_s, delay_s, why};

@@ -447,6 +447,21 @@ static void usage_export(struct http_req *req, enum export_format format)
 				 json_pack("{s:s}", "field", field));
 		return;
 	}
+	/* An export's end shows only in its chunked framing: a stream the
+	 * database broke off ends without its last chunk, which a client
+	 * sees. HTTP/1.0 has no chunks, so a cut export would end as a
+	 * whole one does, at the close: refused, before any row is read. */
+	if (req->version && strcmp(req->version, MHD_HTTP_VERSION_1_0) == 0) {
+		http_reply_error(req, 426, "upgrade_required",
+				 "exports are sent in chunks so that one cut short shows: send the "
+				 "request as HTTP/1.1 (behind a proxy, have it speak HTTP/1.1 to "
+				 "this service)",
+				 NULL);
+		if (req->resp && MHD_add_response_header(req->resp, MHD_HTTP_HEADER_UPGRADE,
+							 "HTTP/1.1") != MHD_YES)
+			log_warn("could not add Upgrade");
+		return;
+	}
 	/* The account here (the operator's look-up); a GET's key and sandbox
 	 * filters on the producer's connection (stream_filters_known), a
 	 * HEAD's here, as it runs no producer. */

@@ -957,6 +957,46 @@ int main(void)
 			rawhttp_resp_release(&rr);
 		}
 	}
+	/* An export over HTTP/1.0, which has no chunks to show one cut short:
+	 * 426 with Upgrade, GET and HEAD alike; over HTTP/1.1, chunked. */
+	{
+		static const struct {
+			const char *method, *version;
+			long status;
+		} exp[] = {
+		    {"GET", "HTTP/1.0", 426},
+		    {"HEAD", "HTTP/1.0", 426},
+		    {"GET", "HTTP/1.1", 200},
+		};
+
+		for (size_t i = 0; i < sizeof(exp) / sizeof(exp[0]); i++) {
+			struct rawhttp_resp rr;
+			char req[512], up[32] = "", te[32] = "";
+			int n =
+			    snprintf(req, sizeof(req),
+				     "%s /v1/reports/usage.csv?from=2026-11-01T00:00:00Z&to=2026-"
+				     "11-02T00:00:00Z %s\r\nHost: x\r\nAuthorization: Bearer "
+				     "%s\r\nConnection: close\r\n\r\n",
+				     exp[i].method, exp[i].version, tok_full);
+
+			CHECK(n > 0 && (size_t)n < sizeof(req));
+			/* HEAD: its Content-Length announces a body it does not send,
+			 * which the reader waits for until the close: its head is read. */
+			CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0 ||
+			      strcmp(exp[i].method, "HEAD") == 0);
+			CHECK_I64(rr.status, exp[i].status);
+			if (exp[i].status == 426) {
+				CHECK_STR(rawhttp_header(&rr, "Upgrade", up, sizeof(up)),
+					  "HTTP/1.1");
+				CHECK(strcmp(exp[i].method, "HEAD") == 0 ||
+				      (rr.body && strstr(rr.body, "\"upgrade_required\"") != NULL));
+			} else {
+				CHECK_STR(rawhttp_header(&rr, "Transfer-Encoding", te, sizeof(te)),
+					  "chunked");
+			}
+			rawhttp_resp_release(&rr);
+		}
+	}
 	/* HTTP/1.1 (and 1.2 to 1.9) needs exactly one Host line; HTTP/1.0 none. A target in
 	 * absolute-form is served by its path. */
 	{

@@ -130,8 +130,9 @@ static bool time_param(struct http_req *req, const char *name, int64_t *out)
 
 	if (v && agent_doc_parse_time(v, out) == METER_OK)
 		return true;
-	snprintf(msg, sizeof(msg), "%s: %s RFC 3339 time on a whole UTC hour is required", name,
-		 v ? "not an" : "an");
+	snprintf(msg, sizeof(msg), "%s: %s", name,
+		 v ? "not an RFC 3339 time (a whole UTC hour is required)"
+		   : "required, an RFC 3339 time on a whole UTC hour");
 	http_reply_error(req, 400, "invalid_request", msg, json_pack("{s:s}", "field", name));
 	return false;
 }
@@ -507,9 +508,14 @@ static void usage_export(struct http_req *req, enum export_format format)
 		if (reports_stopping)
 			http_reply_error(req, 503, "metering_unavailable",
 					 "the service is stopping", NULL);
-		else
+		else {
 			http_reply_error(req, 429, "too_many_exports",
 					 "too many exports are running; retry shortly", NULL);
+			if (req->resp &&
+			    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_RETRY_AFTER, "1") !=
+				MHD_YES)
+				log_warn("could not add Retry-After");
+		}
 		return;
 	}
 	if (head) {
@@ -629,6 +635,16 @@ static void statement_reply(struct http_req *req, bool html)
 	http_reply_text(req, 200, html ? "text/html; charset=utf-8" : "text/csv; charset=utf-8",
 			text, len);
 	free(text);
+	/* The CSV is a file to keep: named by its account and month, as an
+	 * export is. */
+	if (!html && req->resp) {
+		char disp[DISP_MAX];
+
+		snprintf(disp, sizeof(disp), "attachment; filename=\"statement-%s-%04d-%02d.csv\"",
+			 account, year, month);
+		if (MHD_add_response_header(req->resp, "Content-Disposition", disp) != MHD_YES)
+			log_warn("could not add Content-Disposition");
+	}
 	/* The printable page: its inline stylesheet and nothing else, never
 	 * framed (it shows money, opened with the dashboard's session). */
 	if (html && req->resp &&

@@ -997,6 +997,23 @@ int main(void)
 			rawhttp_resp_release(&rr);
 		}
 	}
+	/* A statement's CSV comes as a file named by its account and month. */
+	{
+		struct rawhttp_resp rr;
+		char req[512], disp[128], want[128];
+		int n = snprintf(req, sizeof(req),
+				 "GET /v1/reports/statement.csv?month=2026-11 HTTP/1.1\r\nHost: "
+				 "x\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n",
+				 tok_full);
+
+		CHECK(n > 0 && (size_t)n < sizeof(req));
+		CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
+		CHECK_I64(rr.status, 200);
+		snprintf(want, sizeof(want), "attachment; filename=\"statement-%s-2026-11.csv\"",
+			 acc);
+		CHECK_STR(rawhttp_header(&rr, "Content-Disposition", disp, sizeof(disp)), want);
+		rawhttp_resp_release(&rr);
+	}
 	/* HTTP/1.1 (and 1.2 to 1.9) needs exactly one Host line; HTTP/1.0 none. A target in
 	 * absolute-form is served by its path. */
 	{

@@ -531,8 +531,13 @@ static int export_small(char *code)
 		json_t *j = json_loads(r.body, 0, NULL);
 		const char *c =
 		    json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+		char after[16];
+
 		snprintf(code, 64, "%s", c ? c : "");
 		json_decref(j);
+		/* A refusal for want of a slot says when to come back. */
+		if (st == 429)
+			CHECK_STR(rawhttp_header(&r, "Retry-After", after, sizeof(after)), "1");
 	}
 	if (st == 200 && r.body_len == 0)
 		st = -1; /* a day of 100 sandboxes is never empty */

@@ -373,6 +373,18 @@ void h_dash_sign_out(struct http_req *req)
 		log_warn("could not clear the session cookie");
 }
 
+/* The cell of what k's limit leaves of its day (as GET /v1/keys's
+ * day_remaining_micros), with an id a test can find. */
+static void key_remaining(struct html *h, const struct db_key *k)
+{
+	html_printf(h, "<td class=\"n\" id=\"remaining-%s\">", k->key_id);
+	if (k->has_limit)
+		html_dollars(h, db_key_remaining(k));
+	else
+		html_raw(h, "no limit");
+	html_raw(h, "</td>");
+}
+
 /* The gauges of the account's keys: today's spent and held against the
  * daily limit of each key, in its own time zone. */
 static enum meter_rc overview_keys(struct html *h, PGconn *conn, const char *account)
@@ -387,7 +399,7 @@ static enum meter_rc overview_keys(struct html *h, PGconn *conn, const char *acc
 		    "class=\"sw spent\"></i>spent</span><span><i class=\"sw held\"></i>held for "
 		    "running leases</span></p><table><thead><tr><th>Key</th><th>Day</th>"
 		    "<th class=\"n\">Spent</th><th class=\"n\">Held</th><th class=\"n\">Limit</th>"
-		    "<th></th></tr></thead><tbody>");
+		    "<th class=\"n\">Remaining</th><th></th></tr></thead><tbody>");
 	for (size_t i = 0; i < n; i++) {
 		const struct db_key *k = &keys[i];
 		if (k->revoked_at_usec != INT64_MIN)
@@ -402,13 +414,15 @@ static enum meter_rc overview_keys(struct html *h, PGconn *conn, const char *acc
 			html_dollars(h, k->daily_limit_micros);
 		else
 			html_raw(h, "no limit");
-		html_raw(h, "</td><td>");
+		html_raw(h, "</td>");
+		key_remaining(h, k);
+		html_raw(h, "<td>");
 		html_gauge(h, k->day_spent_micros, k->day_held_micros,
 			   k->has_limit ? k->daily_limit_micros : -1);
 		html_raw(h, "</td></tr>");
 	}
 	if (n == 0)
-		html_raw(h, "<tr><td colspan=\"6\">No keys yet.</td></tr>");
+		html_raw(h, "<tr><td colspan=\"7\">No keys yet.</td></tr>");
 	html_raw(h, "</tbody></table>");
 	free(keys);
 	return METER_OK;
@@ -734,7 +748,8 @@ void h_dash_keys(struct http_req *req)
 	page_start(&h, req, "Keys and limits");
 	html_raw(&h, "<table><thead><tr><th>Key</th><th>Role</th><th>Time zone</th>"
 		     "<th class=\"n\">Daily limit</th><th>Today</th><th class=\"n\">Spent</th>"
-		     "<th class=\"n\">Held</th><th>Status</th></tr></thead><tbody>");
+		     "<th class=\"n\">Held</th><th class=\"n\">Remaining</th><th>Status</th></tr>"
+		     "</thead><tbody>");
 	for (size_t i = 0; i < n; i++) {
 		const struct db_key *k = &keys[i];
 		html_printf(&h, "<tr><td>%s</td><td>%s</td><td>%s</td><td class=\"n\">", k->key_id,
@@ -747,11 +762,13 @@ void h_dash_keys(struct http_req *req)
 		html_dollars(&h, k->day_spent_micros);
 		html_raw(&h, "</td><td class=\"n\">");
 		html_dollars(&h, k->day_held_micros);
-		html_printf(&h, "</td><td>%s</td></tr>",
+		html_raw(&h, "</td>");
+		key_remaining(&h, k);
+		html_printf(&h, "<td>%s</td></tr>",
 			    k->revoked_at_usec != INT64_MIN ? "revoked" : "active");
 	}
 	if (n == 0)
-		html_raw(&h, "<tr><td colspan=\"8\">No keys.</td></tr>");
+		html_raw(&h, "<tr><td colspan=\"9\">No keys.</td></tr>");
 	html_raw(&h, "</tbody></table><p class=\"muted\">A full key changes its own limits "
 		     "through the API, the operator any key's; this page only shows them.</p>");
 	free(keys);

@@ -12,12 +12,8 @@
 json_t *h_key_json(const struct db_key *k)
 {
 	json_t *o = json_object();
-	int64_t committed;
+	int64_t committed = db_key_committed(k);
 
-	/* Each figure fits a bigint, their sum need not (a key with no limit
-	 * can hold up to the largest): the sum stops at the largest. */
-	if (money_add(k->day_spent_micros, k->day_held_micros, &committed) != METER_OK)
-		committed = INT64_MAX;
 	if (!o)
 		return NULL;
 	json_object_set_new(o, "key_id", json_string(k->key_id));
@@ -33,10 +29,7 @@ json_t *h_key_json(const struct db_key *k)
 	json_object_set_new(o, "day_held_micros", json_integer(k->day_held_micros));
 	json_object_set_new(o, "day_committed_micros", json_integer(committed));
 	json_object_set_new(o, "day_remaining_micros",
-			    hutil_int_or_null(k->daily_limit_micros > committed
-						  ? k->daily_limit_micros - committed
-						  : 0,
-					      !k->has_limit));
+			    hutil_int_or_null(db_key_remaining(k), !k->has_limit));
 	return o;
 }
 

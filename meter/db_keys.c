@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "db_util.h"
+#include "money.h"
 
 #define DB_KEY_ID_TRIES	    4
 #define DB_KEY_LIMITS_TRIES 4 /* attempts while the zone changes under a change */
@@ -417,4 +418,22 @@ enum meter_rc db_key_set_limits(PGconn *conn, const char *account_id, const char
 		return METER_ECONFLICT;
 	}
 	return db_key_get(conn, acc, key_id, out);
+}
+
+int64_t db_key_committed(const struct db_key *k)
+{
+	int64_t committed;
+
+	if (money_add(k->day_spent_micros, k->day_held_micros, &committed) != METER_OK)
+		committed = INT64_MAX;
+	return committed;
+}
+
+int64_t db_key_remaining(const struct db_key *k)
+{
+	int64_t committed = db_key_committed(k);
+
+	if (!k->has_limit)
+		return -1;
+	return k->daily_limit_micros > committed ? k->daily_limit_micros - committed : 0;
 }

@@ -29,6 +29,15 @@ struct db_key {
 	int64_t day_held_micros;
 };
 
+/* k's day committed (spent + held): each fits a bigint, their sum need
+ * not (a key with no limit may hold up to the largest), so it stops at the
+ * largest. */
+int64_t db_key_committed(const struct db_key *k);
+
+/* What k's daily limit leaves of its day: the limit less committed, at
+ * least 0; -1 when k has no limit. */
+int64_t db_key_remaining(const struct db_key *k);
+
 /* What authentication needs of a key. */
 struct db_key_auth {
 	char account_id[PARSE_ID_MAX + 1];

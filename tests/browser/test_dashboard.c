@@ -86,6 +86,7 @@ int main(void)
 	struct apitest t;
 	struct webdriver wd;
 	bool missing;
+	char remaining_css[96];
 	char acc[65], ro_key[65], ro_token[APITEST_TOKEN_MAX], full_key[65],
 	    full_token[APITEST_TOKEN_MAX], url[512], want[64], sql[512];
 	char *text, *cookie, *src;
@@ -137,6 +138,15 @@ int main(void)
 		 acc);
 	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
 	CHECK_STR(testdb_exec_state(t.db.conn, "SELECT meter_dashboard_rebuild()"), "00000");
+	/* The full key's day: $5 less 1,234,567 spent and 765,433 held
+	 * leaves $3.000000, on the overview and the keys page. */
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros,"
+		 " limit_micros) SELECT account_id, key_id, (now() AT TIME ZONE time_zone)::date,"
+		 " 1234567, 765433, daily_limit_micros FROM api_keys WHERE key_id = '%s'",
+		 full_key);
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	snprintf(remaining_css, sizeof(remaining_css), "#remaining-%s", full_key);
 
 	/* Not signed in: the dashboard sends the browser to the sign-in page. */
 	snprintf(url, sizeof(url), "%s/dashboard/", t.servers[0].base);
@@ -179,6 +189,7 @@ int main(void)
 	CHECK(src && strstr(src, "<svg") != NULL);
 	CHECK(src && strstr(src, ro_token) == NULL); /* the key never appears */
 	free(src);
+	text_is(&wd, remaining_css, "$3.000000");
 	page_done(&wd, "overview");
 
 	/* Sandboxes: both, with today's and the month's cost. */
@@ -277,6 +288,7 @@ int main(void)
 	src = wd_source(&wd);
 	CHECK(src && strstr(src, full_key) != NULL && strstr(src, "$5.000000") != NULL);
 	free(src);
+	text_is(&wd, remaining_css, "$3.000000");
 	page_done(&wd, "keys");
 	snprintf(url, sizeof(url), "%s/dashboard/exports", t.servers[0].base);
 	CHECK(wd_get(&wd, url) == 0);

@@ -90,7 +90,12 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 			return CTL_ARGS_HELP;
 		}
 		if (strncmp(a, "--", 2) != 0) {
-			ctl_fail(cmd, "unexpected argument \"%.64s\" (try --help)", a);
+			char shown[80];
+
+			ctl_fail(cmd,
+				 "unexpected argument %s (try --help; a value with blanks needs "
+				 "quotes)",
+				 parse_arg_shown(a, shown, sizeof(shown)));
 			return CTL_ARGS_BAD;
 		}
 		a += 2;

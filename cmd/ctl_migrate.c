@@ -7,6 +7,7 @@
 #include "ctl_args.h"
 #include "db.h"
 #include "migrate.h"
+#include "parse.h"
 
 static const char ctl_migrate_usage[] =
     "usage: meterctl migrate [--database-url URL]\n"
@@ -40,10 +41,12 @@ int ctl_migrate_main(int argc, char **argv)
 		} else if (strncmp(a, "--database-url=", 15) == 0) {
 			url = ctl_secret_value(argv[i] + 15);
 		} else {
+			char shown[80];
+
 			fprintf(stderr,
-				"meterctl migrate: unknown argument \"%s\" (see meterctl migrate "
+				"meterctl migrate: unknown argument %s (see meterctl migrate "
 				"--help)\n",
-				a);
+				parse_arg_shown(a, shown, sizeof(shown)));
 			return 2;
 		}
 	}

@@ -848,7 +848,10 @@ static int sim_parse_args(int argc, char **argv, struct sim_opts *o)
 			return -1;
 		}
 		if (strncmp(arg, "--", 2) != 0) {
-			sim_fail("unexpected argument \"%.64s\"", arg);
+			char shown[80];
+
+			sim_fail("unexpected argument %s",
+				 parse_arg_shown(arg, shown, sizeof(shown)));
 			return 2;
 		}
 		arg += 2;

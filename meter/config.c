@@ -422,7 +422,11 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 			return METER_OK;
 		}
 		if (strncmp(a, "--", 2) != 0) {
-			snprintf(err, errlen, "unexpected argument \"%.64s\"", a);
+			char shown[80];
+
+			snprintf(err, errlen,
+				 "unexpected argument %s (a value with blanks needs quotes)",
+				 parse_arg_shown(a, shown, sizeof(shown)));
 			return METER_EINVAL;
 		}
 		a += 2;

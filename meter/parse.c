@@ -2,6 +2,7 @@
 #include "parse.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 /* The grammar is checked on the whole string before any value is formed, so
@@ -72,6 +73,20 @@ bool parse_is_id(const char *s)
 			return false;
 	}
 	return n >= 1;
+}
+
+const char *parse_arg_shown(const char *a, char *out, size_t len)
+{
+	if (strncmp(a, "--", 2) == 0) {
+		size_t n = strcspn(a, "=");
+
+		snprintf(out, len, "\"%.*s\"", (int)(n > 64 ? 64 : n), a);
+	} else if (strpbrk(a, "=:@")) {
+		snprintf(out, len, "(not shown: it may hold a password)");
+	} else {
+		snprintf(out, len, "\"%.64s\"", a);
+	}
+	return out;
 }
 
 enum meter_rc parse_plain_text(const char *s, size_t len, size_t *chars)

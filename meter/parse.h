@@ -34,6 +34,13 @@ bool parse_json_member_at(const char *text, size_t len, size_t pos, char *name, 
 
 #define PARSE_ID_MAX 64
 
+/* How a command line's argument a is named in an error message, written
+ * to out (len bytes) and returned: an option ("--name=value") by its name
+ * alone; any other argument holding '=', ':' or '@' (a "key=value"
+ * connection string or a URL: how a password is given) by a note that it
+ * is not shown; anything else as it is. At most 64 bytes of a are kept. */
+const char *parse_arg_shown(const char *a, char *out, size_t len);
+
 /* Checks len bytes of text meant to be shown to people (an account's
  * name): valid UTF-8 (shortest forms, no surrogates, at most U+10FFFF)
  * with no control character, C0 (below U+0020), DEL or C1 (U+0080 to

@@ -41,6 +41,27 @@ for c in "${bad_cases[@]}"; do
 done
 rm -f /tmp/meterctl-err.$$
 
+# A connection string left unquoted, or a mistyped option holding a URL:
+# refused without the password in the message.
+secret_cases=(
+	"migrate --database-url host=127.0.0.1 password=KVSECRET dbname=meter"
+	"migrate --databse-url=postgresql://meter:KVSECRET@127.0.0.1/meter"
+	"account create --name x --database-url host=127.0.0.1 password=KVSECRET"
+	"key create --account acc_x --role full postgresql://meter:KVSECRET@127.0.0.1/meter"
+)
+for c in "${secret_cases[@]}"; do
+	# shellcheck disable=SC2086
+	$ctl $c >/dev/null 2>/tmp/meterctl-err.$$ && status=0 || status=$?
+	expect "status of 'meterctl $c'" "$status" 2
+	err=$(cat /tmp/meterctl-err.$$)
+	[[ $err == *KVSECRET* ]] && fail "'meterctl $c' printed the password: $err" || ok
+	[[ $err == *"argument"* ]] && ok || fail "'meterctl $c' said '$err'"
+done
+$bin/meterd --database-url host=127.0.0.1 password=KVSECRET >/dev/null 2>/tmp/meterctl-err.$$ && status=0 || status=$?
+expect "status of meterd with an unquoted connection string" "$status" 2
+[[ $(cat /tmp/meterctl-err.$$) == *KVSECRET* ]] && fail "meterd printed the password" || ok
+rm -f /tmp/meterctl-err.$$
+
 # migrate: applies on an empty database, then changes nothing.
 url=$(make_db meterctl)
 cleanup_fns+=("drop_db meterctl")

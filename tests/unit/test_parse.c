@@ -285,6 +285,22 @@ static void test_json_member_at(void)
 	}
 }
 
+/* Arguments named in errors: an option by its name, a connection string
+ * or URL not at all. */
+static void test_arg_shown(void)
+{
+	char out[80];
+
+	CHECK_STR(parse_arg_shown("acc_1", out, sizeof(out)), "\"acc_1\"");
+	CHECK_STR(parse_arg_shown("--databse-url=postgresql://m:PW@h/x", out, sizeof(out)),
+		  "\"--databse-url\"");
+	CHECK_STR(parse_arg_shown("--listen", out, sizeof(out)), "\"--listen\"");
+	CHECK(strstr(parse_arg_shown("password=PW", out, sizeof(out)), "PW") == NULL);
+	CHECK(strstr(parse_arg_shown("postgresql://m:PW@h/x", out, sizeof(out)), "PW") == NULL);
+	CHECK(strstr(parse_arg_shown("m:PW", out, sizeof(out)), "PW") == NULL);
+	CHECK(strstr(parse_arg_shown("PW@h", out, sizeof(out)), "PW") == NULL);
+}
+
 int main(void)
 {
 	test_good_ints();
@@ -293,5 +309,6 @@ int main(void)
 	test_ids();
 	test_plain_text();
 	test_json_member_at();
+	test_arg_shown();
 	return check_done();
 }

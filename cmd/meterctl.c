@@ -1,7 +1,12 @@
 /* meterctl: the command-line tool of meter. */
 #include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ctl.h"
 
@@ -30,8 +35,40 @@ static void usage(FILE *f)
 	fprintf(f, "\n'meterctl COMMAND --help' describes a command's options.\n");
 }
 
+/* Standard input, output and error, each open: one that is closed would be
+ * taken by the next file opened, the database's connection say, and what
+ * meterctl prints (a key's secret) would go there. A closed standard
+ * output is refused: what it would print (a secret shown once) would be
+ * lost. The others are given /dev/null. False after saying so. */
+static bool std_fds_open(void)
+{
+	bool out_closed = fcntl(STDOUT_FILENO, F_GETFD) == -1 && errno == EBADF;
+
+	for (int fd = 0; fd <= 2; fd++) {
+		if (fcntl(fd, F_GETFD) != -1 || errno != EBADF)
+			continue;
+		int nul = open("/dev/null", O_RDWR);
+
+		if (nul != fd) { /* the lowest free descriptor: fd itself */
+			if (nul >= 0)
+				close(nul);
+			return false;
+		}
+	}
+	if (out_closed) {
+		fprintf(stderr, "meterctl: standard output is closed: nothing done\n");
+		return false;
+	}
+	return true;
+}
+
 int main(int argc, char **argv)
 {
+	if (!std_fds_open())
+		return 1;
+	/* A reader that goes away (meterctl ... | head) is a failed write,
+	 * handled where it happens (a key not created), not a silent death. */
+	signal(SIGPIPE, SIG_IGN);
 	/* Once, before any thread: the sub-commands that speak HTTP use libcurl. */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		fprintf(stderr, "meterctl: cannot initialise libcurl\n");

@@ -58,6 +58,18 @@ expect "key create, stdout full" "$("$bin/meterctl" key create --account "$acc" 
 grep -q "nothing was created" "$work/err" && ok || fail "message: $(cat "$work/err")"
 expect "account create, stdout full" "$("$bin/meterctl" account create --name Lost \
 	>/dev/full 2>/dev/null; echo $?)" 1
+# Standard output closed (the database's connection would take its
+# descriptor, and the secret would go there), or a reader that has gone
+# (a broken pipe, not a silent death by SIGPIPE): refused, nothing made.
+expect "key create, stdout closed" "$("$bin/meterctl" key create --account "$acc" --role full \
+	>&- 2>"$work/err"; echo $?)" 1
+grep -q "standard output is closed" "$work/err" && ok || fail "message: $(cat "$work/err")"
+{
+	"$bin/meterctl" key create --account "$acc" --role full 2>"$work/err" && st=0 || st=$?
+	echo "$st" >"$work/status"
+} | true
+expect "key create, reader gone" "$(cat "$work/status")" 1
+grep -q "nothing was created" "$work/err" && ok || fail "message: $(cat "$work/err")"
 expect "nothing made" "$(psql "$url" -Atq -c "SELECT (SELECT count(*) FROM api_keys),
 	(SELECT count(*) FROM accounts WHERE name = 'Lost')")" "1|0"
 # A name is up to 200 characters, not bytes, as the API counts it.

@@ -4,7 +4,8 @@
  * Configuration: defaults < config file < METER_* environment < flags.
  * Starts serving at once, even while PostgreSQL is down: /healthz answers,
  * /readyz says 503 until the database answers, and the connection is retried
- * with backoff in the background. SIGTERM or SIGINT stop it cleanly. */
+ * with backoff in the background. SIGTERM or SIGINT stop it cleanly (a
+ * second one at once); SIGHUP is ignored. */
 #include <curl/curl.h>
 #include <errno.h>
 #include <openssl/crypto.h>
@@ -38,6 +39,26 @@ extern char **environ;
 
 /* Every HTTP connection is a descriptor, and the soft open-file limit is
  * often 1024: raise it (up to the hard limit) so max_connections fit. */
+/* While meterd stops: a second SIGTERM or SIGINT ends it at once, with
+ * the requests still under way cut (every answer already sent was durable
+ * before it went; what was not answered was not decided). */
+static void *second_signal(void *arg)
+{
+	const sigset_t *sigs = arg;
+
+	for (;;) {
+		int sig = 0;
+
+		if (sigwait(sigs, &sig) != 0)
+			return NULL;
+		if (sig == SIGTERM || sig == SIGINT) {
+			log_warn("meterd: %s received again: stopping at once",
+				 sig == SIGTERM ? "SIGTERM" : "SIGINT");
+			_exit(1);
+		}
+	}
+}
+
 static void raise_nofile(const struct meter_config *cfg)
 {
 	rlim_t want = (rlim_t)cfg->max_connections + FD_HEADROOM + (rlim_t)cfg->db_pool_size;
@@ -147,10 +168,13 @@ int main(int argc, char **argv)
 		log_info("no session_secret configured: dashboard sessions last as long as this "
 			 "process and are not shared with other meterd processes");
 
-	/* Signals are taken synchronously by the main thread only. */
+	/* Signals are taken synchronously by the main thread only (and,
+	 * once it stops, by second_signal's). SIGHUP is among them so that it
+	 * does not end the process, as it would by default. */
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
 	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
@@ -263,9 +287,14 @@ int main(int argc, char **argv)
 		int sig = sigtimedwait(&sigs, NULL, &tick);
 
 		if (sig == SIGTERM || sig == SIGINT) {
-			log_info("meterd: %s received, shutting down",
+			log_info("meterd: %s received, shutting down (another stops it at once)",
 				 sig == SIGTERM ? "SIGTERM" : "SIGINT");
 			break;
+		}
+		if (sig == SIGHUP) {
+			log_info("meterd: SIGHUP received and ignored: the configuration is read "
+				 "at start only (restart meterd to change it)");
+			continue;
 		}
 		if (sig < 0 && errno != EAGAIN && errno != EINTR) {
 			log_error("meterd: sigtimedwait: %s", strerror(errno));
@@ -275,6 +304,14 @@ int main(int argc, char **argv)
 			log_debug("database not answering");
 	}
 	status = 0;
+	{
+		static sigset_t again; /* outlives main's frame, as the thread may */
+		pthread_t t;
+
+		again = sigs;
+		if (pthread_create(&t, NULL, second_signal, &again) == 0)
+			pthread_detach(t);
+	}
 out:
 	/* Every answer from here on closes its connection, and a request on a
 	 * connection kept alive is answered 503 at once. Then the checks:

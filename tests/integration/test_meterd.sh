@@ -62,12 +62,49 @@ expect "quote in a path" "$(http_status "$base/nope%22%20status=200%20x%5C%01")"
 grep -q 'access rid=.* path="/nope\\" status=200 x\\\\\\x01" status=404 ' "$work/meterd.log" && ok ||
 	fail "a path's quote not escaped in the access line"
 
+# SIGHUP does not end it (a reload sent by habit): said and ignored.
+kill -HUP "$pid"
+wait_for 5 grep -q "SIGHUP received and ignored" "$work/meterd.log" && ok || fail "no SIGHUP line"
+expect "healthz after SIGHUP" "$(http_status "$base/healthz")" 200
+
 kill -TERM "$pid"
 status=0
 wait "$pid" || status=$?
 pid=
 expect "exit status after SIGTERM" "$status" 0
 grep -q "meterd stopped" "$work/meterd.log" && ok || fail "no clean-stop line"
+
+# A second SIGTERM while a request is still under way (a readiness check
+# waiting at a locked table) stops it at once, with status 1.
+METER_DATABASE_URL=$url start_meterd "$work/again.log"
+PGAPPNAME=meterd-test-locker psql "$url" -Atq -c "BEGIN;
+	LOCK TABLE schema_migrations IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(8); COMMIT" \
+	>/dev/null 2>&1 &
+locker=$!
+wait_for 5 psql "$url" -Atq -c "SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+	WHERE c.relname = 'schema_migrations' AND l.mode = 'AccessExclusiveLock' AND l.granted" |
+	grep -q 1 || true
+curl -s -o /dev/null -m 10 "$base/readyz" &
+waiter=$!
+wait_for 5 psql "$url" -Atq -c "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'" |
+	grep -q 1 || true
+kill -TERM "$pid"
+wait_for 5 grep -q "shutting down" "$work/again.log" || true
+sleep 0.2
+started=$(date +%s%N)
+kill -TERM "$pid"
+status=0
+wait "$pid" || status=$?
+took_ms=$((($(date +%s%N) - started) / 1000000))
+pid=
+expect "exit status after a second SIGTERM" "$status" 1
+grep -q "SIGTERM received again: stopping at once" "$work/again.log" && ok ||
+	fail "no line for the second SIGTERM"
+((took_ms < 1000)) && ok || fail "the second SIGTERM took $took_ms ms"
+psql "$url" -Atq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	WHERE application_name = 'meterd-test-locker'" >/dev/null
+wait "$waiter" 2>/dev/null || true
+wait "$locker" 2>/dev/null || true
 
 # Secrets: a token given as a flag still works, is gone from the command
 # line (every local user can read one) and is warned about; and the process

@@ -272,7 +272,7 @@ enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char 
 	char line[CONFIG_STR_MAX + 128];
 	char sub[512];
 	FILE *f;
-	int lineno = 0;
+	int lineno = 0, first_line[NOPTS] = {0}; /* where each option was set */
 	enum meter_rc rc = METER_OK;
 
 	f = fopen(path, "r");
@@ -301,6 +301,20 @@ enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char 
 		*eq = '\0';
 		name = trim(s);
 		value = trim(eq + 1);
+		{
+			/* A file says each thing once: a second line for an
+			 * option is a mistake, not an override. */
+			const struct opt *o = opt_find(name, strlen(name));
+
+			if (o && first_line[o - opts]) {
+				snprintf(err, errlen, "%s:%d: %s is set already, on line %d", path,
+					 lineno, o->name, first_line[o - opts]);
+				rc = METER_EINVAL;
+				goto out;
+			}
+			if (o)
+				first_line[o - opts] = lineno;
+		}
 		rc = config_set(cfg, name, value, sub, sizeof(sub));
 		if (rc != METER_OK) {
 			snprintf(err, errlen, "%s:%d: %s", path, lineno, sub);
@@ -369,7 +383,7 @@ enum meter_rc config_load_env(struct meter_config *cfg, char *const *envp, char 
 enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char *const *envp,
 			  bool *help, char *err, size_t errlen)
 {
-	const char *file = NULL;
+	const char *file = NULL, *flag_file = NULL;
 	enum meter_rc rc;
 
 	*help = false;
@@ -401,7 +415,12 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 			snprintf(err, errlen, "option --config needs a value");
 			return METER_EINVAL;
 		}
-		file = v;
+		if (flag_file) {
+			/* One file is read: a second would be ignored. */
+			snprintf(err, errlen, "option --config given twice (one file is read)");
+			return METER_EINVAL;
+		}
+		file = flag_file = v;
 	}
 	if (file && *file) {
 		rc = config_load_file(cfg, file, err, errlen);

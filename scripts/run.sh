@@ -25,6 +25,11 @@ stop_pid() {
 	rm -f "$f"
 }
 
+if [[ $# -gt 1 || ( $# -eq 1 && $1 != stop ) ]]; then
+	echo "usage: scripts/run.sh [stop]" >&2
+	exit 2
+fi
+
 if [[ ${1:-} == stop ]]; then
 	stop_pid meterd
 	stop_pid simulate
@@ -38,7 +43,11 @@ echo "building into $build ..."
 bash "$root/scripts/build.sh" "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF
 url=$(bash "$root/scripts/pg.sh" start)
 export METER_DATABASE_URL=$url
-"$build/meterctl" migrate 2>/dev/null
+if ! "$build/meterctl" migrate 2>"$run/migrate.log"; then
+	cat "$run/migrate.log" >&2
+	echo "run.sh: meterctl migrate failed (above); nothing started" >&2
+	exit 1
+fi
 
 # Service secrets, made once and kept private in .run/secrets.env.
 if [[ ! -f $run/secrets.env ]]; then

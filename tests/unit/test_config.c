@@ -104,6 +104,18 @@ static void test_errors(void)
 	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_EINVAL);
 	unlink(tmpfile_path);
 	CHECK(config_load_file(&c, "/nonexistent/meter.conf", err, sizeof(err)) == METER_EIO);
+	/* A file sets each option once (its two spellings are one option). */
+	write_file("listen = 127.0.0.1:1\n# a comment\nhttp_threads = 3\nlisten = 127.0.0.1:2\n");
+	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_EINVAL);
+	CHECK_STR(err + strlen(tmpfile_path), ":4: listen is set already, on line 1");
+	unlink(tmpfile_path);
+	/* One --config: a second file would not be read. */
+	{
+		char *two[] = {"meterd", "--config", "/a.conf", "--config=/b.conf", NULL};
+
+		CHECK(config_load(&c, 4, two, env_none, &help, err, sizeof(err)) == METER_EINVAL);
+		CHECK(strstr(err, "--config given twice") != NULL);
+	}
 	/* Each lane of request workers needs a connection of its own: a pool
 	 * of one would leave a write waiting for a slow read's. */
 	CHECK(config_set(&c, "db_pool_size", "1", err, sizeof(err)) != METER_OK);

@@ -60,7 +60,9 @@ struct collector {
 	pthread_cond_t wake;  /* poller's sleep (monotonic clock) */
 	pthread_cond_t ready; /* ingester's sleep (monotonic clock) */
 	struct batch_list pending;
-	size_t work_samples; /* samples the ingester holds */
+	size_t work_samples;  /* samples the ingester holds */
+	size_t round_batches; /* batches of the newest round, at pending's end
+			       * (or, once moved, at work's) */
 	bool stop_poll, stop_ingest;
 	struct batch_list work; /* the ingester's own */
 };
@@ -150,13 +152,14 @@ static void list_forget(struct batch_list *l, size_t k)
 	l->n -= k;
 }
 
-/* Drops the oldest batches of l while older + l holds more than max
- * samples; returns the samples dropped. */
-static size_t list_trim(struct batch_list *l, size_t older, size_t max)
+/* Drops the oldest batches of l, but never its last keep (the newest
+ * round), while l holds more than max samples; returns the samples
+ * dropped. */
+static size_t list_trim(struct batch_list *l, size_t max, size_t keep)
 {
 	size_t k = 0, dropped = 0;
 
-	while (k < l->n && older + l->samples - dropped > max) {
+	while (k + keep < l->n && l->samples - dropped > max) {
 		dropped += l->v[k].n;
 		k++;
 	}
@@ -478,8 +481,16 @@ static void *collector_poll_main(void *arg)
 					    (t1.tv_nsec - t0.tv_nsec) / 1000,
 					6);
 		pthread_mutex_lock(&c->mu);
-		lost = list_move(&c->pending, &got);
-		dropped = list_trim(&c->pending, c->work_samples, (size_t)c->o.backlog_max);
+		{
+			size_t before = c->pending.n;
+
+			lost = list_move(&c->pending, &got);
+			c->round_batches = c->pending.n - before;
+		}
+		/* What waits for the ingester: the newest rounds, within the
+		 * bound, and always the round just read (a round larger than
+		 * the bound is still ingested when the database answers). */
+		dropped = list_trim(&c->pending, (size_t)c->o.backlog_max, c->round_batches);
 		metrics_gauge_set("meter_collector_backlog_samples", NULL,
 				  (int64_t)(c->pending.samples + c->work_samples));
 		pthread_cond_signal(&c->ready);
@@ -539,8 +550,16 @@ static void *collector_ingest_main(void *arg)
 			metrics_counter_add("meter_collector_db_errors_total", NULL, 1);
 		pthread_mutex_lock(&c->mu);
 		dropped = 0;
-		if (!ok)
-			dropped = list_trim(&c->work, 0, (size_t)c->o.backlog_max);
+		if (!ok) {
+			/* Kept for the next attempt: with what came meanwhile,
+			 * the newest rounds within the bound (the newest one
+			 * whole); the oldest are dropped. */
+			lost = list_move(&c->work, &c->pending);
+			dropped =
+			    list_trim(&c->work, (size_t)c->o.backlog_max,
+				      c->round_batches < c->work.n ? c->round_batches : c->work.n);
+			collector_dropped(c, lost, "out of memory");
+		}
 		c->work_samples = c->work.samples;
 		metrics_gauge_set("meter_collector_backlog_samples", NULL,
 				  (int64_t)(c->pending.samples + c->work_samples));

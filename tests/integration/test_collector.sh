@@ -64,7 +64,9 @@ for i in 1 2 3 4 5; do
 	sleep 1
 	echo "usage_usec $((1000000 + i * 500000))" >"$work/cg/sbx_cg1/cpu.stat"
 done
-wait_for 10 test "$(q "SELECT count(*) > 0 FROM usage_hourly WHERE sandbox_id = 'sbx_cg1'")" = t ||
+# (wait_for runs its command again: a function, so that the query runs again too.)
+cg_metered() { [[ $(q "SELECT count(*) > 0 FROM usage_hourly WHERE sandbox_id = 'sbx_cg1'") == t ]]; }
+wait_for 10 cg_metered ||
 	fail "cgroup sandbox not metered"
 expect "cgroup sandbox unattributed" \
 	"$(q "SELECT account_id || ' ' || COALESCE(key_id, '-') || ' ' || vcpus FROM sandboxes
@@ -73,7 +75,8 @@ expect "cgroup samples' host" "$(q "SELECT DISTINCT host_id FROM samples WHERE s
 	test-host
 cg_used=$(q "SELECT sum(cpu_used_mcus) FROM usage_hourly WHERE sandbox_id = 'sbx_cg1'")
 [[ $cg_used -gt 0 && $cg_used -le 2500000000 ]] && ok || fail "cgroup CPU used: $cg_used"
-wait_for 10 test "$(q "SELECT count(DISTINCT host_id) FROM samples WHERE host_id LIKE 'h%'")" = 3 ||
+live_hosts() { [[ $(q "SELECT count(DISTINCT host_id) FROM samples WHERE host_id LIKE 'h%'") == 3 ]]; }
+wait_for 10 live_hosts ||
 	fail "not every live agent was ingested"
 [[ $(q "SELECT count(*) FROM sandboxes WHERE key_id = 'kt1' AND account_id = 'acct_t'") -gt 0 ]] &&
 	ok || fail "agents' sandboxes not attributed to the document's key"
@@ -178,4 +181,48 @@ kill -TERM "$meterd_pid"
 wait "$meterd_pid" && ok || fail "meterd did not stop cleanly after empty rounds"
 expect "no sanitizer report" \
 	"$(grep -c -E 'AddressSanitizer|runtime error|LeakSanitizer' "$work/meterd-empty.log")" 0
+
+# --- the backlog bound -------------------------------------------------------
+# Rounds of three samples (three cgroup sandboxes). A bound below one round
+# still lets every round be ingested while the database answers; the bound
+# is for what waits while it does not.
+mkdir -p "$work/cg-bl/sbx_bl1" "$work/cg-bl/sbx_bl2" "$work/cg-bl/sbx_bl3"
+for i in 1 2 3; do echo "usage_usec 1000" >"$work/cg-bl/sbx_bl$i/cpu.stat"; done
+METER_DATABASE_URL=$url start_meterd "$work/meterd-bl.log" --cgroup-root "$work/cg-bl" \
+	--host-id bl-host --collector-period-s 1 --collector-backlog-max 2
+bl_all_three() { [[ $(q "SELECT count(DISTINCT sandbox_id) FROM samples WHERE host_id = 'bl-host'") == 3 ]]; }
+wait_for 10 bl_all_three || fail "a round larger than the backlog bound was not ingested"
+kill -TERM "$meterd_pid"
+wait "$meterd_pid" || true
+# Ingestion failing for 6 s (the samples table locked, and every attempt
+# waiting at it has its session ended, as in an outage) with a bound of two
+# rounds: the newest rounds are kept, so the round read just before the
+# failures end is ingested once they have.
+METER_DATABASE_URL=$url start_meterd "$work/meterd-bl2.log" --cgroup-root "$work/cg-bl" \
+	--host-id bl-host --collector-period-s 1 --collector-backlog-max 6
+PGAPPNAME=bl-locker psql "$url" -Atq -c "BEGIN; LOCK TABLE samples IN ACCESS EXCLUSIVE MODE;
+	SELECT pg_sleep(60); COMMIT" >/dev/null 2>&1 &
+locker=$!
+pids+=("$locker")
+for _ in $(seq 20); do
+	sleep 0.3
+	q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database()
+	   AND application_name = 'meter' AND wait_event_type = 'Lock'" >/dev/null
+done
+released=$(q "SELECT extract(epoch FROM clock_timestamp())")
+q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'bl-locker'" \
+	>/dev/null
+wait "$locker" 2>/dev/null || true
+bl_after() {
+	[[ $(q "SELECT count(*) > 0 FROM samples WHERE host_id = 'bl-host' AND
+		extract(epoch FROM sampled_at) > $released") == t ]]
+}
+wait_for 10 bl_after || fail "no round ingested after the lock"
+expect "the newest round before the lock went is kept" \
+	"$(q "SELECT count(*) > 0 FROM samples WHERE host_id = 'bl-host' AND
+	      extract(epoch FROM sampled_at) BETWEEN $released - 2.5 AND $released")" t
+grep -qE '^meter_collector_dropped_samples_total [1-9]' <<<"$(curl -s "$base/metrics")" && ok ||
+	fail "no samples counted as dropped"
+kill -TERM "$meterd_pid"
+wait "$meterd_pid" || true
 finish

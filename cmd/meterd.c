@@ -37,8 +37,6 @@ extern char **environ;
 #define WATCH_INTERVAL_S 1
 #define FD_HEADROOM	 256 /* descriptors beside the HTTP connections */
 
-/* Every HTTP connection is a descriptor, and the soft open-file limit is
- * often 1024: raise it (up to the hard limit) so max_connections fit. */
 /* While meterd stops: a second SIGTERM or SIGINT ends it at once, with
  * the requests still under way cut (every answer already sent was durable
  * before it went; what was not answered was not decided). */
@@ -59,6 +57,8 @@ static void *second_signal(void *arg)
 	}
 }
 
+/* Every HTTP connection is a descriptor, and the soft open-file limit is
+ * often 1024: raise it (up to the hard limit) so max_connections fit. */
 static void raise_nofile(const struct meter_config *cfg)
 {
 	rlim_t want = (rlim_t)cfg->max_connections + FD_HEADROOM + (rlim_t)cfg->db_pool_size;

@@ -56,7 +56,7 @@ struct collector {
 	 * across database failures. */
 	pthread_t poll_thread, ingest_thread;
 	bool poll_started, ingest_started;
-	pthread_mutex_t mu;   /* guards pending, work_samples, stop flags */
+	pthread_mutex_t mu;   /* guards pending, work_samples, round_batches, stop flags */
 	pthread_cond_t wake;  /* poller's sleep (monotonic clock) */
 	pthread_cond_t ready; /* ingester's sleep (monotonic clock) */
 	struct batch_list pending;
@@ -485,7 +485,10 @@ static void *collector_poll_main(void *arg)
 			size_t before = c->pending.n;
 
 			lost = list_move(&c->pending, &got);
-			c->round_batches = c->pending.n - before;
+			/* A round that gave nothing (every source failed)
+			 * leaves the newest round as it was. */
+			if (c->pending.n > before)
+				c->round_batches = c->pending.n - before;
 		}
 		/* What waits for the ingester: the newest rounds, within the
 		 * bound, and always the round just read (a round larger than

@@ -19,7 +19,9 @@
 -- lease has not ended (now(), the ingesting transaction's time, before
 -- lease_ends_at): the moment before the sweep is treated as the sweep
 -- would have treated it, and running past the end is lease_ended's to
--- report, after the grace. A hold settled by an event dated after its
+-- report, after the grace. lease_ends_at is meterd's clock and now() the
+-- database's: the two are taken to agree (clock_offset_s, for tests only,
+-- sets them apart on purpose). A hold settled by an event dated after its
 -- lease's end and grace (settles_at > lease_ends_at: the event came before
 -- the sweep) reports the running time up to that event as before, whenever
 -- it is metered.

@@ -64,11 +64,16 @@ expect "account create, stdout full" "$("$bin/meterctl" account create --name Lo
 expect "key create, stdout closed" "$("$bin/meterctl" key create --account "$acc" --role full \
 	>&- 2>"$work/err"; echo $?)" 1
 grep -q "standard output is closed" "$work/err" && ok || fail "message: $(cat "$work/err")"
-{
-	"$bin/meterctl" key create --account "$acc" --role full 2>"$work/err" && st=0 || st=$?
-	echo "$st" >"$work/status"
-} | true
-expect "key create, reader gone" "$(cat "$work/status")" 1
+# (A pipe whose reader has gone before the write, whatever the timing: a
+# FIFO opened for reading and writing, then for writing, then its reading
+# side closed.)
+mkfifo "$work/fifo"
+exec {rw}<>"$work/fifo"
+exec {wo}>"$work/fifo"
+exec {rw}<&-
+"$bin/meterctl" key create --account "$acc" --role full >&"$wo" 2>"$work/err" && st=0 || st=$?
+exec {wo}>&-
+expect "key create, reader gone" "$st" 1
 grep -q "nothing was created" "$work/err" && ok || fail "message: $(cat "$work/err")"
 expect "nothing made" "$(psql "$url" -Atq -c "SELECT (SELECT count(*) FROM api_keys),
 	(SELECT count(*) FROM accounts WHERE name = 'Lost')")" "1|0"

@@ -81,13 +81,20 @@ PGAPPNAME=meterd-test-locker psql "$url" -Atq -c "BEGIN;
 	LOCK TABLE schema_migrations IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(8); COMMIT" \
 	>/dev/null 2>&1 &
 locker=$!
-wait_for 5 psql "$url" -Atq -c "SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-	WHERE c.relname = 'schema_migrations' AND l.mode = 'AccessExclusiveLock' AND l.granted" |
-	grep -q 1 || true
+# (wait_for runs its command again: functions, so that the queries run again.)
+locked() {
+	[[ $(psql "$url" -Atq -c "SELECT count(*) FROM pg_locks l JOIN pg_class c
+		ON c.oid = l.relation WHERE c.relname = 'schema_migrations'
+		AND l.mode = 'AccessExclusiveLock' AND l.granted") == 1 ]]
+}
+waiting() {
+	[[ $(psql "$url" -Atq -c "SELECT count(*) > 0 FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND application_name = 'meter'") == t ]]
+}
+wait_for 10 locked || fail "the table was not locked"
 curl -s -o /dev/null -m 10 "$base/readyz" &
 waiter=$!
-wait_for 5 psql "$url" -Atq -c "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'" |
-	grep -q 1 || true
+wait_for 10 waiting || fail "the readiness check did not wait at the lock"
 kill -TERM "$pid"
 wait_for 5 grep -q "shutting down" "$work/again.log" || true
 sleep 0.2

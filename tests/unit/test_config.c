@@ -109,6 +109,10 @@ static void test_errors(void)
 	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_EINVAL);
 	CHECK_STR(err + strlen(tmpfile_path), ":4: listen is set already, on line 1");
 	unlink(tmpfile_path);
+	write_file("db_pool_size = 4\ndb-pool-size = 5\n");
+	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_EINVAL);
+	CHECK_STR(err + strlen(tmpfile_path), ":2: db_pool_size is set already, on line 1");
+	unlink(tmpfile_path);
 	/* One --config: a second file would not be read. */
 	{
 		char *two[] = {"meterd", "--config", "/a.conf", "--config=/b.conf", NULL};

@@ -693,6 +693,22 @@ static void keys_with_authorization(const char *value, struct rawhttp_resp *rr)
 	CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, rr) == 0);
 }
 
+/* Sends "method target version" as the test's full key, the connection
+ * closed after it, into rr (released by the caller); returns as
+ * rawhttp_request. */
+static int raw_as_full(const char *method, const char *target, const char *version,
+		       struct rawhttp_resp *rr)
+{
+	char req[512];
+	int n = snprintf(req, sizeof(req),
+			 "%s %s %s\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+			 "Connection: close\r\n\r\n",
+			 method, target, version, tok_full);
+
+	CHECK(n > 0 && (size_t)n < sizeof(req));
+	return rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, rr);
+}
+
 /* Whitespace around a bearer token is not part of it: more than one space
  * after the scheme, and spaces or a tab after the token (which a proxy may
  * leave), name the same key. Only spaces is no token at all. */
@@ -942,16 +958,9 @@ int main(void)
 		    {"/v1/sandboxes/.%2F", 400, "\"field\":\"path\""},
 		};
 		struct rawhttp_resp rr;
-		char req[512];
-		int n;
 
 		for (size_t i = 0; i < sizeof(dots) / sizeof(dots[0]); i++) {
-			n = snprintf(req, sizeof(req),
-				     "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-				     "Connection: close\r\n\r\n",
-				     dots[i].path, tok_full);
-			CHECK(n > 0 && (size_t)n < sizeof(req));
-			CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
+			CHECK(raw_as_full("GET", dots[i].path, "HTTP/1.1", &rr) == 0);
 			CHECK_I64(rr.status, dots[i].status);
 			CHECK(rr.body && strstr(rr.body, dots[i].want) != NULL);
 			rawhttp_resp_release(&rr);
@@ -971,18 +980,15 @@ int main(void)
 
 		for (size_t i = 0; i < sizeof(exp) / sizeof(exp[0]); i++) {
 			struct rawhttp_resp rr;
-			char req[512], up[32] = "", te[32] = "";
-			int n =
-			    snprintf(req, sizeof(req),
-				     "%s /v1/reports/usage.csv?from=2026-11-01T00:00:00Z&to=2026-"
-				     "11-02T00:00:00Z %s\r\nHost: x\r\nAuthorization: Bearer "
-				     "%s\r\nConnection: close\r\n\r\n",
-				     exp[i].method, exp[i].version, tok_full);
+			char up[32] = "", te[32] = "";
 
-			CHECK(n > 0 && (size_t)n < sizeof(req));
 			/* HEAD: its Content-Length announces a body it does not send,
 			 * which the reader waits for until the close: its head is read. */
-			CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0 ||
+			CHECK(raw_as_full(
+				  exp[i].method,
+				  "/v1/reports/usage.csv?from=2026-11-01T00:00:00Z&to=2026-11-"
+				  "02T00:00:00Z",
+				  exp[i].version, &rr) == 0 ||
 			      strcmp(exp[i].method, "HEAD") == 0);
 			CHECK_I64(rr.status, exp[i].status);
 			if (exp[i].status == 426) {
@@ -1000,14 +1006,10 @@ int main(void)
 	/* A statement's CSV comes as a file named by its account and month. */
 	{
 		struct rawhttp_resp rr;
-		char req[512], disp[128], want[128];
-		int n = snprintf(req, sizeof(req),
-				 "GET /v1/reports/statement.csv?month=2026-11 HTTP/1.1\r\nHost: "
-				 "x\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n",
-				 tok_full);
+		char disp[128], want[128];
 
-		CHECK(n > 0 && (size_t)n < sizeof(req));
-		CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
+		CHECK(raw_as_full("GET", "/v1/reports/statement.csv?month=2026-11", "HTTP/1.1",
+				  &rr) == 0);
 		CHECK_I64(rr.status, 200);
 		snprintf(want, sizeof(want), "attachment; filename=\"statement-%s-2026-11.csv\"",
 			 acc);

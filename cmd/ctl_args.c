@@ -156,6 +156,7 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 const char *ctl_database_url(const char *cmd, const char *flag_value)
 {
 	const char *url = flag_value;
+	char why[96];
 
 	if (!url || !*url)
 		url = getenv("METER_DATABASE_URL");
@@ -166,8 +167,8 @@ const char *ctl_database_url(const char *cmd, const char *flag_value)
 	/* A URL libpq cannot read is a bad argument (exit 2), as for
 	 * migrate, not a database that failed; the URL is not echoed (it may
 	 * hold a password). */
-	if (!db_url_ok(url)) {
-		ctl_fail(cmd, "the database URL is not one libpq can read");
+	if (!db_url_ok(url, why, sizeof(why))) {
+		ctl_fail(cmd, "the database URL: %s", why);
 		return NULL;
 	}
 	return url;

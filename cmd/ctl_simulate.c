@@ -61,6 +61,7 @@
 #include "ctl_args.h"
 #include "parse.h"
 #include "sample.h"
+#include "url.h"
 
 #define SIM_SLOT_USEC	 INT64_C(60000000)
 #define SIM_USEC_PER_SEC INT64_C(1000000)
@@ -912,8 +913,10 @@ static int sim_parse_args(int argc, char **argv, struct sim_opts *o)
 		return 2;
 	}
 	if (o->push) {
-		if (strncmp(o->push, "http://", 7) != 0 && strncmp(o->push, "https://", 8) != 0) {
-			sim_fail("--push: expected an http:// or https:// URL");
+		char why[128];
+
+		if (!url_http_ok(o->push, why, sizeof(why))) {
+			sim_fail("--push: the URL %s", why);
 			return 2;
 		}
 		if (!o->token || !*o->token) /* the environment keeps it off the command line */

@@ -30,6 +30,7 @@
 #include "parse.h"
 #include "server.h"
 #include "session.h"
+#include "url.h"
 #include "webhook.h"
 
 extern char **environ;
@@ -110,13 +111,12 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	/* A URL libpq cannot read is a bad value, not an outage to wait out. */
-	if (!db_url_ok(cfg.database_url)) {
-		fprintf(stderr, "meterd: database_url: not a PostgreSQL URL libpq reads\n");
+	if (!db_url_ok(cfg.database_url, err, sizeof(err))) {
+		fprintf(stderr, "meterd: database_url: %s\n", err);
 		return 2;
 	}
-	if (cfg.webhook_url[0] && strncmp(cfg.webhook_url, "http://", 7) != 0 &&
-	    strncmp(cfg.webhook_url, "https://", 8) != 0) {
-		fprintf(stderr, "meterd: webhook_url must be an http:// or https:// URL\n");
+	if (cfg.webhook_url[0] && !url_http_ok(cfg.webhook_url, err, sizeof(err))) {
+		fprintf(stderr, "meterd: webhook_url %s\n", err);
 		return 2;
 	}
 	log_set_level((enum log_level)log_level_parse(cfg.log_level));

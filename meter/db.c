@@ -1,6 +1,7 @@
 /* meter: PostgreSQL connections. */
 #include "db.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,12 +138,91 @@ out:
 	return rc;
 }
 
-bool db_url_ok(const char *url)
+/* The options whose values libpq checks only when it connects, with the
+ * values it takes (PostgreSQL 15's libpq compares them case-sensitively).
+ * A value outside them fails every connection, forever: meterd would wait
+ * it out as an outage. */
+static const struct {
+	const char *keyword;
+	const char *values[7];
+} db_url_choices[] = {
+    {"sslmode", {"disable", "allow", "prefer", "require", "verify-ca", "verify-full", NULL}},
+    {"gssencmode", {"disable", "prefer", "require", NULL}},
+    {"channel_binding", {"disable", "prefer", "require", NULL}},
+    {"target_session_attrs",
+     {"any", "read-write", "read-only", "primary", "standby", "prefer-standby", NULL}},
+};
+
+/* True when v is one of a choice's values. */
+static bool db_url_choice_ok(const char *const *values, const char *v)
+{
+	for (; *values; values++)
+		if (strcmp(*values, v) == 0)
+			return true;
+	return false;
+}
+
+/* True when each comma-separated part of ports (one a host) is empty (the
+ * default) or a port number, as libpq reads them when it connects (strtol:
+ * blanks around it and a '+' are taken). */
+static bool db_url_ports_ok(const char *ports)
+{
+	const char *p = ports;
+
+	for (;;) {
+		const char *start = p;
+		long n = 0;
+		bool digits = false;
+
+		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' ||
+		       *p == '\v')
+			p++;
+		if (*p == '+' && p[1] >= '0' && p[1] <= '9')
+			p++;
+		for (; *p >= '0' && *p <= '9'; p++) {
+			n = n * 10 + (*p - '0');
+			digits = true;
+			if (n > 65535)
+				return false;
+		}
+		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' ||
+		       *p == '\v')
+			p++;
+		if (digits ? n < 1 : p != start) /* 0, or blanks alone */
+			return false;
+		if (*p == '\0')
+			return true;
+		if (*p != ',')
+			return false;
+		p++;
+	}
+}
+
+bool db_url_ok(const char *url, char *err, size_t errlen)
 {
 	char *perr = NULL;
 	PQconninfoOption *opts = url ? PQconninfoParse(url, &perr) : NULL;
+	bool ok = opts != NULL;
 
+	/* perr may quote the URL, password and all: not shown. */
+	(void)snprintf(err, errlen, "not a PostgreSQL URL libpq reads");
+	for (PQconninfoOption *o = opts; ok && o->keyword; o++) {
+		if (!o->val)
+			continue;
+		if (strcmp(o->keyword, "port") == 0 && !db_url_ports_ok(o->val)) {
+			(void)snprintf(err, errlen, "port: not a port number (1 to 65535)");
+			ok = false;
+		}
+		for (size_t i = 0; ok && i < sizeof(db_url_choices) / sizeof(db_url_choices[0]);
+		     i++) {
+			if (strcmp(o->keyword, db_url_choices[i].keyword) != 0 ||
+			    db_url_choice_ok(db_url_choices[i].values, o->val))
+				continue;
+			(void)snprintf(err, errlen, "%s: not a value libpq takes", o->keyword);
+			ok = false;
+		}
+	}
 	PQconninfoFree(opts);
 	PQfreemem(perr);
-	return opts != NULL;
+	return ok;
 }

@@ -22,7 +22,10 @@ METER_MUSTCHECK enum meter_rc db_connect(const char *url, PGconn **out, char *er
  * end. */
 bool db_idle_closed(PGconn *c);
 
-/* True when libpq can read url (its syntax only: nothing is connected). */
-bool db_url_ok(const char *url);
+/* True when libpq can read url and every value it holds (its syntax, its
+ * port numbers and the values of sslmode and the like: nothing is
+ * connected). Otherwise false, with err naming the option at fault (never
+ * its value or the URL: either may hold a password). */
+bool db_url_ok(const char *url, char *err, size_t errlen);
 
 #endif

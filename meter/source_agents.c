@@ -26,6 +26,7 @@
 #include "agent_doc.h"
 #include "clock.h"
 #include "log.h"
+#include "url.h"
 
 #define AGENT_URL_MAX		2048	    /* characters of one agent URL */
 #define AGENT_URLS_MAX		100000	    /* URLs in one list */
@@ -476,6 +477,7 @@ static bool agent_is_space(char c)
 static enum meter_rc agent_url_add(struct agent_url_list *l, const char *text, size_t len,
 				   const char *where, char *err, size_t errlen)
 {
+	char why[128];
 	char *url;
 
 	while (len > 0 && agent_is_space(*text)) {
@@ -504,11 +506,6 @@ static enum meter_rc agent_url_add(struct agent_url_list *l, const char *text, s
 			return METER_EINVAL;
 		}
 	}
-	if (!((len > 7 && strncmp(text, "http://", 7) == 0) ||
-	      (len > 8 && strncmp(text, "https://", 8) == 0))) {
-		(void)snprintf(err, errlen, "%s: URL must start with http:// or https://", where);
-		return METER_EINVAL;
-	}
 	/* The agent's document is at the URL's path + /v1/usage: a query or
 	 * fragment would swallow that path (and a token in one would show
 	 * wherever the URL is named). */
@@ -518,22 +515,30 @@ static enum meter_rc agent_url_add(struct agent_url_list *l, const char *text, s
 			       where);
 		return METER_EINVAL;
 	}
+	url = strndup(text, len);
+	if (!url)
+		goto nomem;
+	if (!url_http_ok(url, why, sizeof(why))) {
+		(void)snprintf(err, errlen, "%s: the URL %s", where, why);
+		free(url);
+		return METER_EINVAL;
+	}
 	if (l->n >= AGENT_URLS_MAX) {
 		(void)snprintf(err, errlen, "%s: more than %d URLs", where, AGENT_URLS_MAX);
+		free(url);
 		return METER_ERANGE;
 	}
 	if (l->n + 1 >= l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 16;
 		char **grown = realloc(l->urls, cap * sizeof(*grown));
 
-		if (!grown)
+		if (!grown) {
+			free(url);
 			goto nomem;
+		}
 		l->urls = grown;
 		l->cap = cap;
 	}
-	url = strndup(text, len);
-	if (!url)
-		goto nomem;
 	l->urls[l->n++] = url;
 	l->urls[l->n] = NULL;
 	return METER_OK;

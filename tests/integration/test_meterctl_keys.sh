@@ -102,6 +102,10 @@ expect "no database" "$(status "$bin/meterctl" account create --name x)" 2
 expect "a database URL libpq cannot read" "$(status "$bin/meterctl" key create --account "$acc" \
 	--role full --database-url 'postgresql://u:pw@[bad')" 2
 grep -q "pw" "$work/err" && fail "the URL echoed: $(cat "$work/err")" || ok
+expect "a database URL with an sslmode libpq does not take" "$(status "$bin/meterctl" key create \
+	--account "$acc" --role full --database-url 'postgresql://u:pw@127.0.0.1/db?sslmode=on')" 2
+grep -q "sslmode" "$work/err" && ok || fail "sslmode not named: $(cat "$work/err")"
+grep -q "pw" "$work/err" && fail "the URL echoed: $(cat "$work/err")" || ok
 expect "revoke, no database" "$(status "$bin/meterctl" key revoke --account "$acc" \
 	--key "$key")" 2
 

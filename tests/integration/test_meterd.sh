@@ -188,6 +188,23 @@ bad_value() { # NAME ARGS...
 bad_value "a database URL libpq cannot read" --database-url garbage
 bad_value "a webhook URL that is not http(s)" --database-url "$url" --webhook-url ftp://h/x \
 	--webhook-secret 0123456789abcdef0123456789abcdef
+# URLs libcurl or libpq read, with a value no request can succeed with:
+# before, meterd started and retried them for ever.
+bad_value "a webhook URL without a host" --database-url "$url" --webhook-url http://:8080/x \
+	--webhook-secret 0123456789abcdef0123456789abcdef
+grep -q "webhook_url has no host\|webhook_url is not a URL libcurl reads" "$work/err" && ok ||
+	fail "webhook host: $(cat "$work/err")"
+bad_value "a webhook URL that is its scheme alone" --database-url "$url" --webhook-url https:// \
+	--webhook-secret 0123456789abcdef0123456789abcdef
+bad_value "an agent URL without a host" --database-url "$url" --agents "http://:9/"
+bad_value "an sslmode libpq does not take" --database-url "$url?sslmode=bogus"
+grep -q "database_url: sslmode" "$work/err" && ok || fail "sslmode: $(cat "$work/err")"
+bad_value "a port number past 65535" \
+	--database-url "postgresql://u:secret-pw@127.0.0.1:70000/db"
+grep -q "database_url: port" "$work/err" && ok || fail "port: $(cat "$work/err")"
+grep -q "secret-pw" "$work/err" && fail "the URL echoed: $(cat "$work/err")" || ok
+bad_value "a target_session_attrs libpq does not take" \
+	--database-url "postgresql://127.0.0.1/db?target_session_attrs=Any"
 bad_value "--config and no file" --database-url "$url" --config
 bad_value "--config= and no file" --database-url "$url" --config=
 bad_value "an agent URL with a query" --database-url "$url" --agents "http://127.0.0.1:1/x?q=1"

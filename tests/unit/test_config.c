@@ -6,6 +6,8 @@
 
 #include "check.h"
 #include "config.h"
+#include "db.h"
+#include "url.h"
 
 static char tmpfile_path[64];
 
@@ -200,6 +202,75 @@ static void test_listen(void)
 	CHECK(config_listen_split("[::1]80", host, sizeof(host), &port) == METER_EINVAL);
 }
 
+/* The URLs of the configuration are read as the libraries that use them
+ * read them: a value no connection or request can succeed with is refused
+ * at start, not waited out as an outage. */
+static void test_urls(void)
+{
+	static const struct {
+		const char *url;
+		bool ok;
+	} db[] = {
+	    {"postgresql://u:pw@127.0.0.1:5432/db", true},
+	    {"postgresql://u:pw@127.0.0.1/db?sslmode=verify-full", true},
+	    {"host=a port=' +5 ' dbname=d", true},
+	    {"host=a,b port=1,65535", true},
+	    {"host=a,b port=,2", true},
+	    {"dbname=d target_session_attrs=prefer-standby gssencmode=disable", true},
+	    {"postgresql://u@h/db?channel_binding=require", true},
+	    {"postgresql://u:pw@[bad", false},
+	    {"garbage", false},
+	    {"postgresql://u@h/db?sslmode=bogus", false},
+	    {"postgresql://u@h/db?sslmode=Require", false},
+	    {"dbname=d gssencmode=on", false},
+	    {"dbname=d channel_binding=yes", false},
+	    {"dbname=d target_session_attrs=Any", false},
+	    {"postgresql://h:70000/db", false},
+	    {"host=a port=0", false},
+	    {"host=a port=65536", false},
+	    {"host=a port=' '", false},
+	    {"host=a port=5x", false},
+	    {"host=a,b port=1,-2", false},
+	};
+	static const struct {
+		const char *url;
+		bool ok;
+	} http[] = {
+	    {"http://127.0.0.1:8080/hook", true},
+	    {"https://[::1]/x?y=1", true},
+	    {"HTTPS://example.com", true},
+	    {"http://", false},
+	    {"https://", false},
+	    {"http://:8080/x", false},
+	    {"http://u:pw@/x", false},
+	    {"ftp://example.com/x", false},
+	    {"example.com/x", false},
+	    {"http://a b/", false},
+	    {"http://a:99999/", false},
+	};
+	char err[128];
+
+	for (size_t i = 0; i < sizeof(db) / sizeof(db[0]); i++) {
+		err[0] = '\0';
+		if (db_url_ok(db[i].url, err, sizeof(err)) != db[i].ok)
+			CHECK_STR(db[i].url, db[i].ok ? "read" : "refused");
+		CHECK(strstr(err, "pw") == NULL);
+	}
+	CHECK(!db_url_ok("postgresql://h/db?sslmode=x", err, sizeof(err)));
+	CHECK_STR(err, "sslmode: not a value libpq takes");
+	CHECK(!db_url_ok("host=h port=99999", err, sizeof(err)));
+	CHECK_STR(err, "port: not a port number (1 to 65535)");
+	for (size_t i = 0; i < sizeof(http) / sizeof(http[0]); i++) {
+		err[0] = '\0';
+		if (url_http_ok(http[i].url, err, sizeof(err)) != http[i].ok)
+			CHECK_STR(http[i].url, http[i].ok ? "read" : "refused");
+		CHECK(http[i].ok || err[0] != '\0');
+		CHECK(strstr(err, "pw") == NULL);
+	}
+	CHECK(!url_http_ok("ftp://h/", err, sizeof(err)));
+	CHECK_STR(err, "is not an http:// or https:// URL");
+}
+
 int main(void)
 {
 	test_defaults();
@@ -208,5 +279,6 @@ int main(void)
 	test_secret_flags();
 	test_listen();
 	test_help_first();
+	test_urls();
 	return check_done();
 }

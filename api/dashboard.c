@@ -270,20 +270,37 @@ static char *form_field(char *body, const char *name)
 }
 
 /* False for a form posted from another site (login and logout CSRF): the
- * browser says so in Sec-Fetch-Site, or in an Origin that is not ours. */
+ * browser says so in Sec-Fetch-Site, or in an Origin that is not ours. Behind
+ * HTTPS (session_cookie_secure) ours is https:// alone: a page served over
+ * plain http:// on the same host is anyone's on the network path. */
 static bool same_site_form(struct http_req *req)
 {
 	const char *site = http_header(req, "Sec-Fetch-Site");
 	const char *origin = http_header(req, "Origin");
 	const char *host = http_header(req, MHD_HTTP_HEADER_HOST);
+	bool https_only = req->app->cfg->session_cookie_secure;
 	const char *o;
 
 	if (site)
 		return strcmp(site, "same-origin") == 0 || strcmp(site, "none") == 0;
 	if (!origin)
 		return true; /* not a browser's form: nothing to forge */
-	o = strstr(origin, "://");
-	return host && o && strcmp(o + 3, host) == 0;
+	if (strncmp(origin, "https://", 8) == 0)
+		o = origin + 8;
+	else if (!https_only && strncmp(origin, "http://", 7) == 0)
+		o = origin + 7;
+	else
+		return false;
+	return host && strcmp(o, host) == 0;
+}
+
+/* The Set-Cookie line of the session cookie: value for max_age seconds
+ * (an empty value and 0 delete it). */
+static void session_cookie_line(struct http_req *req, const char *value, int max_age, char *out,
+				size_t len)
+{
+	snprintf(out, len, "%s=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%d%s", SESSION_COOKIE,
+		 value, max_age, req->app->cfg->session_cookie_secure ? "; Secure" : "");
 }
 
 void h_dash_sign_in(struct http_req *req)
@@ -350,9 +367,7 @@ void h_dash_sign_in(struct http_req *req)
 		sign_in_page(req, 503, "Could not start a session.");
 		return;
 	}
-	snprintf(header, sizeof(header), "%s=%s; Path=/; HttpOnly; SameSite=Strict; Max-Age=%d%s",
-		 SESSION_COOKIE, cookie, SESSION_TTL_S,
-		 req->app->cfg->session_cookie_secure ? "; Secure" : "");
+	session_cookie_line(req, cookie, SESSION_TTL_S, header, sizeof(header));
 	redirect(req, "/dashboard/");
 	if (req->resp &&
 	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_SET_COOKIE, header) != MHD_YES)
@@ -361,15 +376,17 @@ void h_dash_sign_in(struct http_req *req)
 
 void h_dash_sign_out(struct http_req *req)
 {
+	char header[200];
+
 	if (!same_site_form(req)) {
 		http_reply_error(req, 403, "forbidden", "sign out from this site's own page", NULL);
 		return;
 	}
 	redirect(req, "/dashboard/sign-in");
+	/* With the attributes it was set with (Secure too, behind HTTPS). */
+	session_cookie_line(req, "", 0, header, sizeof(header));
 	if (req->resp &&
-	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_SET_COOKIE,
-				    SESSION_COOKIE
-				    "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0") != MHD_YES)
+	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_SET_COOKIE, header) != MHD_YES)
 		log_warn("could not clear the session cookie");
 }
 

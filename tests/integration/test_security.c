@@ -1155,6 +1155,63 @@ static void other_accounts(void)
 	}
 }
 
+/* Sign-in and sign-out forms posted from another site are refused (login
+ * and logout CSRF). This server runs behind "HTTPS" (session_cookie_secure
+ * = 1): an Origin of plain http:// on our own host is another site too. */
+static void forms_from_other_sites(void)
+{
+	static const struct {
+		const char *headers;
+		int status; /* of a sign-in with a good key; sign-out alike */
+	} cases[] = {
+	    {"", 303}, /* not a browser: nothing to forge */
+	    {"Origin: https://127.0.0.1\r\n", 303},
+	    {"Sec-Fetch-Site: same-origin\r\nOrigin: https://127.0.0.1\r\n", 303},
+	    {"Sec-Fetch-Site: none\r\n", 303},
+	    {"Origin: http://127.0.0.1\r\n", 403},
+	    {"Origin: https://evil.example\r\n", 403},
+	    {"Origin: https://127.0.0.1.evil.example\r\n", 403},
+	    {"Origin: null\r\n", 403},
+	    {"Sec-Fetch-Site: cross-site\r\nOrigin: https://127.0.0.1\r\n", 403},
+	    {"Sec-Fetch-Site: same-site\r\n", 403},
+	};
+	struct buf form = {0};
+
+	buf_str(&form, "key=");
+	buf_pct(&form, tr, strlen(tr));
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		static const char *const targets[] = {"/dashboard/sign-in", "/dashboard/sign-out"};
+
+		for (size_t w = 0; w < 2; w++) {
+			struct req rq = {.method = "POST",
+					 .target = targets[w],
+					 .headers = cases[i].headers,
+					 .content_type = "application/x-www-form-urlencoded",
+					 .body = w == 0 ? form.p : NULL, /* sign-out: none */
+					 .body_len = w == 0 ? form.len : 0};
+			struct resp x;
+			char sc[1024];
+			const char *cookie;
+
+			do_req(&rq, &x, false);
+			if (x.r.status != cases[i].status)
+				fprintf(stderr, "%s with %s: %d\n", targets[w], cases[i].headers,
+					x.r.status);
+			CHECK_I64(x.r.status, cases[i].status);
+			cookie = rawhttp_header(&x.r, "Set-Cookie", sc, sizeof(sc));
+			/* A refused form sets no cookie; an accepted one sets
+			 * (or deletes) it Secure. */
+			CHECK(cases[i].status == 403
+				  ? cookie == NULL
+				  : cookie && strstr(cookie, "; Secure") != NULL);
+			if (w == 1 && cookie)
+				CHECK(strstr(cookie, "Max-Age=0") != NULL);
+			resp_release(&x);
+		}
+	}
+	free(form.p);
+}
+
 /* --- 4. secrets ------------------------------------------------------- */
 
 /* The secret part of a bearer token: after its last '.', or all of it. */
@@ -1382,7 +1439,7 @@ int main(void)
 {
 	const char *args[] = {"--collector", "off", NULL};
 	char env_session[128], env_webhook[128], sql[512];
-	const char *env[] = {env_session, env_webhook, NULL};
+	const char *env[] = {env_session, env_webhook, "METER_SESSION_COOKIE_SECURE=1", NULL};
 	char *before, *again, *after;
 	int walked = 0;
 
@@ -1454,6 +1511,7 @@ int main(void)
 	/* 2-4. */
 	free_text();
 	other_accounts();
+	forms_from_other_sites();
 	secrets_check();
 
 	apitest_drop(&t);

@@ -43,14 +43,15 @@ enum meter_rc app_db_ping(const struct app *app, int timeout_ms)
 
 /* GET /readyz: 200 only when the database answers within a second
  * (app_db_ping: ready means the next check connects) and its schema is the
- * one this binary's migrations make (not yet migrated, or migrated by a
- * newer binary, every route would fail on it). */
+ * one this binary's migrations make (not yet migrated, migrated by a newer
+ * binary or by another build whose migrations differ, routes would fail on
+ * it, or run on SQL this binary was not tested with). */
 static void h_readyz(struct http_req *req)
 {
 	int want = migrate_latest(), have = -1;
 	PGconn *conn = NULL;
 	enum meter_rc rc;
-	char msg[200];
+	char msg[400], why[200];
 
 	if (app_db_ping(req->app, READY_TIMEOUT_MS) != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
@@ -58,8 +59,13 @@ static void h_readyz(struct http_req *req)
 	}
 	if (!hutil_db_acquire(req, &conn))
 		return;
-	rc = migrate_version(conn, &have);
+	rc = migrate_verify(conn, &have, why, sizeof(why));
 	hutil_db_release(req, conn);
+	if (rc == METER_ECONFLICT) {
+		snprintf(msg, sizeof(msg), "%s: the database was migrated by another build", why);
+		http_reply_error(req, 503, "metering_unavailable", msg, NULL);
+		return;
+	}
 	if (rc != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
 		return;

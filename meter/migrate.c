@@ -9,6 +9,7 @@
 
 #include <inttypes.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,24 @@ static enum meter_rc migrate_sha256_hex(const char *text, char hex[MIGRATE_SHA_H
 	return METER_OK;
 }
 
+/* The compiled migrations' hashes, computed once for migrate_verify. */
+static pthread_once_t migrate_hex_once = PTHREAD_ONCE_INIT;
+static char (*migrate_hex)[MIGRATE_SHA_HEX];
+
+static void migrate_hex_init(void)
+{
+	char(*hex)[MIGRATE_SHA_HEX] =
+	    calloc(migrations_count > 0 ? (size_t)migrations_count : 1, sizeof(*hex));
+
+	for (int i = 0; hex && i < migrations_count; i++) {
+		if (migrate_sha256_hex(migrations_src[i].sql, hex[i]) != METER_OK) {
+			free(hex);
+			return; /* migrate_verify says out of memory */
+		}
+	}
+	migrate_hex = hex;
+}
+
 /* The compiled migrations must be numbered strictly increasing from 1 up;
  * anything else is a build mistake. */
 static enum meter_rc migrate_check_compiled(char *err, size_t errlen)
@@ -134,10 +153,11 @@ static int migrate_find(int version)
 /* Compares what schema_migrations records (a result of version, sha256)
  * with the compiled migrations. METER_ECONFLICT, with err, when the
  * database is newer than this binary, records a version this binary does
- * not know, or records a text that has since changed. Sets done[i] for
- * every compiled migration already applied. */
+ * not know, or records a text that has since changed; versions past this
+ * binary's are skipped when newer_ok. Sets done[i] for every compiled
+ * migration already applied. */
 static enum meter_rc migrate_compare(const PGresult *res, const char (*hex)[MIGRATE_SHA_HEX],
-				     bool *done, char *err, size_t errlen)
+				     bool newer_ok, bool *done, char *err, size_t errlen)
 {
 	int newest = migrations_count > 0 ? migrations_src[migrations_count - 1].version : 0;
 
@@ -153,6 +173,8 @@ static enum meter_rc migrate_compare(const PGresult *res, const char (*hex)[MIGR
 				 vtext);
 			return METER_ECONFLICT;
 		}
+		if (v > newest && newer_ok)
+			continue;
 		if (v > newest) {
 			snprintf(err, errlen,
 				 "database schema is newer than this binary (version %ld, binary "
@@ -194,7 +216,7 @@ static enum meter_rc migrate_read(PGconn *conn, const char (*hex)[MIGRATE_SHA_HE
 		rc = METER_EDB;
 		goto out;
 	}
-	rc = migrate_compare(res, hex, done, err, errlen);
+	rc = migrate_compare(res, hex, false, done, err, errlen);
 out:
 	PQclear(res);
 	return rc;
@@ -344,5 +366,34 @@ enum meter_rc migrate_version(PGconn *conn, int *version)
 		rc = METER_OK;
 	}
 	PQclear(res);
+	return rc;
+}
+
+enum meter_rc migrate_verify(PGconn *conn, int *version, char *err, size_t errlen)
+{
+	PGresult *res;
+	bool *done;
+	enum meter_rc rc;
+
+	if (err && errlen)
+		err[0] = '\0';
+	rc = migrate_version(conn, version);
+	if (rc != METER_OK || *version == 0)
+		return rc;
+	(void)pthread_once(&migrate_hex_once, migrate_hex_init);
+	done = calloc(migrations_count > 0 ? (size_t)migrations_count : 1, sizeof(*done));
+	if (!migrate_hex || !done) {
+		free(done);
+		snprintf(err, errlen, "out of memory");
+		return METER_ENOMEM;
+	}
+	res = PQexec(conn, "SELECT version, sha256 FROM schema_migrations ORDER BY version");
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		rc = migrate_compare(res, (const char(*)[MIGRATE_SHA_HEX])migrate_hex, true, done,
+				     err, errlen);
+	else
+		rc = METER_EDB;
+	PQclear(res);
+	free(done);
 	return rc;
 }

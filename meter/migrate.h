@@ -35,4 +35,12 @@ int migrate_latest(void);
  * read. */
 METER_MUSTCHECK enum meter_rc migrate_version(PGconn *conn, int *version);
 
+/* migrate_version, and what schema_migrations records of the versions this
+ * binary has compared with its own migrations: METER_ECONFLICT, with err,
+ * when one it records is not this binary's or its text differs (the
+ * database was migrated by another build). Versions past this binary's
+ * are left to the caller, which compares *version with migrate_latest().
+ * METER_EDB when it cannot be read. */
+METER_MUSTCHECK enum meter_rc migrate_verify(PGconn *conn, int *version, char *err, size_t errlen);
+
 #endif

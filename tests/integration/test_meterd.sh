@@ -231,6 +231,26 @@ psql "$own_url" -Atq -c "INSERT INTO schema_migrations (version, name, sha256)
 expect "readyz on a newer schema" "$(http_status "$base/readyz")" 503
 curl -s "$base/readyz" | grep -q 'newer than this meterd' && ok || fail "readyz says newer"
 psql "$own_url" -Atq -c "DELETE FROM schema_migrations WHERE version = 9999"
+expect "readyz once the newer row is gone" "$(http_status "$base/readyz")" 200
+# Migrated by another build: a migration's text differs from this
+# binary's, or one it records is not this binary's.
+read -r latest sha < <(psql "$own_url" -Atq -F ' ' -c "SELECT version, sha256
+  FROM schema_migrations ORDER BY version DESC LIMIT 1")
+psql "$own_url" -Atq -c "UPDATE schema_migrations SET sha256 = repeat('0', 64)
+  WHERE version = $latest"
+expect "readyz on a changed migration" "$(http_status "$base/readyz")" 503
+curl -s "$base/readyz" | grep -q 'changed after it was applied.*another build' && ok ||
+	fail "readyz says changed: $(curl -s "$base/readyz")"
+psql "$own_url" -Atq -c "UPDATE schema_migrations SET sha256 = '$sha' WHERE version = $latest"
+expect "readyz with the hash back" "$(http_status "$base/readyz")" 200
+missing=$(psql "$own_url" -Atq -c "SELECT min(v) FROM generate_series(1, $latest) v
+  WHERE v NOT IN (SELECT version FROM schema_migrations)")
+psql "$own_url" -Atq -c "INSERT INTO schema_migrations (version, name, sha256)
+  VALUES ($missing, 'not_ours', repeat('0', 64))"
+expect "readyz on a migration not this binary's" "$(http_status "$base/readyz")" 503
+curl -s "$base/readyz" | grep -q "records migration $missing, which this binary does not have" &&
+	ok || fail "readyz says not ours: $(curl -s "$base/readyz")"
+psql "$own_url" -Atq -c "DELETE FROM schema_migrations WHERE version = $missing"
 kill -TERM "$pid"
 wait "$pid" || true
 pid=

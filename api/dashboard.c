@@ -391,11 +391,14 @@ void h_dash_sign_out(struct http_req *req)
 }
 
 /* The cell of what k's limit leaves of its day (as GET /v1/keys's
- * day_remaining_micros), with an id a test can find. */
+ * day_remaining_micros), with an id a test can find. A revoked key's checks
+ * are refused whatever its limit leaves. */
 static void key_remaining(struct html *h, const struct db_key *k)
 {
 	html_printf(h, "<td class=\"n\" id=\"remaining-%s\">", k->key_id);
-	if (k->has_limit)
+	if (k->revoked_at_usec != INT64_MIN)
+		html_raw(h, "none (revoked)");
+	else if (k->has_limit)
 		html_dollars(h, db_key_remaining(k));
 	else
 		html_raw(h, "no limit");
@@ -403,7 +406,9 @@ static void key_remaining(struct html *h, const struct db_key *k)
 }
 
 /* The gauges of the account's keys: today's spent and held against the
- * daily limit of each key, in its own time zone. */
+ * daily limit of each key, in its own time zone. A revoked key shows while
+ * its day has spend or holds (its sandboxes may run on, and they rank
+ * below), so that the day's spend is all here. */
 static enum meter_rc overview_keys(struct html *h, PGconn *conn, const char *account)
 {
 	struct db_key *keys = NULL;
@@ -419,10 +424,12 @@ static enum meter_rc overview_keys(struct html *h, PGconn *conn, const char *acc
 		    "<th class=\"n\">Remaining</th><th></th></tr></thead><tbody>");
 	for (size_t i = 0; i < n; i++) {
 		const struct db_key *k = &keys[i];
-		if (k->revoked_at_usec != INT64_MIN)
+		bool revoked = k->revoked_at_usec != INT64_MIN;
+
+		if (revoked && k->day_spent_micros == 0 && k->day_held_micros == 0)
 			continue;
-		html_printf(h, "<tr><td>%s</td><td>%s (%s)</td><td class=\"n\">", k->key_id, k->day,
-			    k->time_zone);
+		html_printf(h, "<tr><td>%s%s</td><td>%s (%s)</td><td class=\"n\">", k->key_id,
+			    revoked ? " (revoked)" : "", k->day, k->time_zone);
 		html_dollars(h, k->day_spent_micros);
 		html_raw(h, "</td><td class=\"n\">");
 		html_dollars(h, k->day_held_micros);

@@ -86,7 +86,8 @@ int main(void)
 	struct apitest t;
 	struct webdriver wd;
 	bool missing;
-	char remaining_css[96];
+	char remaining_css[96], gone_css[96], gone_cell[96], gone_key[65],
+	    gone_token[APITEST_TOKEN_MAX], idle_key[65], idle_token[APITEST_TOKEN_MAX];
 	char acc[65], ro_key[65], ro_token[APITEST_TOKEN_MAX], full_key[65],
 	    full_token[APITEST_TOKEN_MAX], url[512], want[64], sql[512];
 	char *text, *cookie, *src;
@@ -147,6 +148,22 @@ int main(void)
 		 full_key);
 	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
 	snprintf(remaining_css, sizeof(remaining_css), "#remaining-%s", full_key);
+	/* Two keys revoked today: one whose day has spend shows on the
+	 * overview (its sandboxes may run on), one whose day is empty does
+	 * not. */
+	CHECK(apitest_create_key(&t, acc, "full", 9000000, NULL, gone_key, gone_token) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 9000000, NULL, idle_key, idle_token) == 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros,"
+		 " limit_micros) SELECT account_id, key_id, (now() AT TIME ZONE time_zone)::date,"
+		 " 4321, 0, daily_limit_micros FROM api_keys WHERE key_id = '%s'",
+		 gone_key);
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	snprintf(sql, sizeof(sql),
+		 "UPDATE api_keys SET revoked_at = now() WHERE key_id IN ('%s', '%s')", gone_key,
+		 idle_key);
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	snprintf(gone_css, sizeof(gone_css), "#remaining-%s", gone_key);
 
 	/* Not signed in: the dashboard sends the browser to the sign-in page. */
 	snprintf(url, sizeof(url), "%s/dashboard/", t.servers[0].base);
@@ -190,6 +207,13 @@ int main(void)
 	CHECK(src && strstr(src, ro_token) == NULL); /* the key never appears */
 	free(src);
 	text_is(&wd, remaining_css, "$3.000000");
+	text_is(&wd, gone_css, "none (revoked)");
+	src = wd_source(&wd);
+	snprintf(gone_cell, sizeof(gone_cell), "%s (revoked)", gone_key);
+	CHECK(src && strstr(src, gone_cell) != NULL);
+	CHECK(src && strstr(src, "$0.004321") != NULL);
+	CHECK(src && strstr(src, idle_key) == NULL);
+	free(src);
 	page_done(&wd, "overview");
 
 	/* Sandboxes: both, with today's and the month's cost. */

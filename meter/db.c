@@ -205,7 +205,8 @@ bool db_url_ok(const char *url, char *err, size_t errlen)
 	bool ok = opts != NULL;
 
 	/* perr may quote the URL, password and all: not shown. */
-	(void)snprintf(err, errlen, "not a PostgreSQL URL libpq reads");
+	if (!ok)
+		(void)snprintf(err, errlen, "not a PostgreSQL URL libpq reads");
 	for (PQconninfoOption *o = opts; ok && o->keyword; o++) {
 		if (!o->val)
 			continue;

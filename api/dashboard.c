@@ -452,6 +452,10 @@ static enum meter_rc overview_keys(struct html *h, PGconn *conn, const char *acc
 	return METER_OK;
 }
 
+/* The query of a page that takes none: a parameter there was meant for
+ * another page (400, as the API's routes answer). */
+static const char *const no_query[] = {NULL};
+
 void h_dash_overview(struct http_req *req)
 {
 	const char *account = page_account(req);
@@ -462,9 +466,12 @@ void h_dash_overview(struct http_req *req)
 	struct db_dash_top top[TOP_SANDBOXES];
 	size_t ntop = 0;
 	struct html h;
-	PGconn *conn = page_db(req);
+	PGconn *conn;
 	enum meter_rc rc;
 
+	if (!http_query_allowed(req, no_query))
+		return;
+	conn = page_db(req);
 	if (!conn)
 		return;
 	page_start(&h, req, "Overview");
@@ -663,10 +670,13 @@ void h_dash_sandbox(struct http_req *req)
 	size_t nev = 0, n = 0;
 	int64_t total = 0;
 	struct html h;
-	PGconn *conn = page_db(req);
+	PGconn *conn;
 	enum meter_rc rc;
 	char at[40], floor_label[40];
 
+	if (!http_query_allowed(req, no_query))
+		return;
+	conn = page_db(req);
 	if (!conn)
 		return;
 	month_bounds(now, &mstart, &mend);
@@ -757,9 +767,12 @@ void h_dash_keys(struct http_req *req)
 	struct db_key *keys = NULL;
 	size_t n = 0;
 	struct html h;
-	PGconn *conn = page_db(req);
+	PGconn *conn;
 	enum meter_rc rc;
 
+	if (!http_query_allowed(req, no_query))
+		return;
+	conn = page_db(req);
 	if (!conn)
 		return;
 	rc = db_key_list(conn, page_account(req), &keys, &n);
@@ -806,7 +819,7 @@ void h_dash_exports(struct http_req *req)
 	char from[40], to[40], month[8];
 	struct html h;
 
-	if (!page_has_account(req))
+	if (!http_query_allowed(req, no_query) || !page_has_account(req))
 		return;
 	month_bounds(now, &mstart, &mend);
 	agent_doc_format_time(mstart, from, sizeof(from));

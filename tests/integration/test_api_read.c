@@ -339,6 +339,12 @@ static void test_bad_queries(void)
 	    {"/v1/sandboxes?sort=cost&cursor=i.sbx_a1", "cursor"},
 	    {"/v1/sandboxes?from=2026-01-10T00:00:00Z%00&to=2026-01-11T00:00:00Z", "from"},
 	    {"/v1/keys?account_id=", "account_id"},
+	    /* The dashboard's pages alike (taken with a key's token). */
+	    {"/dashboard/?bogus=1", "bogus"},
+	    {"/dashboard/keys?key_id=x", "key_id"},
+	    {"/dashboard/exports?month=2026-01", "month"},
+	    {"/dashboard/sandboxes/sbx_a1?window=day", "window"},
+	    {"/dashboard/sandboxes?bogus=1", "bogus"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

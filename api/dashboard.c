@@ -390,9 +390,9 @@ void h_dash_sign_out(struct http_req *req)
 		log_warn("could not clear the session cookie");
 }
 
-/* The cell of what k's limit leaves of its day (as GET /v1/keys's
- * day_remaining_micros), with an id a test can find. A revoked key's checks
- * are refused whatever its limit leaves. */
+/* The cell of what k's limit leaves of its day (GET /v1/keys's
+ * day_remaining_micros), with an id a test can find; for a revoked key,
+ * none: its checks are refused whatever its limit leaves. */
 static void key_remaining(struct html *h, const struct db_key *k)
 {
 	html_printf(h, "<td class=\"n\" id=\"remaining-%s\">", k->key_id);

@@ -61,8 +61,10 @@ static void h_readyz(struct http_req *req)
 		return;
 	rc = migrate_verify(conn, &have, why, sizeof(why));
 	hutil_db_release(req, conn);
-	if (rc == METER_ECONFLICT) {
-		snprintf(msg, sizeof(msg), "%s: the database was migrated by another build", why);
+	if (rc == METER_ECONFLICT || rc == METER_ENOMEM) {
+		snprintf(msg, sizeof(msg), "%s%s", why,
+			 rc == METER_ECONFLICT ? ": the database was migrated by another build"
+					       : "");
 		http_reply_error(req, 503, "metering_unavailable", msg, NULL);
 		return;
 	}

@@ -198,6 +198,38 @@ static bool db_url_ports_ok(const char *ports)
 	}
 }
 
+/* Entries of a comma-separated list as libpq counts them: 1 for NULL or an
+ * empty value. */
+static int db_url_count(const char *list)
+{
+	int n = 1;
+
+	for (const char *p = list; p && *p; p++)
+		n += *p == ',';
+	return n;
+}
+
+/* True when the ports can be matched to the hosts as libpq matches them
+ * when it connects: one port for every host, or one a host. */
+static bool db_url_ports_match(const PQconninfoOption *opts)
+{
+	const char *host = NULL, *hostaddr = NULL, *port = NULL;
+	int hosts;
+
+	for (const PQconninfoOption *o = opts; o->keyword; o++) {
+		if (strcmp(o->keyword, "host") == 0)
+			host = o->val;
+		else if (strcmp(o->keyword, "hostaddr") == 0)
+			hostaddr = o->val;
+		else if (strcmp(o->keyword, "port") == 0)
+			port = o->val;
+	}
+	hosts = db_url_count(hostaddr && *hostaddr ? hostaddr : host);
+	if (hostaddr && *hostaddr && host && *host && db_url_count(host) != hosts)
+		return false;
+	return !port || !*port || db_url_count(port) == 1 || db_url_count(port) == hosts;
+}
+
 bool db_url_ok(const char *url, char *err, size_t errlen)
 {
 	char *perr = NULL;
@@ -222,6 +254,12 @@ bool db_url_ok(const char *url, char *err, size_t errlen)
 			(void)snprintf(err, errlen, "%s: not a value libpq takes", o->keyword);
 			ok = false;
 		}
+	}
+	if (ok && !db_url_ports_match(opts)) {
+		(void)snprintf(err, errlen,
+			       "host, hostaddr, port: not one port, or one a host, for as many "
+			       "hosts as addresses");
+		ok = false;
 	}
 	PQconninfoFree(opts);
 	PQfreemem(perr);

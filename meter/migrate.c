@@ -108,22 +108,30 @@ static enum meter_rc migrate_sha256_hex(const char *text, char hex[MIGRATE_SHA_H
 	return METER_OK;
 }
 
-/* The compiled migrations' hashes, computed once for migrate_verify. */
-static pthread_once_t migrate_hex_once = PTHREAD_ONCE_INIT;
+/* The compiled migrations' hashes for migrate_verify, computed by the first
+ * call that needs them (again by a later one, should that fail). */
+static pthread_mutex_t migrate_hex_lock = PTHREAD_MUTEX_INITIALIZER;
 static char (*migrate_hex)[MIGRATE_SHA_HEX];
 
-static void migrate_hex_init(void)
+/* The hashes, or NULL when they cannot be computed (out of memory). */
+static const char (*migrate_hashes(void))[MIGRATE_SHA_HEX]
 {
-	char(*hex)[MIGRATE_SHA_HEX] =
-	    calloc(migrations_count > 0 ? (size_t)migrations_count : 1, sizeof(*hex));
+	char(*hex)[MIGRATE_SHA_HEX];
 
-	for (int i = 0; hex && i < migrations_count; i++) {
-		if (migrate_sha256_hex(migrations_src[i].sql, hex[i]) != METER_OK) {
-			free(hex);
-			return; /* migrate_verify says out of memory */
+	pthread_mutex_lock(&migrate_hex_lock);
+	hex = migrate_hex;
+	if (!hex) {
+		hex = calloc(migrations_count > 0 ? (size_t)migrations_count : 1, sizeof(*hex));
+		for (int i = 0; hex && i < migrations_count; i++) {
+			if (migrate_sha256_hex(migrations_src[i].sql, hex[i]) != METER_OK) {
+				free(hex);
+				hex = NULL;
+			}
 		}
+		migrate_hex = hex;
 	}
-	migrate_hex = hex;
+	pthread_mutex_unlock(&migrate_hex_lock);
+	return (const char(*)[MIGRATE_SHA_HEX])hex;
 }
 
 /* The compiled migrations must be numbered strictly increasing from 1 up;
@@ -371,6 +379,7 @@ enum meter_rc migrate_version(PGconn *conn, int *version)
 
 enum meter_rc migrate_verify(PGconn *conn, int *version, char *err, size_t errlen)
 {
+	const char(*hex)[MIGRATE_SHA_HEX];
 	PGresult *res;
 	bool *done;
 	enum meter_rc rc;
@@ -380,19 +389,27 @@ enum meter_rc migrate_verify(PGconn *conn, int *version, char *err, size_t errle
 	rc = migrate_version(conn, version);
 	if (rc != METER_OK || *version == 0)
 		return rc;
-	(void)pthread_once(&migrate_hex_once, migrate_hex_init);
+	hex = migrate_hashes();
 	done = calloc(migrations_count > 0 ? (size_t)migrations_count : 1, sizeof(*done));
-	if (!migrate_hex || !done) {
+	if (!hex || !done) {
 		free(done);
 		snprintf(err, errlen, "out of memory");
 		return METER_ENOMEM;
 	}
 	res = PQexec(conn, "SELECT version, sha256 FROM schema_migrations ORDER BY version");
 	if (PQresultStatus(res) == PGRES_TUPLES_OK)
-		rc = migrate_compare(res, (const char(*)[MIGRATE_SHA_HEX])migrate_hex, true, done,
-				     err, errlen);
+		rc = migrate_compare(res, hex, true, done, err, errlen);
 	else
 		rc = METER_EDB;
+	/* One of this binary's below the newest recorded that is not there:
+	 * skipped by the build that migrated, or its record deleted. */
+	for (int i = 0; rc == METER_OK && i < migrations_count; i++) {
+		if (!done[i] && migrations_src[i].version < *version) {
+			snprintf(err, errlen, "migration %s is not applied",
+				 migrations_src[i].name);
+			rc = METER_ECONFLICT;
+		}
+	}
 	PQclear(res);
 	free(done);
 	return rc;

@@ -37,8 +37,10 @@ METER_MUSTCHECK enum meter_rc migrate_version(PGconn *conn, int *version);
 
 /* migrate_version, and what schema_migrations records of the versions this
  * binary has compared with its own migrations: METER_ECONFLICT, with err,
- * when one it records is not this binary's or its text differs (the
- * database was migrated by another build). Versions past this binary's
+ * when one it records is not this binary's or its text differs, or one of
+ * this binary's below the newest recorded is missing (the database was
+ * migrated by another build). METER_ENOMEM, with err, when the compiled
+ * migrations cannot be hashed. Versions past this binary's
  * are left to the caller, which compares *version with migrate_latest().
  * METER_EDB when it cannot be read. */
 METER_MUSTCHECK enum meter_rc migrate_verify(PGconn *conn, int *version, char *err, size_t errlen);

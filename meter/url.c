@@ -8,12 +8,13 @@
 
 #include <curl/curl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool url_http_ok(const char *url, char *err, size_t errlen)
 {
 	CURLU *u = curl_url();
-	char *scheme = NULL, *host = NULL;
+	char *scheme = NULL, *host = NULL, *port = NULL;
 	CURLUcode uc;
 	bool ok = false;
 
@@ -22,9 +23,16 @@ bool url_http_ok(const char *url, char *err, size_t errlen)
 		return false;
 	}
 	uc = curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME);
+	if (uc == CURLUE_NO_HOST) {
+		(void)snprintf(err, errlen, "has no host");
+		goto out;
+	}
+	if (uc == CURLUE_BAD_PORT_NUMBER) {
+		(void)snprintf(err, errlen, "has a port that is not 1 to 65535");
+		goto out;
+	}
 	if (uc != CURLUE_OK) {
-		(void)snprintf(err, errlen, "is not a URL libcurl reads (%s)",
-			       curl_url_strerror(uc));
+		(void)snprintf(err, errlen, "is not a URL libcurl reads (its error %d)", (int)uc);
 		goto out;
 	}
 	if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
@@ -36,10 +44,16 @@ bool url_http_ok(const char *url, char *err, size_t errlen)
 		(void)snprintf(err, errlen, "has no host");
 		goto out;
 	}
+	/* libcurl takes port 0, which nothing listens on. */
+	if (curl_url_get(u, CURLUPART_PORT, &port, 0) == CURLUE_OK && strtol(port, NULL, 10) == 0) {
+		(void)snprintf(err, errlen, "has a port that is not 1 to 65535");
+		goto out;
+	}
 	ok = true;
 out:
 	curl_free(scheme);
 	curl_free(host);
+	curl_free(port);
 	curl_url_cleanup(u);
 	return ok;
 }

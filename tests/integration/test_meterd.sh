@@ -245,12 +245,22 @@ psql "$own_url" -Atq -c "UPDATE schema_migrations SET sha256 = '$sha' WHERE vers
 expect "readyz with the hash back" "$(http_status "$base/readyz")" 200
 missing=$(psql "$own_url" -Atq -c "SELECT min(v) FROM generate_series(1, $latest) v
   WHERE v NOT IN (SELECT version FROM schema_migrations)")
+[[ -n $missing ]] || fail "no number missing from the migrations to record a foreign one as"
 psql "$own_url" -Atq -c "INSERT INTO schema_migrations (version, name, sha256)
   VALUES ($missing, 'not_ours', repeat('0', 64))"
 expect "readyz on a migration not this binary's" "$(http_status "$base/readyz")" 503
 curl -s "$base/readyz" | grep -q "records migration $missing, which this binary does not have" &&
 	ok || fail "readyz says not ours: $(curl -s "$base/readyz")"
 psql "$own_url" -Atq -c "DELETE FROM schema_migrations WHERE version = $missing"
+# One of this binary's, below the newest, not recorded: a build without it.
+psql "$own_url" -Atq -c "CREATE TABLE migration_kept AS SELECT * FROM schema_migrations
+  WHERE version = $((latest - 1)); DELETE FROM schema_migrations WHERE version = $((latest - 1))"
+expect "readyz with a migration missing" "$(http_status "$base/readyz")" 503
+curl -s "$base/readyz" | grep -q "is not applied: the database was migrated by another build" &&
+	ok || fail "readyz says missing: $(curl -s "$base/readyz")"
+psql "$own_url" -Atq -c "INSERT INTO schema_migrations SELECT * FROM migration_kept;
+  DROP TABLE migration_kept"
+expect "readyz with every migration back" "$(http_status "$base/readyz")" 200
 kill -TERM "$pid"
 wait "$pid" || true
 pid=

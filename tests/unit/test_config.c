@@ -231,6 +231,14 @@ static void test_urls(void)
 	    {"host=a port=' '", false},
 	    {"host=a port=5x", false},
 	    {"host=a,b port=1,-2", false},
+	    {"host=a port=1,2", false},
+	    {"host=a,b,c port=1,2", false},
+	    {"host=a,b,c port=1,2,3", true},
+	    {"host=a,b,c port=7", true},
+	    {"postgresql://a:1,b:2/db", true},
+	    {"hostaddr=127.0.0.1,127.0.0.2 port=1,2", true},
+	    {"hostaddr=127.0.0.1,127.0.0.2 host=a port=1", false},
+	    {"hostaddr=127.0.0.1 host=a port=1,2", false},
 	};
 	static const struct {
 		const char *url;
@@ -247,6 +255,10 @@ static void test_urls(void)
 	    {"example.com/x", false},
 	    {"http://a b/", false},
 	    {"http://a:99999/", false},
+	    {"http://a:0/", false},
+	    {"http://a:00/x", false},
+	    {"http://a:/x", true},
+	    {"http://a:65535/x", true},
 	};
 	char err[128];
 

@@ -61,6 +61,12 @@ int ctl_migrate_main(int argc, char **argv)
 				"METER_DATABASE_URL)\n");
 		return 2;
 	}
+	/* As the other commands: a URL that no connection can succeed with
+	 * is a bad argument (2), not a database that failed (1). */
+	if (!db_url_ok(url, err, sizeof(err))) {
+		fprintf(stderr, "meterctl migrate: the database URL: %s\n", err);
+		return 2;
+	}
 
 	rc = db_connect(url, &conn, err, sizeof(err));
 	if (rc == METER_EINVAL) {

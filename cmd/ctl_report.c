@@ -4,6 +4,7 @@
  * With -o FILE and a terminal on stderr, a progress line shows the rows
  * written and how far through the range the export is; piped, it stays
  * silent but for errors. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,15 +43,34 @@ static FILE *open_output(const char *cmd, const char *path)
 	return f;
 }
 
-/* Closes the output; 0 when everything was written. */
-static int close_output(const char *cmd, FILE *f, const char *path)
+/* Says that writing the output failed (errno e), and so when its reader
+ * went away (meterctl report ... | head): what was written is incomplete. */
+static void write_failed(const char *cmd, const char *path, int e)
 {
-	int bad = fflush(f) != 0 || ferror(f);
-
-	if (f != stdout && fclose(f) != 0)
-		bad = 1;
-	if (bad)
+	if (e == EPIPE)
+		ctl_fail(cmd,
+			 "writing %s failed: its reader closed it, so the output is incomplete",
+			 path ? path : "standard output");
+	else
 		ctl_fail(cmd, "writing %s failed", path ? path : "standard output");
+}
+
+/* Closes the output; 0 when everything was written. write_errno: a write
+ * that already failed (0: none), said once, here. */
+static int close_output(const char *cmd, FILE *f, const char *path, int write_errno)
+{
+	int bad = write_errno != 0;
+
+	if (!bad && (fflush(f) != 0 || ferror(f))) {
+		write_errno = errno;
+		bad = 1;
+	}
+	if (f != stdout && fclose(f) != 0 && !bad) {
+		write_errno = errno;
+		bad = 1;
+	}
+	if (bad)
+		write_failed(cmd, path, write_errno);
 	return bad;
 }
 
@@ -108,7 +128,7 @@ static int report_usage(int argc, char **argv)
 	char err[512], buf[65536];
 	bool progress;
 	FILE *out = NULL;
-	int status = 1;
+	int status = 1, write_errno = 0;
 	size_t len;
 	enum meter_rc rc;
 	const char *what;
@@ -211,7 +231,7 @@ static int report_usage(int argc, char **argv)
 		if (len == 0)
 			break;
 		if (fwrite(buf, 1, len, out) != len) {
-			ctl_fail(cmd, "writing %s failed", out_path ? out_path : "standard output");
+			write_errno = errno ? errno : EIO;
 			goto out;
 		}
 		if (progress)
@@ -226,7 +246,7 @@ static int report_usage(int argc, char **argv)
 	status = 0;
 out:
 	export_close(cur);
-	if (out && close_output(cmd, out, out_path))
+	if (out && close_output(cmd, out, out_path, write_errno))
 		status = 1;
 	if (status != 0 && out && out_path && unlink(out_path) != 0)
 		ctl_fail(cmd, "could not remove the incomplete %s", out_path);
@@ -291,7 +311,7 @@ static int report_statement(int argc, char **argv)
 	}
 	statement_release(&s);
 out:
-	if (out && close_output(cmd, out, args[3].s))
+	if (out && close_output(cmd, out, args[3].s, 0))
 		status = 1;
 	if (conn)
 		PQfinish(conn);

@@ -73,6 +73,13 @@ env -u METER_DATABASE_URL $ctl migrate >/dev/null 2>&1 && status=0 || status=$?
 expect "migrate without a database" "$status" 2
 $ctl migrate --database-url "postgresql://nobody@127.0.0.1:1/x" >/dev/null 2>/tmp/meterctl-err.$$ && status=0 || status=$?
 expect "migrate against a closed port" "$status" 1
+# A URL no connection can succeed with is a bad argument, as for the
+# other commands, and its password is not shown.
+$ctl migrate --database-url "postgresql://nobody:PWSECRET@127.0.0.1:1/x?sslmode=bogus" \
+	>/dev/null 2>/tmp/meterctl-err.$$ && status=0 || status=$?
+expect "migrate with an sslmode libpq does not take" "$status" 2
+grep -q "sslmode" /tmp/meterctl-err.$$ && ok || fail "sslmode not named: $(cat /tmp/meterctl-err.$$)"
+grep -q PWSECRET /tmp/meterctl-err.$$ && fail "the password shown" || ok
 rm -f /tmp/meterctl-err.$$
 
 # Reports of an account that does not exist: status 1 and one line, never
@@ -106,5 +113,20 @@ for f in "--account a/b:--account" "--account acc_rep --key-id x/y:--key-id" \
 	expect "stderr of a bad ${f#*:}" "$(cat /tmp/meterctl-err.$$)" \
 		"meterctl report usage: ${f#*:}: must be 1 to 64 characters of A-Z a-z 0-9 _ . -"
 done
+# A reader that goes away (meterctl report ... | head): status 1 and one
+# line saying the output is incomplete. (A FIFO whose reading side is
+# closed before meterctl writes, so no timing lets a write through.)
+fifo=/tmp/meterctl-fifo.$$
+mkfifo "$fifo"
+exec {rw}<>"$fifo"
+exec {wo}>"$fifo"
+exec {rw}<&-
+$ctl report usage --account acc_rep --from 2026-11-01T00:00:00Z --to 2026-11-02T00:00:00Z \
+	--database-url "$url" >&"$wo" 2>/tmp/meterctl-err.$$ && status=0 || status=$?
+exec {wo}>&-
+rm -f "$fifo"
+expect "report usage, reader gone" "$status" 1
+expect "report usage, reader gone: stderr" "$(cat /tmp/meterctl-err.$$)" \
+	"meterctl report usage: writing standard output failed: its reader closed it, so the output is incomplete"
 rm -f /tmp/meterctl-err.$$
 finish

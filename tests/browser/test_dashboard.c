@@ -79,6 +79,19 @@ static int usage(PGconn *c, const char *acc, const char *key, const char *sbx, i
 	return in_month;
 }
 
+/* Writes key's ledger row of today (in its time zone): spent and held. */
+static void today_row(PGconn *c, const char *key, int64_t spent, int64_t held)
+{
+	char sql[512];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros,"
+		 " limit_micros) SELECT account_id, key_id, (now() AT TIME ZONE time_zone)::date,"
+		 " %lld, %lld, daily_limit_micros FROM api_keys WHERE key_id = '%s'",
+		 (long long)spent, (long long)held, key);
+	CHECK_STR(testdb_exec_state(c, sql), "00000");
+}
+
 int main(void)
 {
 	static const char *const env[] = {
@@ -141,24 +154,14 @@ int main(void)
 	CHECK_STR(testdb_exec_state(t.db.conn, "SELECT meter_dashboard_rebuild()"), "00000");
 	/* The full key's day: $5 less 1,234,567 spent and 765,433 held
 	 * leaves $3.000000, on the overview and the keys page. */
-	snprintf(sql, sizeof(sql),
-		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros,"
-		 " limit_micros) SELECT account_id, key_id, (now() AT TIME ZONE time_zone)::date,"
-		 " 1234567, 765433, daily_limit_micros FROM api_keys WHERE key_id = '%s'",
-		 full_key);
-	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	today_row(t.db.conn, full_key, 1234567, 765433);
 	snprintf(remaining_css, sizeof(remaining_css), "#remaining-%s", full_key);
 	/* Two keys revoked today: one whose day has spend shows on the
 	 * overview (its sandboxes may run on), one whose day is empty does
 	 * not. */
 	CHECK(apitest_create_key(&t, acc, "full", 9000000, NULL, gone_key, gone_token) == 0);
 	CHECK(apitest_create_key(&t, acc, "full", 9000000, NULL, idle_key, idle_token) == 0);
-	snprintf(sql, sizeof(sql),
-		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros,"
-		 " limit_micros) SELECT account_id, key_id, (now() AT TIME ZONE time_zone)::date,"
-		 " 4321, 0, daily_limit_micros FROM api_keys WHERE key_id = '%s'",
-		 gone_key);
-	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	today_row(t.db.conn, gone_key, 4321, 0);
 	snprintf(sql, sizeof(sql),
 		 "UPDATE api_keys SET revoked_at = now() WHERE key_id IN ('%s', '%s')", gone_key,
 		 idle_key);

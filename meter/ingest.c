@@ -47,18 +47,20 @@
 #define ING_HOUR_USEC	  INT64_C(3600000000)
 #define ING_DAY_USEC	  INT64_C(86400000000)
 #define ING_PG_EPOCH_USEC INT64_C(946684800000000) /* 2000-01-01 in Unix µs */
-#define ING_PG_EPOCH_DAYS 10957			   /* 2000-01-01 in Unix days */
-#define ING_ZONE_MAX	  128
-#define ING_ZONE_DAYS_MAX 4000 /* days kept per zone in the cache */
-#define ING_PARTS_MAX	  4096 /* partition days remembered */
-#define ING_TRIES	  4    /* one try and three retries */
-#define ING_COPY_CHUNK	  (1024 * 1024)
-#define ING_VERSION_NONE  (-1)
-#define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
-#define ING_DAY_NONE_SQL  "-2147483648"
-#define ING_TIME_NONE	  INT64_MIN		    /* no instant */
-#define ING_CACHE_MAX	  10000000		    /* cache_sandboxes at most */
-#define ING_CACHE_AGE	  (INT64_C(3600) * 1000000) /* a cache entry is used this long, µs */
+/* 0001-01-01T00:00:00Z in Unix µs: before any event (ing_load_events). */
+#define ING_EVENTS_EVER_USEC INT64_C(-62135596800000000)
+#define ING_PG_EPOCH_DAYS    10957 /* 2000-01-01 in Unix days */
+#define ING_ZONE_MAX	     128
+#define ING_ZONE_DAYS_MAX    4000 /* days kept per zone in the cache */
+#define ING_PARTS_MAX	     4096 /* partition days remembered */
+#define ING_TRIES	     4	  /* one try and three retries */
+#define ING_COPY_CHUNK	     (1024 * 1024)
+#define ING_VERSION_NONE     (-1)
+#define ING_DAY_NONE	     INT32_MIN /* no day / month metered yet */
+#define ING_DAY_NONE_SQL     "-2147483648"
+#define ING_TIME_NONE	     INT64_MIN		       /* no instant */
+#define ING_CACHE_MAX	     10000000		       /* cache_sandboxes at most */
+#define ING_CACHE_AGE	     (INT64_C(3600) * 1000000) /* a cache entry is used this long, µs */
 
 /* A sandbox's created_at in µs since the Unix epoch (a bigint column). */
 #define ING_CREATED_SQL "(extract(epoch FROM sb.created_at) * 1000000)::bigint"
@@ -1274,21 +1276,21 @@ static const char SQL_METER_LOCK[] = SQL_METER_READ
     " ORDER BY m.account_id COLLATE \"C\", m.sandbox_id COLLATE \"C\" FOR UPDATE OF m";
 static const char SQL_METER_UNLOCKED[] = SQL_METER_READ;
 
-/* Events of the call's sandboxes in one window covering every sandbox's
- * range, and their stops before it (a stop is final; a branch of its own,
- * so that both take the (account, sandbox, type, at) index rather than
- * the whole table); each sandbox skips those before its own watermark but
- * for its first stop. */
+/* Events of the call's sandboxes from each sandbox's own start ($3, its
+ * ev_from) up to the call's newest sample ($4), and their stops before it
+ * (a stop is final; a branch of its own, so that both take the (account,
+ * sandbox, type, at) index rather than the whole table); each sandbox skips
+ * those past its own newest sample. */
 static const char SQL_EVENTS[] =
     "SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
-    " FROM unnest($1::text[], $2::text[]) AS q(a, s)"
+    " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"
     " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
-    "  AND e.at >= $3::timestamptz AND e.at <= $4::timestamptz"
+    "  AND e.at >= q.f AND e.at <= $4::timestamptz"
     " UNION ALL"
     " SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
-    " FROM unnest($1::text[], $2::text[]) AS q(a, s)"
+    " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"
     " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
-    "  AND e.type = 'stopped' AND e.at < $3::timestamptz"
+    "  AND e.type = 'stopped' AND e.at < q.f"
     " ORDER BY 1, 2, 4";
 
 /* The events that settle holds (meter_event_settle), counted again once
@@ -2250,15 +2252,20 @@ static bool ing_event_counted(const struct ing_sbx *sb, enum sandbox_state state
 }
 
 /* Reads the lifecycle events after each sandbox's watermark (or its first
- * sample in this call) up to its newest sample. */
+ * sample in this call) up to its newest sample. One whose first interval
+ * starts before its create reads them however early they are dated: the
+ * events before the create count as at it (ing_interval_subs), a pause
+ * there included, which an earlier reading of the sandbox running does
+ * not undo. */
 static enum meter_rc ing_load_events(struct ing_call *c)
 {
-	static const Oid types[2] = {OID_TEXT_ARR, OID_TEXT_ARR};
-	char lo_s[64], hi_s[64];
-	const char *window[2] = {lo_s, hi_s};
+	static const Oid types[3] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR};
+	char hi_s[64];
+	const char *window[1] = {hi_s};
 	PGresult *res = NULL;
 	enum meter_rc rc;
-	int64_t lo = INT64_MAX, hi = INT64_MIN;
+	int64_t hi = INT64_MIN;
+	bool any = false;
 	int n;
 
 	c->nevents = 0;
@@ -2271,21 +2278,22 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 		sb->ev_from = from;
 		if (sb->max_at <= from)
 			continue;
-		if (from < lo)
-			lo = from;
+		if (from < sb->created_usec)
+			sb->ev_from = ING_EVENTS_EVER_USEC;
+		any = true;
 		if (sb->max_at > hi)
 			hi = sb->max_at;
 	}
-	if (lo >= hi)
+	if (!any)
 		return METER_OK;
-	ing_arrays(c, 2, types);
+	ing_arrays(c, 3, types);
 	for (size_t i = 0; i < c->nsbx; i++) {
 		barr_text(&c->arr[0], c->sbx[i].account);
 		barr_text(&c->arr[1], c->sbx[i].id);
+		barr_ts(&c->arr[2], c->sbx[i].ev_from);
 	}
-	ing_fmt_time(lo, lo_s, sizeof(lo_s));
 	ing_fmt_time(hi, hi_s, sizeof(hi_s));
-	rc = ing_qa(c, "lifecycle events", SQL_EVENTS, 2, 2, window, PGRES_TUPLES_OK, &res);
+	rc = ing_qa(c, "lifecycle events", SQL_EVENTS, 3, 1, window, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;
 	n = PQntuples(res);

@@ -893,15 +893,32 @@ static void test_before_create(void)
 	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
 	     " storage_mib, state, created_at) VALUES"
 	     " ('acct_1', 's_made', 'key_a', 2, 2048, 0, 'running', '2026-11-30T05:00:30Z'),"
-	     " ('acct_1', 's_made_p', 'key_a', 2, 2048, 0, 'running', '2026-11-30T05:00:30Z')");
+	     " ('acct_1', 's_made_p', 'key_a', 2, 2048, 0, 'running', '2026-11-30T05:00:30Z'),"
+	     " ('acct_1', 's_made_q', 'key_a', 2, 2048, 0, 'running', '2026-11-30T05:00:30Z'),"
+	     " ('acct_1', 's_made_r', 'key_a', 2, 2048, 0, 'running', '2026-11-30T05:00:30Z')");
+	/* s_made_q's and s_made_r's pauses come before their first reading
+	 * too, which says running: the pause counts as at the create all the
+	 * same (it was read only from that reading on, and they were billed
+	 * running until their first paused sample). s_made_r's readings come
+	 * one a call. */
 	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
-	     " ('acct_1', 's_made_p', 'paused', '2026-11-30T04:30:00Z')");
+	     " ('acct_1', 's_made_p', 'paused', '2026-11-30T04:30:00Z'),"
+	     " ('acct_1', 's_made_q', 'paused', '2026-11-30T03:30:00Z'),"
+	     " ('acct_1', 's_made_r', 'paused', '2026-11-30T03:30:00Z')");
+	batch(&b, "h_made_r");
+	add(&b, "s_made_r", "key_a", t0, 'r', 0, 2048, 0, 2);
+	run1(&b);
+	batch(&b, "h_made_r");
+	add(&b, "s_made_r", "key_a", made + 30 * SEC, 'p', 0, 2048, 1024, 2);
+	run1(&b);
 	batch(&b, "h_made");
 	add(&b, "s_made", "key_a", t0, 'r', 0, 2048, 0, 2);
 	add(&b, "s_made", "key_a", t0 + HOUR, 'r', 5 * SEC, 2048, 0, 2);
 	add(&b, "s_made", "key_a", made + 30 * SEC, 'r', 15 * SEC, 2048, 0, 2);
 	add(&b, "s_made_p", "key_a", t0, 'r', 0, 2048, 0, 2);
 	add(&b, "s_made_p", "key_a", made + 30 * SEC, 'p', 0, 2048, 1024, 2);
+	add(&b, "s_made_q", "key_a", t0, 'r', 0, 2048, 0, 2);
+	add(&b, "s_made_q", "key_a", made + 30 * SEC, 'p', 0, 2048, 1024, 2);
 	add(&b, "s_seen", "key_a", t0, 'r', 0, 2048, 0, 2);
 	add(&b, "s_seen", "key_a", t0 + 10 * SEC, 'r', SEC, 2048, 0, 2);
 	run1(&b);
@@ -914,6 +931,10 @@ static void test_before_create(void)
 	/* Paused before its create: paused from it (storage as the sample
 	 * after the pause reported). */
 	check_totals("s_made_p", 0, 30, 0, 0, 0, 1024 * 30 * SEC, 0, 0,
+		     micros(1024 * 30 * SEC, 100, DIV_MIB));
+	check_totals("s_made_q", 0, 30, 0, 0, 0, 1024 * 30 * SEC, 0, 0,
+		     micros(1024 * 30 * SEC, 100, DIV_MIB));
+	check_totals("s_made_r", 0, 30, 0, 0, 0, 1024 * 30 * SEC, 0, 0,
 		     micros(1024 * 30 * SEC, 100, DIV_MIB));
 	/* First seen in samples: made at its first, and billed from it. */
 	CHECK_I64(q64("SELECT (extract(epoch FROM created_at) * 1000000)::bigint"

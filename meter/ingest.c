@@ -47,20 +47,21 @@
 #define ING_HOUR_USEC	  INT64_C(3600000000)
 #define ING_DAY_USEC	  INT64_C(86400000000)
 #define ING_PG_EPOCH_USEC INT64_C(946684800000000) /* 2000-01-01 in Unix µs */
+#define ING_PG_EPOCH_DAYS 10957			   /* 2000-01-01 in Unix days */
+#define ING_ZONE_MAX	  128
+#define ING_ZONE_DAYS_MAX 4000 /* days kept per zone in the cache */
+#define ING_PARTS_MAX	  4096 /* partition days remembered */
+#define ING_TRIES	  4    /* one try and three retries */
+#define ING_COPY_CHUNK	  (1024 * 1024)
+#define ING_VERSION_NONE  (-1)
+#define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
+#define ING_DAY_NONE_SQL  "-2147483648"
+#define ING_TIME_NONE	  INT64_MIN		    /* no instant */
+#define ING_CACHE_MAX	  10000000		    /* cache_sandboxes at most */
+#define ING_CACHE_AGE	  (INT64_C(3600) * 1000000) /* a cache entry is used this long, µs */
+
 /* 0001-01-01T00:00:00Z in Unix µs: before any event (ing_load_events). */
 #define ING_EVENTS_EVER_USEC INT64_C(-62135596800000000)
-#define ING_PG_EPOCH_DAYS    10957 /* 2000-01-01 in Unix days */
-#define ING_ZONE_MAX	     128
-#define ING_ZONE_DAYS_MAX    4000 /* days kept per zone in the cache */
-#define ING_PARTS_MAX	     4096 /* partition days remembered */
-#define ING_TRIES	     4	  /* one try and three retries */
-#define ING_COPY_CHUNK	     (1024 * 1024)
-#define ING_VERSION_NONE     (-1)
-#define ING_DAY_NONE	     INT32_MIN /* no day / month metered yet */
-#define ING_DAY_NONE_SQL     "-2147483648"
-#define ING_TIME_NONE	     INT64_MIN		       /* no instant */
-#define ING_CACHE_MAX	     10000000		       /* cache_sandboxes at most */
-#define ING_CACHE_AGE	     (INT64_C(3600) * 1000000) /* a cache entry is used this long, µs */
 
 /* A sandbox's created_at in µs since the Unix epoch (a bigint column). */
 #define ING_CREATED_SQL "(extract(epoch FROM sb.created_at) * 1000000)::bigint"

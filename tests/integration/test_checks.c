@@ -2023,6 +2023,41 @@ static void test_day_starts(PGconn *conn)
 	CHECK_I64(v % 1000000, 0);
 }
 
+/* A stopped lease's open tail hold bounds a new price version only up to
+ * its stop (what it still covers), not to the lease's end: a day-long
+ * lease stopped at once lets a version start a minute ahead while its
+ * tail is still held (a grace of an hour keeps the sweeper off it). */
+static void test_price_after_tails(void)
+{
+	static const char *const env[] = {"METER_LEASE_GRACE_S=3600", NULL};
+	struct apitest t;
+	struct apitest_resp r;
+	char acc[65], key[65], token[APITEST_TOKEN_MAX], at[64], earliest[64];
+
+	if (apitest_start(&t, "chk_pricetail", 1, NULL, env) < 0) {
+		CHECK(0);
+		return;
+	}
+	CHECK(apitest_create_account(&t, "Price tail", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "pt-1", 1, 1024, 86400, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_rfc3339(time(NULL) + 60, at, sizeof(at));
+	CHECK_I64(put_price_at(&t, at, earliest, sizeof(earliest)), 400); /* the lease is on */
+	cu_rfc3339(time(NULL) + 2, at, sizeof(at)); /* after the lease's start */
+	CHECK_I64(cu_event(&t, 0, "pt-1", "stopped", at, &r), 200);
+	CHECK(cu_jint(r.json, "tail_held_micros") > 0);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE sandbox_id = 'pt-1'"
+					" AND status = 'open' AND settles_at IS NOT NULL"
+					" AND lease_ends_at > now() + interval '23 hours'"),
+		  1);
+	cu_rfc3339(time(NULL) + 60, at, sizeof(at));
+	CHECK_I64(put_price_at(&t, at, earliest, sizeof(earliest)), 201);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+}
+
 int main(void)
 {
 	struct apitest t;
@@ -2071,5 +2106,6 @@ int main(void)
 	test_new_york();
 	test_azores();
 	test_tail();
+	test_price_after_tails();
 	return check_done();
 }

@@ -604,6 +604,8 @@ struct ing_sbx {
 	enum sandbox_state hint_state;
 	/* From the sandboxes row. */
 	bool found;
+	bool made;	  /* no row when the call began: ing_create_sandboxes made it */
+	bool unknown_key; /* made with no key, though its samples named one */
 	char account[PARSE_ID_MAX + 1];
 	char key[PARSE_ID_MAX + 1]; /* "" when none */
 	int zone;
@@ -1783,10 +1785,11 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 	arr_open(&c->a6);
 	arr_open(&c->a7);
 	for (size_t i = 0; i < c->nsbx; i++) {
-		const struct ing_sbx *sb = &c->sbx[i];
+		struct ing_sbx *sb = &c->sbx[i];
 		if (sb->found)
 			continue;
 		missing++;
+		sb->made = true;
 		arr_text(&c->a1, sb->id);
 		arr_text(&c->a2, sb->doc_key);
 		arr_i64(&c->a3, sb->hint_vcpus);
@@ -1824,10 +1827,20 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 	if (rc != METER_OK)
 		return rc;
 	for (size_t i = 0; i < c->nsbx; i++) {
-		if (!c->sbx[i].found) {
+		struct ing_sbx *sb = &c->sbx[i];
+
+		if (!sb->found) {
 			snprintf(c->err, c->errlen, "sandbox %.64s: no row after creating it",
-				 c->sbx[i].id);
+				 sb->id);
 			return METER_EINVAL;
+		}
+		/* Its samples named a key_id that is no key: metered under
+		 * 'unattributed', an anomaly (the agent's or the control
+		 * plane's mistake, kept off every key's limit). */
+		if (sb->made && sb->doc_key[0] && !sb->key[0]) {
+			sb->unknown_key = true;
+			c->st.unknown_keys++;
+			c->st.anomalies++;
 		}
 	}
 	return METER_OK;
@@ -3452,7 +3465,7 @@ static void ing_reset_try(struct ing_call *c)
 
 	for (size_t i = 0; i < c->nsbx; i++) {
 		struct ing_sbx *sb = &c->sbx[i];
-		sb->found = false;
+		sb->found = sb->made = sb->unknown_key = false;
 		sb->had_meter = sb->has_prev = sb->changed = sb->cached = false;
 		sb->gen = 0;
 		sb->version = ING_VERSION_NONE;
@@ -3670,6 +3683,24 @@ static void ing_metrics_describe(void)
 			 "Samples of sandboxes without a key (account 'unattributed').");
 }
 
+/* One line for the call's new sandboxes whose samples named no key, with
+ * the first of them: a document of many gives one line, not one each. */
+static void ing_log_unknown_keys(const struct ing_call *c)
+{
+	for (size_t i = 0; i < c->nsbx; i++) {
+		const struct ing_sbx *sb = &c->sbx[i];
+
+		if (sb->unknown_key) {
+			log_warn("ingest: %" PRIu64
+				 " new sandbox(es) named a key_id that is no key,"
+				 " metered under the unattributed account (first: sandbox %s,"
+				 " key_id %s)",
+				 c->st.unknown_keys, sb->id, sb->doc_key);
+			return;
+		}
+	}
+}
+
 static void ing_metrics(const struct ingest_stats *st, enum meter_rc rc)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -3690,6 +3721,8 @@ static void ing_metrics(const struct ingest_stats *st, enum meter_rc rc)
 	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"counter_reset\"", st->resets);
 	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"cpu_capped\"", st->cpu_capped);
 	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"overflow\"", st->overflows);
+	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"unknown_key\"",
+			    st->unknown_keys);
 	if (st->newest_sampled_at_usec > 0 && st->accepted > 0) {
 		int64_t lag = clock_real_usec() - st->newest_sampled_at_usec;
 
@@ -3810,6 +3843,8 @@ out:
 		if (!err[0])
 			snprintf(err, errlen, "%s", meter_rc_str(rc));
 	}
+	if (rc == METER_OK && c.st.unknown_keys > 0)
+		ing_log_unknown_keys(&c);
 	ing_metrics(&c.st, rc);
 	if (rc == METER_OK && stats)
 		*stats = c.st;

@@ -124,12 +124,13 @@ struct ingest_stats {
 	uint64_t accepted;	/* stored and accounted (baselines included) */
 	uint64_t ignored;	/* duplicates, out of order */
 	uint64_t intervals;	/* intervals accounted */
-	uint64_t anomalies;	/* resets + cpu_capped + overflows */
+	uint64_t anomalies;	/* resets + cpu_capped + overflows + unknown_keys */
 	uint64_t resets;	/* CPU counter went down */
 	uint64_t cpu_capped;	/* CPU above vcpus × wall time, capped */
 	uint64_t overflows;	/* interval too large to compute: re-baselined, not billed */
 	uint64_t new_sandboxes; /* sandboxes rows created by ingestion */
 	uint64_t unattributed;	/* accepted samples of sandboxes without a key */
+	uint64_t unknown_keys;	/* new sandboxes whose samples named no key: unattributed */
 	uint64_t usage_rows;	/* usage_hourly rows written (inserted or added to) */
 	uint64_t cached;	/* sandboxes whose meter row came from the cache, not a read */
 	int64_t micros;		/* money accounted, µ$ */

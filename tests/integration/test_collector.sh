@@ -114,6 +114,16 @@ expect "push answer" "$(cat "$work/body")" '{"accepted":1,"ignored":0,"anomalies
 expect "push again (a retry)" "$(post -H "Authorization: Bearer $op_token" --data "$doc" \
 	"$base/v1/samples")" 200
 expect "retry answer" "$(cat "$work/body")" '{"accepted":0,"ignored":1,"anomalies":0}'
+# A key_id that is no key: kept, under 'unattributed', and said so.
+bad_doc=${doc//sbx_p1/sbx_p2}
+bad_doc=${bad_doc//\"kt1\"/\"kt_none\"}
+expect "push, unknown key" "$(post -H "Authorization: Bearer $cp_token" --data "$bad_doc" \
+	"$base/v1/samples")" 200
+expect "unknown key answer" "$(cat "$work/body")" '{"accepted":1,"ignored":0,"anomalies":1}'
+expect "unknown key's sandbox" "$(q "SELECT account_id || ' ' || COALESCE(key_id, '-')
+  FROM sandboxes WHERE sandbox_id = 'sbx_p2'")" "unattributed -"
+grep -q 'key_id that is no key.*sandbox sbx_p2, key_id kt_none' "$work/meterd.log" && ok ||
+	fail "no warning for the unknown key"
 expect "bad vcpus" "$(post -H "Authorization: Bearer $cp_token" --data "${doc/\"vcpus\":2/\"vcpus\":0}" \
 	"$base/v1/samples")" 400
 expect "field named" "$(jstr code "$work/body") $(jstr field "$work/body")" \

@@ -854,6 +854,11 @@ static void test_unattributed(void)
 	st = run1(&b);
 	CHECK_I64(st.unattributed, 6);
 	CHECK_I64(st.new_sandboxes, 3);
+	/* A key_id that is no key is an anomaly, once, when it makes the
+	 * sandbox's row; no key_id at all is not. */
+	CHECK_I64(st.unknown_keys, 1);
+	CHECK_I64(st.anomalies, 1);
+	CHECK(metrics_value("meter_ingest_anomalies_total", "kind=\"unknown_key\"") >= 1);
 	CHECK_I64(q64("SELECT count(*) FROM sandboxes WHERE account_id = 'unattributed'"
 		      " AND key_id IS NULL AND sandbox_id IN ('s_orphan', 's_badkey', 's_cg_new')"),
 		  3);
@@ -877,6 +882,14 @@ static void test_unattributed(void)
 	CHECK_I64(st.cpu_capped, 0);
 	/* No ledger rows without a key. */
 	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger WHERE account_id = 'unattributed'"), 0);
+	/* The row made, later samples are of a known sandbox (without a key). */
+	batch(&b, "h11");
+	add(&b, "s_badkey", "no_such_key", t0 + 20 * SEC, 'r', 4 * SEC, 512, 0, 1);
+	st = run1(&b);
+	CHECK_I64(st.accepted, 1);
+	CHECK_I64(st.unattributed, 1);
+	CHECK_I64(st.unknown_keys, 0);
+	CHECK_I64(st.anomalies, 0);
 }
 
 /* Nothing of a sandbox before its create is billed (an agent's clock

@@ -92,6 +92,7 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 	char *perr = NULL;
 	char *password = NULL;
 	PGconn *conn = NULL;
+	PGresult *res;
 	enum meter_rc rc;
 
 	*out = NULL;
@@ -128,6 +129,18 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 		goto out;
 	}
 	PQsetNoticeReceiver(conn, db_notice, NULL);
+	/* Dates read as text (a key's day, usage by day, the reports) go out
+	 * as YYYY-MM-DD whatever the server's or the environment's date style:
+	 * libpq sends PGDATESTYLE after the options above, so it is set here,
+	 * once the session is up. */
+	res = PQexec(conn, "SET DateStyle = ISO, YMD");
+	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+		db_copy_line(err, errlen, PQerrorMessage(conn));
+		PQclear(res);
+		rc = METER_EDB;
+		goto out;
+	}
+	PQclear(res);
 	*out = conn;
 	conn = NULL;
 	rc = METER_OK;

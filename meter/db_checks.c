@@ -201,9 +201,6 @@ enum meter_rc db_checks_session(PGconn *conn, int64_t statement_timeout_ms)
 	if (db_util_session_timeouts(conn, "checks session", statement_timeout_ms,
 				     db_util_idle_tx_ms(statement_timeout_ms)) != METER_OK ||
 	    !session_exec(conn, "SET synchronous_commit = on", PGRES_COMMAND_OK) ||
-	    /* Days read as text go into answers and their stored numbers
-	     * as YYYY-MM-DD, whatever the server's default style. */
-	    !session_exec(conn, "SET DateStyle = ISO", PGRES_COMMAND_OK) ||
 	    /* The batch statements are point look-ups by key taking arrays:
 	     * planned once per connection (not per batch), and never as
 	     * sequential scans, so a plan made while the tables were small

@@ -1628,7 +1628,8 @@ static void test_berlin(void)
 	static const char *const env[] = {"PGDATESTYLE=SQL, DMY", NULL};
 	struct apitest t;
 	struct apitest_resp r;
-	char acc[65], key[65], token[APITEST_TOKEN_MAX];
+	char acc[65], key[65], token[APITEST_TOKEN_MAX], path[128];
+	const char *day;
 	json_t *parts;
 	long long p0, p1;
 
@@ -1638,6 +1639,13 @@ static void test_berlin(void)
 	}
 	CHECK(apitest_create_account(&t, "Berlin", acc) == 0);
 	CHECK(apitest_create_key(&t, acc, "full", 10000000, "Europe/Berlin", key, token) == 0);
+	/* The key's own day too (read by a pooled connection, not the
+	 * engine's). */
+	snprintf(path, sizeof(path), "/v1/keys/%s", key);
+	CHECK(apitest_call(&t, 0, "GET", path, token, NULL, &r) == 0);
+	day = apitest_json_str(&r, "day");
+	CHECK(day && strlen(day) == 10 && day[4] == '-' && day[7] == '-');
+	apitest_resp_release(&r);
 	CHECK_I64(cu_create(&t, 0, key, "be-1", 1, 1024, 86400, NULL, &r), 200);
 	CHECK_STR(apitest_json_str(&r, "day"), "2026-10-24");
 	parts = json_object_get(r.json, "parts");

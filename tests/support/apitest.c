@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "migrate.h"
+#include "openapi_check.h"
 
 extern char **environ;
 
@@ -396,6 +397,26 @@ static size_t apitest_write(char *data, size_t size, size_t n, void *userdata)
 	return len;
 }
 
+static pthread_mutex_t apitest_check_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Every answer against the API's OpenAPI document (openapi_check.h): a
+ * failed check of the test that made the request when it does not
+ * conform. */
+static void apitest_conforms(const struct apitest_req *rq, const struct apitest_resp *r)
+{
+	const json_t *doc = openapi_check_doc(METER_OPENAPI_PATH);
+	char err[1024];
+	bool ok = doc && openapi_check_response(doc, rq->method, rq->path, r->status, r->headers,
+						r->body, r->body_len, r->json, err, sizeof(err));
+
+	pthread_mutex_lock(&apitest_check_lock);
+	if (!ok)
+		fprintf(stderr, "apitest: the answer is not as api/openapi.json says: %s\n",
+			doc ? err : "the document did not load");
+	check_record(ok, __FILE__, __LINE__, "the answer conforms to api/openapi.json");
+	pthread_mutex_unlock(&apitest_check_lock);
+}
+
 int apitest_do(const struct apitest *t, int i, const struct apitest_req *rq,
 	       struct apitest_resp *out)
 {
@@ -480,6 +501,8 @@ out:
 	out->headers = hdrs.p ? hdrs.p : calloc(1, 1);
 	if (out->body && out->body_len)
 		out->json = json_loadb(out->body, out->body_len, 0, NULL);
+	if (ret == 0)
+		apitest_conforms(rq, out);
 	curl_slist_free_all(list);
 	if (c)
 		curl_easy_cleanup(c);

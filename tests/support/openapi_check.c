@@ -169,6 +169,9 @@ static bool matches(const char *pattern, const char *s, bool *ok)
 	return re && regexec(re, s, 0, NULL, 0) == 0;
 }
 
+/* Schemas nest (properties, items, allOf, oneOf, $ref), and so does the
+ * walk, bounded by vctx.depth.
+ * NOLINTNEXTLINE(misc-no-recursion) */
 static bool validate(struct vctx *v, const json_t *schema, const json_t *x, const char *where,
 		     json_t *evaluated);
 
@@ -213,6 +216,7 @@ static bool known_keyword(const char *k)
 	return false;
 }
 
+/* NOLINTNEXTLINE(misc-no-recursion): see validate */
 static bool validate_object(struct vctx *v, const json_t *schema, const json_t *x,
 			    const char *where, json_t *evaluated)
 {
@@ -277,6 +281,7 @@ static bool validate_string(struct vctx *v, const json_t *schema, const char *s,
 	return true;
 }
 
+/* NOLINTNEXTLINE(misc-no-recursion): see its declaration */
 static bool validate(struct vctx *v, const json_t *schema, const json_t *x, const char *where,
 		     json_t *evaluated)
 {

@@ -8,6 +8,7 @@
 #include "check.h"
 #include "http.h"
 #include "openapi.h"
+#include "openapi_check.h"
 #include "routes.h"
 
 static const struct {
@@ -189,6 +190,100 @@ static void check_refs(const json_t *doc, const json_t *v, int *bad)
 	}
 }
 
+/* The checker the API tests hold every answer to (openapi_check.h), held
+ * to cases of its own against this document: it must pass what conforms
+ * and catch each way of not conforming. */
+static void test_checker(const json_t *doc)
+{
+	static const struct {
+		const char *schema; /* a component schema's name */
+		const char *json;
+		bool ok;
+	} cases[] = {
+	    {"Error", "{\"error\":{\"code\":\"not_found\",\"message\":\"m\"}}", true},
+	    {"Error", "{\"error\":{\"code\":\"no_such_code\",\"message\":\"m\"}}", false},
+	    {"Error", "{\"error\":{\"code\":\"not_found\"}}", false},
+	    {"Error", "{\"error\":{\"code\":\"not_found\",\"message\":\"m\",\"extra\":1}}", false},
+	    {"Error", "{\"error\":{\"code\":\"not_found\",\"message\":\"m\"},\"x\":1}", false},
+	    {"Error", "{\"error\":{\"code\":\"conflict\",\"message\":\"m\",\"max_bytes\":-1}}",
+	     false},
+	    {"Error",
+	     "{\"error\":{\"code\":\"conflict\",\"message\":\"m\",\"day\":\"05/12/2026\"}}", false},
+	    {"Error",
+	     "{\"error\":{\"code\":\"conflict\",\"message\":\"m\",\"day\":\"2026-12-05\"}}", true},
+	    {"Error", "{\"error\":{\"code\":\"conflict\",\"message\":\"m\",\"key_id\":\"a/b\"}}",
+	     false},
+	    {"Error", "{\"error\":{\"code\":\"conflict\",\"message\":\"m\",\"timeout_ms\":1.5}}",
+	     false},
+	    {"Error",
+	     "{\"error\":{\"code\":\"conflict\",\"message\":\"m\",\"latest_lease_ends_at\":"
+	     "\"2026-12-05T10:00:00.5+01:00\"}}",
+	     true},
+	    {"Error",
+	     "{\"error\":{\"code\":\"conflict\",\"message\":\"m\",\"latest_lease_ends_at\":"
+	     "\"2026-12-05 10:00:00\"}}",
+	     false},
+	    {"Status", "{\"status\":\"ok\"}", true},
+	    {"Status", "[]", false},
+	};
+	char err[512];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char ref[128];
+		json_t *schema, *x = json_loads(cases[i].json, 0, NULL);
+		bool ok;
+
+		snprintf(ref, sizeof(ref), "#/components/schemas/%s", cases[i].schema);
+		schema = json_pack("{s:s}", "$ref", ref);
+		ok = x && schema && openapi_check_schema(doc, schema, x, err, sizeof(err));
+		if (ok != cases[i].ok)
+			fprintf(stderr, "checker case %zu (%s %s): %s, want %s: %s\n", i,
+				cases[i].schema, cases[i].json, ok ? "valid" : "invalid",
+				cases[i].ok ? "valid" : "invalid", err);
+		CHECK_I64(ok, cases[i].ok);
+		json_decref(schema);
+		json_decref(x);
+	}
+
+	/* Whole answers: status, media type, headers, body. */
+	{
+		static const char hdr_json[] =
+		    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: r1\r\n\r\n";
+		static const char hdr_noid[] =
+		    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n";
+		static const char hdr_text[] =
+		    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Request-Id: r1\r\n\r\n";
+		static const char hdr_405[] = "HTTP/1.1 405 Method Not Allowed\r\nContent-Type: "
+					      "application/json\r\nX-Request-Id: r1\r\n\r\n";
+		static const char body[] = "{\"status\":\"ok\"}";
+		static const char e405[] = "{\"error\":{\"code\":\"method_not_allowed\","
+					   "\"message\":\"m\",\"allow\":\"GET\"}}";
+		json_t *ok_json = json_loads(body, 0, NULL), *j405 = json_loads(e405, 0, NULL);
+
+		CHECK(openapi_check_response(doc, "GET", "/healthz", 200, hdr_json, body,
+					     strlen(body), ok_json, err, sizeof(err)));
+		CHECK(openapi_check_response(doc, "HEAD", "/healthz?x=1", 200, hdr_json, "", 0,
+					     NULL, err, sizeof(err)));
+		CHECK(!openapi_check_response(doc, "GET", "/healthz", 418, hdr_json, body,
+					      strlen(body), ok_json, err, sizeof(err)));
+		CHECK(!openapi_check_response(doc, "GET", "/healthz", 200, hdr_noid, body,
+					      strlen(body), ok_json, err, sizeof(err)));
+		CHECK(!openapi_check_response(doc, "GET", "/healthz", 200, hdr_text, body,
+					      strlen(body), ok_json, err, sizeof(err)));
+		CHECK(!openapi_check_response(doc, "GET", "/healthz", 200, hdr_json, "x", 1, NULL,
+					      err, sizeof(err)));
+		/* An undocumented method's 405 is held to MethodNotAllowed:
+		 * which carries Allow. */
+		CHECK(!openapi_check_response(doc, "PATCH", "/healthz", 405, hdr_405, e405,
+					      strlen(e405), j405, err, sizeof(err)));
+		/* A path the document does not have is not judged. */
+		CHECK(openapi_check_response(doc, "GET", "/nowhere/at/all", 404, hdr_text, "x", 1,
+					     NULL, err, sizeof(err)));
+		json_decref(ok_json);
+		json_decref(j405);
+	}
+}
+
 int main(void)
 {
 	json_error_t jerr;
@@ -237,6 +332,25 @@ int main(void)
 		 * cap, or any body where none is taken (413), on every route. */
 		CHECK(json_object_get(json_object_get(op, "responses"), "405") != NULL);
 		CHECK(json_object_get(json_object_get(op, "responses"), "413") != NULL);
+		/* Nor any request while it shuts down (503). */
+		CHECK(json_object_get(json_object_get(op, "responses"), "503") != NULL);
+		/* Every answer carries its request's id. */
+		{
+			const char *st;
+			json_t *resp;
+
+			json_object_foreach(json_object_get(op, "responses"), st, resp)
+			{
+				const char *ref = json_string_value(json_object_get(resp, "$ref"));
+				const json_t *r = ref ? resolve(doc, ref) : resp;
+
+				if (!json_object_get(json_object_get(r, "headers"), "X-Request-Id"))
+					fprintf(stderr, "%s %s %s: no X-Request-Id\n",
+						routes[i].method, routes[i].path, st);
+				CHECK(json_object_get(json_object_get(r, "headers"),
+						      "X-Request-Id") != NULL);
+			}
+		}
 		/* A route a session may call takes the bearer token too (the
 		 * cookie stands for it only when no Authorization is sent). */
 		if (routes[i].session && routes[i].roles != ROLE_PUBLIC) {
@@ -276,6 +390,7 @@ int main(void)
 
 	check_refs(doc, doc, &bad_refs);
 	CHECK_I64(bad_refs, 0);
+	test_checker(doc);
 	json_decref(doc);
 	return check_done();
 }

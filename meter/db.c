@@ -81,13 +81,22 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 	 * cut) is found in about half a minute instead of the system's two
 	 * hours, also by the threads that wait on a query with no deadline of
 	 * their own (a statement, an export; see db_util_set_deadline_ms). */
-	static const char *const keywords[] = {"keepalives",	      "keepalives_idle",
-					       "keepalives_interval", "keepalives_count",
-					       "tcp_user_timeout",    "dbname",
-					       "connect_timeout",     "options",
-					       "application_name",    NULL};
-	const char *values[] = {"1",	 "15", "5", "3", "30000", url, "5", "-c TimeZone=UTC",
-				"meter", NULL};
+	static const char *const keywords[] = {"keepalives",
+					       "keepalives_idle",
+					       "keepalives_interval",
+					       "keepalives_count",
+					       "tcp_user_timeout",
+					       "dbname",
+					       "connect_timeout",
+					       "options",
+					       "application_name",
+					       "client_encoding",
+					       NULL};
+	/* UTF-8 whatever PGCLIENTENCODING says: the text meterd sends and
+	 * reads (names, ids, answers) is UTF-8, and under another encoding the
+	 * server would convert it byte by byte into something else. */
+	const char *values[] = {"1",	 "15",	 "5", "3", "30000", url, "5", "-c TimeZone=UTC",
+				"meter", "UTF8", NULL};
 	PQconninfoOption *opts = NULL;
 	char *perr = NULL;
 	char *password = NULL;
@@ -129,11 +138,12 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 		goto out;
 	}
 	PQsetNoticeReceiver(conn, db_notice, NULL);
-	/* Dates read as text (a key's day, usage by day, the reports) go out
-	 * as YYYY-MM-DD whatever the server's or the environment's date style:
-	 * libpq sends PGDATESTYLE after the options above, so it is set here,
-	 * once the session is up. */
-	res = PQexec(conn, "SET DateStyle = ISO, YMD");
+	/* The session in UTC (hours are bucketed and days cut by its clock)
+	 * with dates read as text (a key's day, usage by day, the reports)
+	 * as YYYY-MM-DD, whatever the server's defaults or the environment:
+	 * libpq sends PGTZ and PGDATESTYLE after the options above, where they
+	 * win, so both are set again here, once the session is up. */
+	res = PQexec(conn, "SET TimeZone = 'UTC'; SET DateStyle = ISO, YMD");
 	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
 		db_copy_line(err, errlen, PQerrorMessage(conn));
 		PQclear(res);

@@ -67,10 +67,16 @@ static void usage_row(const char *account, const char *sandbox, const char *key,
 
 static void setup(void)
 {
-	char sql[1024];
+	char sql[1024], accz[65], name[64];
 
 	CHECK(apitest_create_account(&t, "A", acc) == 0);
 	CHECK(apitest_create_account(&t, "B", accb) == 0);
+	/* A name past ASCII is stored as sent, whatever client encoding
+	 * meterd's environment names (PGCLIENTENCODING, in main). */
+	CHECK(apitest_create_account(&t, "Zoë Café ✓", accz) == 0);
+	snprintf(sql, sizeof(sql), "SELECT name FROM accounts WHERE account_id = '%s'", accz);
+	testdb_query_text(t.db.conn, sql, name, sizeof(name));
+	CHECK_STR(name, "Zoë Café ✓");
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, kf, tf) == 0);
 	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, kr, tr) == 0);
 	CHECK(apitest_create_key(&t, acc, "full", -1, "Asia/Kolkata", kp, tp) == 0);
@@ -594,7 +600,14 @@ static void test_row_start_inlined(void)
 
 int main(void)
 {
-	if (apitest_start(&t, "api_read", 1, NULL, NULL) < 0)
+	/* libpq sends the first two after the options meterd connects with,
+	 * and takes the third for the client encoding: its sessions must still
+	 * count hours and write days as UTC and ISO do (a zone half an hour off
+	 * UTC shifts every hour's bucket), and read its text as UTF-8. */
+	static const char *const env[] = {"PGTZ=Asia/Kolkata", "PGDATESTYLE=SQL, DMY",
+					  "PGCLIENTENCODING=LATIN1", NULL};
+
+	if (apitest_start(&t, "api_read", 1, NULL, env) < 0)
 		return 1;
 	setup();
 	test_usage();

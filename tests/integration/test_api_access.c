@@ -259,6 +259,74 @@ static void test_roles(void)
 	}
 }
 
+/* A token the route takes (none on a public one). */
+static const char *token_for(const struct route *route)
+{
+	if (route->roles & ROLE_PUBLIC)
+		return NULL;
+	if (route->roles & ROLE_FULL)
+		return tf;
+	if (route->roles & ROLE_READ_ONLY)
+		return tr;
+	if (route->roles & ROLE_OPERATOR)
+		return t.operator_token;
+	if (route->roles & ROLE_CONTROL_PLANE)
+		return t.control_plane_token;
+	return t.agent_token;
+}
+
+/* Every route, walked from the routing table: a method its path does not
+ * take is 405 with Allow naming the route's, before any credentials; a
+ * body over its cap (any body where it takes none) is 413 naming the cap,
+ * whoever sends it, and nothing runs. (The API harness holds each answer
+ * to the OpenAPI document too.) */
+static void test_method_and_body_caps(void)
+{
+	size_t big_len = 0;
+	char *big;
+
+	for (size_t i = 0; i < routes_count; i++)
+		if (routes[i].max_body > big_len)
+			big_len = routes[i].max_body;
+	big = malloc(big_len + 2);
+	CHECK(big != NULL);
+	if (!big)
+		return;
+	memset(big, ' ', big_len + 1);
+	big[big_len + 1] = '\0';
+	for (size_t i = 0; i < routes_count; i++) {
+		const struct route *rt = &routes[i];
+		char path[512];
+		const char *allow;
+		struct apitest_resp r;
+		struct apitest_req rq = {.path = path};
+
+		fill_path(rt, path, sizeof(path));
+		CHECK(apitest_call(&t, 0, "PATCH", path, NULL, NULL, &r) == 0);
+		if (r.status != 405)
+			fprintf(stderr, "PATCH %s: %ld %s\n", rt->path, r.status, r.body);
+		CHECK_I64(r.status, 405);
+		CHECK_STR(apitest_error_code(&r), "method_not_allowed");
+		allow = apitest_jstr(json_object_get(r.json, "error"), "allow");
+		CHECK(strstr(allow, rt->method) != NULL);
+		apitest_resp_release(&r);
+
+		rq.method = rt->method;
+		rq.token = token_for(rt);
+		rq.body = big;
+		rq.body_len = rt->max_body ? rt->max_body + 1 : 2;
+		CHECK(apitest_do(&t, 0, &rq, &r) == 0);
+		if (r.status != 413)
+			fprintf(stderr, "%s %s with %zu bytes: %ld %s\n", rt->method, rt->path,
+				rq.body_len, r.status, r.body);
+		CHECK_I64(r.status, 413);
+		CHECK_STR(apitest_error_code(&r), "payload_too_large");
+		CHECK_I64(apitest_jpath(r.json, "error.max_bytes"), (long long)rt->max_body);
+		apitest_resp_release(&r);
+	}
+	free(big);
+}
+
 /* No credentials, or garbage ones: 401 on every route that needs them. */
 static void test_unauthenticated(void)
 {
@@ -589,6 +657,7 @@ int main(void)
 	test_other_account();
 	test_unauthenticated();
 	test_roles();
+	test_method_and_body_caps();
 	test_head_no_body();
 	test_lookups_off_http_threads();
 	test_no_leaks();

@@ -112,7 +112,9 @@ static enum meter_rc credit_rows(PGresult *res, struct statement *s, __int128 *l
 }
 
 /* Applies the free-hours credit: walks the account's running usage from its
- * first hour, in (hour, sandbox_id) order, crediting the rows inside the
+ * first hour, in (hour, sandbox_id) order, the ids compared byte by byte
+ * whatever the database's collation (the same usage gets the same credit
+ * on a database restored under another locale), crediting the rows inside the
  * month, and stops as soon as the free running time is used up or the
  * month is over. A cursor read a page at a time: the rows after the credit
  * (an account's whole history, for a late month) are never read. Runs in
@@ -131,7 +133,7 @@ static enum meter_rc apply_credit(PGconn *conn, struct statement *s, const char 
 			   " SELECT hour >= $2::timestamptz, sandbox_id, COALESCE(key_id, ''),"
 			   " running_usec, cpu_micros + memory_micros FROM usage_hourly"
 			   " WHERE account_id = $1 AND running_usec > 0 AND hour < $3"
-			   " ORDER BY hour, sandbox_id, price_version, day",
+			   " ORDER BY hour, sandbox_id COLLATE \"C\", price_version, day",
 			   3, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_COMMAND_OK)
 		goto failed;

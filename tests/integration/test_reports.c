@@ -347,6 +347,50 @@ static void test_statement_pages(PGconn *c)
 	CHECK_STR(testdb_exec_state(c, "ROLLBACK"), "00000");
 }
 
+/* The free hours go to usage in the order of its hour, then its sandbox
+ * id in byte order, whatever the database's collation: the same usage is
+ * credited the same on a database restored under another locale. Three
+ * sandboxes run the same whole hour, so the account's two free hours
+ * cover two of them: "CE_x" and "ca_x" in byte order, where an English
+ * collation would put "ca_x", "cb_x", then "CE_x". The sandbox
+ * ids are collated so here for the length of a transaction. */
+static void test_statement_collation(PGconn *c)
+{
+	struct statement s;
+	char err[256];
+
+	CHECK_STR(testdb_exec_state(
+		      c, "INSERT INTO accounts (account_id, name) VALUES ('acc_c', 'Collation');"
+			 "INSERT INTO api_keys (account_id, key_id, secret_hash, role)"
+			 " VALUES ('acc_c', 'key_c', decode(repeat('33', 32), 'hex'), 'full');"
+			 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+			 " state) VALUES ('acc_c', 'CE_x', 'key_c', 1, 512, 'running'),"
+			 " ('acc_c', 'ca_x', 'key_c', 1, 512, 'running'),"
+			 " ('acc_c', 'cb_x', 'key_c', 1, 512, 'running')"),
+		  "00000");
+	usage_row(c, "acc_c", "CE_x", "key_c", "2026-05-01T00:00:00Z", "2026-05-01", 3600, 100, 0,
+		  0);
+	usage_row(c, "acc_c", "ca_x", "key_c", "2026-05-01T00:00:00Z", "2026-05-01", 3600, 200, 0,
+		  0);
+	usage_row(c, "acc_c", "cb_x", "key_c", "2026-05-01T00:00:00Z", "2026-05-01", 3600, 400, 0,
+		  0);
+	CHECK_STR(testdb_exec_state(c, "BEGIN; ALTER TABLE usage_hourly ALTER COLUMN sandbox_id"
+				       " TYPE text COLLATE \"en-US-x-icu\""),
+		  "00000");
+	CHECK(statement_build(c, "acc_c", 2026, 5, &s, err, sizeof(err)) == METER_OK);
+	CHECK_I64(s.n, 3);
+	CHECK_I64(s.total.credit_micros, 100 + 200);
+	CHECK_I64(s.total.due_micros, 400);
+	if (s.n == 3) {
+		CHECK_STR(s.lines[0].sandbox_id, "CE_x");
+		CHECK_I64(s.lines[0].credit_micros, 100);
+		CHECK_I64(s.lines[1].credit_micros, 200);
+		CHECK_I64(s.lines[2].credit_micros, 0);
+	}
+	statement_release(&s);
+	CHECK_STR(testdb_exec_state(c, "ROLLBACK"), "00000");
+}
+
 int main(void)
 {
 	struct testdb db;
@@ -398,6 +442,7 @@ int main(void)
 		  3600, 7, 8, 0);
 	test_exports(db.conn);
 	test_statement(db.conn);
+	test_statement_collation(db.conn);
 	test_statement_pages(db.conn);
 	testdb_drop(&db);
 	return check_done();

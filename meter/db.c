@@ -138,13 +138,29 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 		goto out;
 	}
 	PQsetNoticeReceiver(conn, db_notice, NULL);
-	/* The session in UTC (hours are bucketed and days cut by its clock)
-	 * with dates read as text (a key's day, usage by day, the reports)
-	 * as YYYY-MM-DD, whatever the server's defaults or the environment:
-	 * libpq sends PGTZ and PGDATESTYLE after the options above, where they
-	 * win, so both are set again here, once the session is up. */
-	res = PQexec(conn, "SET TimeZone = 'UTC'; SET DateStyle = ISO, YMD");
-	if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+	/* The session as meter's code assumes it, whatever the server's, the
+	 * database's or the role's defaults or the environment say (libpq
+	 * sends PGTZ and PGDATESTYLE after the options above, where they win):
+	 * - in UTC (hours are bucketed and days cut by its clock), with dates
+	 *   read as text (a key's day, usage by day, the reports) as
+	 *   YYYY-MM-DD;
+	 * - no statement, lock or idle-transaction timeout: each user sets its
+	 *   own (the pool and the check engine, from db_statement_timeout_ms;
+	 *   an export its lock timeout alone, as documented);
+	 * - read committed: a statement of its own takes a new snapshot, which
+	 *   the checks' functions rely on (sql/0032);
+	 * - no JIT: meter's statements are short, and compiling one costs more
+	 *   than running it;
+	 * - a commit durable before it returns: synchronous_commit off or
+	 *   local is raised to on (a stronger setting, such as remote_apply,
+	 *   stays), so that nothing answered can be lost in a crash. */
+	res = PQexec(conn, "SET TimeZone = 'UTC'; SET DateStyle = ISO, YMD;"
+			   " SET statement_timeout = 0; SET lock_timeout = 0;"
+			   " SET idle_in_transaction_session_timeout = 0;"
+			   " SET default_transaction_isolation = 'read committed'; SET jit = off;"
+			   " SELECT set_config('synchronous_commit', 'on', false)"
+			   " WHERE current_setting('synchronous_commit') IN ('off', 'local')");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		db_copy_line(err, errlen, PQerrorMessage(conn));
 		PQclear(res);
 		rc = METER_EDB;

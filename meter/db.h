@@ -11,8 +11,10 @@
 /* Opens a connection to url (a libpq URI or key=value string) with a
  * connect timeout of 5 s, the session time zone set to UTC, dates written
  * as YYYY-MM-DD (DateStyle ISO) and the client encoding UTF-8, whatever
- * PGTZ, PGDATESTYLE and PGCLIENTENCODING say, and application_name
- * "meter"; the server's notices go to the log (a WARNING
+ * PGTZ, PGDATESTYLE and PGCLIENTENCODING say; no statement, lock or
+ * idle-transaction timeout, read committed, no JIT and synchronous_commit
+ * at least on, whatever the database's or the role's defaults say; and
+ * application_name "meter"; the server's notices go to the log (a WARNING
  * at warn, the rest at debug), not raw to stderr. On METER_OK *out is a new connection (caller
  * PQfinish()es it); on METER_EDB *out is NULL and err holds libpq's reason
  * (never the password). */

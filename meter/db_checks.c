@@ -200,7 +200,6 @@ enum meter_rc db_checks_session(PGconn *conn, int64_t statement_timeout_ms)
 {
 	if (db_util_session_timeouts(conn, "checks session", statement_timeout_ms,
 				     db_util_idle_tx_ms(statement_timeout_ms)) != METER_OK ||
-	    !session_exec(conn, "SET synchronous_commit = on", PGRES_COMMAND_OK) ||
 	    /* The batch statements are point look-ups by key taking arrays:
 	     * planned once per connection (not per batch), and never as
 	     * sequential scans, so a plan made while the tables were small
@@ -211,10 +210,9 @@ enum meter_rc db_checks_session(PGconn *conn, int64_t statement_timeout_ms)
 	     * batch's arrays: a plan made from statistics of a tiny table
 	     * would do that and keep doing it as the table grows. */
 	    !session_exec(conn, "SET enable_hashjoin = off", PGRES_COMMAND_OK) ||
-	    !session_exec(conn, "SET enable_mergejoin = off", PGRES_COMMAND_OK) ||
-	    /* A plan priced with a disabled node's cost must not be
-	     * compiled (hundreds of ms) for being "expensive". */
-	    !session_exec(conn, "SET jit = off", PGRES_COMMAND_OK))
+	    /* (A plan priced with a disabled node's cost is not compiled
+	     * for being "expensive": db_connect turns JIT off.) */
+	    !session_exec(conn, "SET enable_mergejoin = off", PGRES_COMMAND_OK))
 		return METER_EDB;
 	for (size_t i = 0; i < sizeof(prepared) / sizeof(prepared[0]); i++) {
 		PGresult *res = PQprepare(conn, prepared[i].name, prepared[i].sql, 0, NULL);

@@ -411,6 +411,57 @@ static void test_session_timeouts(const char *url)
 	PQfinish(conn);
 }
 
+/* A session db_connect opens is the one meter's code assumes, whatever
+ * the database's defaults: an operator's database may set any of these. */
+static void test_session_defaults(struct testdb *db)
+{
+	static const char *const sets[] = {
+	    "TimeZone = 'Asia/Kolkata'",
+	    "DateStyle = 'SQL, DMY'",
+	    "statement_timeout = '30ms'",
+	    "lock_timeout = '1ms'",
+	    "idle_in_transaction_session_timeout = '100ms'",
+	    "default_transaction_isolation = 'repeatable read'",
+	    "jit = on",
+	    "synchronous_commit = off",
+	    NULL,
+	};
+	char sql[256], err[256], v[256];
+	PGconn *conn = NULL;
+
+	for (int i = 0; sets[i]; i++) {
+		snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" SET %s", db->name, sets[i]);
+		CHECK_STR(testdb_exec_state(db->conn, sql), "00000");
+	}
+	CHECK_I64(db_connect(db->url, &conn, err, sizeof(err)), METER_OK);
+	if (conn) {
+		query_value(conn,
+			    "SELECT concat_ws('|', current_setting('TimeZone'),"
+			    " current_setting('DateStyle'), current_setting('statement_timeout'),"
+			    " current_setting('lock_timeout'),"
+			    " current_setting('idle_in_transaction_session_timeout'),"
+			    " current_setting('transaction_isolation'), current_setting('jit'),"
+			    " current_setting('synchronous_commit'),"
+			    " current_setting('client_encoding'), '2026-12-05'::date)",
+			    v, sizeof(v));
+		CHECK_STR(v, "UTC|ISO, YMD|0|0|0|read committed|off|on|UTF8|2026-12-05");
+		PQfinish(conn);
+		conn = NULL;
+	}
+	/* A commit setting stronger than on is the operator's to keep. */
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" SET synchronous_commit = remote_apply",
+		 db->name);
+	CHECK_STR(testdb_exec_state(db->conn, sql), "00000");
+	CHECK_I64(db_connect(db->url, &conn, err, sizeof(err)), METER_OK);
+	if (conn) {
+		query_value(conn, "SHOW synchronous_commit", v, sizeof(v));
+		CHECK_STR(v, "remote_apply");
+		PQfinish(conn);
+	}
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" RESET ALL", db->name);
+	CHECK_STR(testdb_exec_state(db->conn, sql), "00000");
+}
+
 /* The partition a sample of sandbox sbx_p at time at landed in. */
 static void sample_partition(PGconn *conn, const char *at, char *out, size_t len)
 {
@@ -541,6 +592,7 @@ int main(void)
 	test_keepalives(db.url);
 	test_notices(db.url);
 	test_session_timeouts(db.url);
+	test_session_defaults(&db);
 	testdb_drop(&db);
 	test_concurrent();
 	return check_done();

@@ -6,6 +6,7 @@
 #include "app.h"
 #include "checks.h"
 #include "dashboard.h"
+#include "db_util.h"
 #include "dbpool.h"
 #include "h_accounts.h"
 #include "h_checks.h"
@@ -49,6 +50,7 @@ enum meter_rc app_db_ping(const struct app *app, int timeout_ms)
 static void h_readyz(struct http_req *req)
 {
 	int want = migrate_latest(), have = -1;
+	bool read_only = false;
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 	char msg[400], why[200];
@@ -60,6 +62,17 @@ static void h_readyz(struct http_req *req)
 	if (!hutil_db_acquire(req, &conn))
 		return;
 	rc = migrate_verify(conn, &have, why, sizeof(why));
+	if (rc == METER_OK) {
+		/* A database that takes no writes (a standby, or
+		 * default_transaction_read_only) would refuse every check. */
+		PGresult *res = NULL;
+
+		rc = db_util_exec(conn, "readyz", "SELECT current_setting('transaction_read_only')",
+				  0, NULL, &res, NULL);
+		read_only = rc == METER_OK && PQntuples(res) == 1 &&
+			    strcmp(PQgetvalue(res, 0, 0), "on") == 0;
+		PQclear(res);
+	}
 	hutil_db_release(req, conn);
 	if (rc == METER_ECONFLICT || rc == METER_ENOMEM) {
 		snprintf(msg, sizeof(msg), "%s%s", why,
@@ -82,6 +95,13 @@ static void h_readyz(struct http_req *req)
 		http_reply_error(req, 503, "metering_unavailable", msg,
 				 json_pack("{s:I, s:I}", "schema_version", (json_int_t)have,
 					   "binary_schema_version", (json_int_t)want));
+		return;
+	}
+	if (read_only) {
+		http_reply_error(req, 503, "metering_unavailable",
+				 "the database takes no writes (a standby, or"
+				 " default_transaction_read_only on): no check can be held",
+				 NULL);
 		return;
 	}
 	http_reply_json(req, 200, json_pack("{s:s}", "status", "ready"));

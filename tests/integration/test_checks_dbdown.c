@@ -184,11 +184,57 @@ int main(void)
 		}
 	}
 
+	/* A database that takes no writes (here default_transaction_read_only,
+	 * as on a standby): /readyz says so, a check is 503 and holds
+	 * nothing; writable again, both come back. */
+	{
+		char sql[256];
+		long got = 0;
+
+		PQreset(t.db.conn);
+		snprintf(sql, sizeof(sql),
+			 "ALTER DATABASE \"%s\" SET default_transaction_read_only = on", t.db.name);
+		CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+		CHECK(pg("stop", NULL) == 0);
+		CHECK(pg("start", "/dev/null") == 0);
+		t0 = now_s();
+		while (got != 503 && now_s() - t0 < 30.0) {
+			got = readyz(&t);
+			if (got != 503)
+				cu_sleep_ms(100);
+		}
+		CHECK_I64(got, 503);
+		CHECK_I64(cu_create(&t, 0, key, "read-only-1", 1, 1024, 600, NULL, &r), 503);
+		apitest_resp_release(&r);
+		PQreset(t.db.conn);
+		/* (A statement of its own: a transaction begun read-only
+		 * stays so.) */
+		CHECK_STR(testdb_exec_state(t.db.conn, "SET default_transaction_read_only = off"),
+			  "00000");
+		snprintf(sql, sizeof(sql),
+			 "ALTER DATABASE \"%s\" RESET default_transaction_read_only", t.db.name);
+		CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+		CHECK(pg("stop", NULL) == 0);
+		CHECK(pg("start", "/dev/null") == 0);
+		t0 = now_s();
+		while (got != 200 && now_s() - t0 < 30.0) {
+			got = readyz(&t);
+			if (got != 200)
+				cu_sleep_ms(100);
+		}
+		CHECK_I64(got, 200);
+		cu_sleep_ms(500);
+		CHECK_I64(cu_create(&t, 0, key, "read-only-2", 1, 1024, 600, NULL, &r), 200);
+		apitest_resp_release(&r);
+	}
+
 	PQreset(t.db.conn);
-	/* up-1 and its wake, back-N, restarted-1 and its wake, one a round. */
-	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds"), 6);
+	/* up-1 and its wake, back-N, restarted-1 and its wake, one a round,
+	 * read-only-2. */
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds"), 7);
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM sandboxes WHERE sandbox_id LIKE "
-					"'down-%%' OR sandbox_id LIKE 'gone-%%'"),
+					"'down-%%' OR sandbox_id LIKE 'gone-%%'"
+					" OR sandbox_id = 'read-only-1'"),
 		  0);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 	CHECK(apitest_stop(&t) == 0);

@@ -66,6 +66,19 @@ static long readyz(struct apitest *t)
 	return status;
 }
 
+/* GET /readyz until it answers want or secs pass; its last status. */
+static long readyz_within(struct apitest *t, long want, double secs)
+{
+	double t0 = now_s();
+	long got = readyz(t);
+
+	while (got != want && now_s() - t0 < secs) {
+		cu_sleep_ms(100);
+		got = readyz(t);
+	}
+	return got;
+}
+
 int main(void)
 {
 	struct apitest t;
@@ -187,44 +200,28 @@ int main(void)
 	/* A database that takes no writes (here default_transaction_read_only,
 	 * as on a standby): /readyz says so, a check is 503 and holds
 	 * nothing; writable again, both come back. */
-	{
+	for (int on = 1; on >= 0; on--) {
 		char sql[256];
-		long got = 0;
 
-		PQreset(t.db.conn);
-		snprintf(sql, sizeof(sql),
-			 "ALTER DATABASE \"%s\" SET default_transaction_read_only = on", t.db.name);
-		CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
-		CHECK(pg("stop", NULL) == 0);
-		CHECK(pg("start", "/dev/null") == 0);
-		t0 = now_s();
-		while (got != 503 && now_s() - t0 < 30.0) {
-			got = readyz(&t);
-			if (got != 503)
-				cu_sleep_ms(100);
-		}
-		CHECK_I64(got, 503);
-		CHECK_I64(cu_create(&t, 0, key, "read-only-1", 1, 1024, 600, NULL, &r), 503);
-		apitest_resp_release(&r);
 		PQreset(t.db.conn);
 		/* (A statement of its own: a transaction begun read-only
 		 * stays so.) */
 		CHECK_STR(testdb_exec_state(t.db.conn, "SET default_transaction_read_only = off"),
 			  "00000");
 		snprintf(sql, sizeof(sql),
-			 "ALTER DATABASE \"%s\" RESET default_transaction_read_only", t.db.name);
+			 on ? "ALTER DATABASE \"%s\" SET default_transaction_read_only = on"
+			    : "ALTER DATABASE \"%s\" RESET default_transaction_read_only",
+			 t.db.name);
 		CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+		/* A restart, so that meterd's sessions start anew. */
 		CHECK(pg("stop", NULL) == 0);
 		CHECK(pg("start", "/dev/null") == 0);
-		t0 = now_s();
-		while (got != 200 && now_s() - t0 < 30.0) {
-			got = readyz(&t);
-			if (got != 200)
-				cu_sleep_ms(100);
-		}
-		CHECK_I64(got, 200);
-		cu_sleep_ms(500);
-		CHECK_I64(cu_create(&t, 0, key, "read-only-2", 1, 1024, 600, NULL, &r), 200);
+		CHECK_I64(readyz_within(&t, on ? 503 : 200, 30.0), on ? 503 : 200);
+		if (!on)
+			cu_sleep_ms(500);
+		CHECK_I64(cu_create(&t, 0, key, on ? "read-only-1" : "read-only-2", 1, 1024, 600,
+				    NULL, &r),
+			  on ? 503 : 200);
 		apitest_resp_release(&r);
 	}
 

@@ -576,6 +576,26 @@ static void test_partitions(PGconn *conn)
 	CHECK_STR(buf, "2");
 	query_value(conn, "SELECT count(*) FROM samples", buf, sizeof(buf));
 	CHECK_STR(buf, "0");
+
+	/* A schema named after the role, made after migrating, comes first
+	 * in the default search_path ("$user", public): a new day's
+	 * partition still goes beside samples, and retention drops it. */
+	CHECK_STR(testdb_exec_state(conn, "SET search_path = \"$user\", public;"
+					  " CREATE SCHEMA AUTHORIZATION CURRENT_USER"),
+		  "00000");
+	query_value(conn, "SELECT meter_ensure_sample_partitions('2026-12-03', '2026-12-03')", buf,
+		    sizeof(buf));
+	CHECK_STR(buf, "1");
+	query_value(conn,
+		    "SELECT (SELECT relnamespace FROM pg_class WHERE relname = 'samples_20261203')"
+		    " = (SELECT relnamespace FROM pg_class WHERE oid = 'samples'::regclass)",
+		    buf, sizeof(buf));
+	CHECK_STR(buf, "t");
+	query_value(conn, "SELECT meter_drop_sample_partitions('2100-01-01')", buf, sizeof(buf));
+	CHECK_STR(buf, "1");
+	CHECK_STR(testdb_exec_state(conn, "DO $$ BEGIN EXECUTE format('DROP SCHEMA %I',"
+					  " current_user); END $$; RESET search_path"),
+		  "00000");
 }
 
 int main(void)

@@ -47,8 +47,7 @@ __attribute__((format(printf, 3, 4))) static bool fail(struct vctx *v, const cha
 	return false;
 }
 
-/* The node a local reference ("#/a/b") names in doc, or NULL. */
-static const json_t *resolve(const json_t *doc, const char *ref)
+const json_t *openapi_check_resolve(const json_t *doc, const char *ref)
 {
 	const json_t *node = doc;
 	const char *p;
@@ -321,7 +320,7 @@ static bool validate(struct vctx *v, const json_t *schema, const json_t *x, cons
 		goto out;
 	}
 	if (json_is_string(ref)) {
-		const json_t *target = resolve(v->doc, json_string_value(ref));
+		const json_t *target = openapi_check_resolve(v->doc, json_string_value(ref));
 
 		if (!target) {
 			fail(v, where, "%s resolves to nothing", json_string_value(ref));
@@ -518,7 +517,7 @@ static const json_t *deref(const json_t *doc, const json_t *node)
 {
 	const char *ref = json_string_value(json_object_get(node, "$ref"));
 
-	return ref ? resolve(doc, ref) : node;
+	return ref ? openapi_check_resolve(doc, ref) : node;
 }
 
 bool openapi_check_response(const json_t *doc, const char *method, const char *path, long status,
@@ -557,7 +556,7 @@ bool openapi_check_response(const json_t *doc, const char *method, const char *p
 	if (!op) {
 		if (status != 405)
 			return true;
-		resp = resolve(doc, "#/components/responses/MethodNotAllowed");
+		resp = openapi_check_resolve(doc, "#/components/responses/MethodNotAllowed");
 	} else {
 		resp = json_object_get(json_object_get(op, "responses"), st);
 		if (!resp)

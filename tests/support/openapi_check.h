@@ -31,6 +31,10 @@
  * the document, borrowed, or NULL (and prints why). */
 const json_t *openapi_check_doc(const char *path);
 
+/* The node a local reference ("#/a/b", ~0 and ~1 escaped) names in doc,
+ * or NULL. */
+const json_t *openapi_check_resolve(const json_t *doc, const char *ref);
+
 /* Validates instance against schema, resolving $ref in doc. Returns true
  * when valid; otherwise false with the first failure, and where, in err. */
 bool openapi_check_schema(const json_t *doc, const json_t *schema, const json_t *instance,

@@ -108,24 +108,6 @@ static bool path_params_agree(const char *path, const json_t *op, const json_t *
 	return want == got && declared == want;
 }
 
-/* The member of doc that ref ("#/a/b/c") names, or NULL. */
-static const json_t *resolve(const json_t *doc, const char *ref)
-{
-	const json_t *at = doc;
-	char part[128];
-
-	if (strncmp(ref, "#/", 2) != 0)
-		return NULL;
-	for (const char *p = ref + 2; *p && at;) {
-		size_t n = strcspn(p, "/");
-
-		snprintf(part, sizeof(part), "%.*s", (int)n, p);
-		at = json_object_get(at, part);
-		p += n + (p[n] == '/');
-	}
-	return at;
-}
-
 /* The security schemes an operation lists: 1 bearer, 2 session. */
 static int security_schemes(const json_t *security)
 {
@@ -160,7 +142,7 @@ static void check_refs(const json_t *doc, const json_t *v, int *bad)
 			if (strcmp(key, "$ref") == 0 && json_is_string(child)) {
 				const char *ref = json_string_value(child);
 
-				if (!resolve(doc, ref)) {
+				if (!openapi_check_resolve(doc, ref)) {
 					fprintf(stderr, "unresolved $ref %s\n", ref);
 					(*bad)++;
 				}
@@ -174,7 +156,8 @@ static void check_refs(const json_t *doc, const json_t *v, int *bad)
 				{
 					const json_t *r = json_object_get(m, "$ref");
 					const json_t *s =
-					    r ? resolve(doc, json_string_value(r)) : m;
+					    r ? openapi_check_resolve(doc, json_string_value(r))
+					      : m;
 
 					if (json_is_false(
 						json_object_get(s, "additionalProperties"))) {
@@ -342,7 +325,7 @@ int main(void)
 			json_object_foreach(json_object_get(op, "responses"), st, resp)
 			{
 				const char *ref = json_string_value(json_object_get(resp, "$ref"));
-				const json_t *r = ref ? resolve(doc, ref) : resp;
+				const json_t *r = ref ? openapi_check_resolve(doc, ref) : resp;
 
 				if (!json_object_get(json_object_get(r, "headers"), "X-Request-Id"))
 					fprintf(stderr, "%s %s %s: no X-Request-Id\n",

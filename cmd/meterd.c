@@ -115,6 +115,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "meterd: database_url: %s\n", err);
 		return 2;
 	}
+	if (!db_set_schema(cfg.database_schema)) {
+		fprintf(stderr,
+			"meterd: database_schema must be 1 to 63 of a-z, 0-9 and _, not starting"
+			" with a digit or pg_\n");
+		return 2;
+	}
 	if (cfg.webhook_url[0] && !url_http_ok(cfg.webhook_url, err, sizeof(err))) {
 		fprintf(stderr, "meterd: webhook_url %s\n", err);
 		return 2;

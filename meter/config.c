@@ -43,6 +43,8 @@ struct opt {
 
 static const struct opt opts[] = {
     STR_OPT("database_url", database_url, true, "PostgreSQL URL (libpq syntax)"),
+    STR_OPT("database_schema", database_schema, false,
+	    "schema of meter's tables, every session's search_path (a-z, 0-9, _)"),
     {.name = "listen",
      .kind = OPT_LISTEN,
      .offset = offsetof(struct meter_config, listen),
@@ -115,6 +117,7 @@ void config_init(struct meter_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	snprintf(cfg->listen, sizeof(cfg->listen), "127.0.0.1:8080");
 	snprintf(cfg->log_level, sizeof(cfg->log_level), "info");
+	snprintf(cfg->database_schema, sizeof(cfg->database_schema), "public");
 	cfg->http_threads = 2;
 	cfg->max_connections = 1024;
 	cfg->per_ip_connections = 0;

@@ -17,6 +17,7 @@
 
 struct meter_config {
 	char database_url[CONFIG_STR_MAX]; /* libpq URL; empty = not configured */
+	char database_schema[64];	   /* meter's schema (search_path); default public */
 	char listen[CONFIG_STR_MAX];	   /* host:port, [v6]:port; default 127.0.0.1:8080 */
 	char log_level[16];		   /* debug, info, warn, error */
 	int64_t http_threads;		   /* libmicrohttpd thread pool size */

@@ -47,6 +47,35 @@ static void db_mask(char *s, const char *secret)
 	}
 }
 
+/* meter's schema (db_set_schema). */
+static char db_schema_buf[DB_SCHEMA_MAX + 1] = "public";
+
+bool db_schema_name_ok(const char *name)
+{
+	size_t n;
+
+	if (!name || !((name[0] >= 'a' && name[0] <= 'z') || name[0] == '_'))
+		return false;
+	for (n = 0; name[n]; n++)
+		if (!((name[n] >= 'a' && name[n] <= 'z') || (name[n] >= '0' && name[n] <= '9') ||
+		      name[n] == '_'))
+			return false;
+	return n <= DB_SCHEMA_MAX && strncmp(name, "pg_", 3) != 0;
+}
+
+bool db_set_schema(const char *name)
+{
+	if (!db_schema_name_ok(name))
+		return false;
+	snprintf(db_schema_buf, sizeof(db_schema_buf), "%s", name);
+	return true;
+}
+
+const char *db_schema(void)
+{
+	return db_schema_buf;
+}
+
 bool db_idle_closed(PGconn *c)
 {
 	for (int i = 0; i < 2; i++)
@@ -95,8 +124,9 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 	/* UTF-8 whatever PGCLIENTENCODING says: the text meterd sends and
 	 * reads (names, ids, answers) is UTF-8, and under another encoding the
 	 * server would convert it byte by byte into something else. */
-	const char *values[] = {"1",	 "15",	 "5", "3", "30000", url, "5", "-c TimeZone=UTC",
-				"meter", "UTF8", NULL};
+	char options[DB_SCHEMA_MAX + 48];
+	const char *values[] = {"1", "15",    "5",     "3",    "30000", url,
+				"5", options, "meter", "UTF8", NULL};
 	PQconninfoOption *opts = NULL;
 	char *perr = NULL;
 	char *password = NULL;
@@ -112,6 +142,13 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 		rc = METER_EINVAL;
 		goto out;
 	}
+	/* Its names found in meter's schema alone (pg_catalog's, PostgreSQL
+	 * searches first itself), as the session's own setting, which RESET
+	 * and DISCARD ALL return to and the database's or the role's defaults
+	 * do not change: a search_path changed by them after meter was
+	 * migrated would find no tables, or another schema's, and make
+	 * meterd advise a migration into that schema. */
+	snprintf(options, sizeof(options), "-c TimeZone=UTC -c search_path=%s", db_schema_buf);
 	opts = PQconninfoParse(url, &perr);
 	if (!opts) {
 		db_copy_line(err, errlen,

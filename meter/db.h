@@ -8,8 +8,26 @@
 
 #include "rc.h"
 
+/* The longest schema name (PostgreSQL's NAMEDATALEN less one). */
+#define DB_SCHEMA_MAX 63
+
+/* True when name can be meter's schema (database_schema): 1 to 63 of
+ * a-z, 0-9 and _, not starting with a digit (an unquoted identifier, so
+ * that it means the same quoted or not), and not pg_... (PostgreSQL's). */
+bool db_schema_name_ok(const char *name);
+
+/* Sets the schema every connection db_connect opens from then on works in
+ * (its search_path; "public" until set). Call before any thread connects.
+ * False, changing nothing, when !db_schema_name_ok(name). */
+METER_MUSTCHECK bool db_set_schema(const char *name);
+
+/* The schema db_connect's sessions work in. */
+const char *db_schema(void);
+
 /* Opens a connection to url (a libpq URI or key=value string) with a
- * connect timeout of 5 s, the session time zone set to UTC, dates written
+ * connect timeout of 5 s, its search_path the schema of db_set_schema
+ * alone (the server's, the database's, the role's or the URL's
+ * search_path is not used), the session time zone set to UTC, dates written
  * as YYYY-MM-DD (DateStyle ISO) and the client encoding UTF-8, whatever
  * PGTZ, PGDATESTYLE and PGCLIENTENCODING say; no statement, lock or
  * idle-transaction timeout, read committed, no JIT and synchronous_commit

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db.h"
 #include "log.h"
 
 /* pg_advisory_xact_lock key of the migrators: "meter_mg" in ASCII. */
@@ -230,6 +231,76 @@ out:
 	return rc;
 }
 
+enum meter_rc migrate_elsewhere(PGconn *conn, char *out, size_t outlen)
+{
+	const char *schema = db_schema();
+	PGresult *res =
+	    PQexecParams(conn,
+			 "SELECT n.nspname FROM pg_namespace n WHERE n.nspname <> $1"
+			 " AND EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid"
+			 " AND c.relname = 'schema_migrations' AND c.relkind = 'r')"
+			 " AND EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid"
+			 " AND c.relname = 'key_day_ledger' AND c.relkind = 'r')"
+			 " ORDER BY n.nspname COLLATE \"C\" LIMIT 1",
+			 1, NULL, &schema, NULL, NULL, 0);
+	enum meter_rc rc = METER_EDB;
+
+	if (outlen)
+		out[0] = '\0';
+	if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+		if (PQntuples(res) == 1 && outlen)
+			snprintf(out, outlen, "%s", PQgetvalue(res, 0, 0));
+		rc = METER_OK;
+	}
+	PQclear(res);
+	return rc;
+}
+
+/* In the migrators' transaction, before schema_migrations is made: meter's
+ * schema made when missing, and refused (METER_ECONFLICT) when it has no
+ * schema_migrations while another schema has meter's tables. */
+static enum meter_rc migrate_schema(PGconn *conn, char *err, size_t errlen)
+{
+	const char *schema = db_schema();
+	const char *what = "meter's schema";
+	char other[256], sql[DB_SCHEMA_MAX + 32];
+	PGresult *res;
+	bool has_schema, has_table;
+	enum meter_rc rc;
+
+	res = PQexecParams(conn,
+			   "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1),"
+			   " to_regclass(quote_ident($1) || '.schema_migrations') IS NOT NULL",
+			   1, NULL, &schema, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		migrate_error(err, errlen, what, conn, res);
+		PQclear(res);
+		return METER_EDB;
+	}
+	has_schema = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	has_table = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+	PQclear(res);
+	if (has_table)
+		return METER_OK;
+	rc = migrate_elsewhere(conn, other, sizeof(other));
+	if (rc != METER_OK) {
+		migrate_error(err, errlen, what, conn, NULL);
+		return rc;
+	}
+	if (other[0]) {
+		snprintf(err, errlen,
+			 "meter's tables are in schema \"%s\", not in \"%s\""
+			 " (database_schema, METER_DATABASE_SCHEMA): set it to %s",
+			 other, schema, other);
+		return METER_ECONFLICT;
+	}
+	if (has_schema)
+		return METER_OK;
+	/* db_schema_name_ok's names need no quoting; quoted all the same. */
+	snprintf(sql, sizeof(sql), "CREATE SCHEMA \"%s\"", schema);
+	return migrate_exec(conn, sql, what, err, errlen);
+}
+
 /* Applies compiled migration i in one transaction with its record, unless
  * another migrator did it first. *applied_now says whether this call did. */
 static enum meter_rc migrate_one(PGconn *conn, int i, const char (*hex)[MIGRATE_SHA_HEX],
@@ -322,8 +393,10 @@ enum meter_rc migrate_apply(PGconn *conn, int *applied, char *err, size_t errlen
 	rc = migrate_begin(conn, "creating schema_migrations", err, errlen);
 	if (rc != METER_OK)
 		goto out;
-	rc =
-	    migrate_exec(conn, migrate_create_table_sql, "creating schema_migrations", err, errlen);
+	rc = migrate_schema(conn, err, errlen);
+	if (rc == METER_OK)
+		rc = migrate_exec(conn, migrate_create_table_sql, "creating schema_migrations", err,
+				  errlen);
 	if (rc == METER_OK)
 		rc = migrate_read(conn, hex, done, err, errlen);
 	if (rc == METER_OK)

@@ -18,6 +18,9 @@ extern const struct migration_src migrations_src[];
 extern const int migrations_count;
 
 /* Applies every migration not yet recorded in schema_migrations, in order,
+ * into db_schema() (made when missing; METER_ECONFLICT, with err, when it
+ * holds no schema_migrations and migrate_elsewhere finds meter's tables in
+ * another schema: migrating would start an empty second set of them),
  * each in its own transaction together with its row in schema_migrations
  * (version, name, sha256 of the text, applied_at). A transaction-scoped
  * advisory lock serialises concurrent migrators. A recorded migration whose
@@ -25,6 +28,11 @@ extern const int migrations_count;
  * number applied by this call (0 when the schema is current). err gets a
  * one-line reason on failure. */
 METER_MUSTCHECK enum meter_rc migrate_apply(PGconn *conn, int *applied, char *err, size_t errlen);
+
+/* The name of a schema other than db_schema() that holds meter's tables
+ * (schema_migrations and key_day_ledger) into out, the first by name;
+ * "" when there is none. METER_EDB when the catalog cannot be read. */
+METER_MUSTCHECK enum meter_rc migrate_elsewhere(PGconn *conn, char *out, size_t outlen);
 
 /* The version of the last compiled migration: the schema this binary
  * needs. */

@@ -212,6 +212,13 @@ bad_value "an agents file that cannot be read" --database-url "$url" --agents-fi
 grep -q "agents_file: $work/none" "$work/err" && ok || fail "agents file: $(cat "$work/err")"
 bad_value "a listen host that does not resolve" --database-url "$url" --collector off \
 	--listen 256.1.1.1:1
+bad_value "a database_schema that is not a plain lower-case name" --database-url "$url" \
+	--database-schema Billing
+grep -q "database_schema must be" "$work/err" && ok || fail "schema: $(cat "$work/err")"
+METER_DATABASE_SCHEMA=pg_meter "$bin/meterctl" migrate --database-url "$url" >/dev/null \
+	2>"$work/err" && status=0 || status=$?
+expect "meterctl with a METER_DATABASE_SCHEMA it does not take" "$status" 2
+grep -q "METER_DATABASE_SCHEMA must be" "$work/err" && ok || fail "schema: $(cat "$work/err")"
 
 # --- a cluster of its own, to stop and start -----------------------------
 export METER_PG_DIR=$work/pg METER_PG_PORT
@@ -264,6 +271,24 @@ expect "readyz with every migration back" "$(http_status "$base/readyz")" 200
 kill -TERM "$pid"
 wait "$pid" || true
 pid=
+# Told a schema other than the one meter's tables are in (database_schema):
+# not ready, saying where they are, and meterctl migrate refuses to make an
+# empty second set of them there.
+start_meterd "$work/meterd-other-schema.log" --database-url "$own_url" --collector off \
+	--database-schema billing
+expect "readyz told another schema" "$(http_status "$base/readyz")" 503
+curl -s "$base/readyz" | grep -q 'tables are in schema \\"public\\", not in \\"billing\\"' &&
+	ok || fail "readyz names the schema: $(curl -s "$base/readyz")"
+kill -TERM "$pid"
+wait "$pid" || true
+pid=
+METER_DATABASE_SCHEMA=billing "$bin/meterctl" migrate --database-url "$own_url" >/dev/null \
+	2>"$work/err" && status=0 || status=$?
+expect "meterctl migrate told another schema" "$status" 1
+grep -q 'tables are in schema "public", not in "billing"' "$work/err" && ok ||
+	fail "migrate names the schema: $(cat "$work/err")"
+expect "no schema made" "$(psql "$own_url" -Atq -c "SELECT count(*) FROM pg_namespace
+  WHERE nspname = 'billing'")" 0
 bash "$here/../../scripts/pg.sh" stop
 
 # Started while the database is down: alive, not ready, and it keeps trying.

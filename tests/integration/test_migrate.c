@@ -462,6 +462,152 @@ static void test_session_defaults(struct testdb *db)
 	CHECK_STR(testdb_exec_state(db->conn, sql), "00000");
 }
 
+/* Schema names database_schema takes, and those it does not. */
+static void test_schema_names(void)
+{
+	static const char *const good[] = {
+	    "public",
+	    "meter",
+	    "_b",
+	    "billing_2026",
+	    "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz0123456789_",
+	    NULL};
+	static const char *const bad[] = {
+	    "",
+	    "1meter",
+	    "Meter",
+	    "pg_meter",
+	    "a-b",
+	    "a b",
+	    "a\"b",
+	    "m\xc3\xa9ter",
+	    "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz0123456789_x",
+	    NULL};
+
+	for (int i = 0; good[i]; i++)
+		CHECK(db_schema_name_ok(good[i]));
+	for (int i = 0; bad[i]; i++)
+		CHECK(!db_schema_name_ok(bad[i]));
+	CHECK(!db_schema_name_ok(NULL));
+	CHECK(!db_set_schema("pg_x"));
+	CHECK_STR(db_schema(), "public");
+}
+
+/* Every session works in meter's schema alone: the database's (or the
+ * role's) search_path is not used, nor is it after a RESET. Before, a
+ * search_path changed after migrating found no tables: /readyz advised a
+ * migration, which made an empty second set of them in that schema. */
+static void test_schema_pinned(struct testdb *db)
+{
+	char sql[256], err[256], v[256];
+	PGconn *conn = NULL;
+	int version = -1, applied = -1;
+
+	CHECK_STR(testdb_exec_state(db->conn, "CREATE SCHEMA elsewhere"), "00000");
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" SET search_path = elsewhere", db->name);
+	CHECK_STR(testdb_exec_state(db->conn, sql), "00000");
+	CHECK_I64(db_connect(db->url, &conn, err, sizeof(err)), METER_OK);
+	if (conn) {
+		query_value(conn, "SHOW search_path", v, sizeof(v));
+		CHECK_STR(v, "public");
+		CHECK_STR(testdb_exec_state(conn, "RESET search_path"), "00000");
+		query_value(conn, "SELECT current_schema()", v, sizeof(v));
+		CHECK_STR(v, "public");
+		CHECK_I64(migrate_verify(conn, &version, err, sizeof(err)), METER_OK);
+		CHECK_I64(version, migrate_latest());
+		CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_OK);
+		CHECK_I64(applied, 0);
+		PQfinish(conn);
+	}
+	query_value(db->conn,
+		    "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+		    " WHERE n.nspname = 'elsewhere'",
+		    v, sizeof(v));
+	CHECK_STR(v, "0");
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" RESET search_path", db->name);
+	CHECK_STR(testdb_exec_state(db->conn, sql), "00000");
+	CHECK_STR(testdb_exec_state(db->conn, "DROP SCHEMA elsewhere"), "00000");
+
+	/* Told another schema than the one meter's tables are in, migrate
+	 * refuses, names theirs and makes nothing. */
+	CHECK(db_set_schema("billing"));
+	CHECK_I64(db_connect(db->url, &conn, err, sizeof(err)), METER_OK);
+	if (conn) {
+		CHECK_I64(migrate_elsewhere(conn, v, sizeof(v)), METER_OK);
+		CHECK_STR(v, "public");
+		CHECK_I64(migrate_verify(conn, &version, err, sizeof(err)), METER_OK);
+		CHECK_I64(version, 0);
+		CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_ECONFLICT);
+		CHECK(strstr(err, "meter's tables are in schema \"public\", not in \"billing\"") !=
+		      NULL);
+		PQfinish(conn);
+		conn = NULL;
+	}
+	query_value(db->conn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'billing'", v,
+		    sizeof(v));
+	CHECK_STR(v, "0");
+	CHECK(db_set_schema("public"));
+}
+
+/* A fresh database migrated into a schema of its own: every table and
+ * function there and none in public, and they work (a day's partition goes
+ * beside samples); a migrator told public then refuses. */
+static void test_schema_own(void)
+{
+	struct testdb db;
+	char err[256], v[256];
+	PGconn *conn = NULL;
+	int applied = -1, version = -1;
+
+	if (testdb_create(&db, "migrate_schema") != 0) {
+		CHECK(0);
+		return;
+	}
+	CHECK(db_set_schema("billing"));
+	CHECK_I64(db_connect(db.url, &conn, err, sizeof(err)), METER_OK);
+	if (conn) {
+		CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_OK);
+		if (applied != migrations_count)
+			fprintf(stderr, "migrate_apply: %s\n", err);
+		CHECK_I64(applied, migrations_count);
+		CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_OK);
+		CHECK_I64(applied, 0);
+		CHECK_I64(migrate_verify(conn, &version, err, sizeof(err)), METER_OK);
+		CHECK_I64(version, migrate_latest());
+		query_value(conn,
+			    "SELECT meter_ensure_sample_partitions('2026-12-05', '2026-12-05')", v,
+			    sizeof(v));
+		CHECK_STR(v, "1");
+		query_value(conn, "SELECT 'samples_20261205'::regclass::text", v, sizeof(v));
+		CHECK_STR(v, "samples_20261205");
+		PQfinish(conn);
+		conn = NULL;
+	}
+	query_value(
+	    db.conn,
+	    "SELECT string_agg(DISTINCT n.nspname, ',') FROM pg_class c"
+	    " JOIN pg_namespace n ON n.oid = c.relnamespace"
+	    " WHERE c.relname IN ('schema_migrations', 'key_day_ledger', 'samples_20261205')",
+	    v, sizeof(v));
+	CHECK_STR(v, "billing");
+	query_value(db.conn,
+		    "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+		    " WHERE p.proname = 'meter_checks_fast' AND n.nspname = 'billing'",
+		    v, sizeof(v));
+	CHECK_STR(v, "1");
+	CHECK(db_set_schema("public"));
+	CHECK_I64(db_connect(db.url, &conn, err, sizeof(err)), METER_OK);
+	if (conn) {
+		CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_ECONFLICT);
+		CHECK(strstr(err, "schema \"billing\", not in \"public\"") != NULL);
+		PQfinish(conn);
+	}
+	query_value(db.conn, "SELECT count(*) FROM pg_class WHERE relname = 'schema_migrations'", v,
+		    sizeof(v));
+	CHECK_STR(v, "1");
+	testdb_drop(&db);
+}
+
 /* The partition a sample of sandbox sbx_p at time at landed in. */
 static void sample_partition(PGconn *conn, const char *at, char *out, size_t len)
 {
@@ -613,7 +759,10 @@ int main(void)
 	test_notices(db.url);
 	test_session_timeouts(db.url);
 	test_session_defaults(&db);
+	test_schema_names();
+	test_schema_pinned(&db);
 	testdb_drop(&db);
+	test_schema_own();
 	test_concurrent();
 	return check_done();
 }

@@ -37,6 +37,7 @@ struct export_cursor {
 	bool header_done;
 	bool finished; /* the COPY ended (well or not) */
 	bool failed;
+	bool lock_set; /* the connection's lock_timeout is the export's */
 	struct export_totals totals;
 	char last_period[32];
 };
@@ -173,6 +174,14 @@ static enum meter_rc build_sql(PGconn *conn, const struct export_params *p, char
 	return rc;
 }
 
+/* The connection's lock timeout back to none, as db_connect set it: the
+ * export's would stay on a pooled connection and cut the lock waits of the
+ * requests that take it next. */
+static void export_lock_reset(PGconn *conn)
+{
+	PQclear(PQexec(conn, "SET lock_timeout = 0"));
+}
+
 enum meter_rc export_open(PGconn *conn, const struct export_params *p, struct export_cursor **out,
 			  char *err, size_t errlen)
 {
@@ -210,6 +219,8 @@ enum meter_rc export_open(PGconn *conn, const struct export_params *p, struct ex
 		db_util_failed_note(res); /* the answer tells a lock timeout */
 		snprintf(err, errlen, "export query failed: %s", PQresultErrorMessage(res));
 		PQclear(res);
+		if (p->lock_timeout_ms > 0)
+			export_lock_reset(conn);
 		return METER_EDB;
 	}
 	PQclear(res);
@@ -221,10 +232,13 @@ enum meter_rc export_open(PGconn *conn, const struct export_params *p, struct ex
 			PQfreemem(row);
 		while ((res = PQgetResult(conn)) != NULL)
 			PQclear(res);
+		if (p->lock_timeout_ms > 0)
+			export_lock_reset(conn);
 		return METER_ENOMEM;
 	}
 	c->conn = conn;
 	c->format = p->format;
+	c->lock_set = p->lock_timeout_ms > 0;
 	*out = c;
 	return METER_OK;
 }
@@ -389,5 +403,7 @@ void export_close(struct export_cursor *c)
 	}
 	while ((res = PQgetResult(c->conn)) != NULL)
 		PQclear(res);
+	if (c->lock_set)
+		export_lock_reset(c->conn);
 	free(c);
 }

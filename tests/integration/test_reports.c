@@ -108,6 +108,7 @@ static void test_exports(PGconn *c)
 	p.to_usec = at("2026-12-01T00");
 	p.granularity = EXPORT_HOUR;
 	p.format = EXPORT_CSV;
+	p.lock_timeout_ms = 1500;
 	want_total = sql_i64(c, "SELECT sum(total_micros) FROM usage_hourly"
 				" WHERE account_id = 'acc_r'");
 	CHECK_I64(want_total, 165 + 301 + 570);
@@ -124,6 +125,15 @@ static void test_exports(PGconn *c)
 		    200) == 0);
 	CHECK_I64(t.total_micros, want_total);
 	CHECK_I64(t.rows, 4);
+	/* The export's lock timeout ends with it: the connection goes back to
+	 * a pool, to requests that set their own. */
+	{
+		PGresult *r = PQexec(c, "SHOW lock_timeout");
+
+		CHECK(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 &&
+		      strcmp(PQgetvalue(r, 0, 0), "0") == 0);
+		PQclear(r);
+	}
 	/* Every record ends with CRLF, and there are header + 4 of them. */
 	for (char *q = csv; *q; q++) {
 		if (*q == '\n') {

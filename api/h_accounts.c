@@ -76,7 +76,10 @@ void h_account_key_create(struct http_req *req)
 	rc = db_key_create(conn, req->params[0], hash, f.role, f.has_limit, f.daily_limit_micros,
 			   f.time_zone, &key);
 	if (rc == METER_EINVAL) {
-		hutil_bad(req, "time_zone", "time_zone is not a known IANA time zone");
+		hutil_bad(
+		    req, "time_zone",
+		    "time_zone is not a known IANA time zone, or is an abbreviation (CET, EST:"
+		    " read as fixed offsets): name a place's zone, such as Europe/Paris");
 		goto out;
 	}
 	if (rc != METER_OK) {

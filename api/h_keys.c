@@ -192,7 +192,10 @@ void h_key_limits(struct http_req *req)
 	rc = db_key_set_limits(conn, key_scope(req), req->params[0], f.limit_given, f.has_limit,
 			       f.daily_limit_micros, f.time_zone, &key, &busy);
 	if (rc == METER_EINVAL)
-		hutil_bad(req, "time_zone", "time_zone is not a known IANA time zone");
+		hutil_bad(
+		    req, "time_zone",
+		    "time_zone is not a known IANA time zone, or is an abbreviation (CET, EST:"
+		    " read as fixed offsets): name a place's zone, such as Europe/Paris");
 	else if (rc == METER_ECONFLICT)
 		key_tz_busy(req, &busy);
 	else if (rc != METER_OK)

@@ -222,7 +222,11 @@ static int ctl_key_create(int argc, char **argv)
 		goto out;
 	}
 	if (rc == METER_EINVAL) {
-		ctl_fail(cmd, "--time-zone %s is not a time zone the database knows", args[3].s);
+		ctl_fail(cmd,
+			 "--time-zone %s is not a time zone the database knows, or is an"
+			 " abbreviation (CET, EST: read as fixed offsets): name a place's zone,"
+			 " such as Europe/Paris",
+			 args[3].s);
 		status = 2;
 		goto out;
 	}

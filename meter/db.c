@@ -180,7 +180,9 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 	 * sends PGTZ and PGDATESTYLE after the options above, where they win):
 	 * - in UTC (hours are bucketed and days cut by its clock), with dates
 	 *   read as text (a key's day, usage by day, the reports) as
-	 *   YYYY-MM-DD;
+	 *   YYYY-MM-DD, and the Default time zone abbreviations, which keys'
+	 *   zones are checked against (sql/0047): under another set, a name
+	 *   such as EST reads as another offset;
 	 * - no statement, lock or idle-transaction timeout: each user sets its
 	 *   own (the pool and the check engine, from db_statement_timeout_ms;
 	 *   an export its lock timeout alone, as documented);
@@ -192,6 +194,7 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 	 *   local is raised to on (a stronger setting, such as remote_apply,
 	 *   stays), so that nothing answered can be lost in a crash. */
 	res = PQexec(conn, "SET TimeZone = 'UTC'; SET DateStyle = ISO, YMD;"
+			   " SET timezone_abbreviations = 'Default';"
 			   " SET statement_timeout = 0; SET lock_timeout = 0;"
 			   " SET idle_in_transaction_session_timeout = 0;"
 			   " SET default_transaction_isolation = 'read committed'; SET jit = off;"

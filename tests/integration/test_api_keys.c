@@ -178,6 +178,14 @@ static void test_accounts_and_keys(void)
 	CHECK_STR(json_string_value(json_object_get(json_object_get(r.json, "error"), "field")),
 		  "time_zone");
 	apitest_resp_release(&r);
+	/* A zone's name that PostgreSQL reads as an abbreviation, a fixed
+	 * offset, first: CET's summer days would start an hour late. */
+	CHECK(apitest_call(&t, 0, "PUT", path, tf, "{\"time_zone\":\"CET\"}", &r) == 0);
+	CHECK_I64(r.status, 400);
+	CHECK(
+	    strstr(json_string_value(json_object_get(json_object_get(r.json, "error"), "message")),
+		   "abbreviation") != NULL);
+	apitest_resp_release(&r);
 	CHECK(apitest_call(&t, 0, "PUT", path, tf,
 			   "{\"time_zone\":\"Asia/Kolkata\",\"daily_limit_micros\":5}", &r) == 0);
 	CHECK_I64(r.status, 200);

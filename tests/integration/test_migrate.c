@@ -418,6 +418,7 @@ static void test_session_defaults(struct testdb *db)
 	static const char *const sets[] = {
 	    "TimeZone = 'Asia/Kolkata'",
 	    "DateStyle = 'SQL, DMY'",
+	    "timezone_abbreviations = 'Australia'",
 	    "statement_timeout = '30ms'",
 	    "lock_timeout = '1ms'",
 	    "idle_in_transaction_session_timeout = '100ms'",
@@ -442,9 +443,12 @@ static void test_session_defaults(struct testdb *db)
 			    " current_setting('idle_in_transaction_session_timeout'),"
 			    " current_setting('transaction_isolation'), current_setting('jit'),"
 			    " current_setting('synchronous_commit'),"
-			    " current_setting('client_encoding'), '2026-12-05'::date)",
+			    " current_setting('client_encoding'), '2026-12-05'::date,"
+			    " current_setting('timezone_abbreviations'),"
+			    " '2026-07-01 12:00'::timestamp AT TIME ZONE 'EST')",
 			    v, sizeof(v));
-		CHECK_STR(v, "UTC|ISO, YMD|0|0|0|read committed|off|on|UTF8|2026-12-05");
+		CHECK_STR(v, "UTC|ISO, YMD|0|0|0|read committed|off|on|UTF8|2026-12-05|Default|"
+			     "2026-07-01 17:00:00+00");
 		PQfinish(conn);
 		conn = NULL;
 	}
@@ -460,6 +464,60 @@ static void test_session_defaults(struct testdb *db)
 	}
 	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" RESET ALL", db->name);
 	CHECK_STR(testdb_exec_state(db->conn, sql), "00000");
+}
+
+/* The text of compiled migration name. */
+static const char *migration_sql(const char *name)
+{
+	for (int i = 0; i < migrations_count; i++)
+		if (strcmp(migrations_src[i].name, name) == 0)
+			return migrations_src[i].sql;
+	return "";
+}
+
+/* Keys stored in CET, EET, MET or WET before sql/0047 (then taken, and read
+ * by AT TIME ZONE as fixed offsets) move to the zones those names link to,
+ * whose days keep summer time; keys in the names that are fixed offsets
+ * either way keep them. Replayed: 0031's check back, keys stored under it,
+ * 0047 again (both are CREATE OR REPLACE, and 0047's UPDATE the rest). */
+static void test_zone_abbreviations(PGconn *conn)
+{
+	static const char *const zones[][2] = {
+	    {"CET", "Europe/Brussels"},	      {"EET", "Europe/Athens"}, {"MET", "Europe/Brussels"},
+	    {"WET", "Europe/Lisbon"},	      {"EST", "EST"},		{"GMT", "GMT"},
+	    {"Europe/Paris", "Europe/Paris"},
+	};
+	char sql[512], v[128];
+
+	CHECK_STR(testdb_exec_state(conn, migration_sql("0031_time_zone_names")), "00000");
+	CHECK_STR(testdb_exec_state(conn, "INSERT INTO accounts (account_id, name)"
+					  " VALUES ('acct_tz', 'Zones')"),
+		  "00000");
+	for (size_t i = 0; i < sizeof(zones) / sizeof(zones[0]); i++) {
+		snprintf(sql, sizeof(sql),
+			 "INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone)"
+			 " VALUES ('acct_tz', 'key_tz_%zu', sha256('%zu'::bytea), 'full', '%s')",
+			 i, i, zones[i][0]);
+		CHECK_STR(testdb_exec_state(conn, sql), "00000");
+	}
+	query_value(conn, "SELECT meter_key_day('CET', '2026-07-01 22:30Z')", v, sizeof(v));
+	CHECK_STR(v, "2026-07-01"); /* the fixed offset: the day 0047 is for */
+	CHECK_STR(testdb_exec_state(conn, migration_sql("0047_time_zone_abbreviations")), "00000");
+	for (size_t i = 0; i < sizeof(zones) / sizeof(zones[0]); i++) {
+		snprintf(sql, sizeof(sql),
+			 "SELECT time_zone FROM api_keys WHERE key_id = 'key_tz_%zu'", i);
+		query_value(conn, sql, v, sizeof(v));
+		CHECK_STR(v, zones[i][1]);
+	}
+	query_value(conn,
+		    "SELECT meter_key_day(time_zone, '2026-07-01 22:30Z') || ' '"
+		    " || meter_day_start(time_zone, '2026-07-02')"
+		    " FROM api_keys WHERE key_id = 'key_tz_0'",
+		    v, sizeof(v));
+	CHECK_STR(v, "2026-07-02 2026-07-01 22:00:00+00");
+	CHECK_STR(testdb_exec_state(conn, "UPDATE api_keys SET time_zone = 'CET'"
+					  " WHERE key_id = 'key_tz_0'"),
+		  "23514");
 }
 
 /* Schema names database_schema takes, and those it does not. */
@@ -754,6 +812,7 @@ int main(void)
 	}
 	test_first_run(db.conn);
 	test_rerun(db.conn);
+	test_zone_abbreviations(db.conn);
 	test_partitions(db.conn);
 	test_keepalives(db.url);
 	test_notices(db.url);

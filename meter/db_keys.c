@@ -244,10 +244,13 @@ out:
 /* The key's ledger rows a change of its limits holds until it commits,
  * made when missing and locked in day order in one statement (the order
  * of every ledger writer):
- *   - when the limit changes ($6): today's in the resulting zone ($3) and
- *     every later one (the part of a lease crossing midnight, whose limit
- *     the spend_limit_crossed trigger compares with); these get the new
- *     limit ($5);
+ *   - when the limit ($6) or the zone ($7) changes: today's in the
+ *     resulting zone ($3) and every later one (the part of a lease
+ *     crossing midnight, whose limit the spend_limit_crossed trigger
+ *     compares with); these get the limit the key will have (the new one,
+ *     $5, or the key's). A zone's change alone must set them too: a day
+ *     of the new zone may have a row made under another limit (yesterday's
+ *     in a zone ahead), whose crossing the trigger would then miss;
  *   - when the zone changes ($7): the old zone's ($4) days from an hour
  *     ago to an hour ahead, locked as they are. A check that read the old
  *     zone holds against one of them first (its day at its own clock,
@@ -259,18 +262,18 @@ static const char sql_limits_rows[] =
     " SELECT $1, $2, d.day, CASE WHEN $6::boolean THEN $5::bigint"
     "  ELSE (SELECT k.daily_limit_micros FROM api_keys k"
     "   WHERE k.account_id = $1 AND k.key_id = $2) END"
-    " FROM (SELECT meter_key_day($3, now()) AS day WHERE $6::boolean"
-    "  UNION SELECT x.day FROM key_day_ledger x WHERE $6::boolean AND x.account_id = $1"
-    "  AND x.key_id = $2 AND x.day > meter_key_day($3, now())"
+    " FROM (SELECT meter_key_day($3, now()) AS day WHERE $6::boolean OR $7::boolean"
+    "  UNION SELECT x.day FROM key_day_ledger x WHERE ($6::boolean OR $7::boolean)"
+    "  AND x.account_id = $1 AND x.key_id = $2 AND x.day > meter_key_day($3, now())"
     "  UNION SELECT w.lo + g FROM"
     "   (SELECT meter_key_day($4, now() - interval '1 hour') AS lo,"
     "    meter_key_day($4, now() + interval '1 hour') AS hi) w,"
     "   generate_series(0, w.hi - w.lo) g WHERE $7::boolean) d"
     " ORDER BY d.day"
     " ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO UPDATE"
-    " SET limit_micros = CASE WHEN $6::boolean AND l.day >= meter_key_day($3, now())"
+    " SET limit_micros = CASE WHEN l.day >= meter_key_day($3, now())"
     "  THEN EXCLUDED.limit_micros ELSE l.limit_micros END,"
-    " updated_at = CASE WHEN $6::boolean AND l.day >= meter_key_day($3, now())"
+    " updated_at = CASE WHEN l.day >= meter_key_day($3, now())"
     "  THEN now() ELSE l.updated_at END";
 
 /* The key row, after the ledger rows, while its zone is still the one read

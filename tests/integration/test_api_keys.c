@@ -342,6 +342,50 @@ static void test_key_committed_overflow(void)
 	apitest_resp_release(&r);
 }
 
+/* A change of a key's zone alone sets the limit on the new zone's days:
+ * today's there may be a row made under another limit (yesterday's of a
+ * zone ahead), and the spend_limit_crossed trigger compares with the row's.
+ * Before, a key moved back from Kiritimati to Pago Pago (25 hours apart,
+ * so their days always differ) kept a NULL limit on today's row after its
+ * limit was set while it was ahead, and its crossing was never sent. */
+static void test_zone_change_limits(void)
+{
+	char acc[65], k[65], tok[APITEST_TOKEN_MAX], sql[512], path[128], got[64];
+	static const char *const puts[] = {"{\"time_zone\":\"Pacific/Kiritimati\"}",
+					   "{\"daily_limit_micros\":1000}",
+					   "{\"time_zone\":\"Pacific/Pago_Pago\"}", NULL};
+	struct apitest_resp r;
+
+	CHECK(apitest_create_account(&t, "Zones", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", -1, "Pacific/Pago_Pago", k, tok) == 0);
+	snprintf(path, sizeof(path), "/v1/keys/%s/limits", k);
+	for (int i = 0; puts[i]; i++) {
+		CHECK(apitest_call(&t, 0, "PUT", path, t.operator_token, puts[i], &r) == 0);
+		CHECK_I64(r.status, 200);
+		apitest_resp_release(&r);
+	}
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FILTER (WHERE day = meter_key_day('Pacific/Pago_Pago', now()))"
+		 " || ' ' || count(*) FILTER (WHERE limit_micros IS DISTINCT FROM 1000)"
+		 " FROM key_day_ledger WHERE key_id = '%s'"
+		 " AND day >= meter_key_day('Pacific/Pago_Pago', now())",
+		 k);
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
+	CHECK_STR(got, "1 0");
+	/* Spend past the limit on today's row: the crossing is queued. */
+	snprintf(sql, sizeof(sql),
+		 "UPDATE key_day_ledger SET spent_micros = 1500 WHERE key_id = '%s'"
+		 " AND day = meter_key_day('Pacific/Pago_Pago', now())",
+		 k);
+	sql_exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM webhook_outbox WHERE type = 'spend_limit_crossed'"
+		 " AND key_id = '%s'",
+		 k);
+	testdb_query_text(t.db.conn, sql, got, sizeof(got));
+	CHECK_STR(got, "1");
+}
+
 static void test_key_revoke(void)
 {
 	struct apitest_resp r;
@@ -565,6 +609,7 @@ int main(void)
 	test_accounts_and_keys();
 	test_key_revoke();
 	test_key_committed_overflow();
+	test_zone_change_limits();
 	test_prices();
 	test_database_down();
 	CHECK(apitest_stop(&t) == 0);

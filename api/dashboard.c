@@ -413,7 +413,7 @@ static enum meter_rc overview_keys(struct html *h, PGconn *conn, const char *acc
 {
 	struct db_key *keys = NULL;
 	size_t n = 0;
-	enum meter_rc rc = db_key_list(conn, account, &keys, &n);
+	enum meter_rc rc = db_key_list(conn, account, NULL, DB_KEYS_LIST_MAX, &keys, &n);
 
 	if (rc != METER_OK)
 		return rc;
@@ -775,7 +775,7 @@ void h_dash_keys(struct http_req *req)
 	conn = page_db(req);
 	if (!conn)
 		return;
-	rc = db_key_list(conn, page_account(req), &keys, &n);
+	rc = db_key_list(conn, page_account(req), NULL, DB_KEYS_LIST_MAX, &keys, &n);
 	page_db_done(req, conn, rc);
 	if (rc != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",

@@ -9,6 +9,9 @@
 #include "h_util.h"
 #include "money.h"
 
+#define KEYS_PAGE_DEFAULT 100  /* GET /v1/keys without a limit */
+#define KEYS_PAGE_MAX	  1000 /* its largest limit */
+
 json_t *h_key_json(const struct db_key *k)
 {
 	json_t *o = json_object();
@@ -35,29 +38,40 @@ json_t *h_key_json(const struct db_key *k)
 
 void h_keys_list(struct http_req *req)
 {
-	static const char *const query[] = {"account_id", NULL};
-	char account[PARSE_ID_MAX + 1];
+	static const char *const query[] = {"account_id", "limit", "cursor", NULL};
+	char account[PARSE_ID_MAX + 1], cursor[PARSE_ID_MAX + 1];
 	struct db_key *keys = NULL;
 	size_t n = 0;
+	int64_t limit = KEYS_PAGE_DEFAULT;
+	bool present, has_cursor;
 	PGconn *conn = NULL;
 	json_t *items;
 	enum meter_rc rc;
 
-	if (!http_query_allowed(req, query) || !hutil_scope_account(req, true, account))
+	if (!http_query_allowed(req, query) || !hutil_scope_account(req, true, account) ||
+	    !hutil_query_int(req, "limit", 1, KEYS_PAGE_MAX, &limit, &present) ||
+	    !hutil_query_id(req, "cursor", cursor, &has_cursor))
 		return;
 	if (!hutil_db_acquire(req, &conn))
 		return;
 	if (!hutil_account_known(req, conn, account))
 		goto out;
-	rc = db_key_list(conn, account, &keys, &n);
+	/* One more than the page tells whether there is a next one. */
+	rc = db_key_list(conn, account, has_cursor ? cursor : NULL, (int)limit + 1, &keys, &n);
+	if (rc == METER_ENOTFOUND) {
+		hutil_bad(req, "cursor", "cursor must be a next_cursor of this account's keys");
+		goto out;
+	}
 	if (rc != METER_OK) {
 		hutil_reply_rc(req, conn, rc, "keys");
 		goto out;
 	}
 	items = json_array();
-	for (size_t i = 0; items && i < n; i++)
+	for (size_t i = 0; items && i < n && i < (size_t)limit; i++)
 		json_array_append_new(items, h_key_json(&keys[i]));
-	http_reply_json(req, 200, json_pack("{s:o*}", "items", items));
+	http_reply_json(req, 200,
+			json_pack("{s:o*, s:s?}", "items", items, "next_cursor",
+				  n > (size_t)limit ? keys[limit - 1].key_id : NULL));
 out:
 	free(keys);
 	hutil_db_release(req, conn);

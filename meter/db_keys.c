@@ -203,13 +203,18 @@ enum meter_rc db_key_revoke(PGconn *conn, const char *account_id, const char *ke
 	return rc;
 }
 
-static const char sql_key_list[] = "SELECT " KEY_COLUMNS " FROM api_keys k" KEY_DAY_JOIN
-				   " WHERE k.account_id = $1 ORDER BY k.created_at, k.key_id"
-				   " LIMIT 10000";
+static const char sql_key_list[] =
+    "SELECT " KEY_COLUMNS " FROM api_keys k" KEY_DAY_JOIN " WHERE k.account_id = $1"
+    " AND ($2::text IS NULL OR (k.created_at, k.key_id)"
+    "  > (SELECT c.created_at, c.key_id FROM api_keys c"
+    "     WHERE c.account_id = $1 AND c.key_id = $2))"
+    " ORDER BY k.created_at, k.key_id LIMIT $3";
 
-enum meter_rc db_key_list(PGconn *conn, const char *account_id, struct db_key **out, size_t *n)
+enum meter_rc db_key_list(PGconn *conn, const char *account_id, const char *after, int limit,
+			  struct db_key **out, size_t *n)
 {
-	const char *params[] = {account_id};
+	char lim[16];
+	const char *params[] = {account_id, after, lim};
 	PGresult *res = NULL;
 	struct db_key *keys = NULL;
 	enum meter_rc rc;
@@ -217,7 +222,22 @@ enum meter_rc db_key_list(PGconn *conn, const char *account_id, struct db_key **
 
 	*out = NULL;
 	*n = 0;
-	rc = db_util_exec(conn, "key list", sql_key_list, 1, params, &res, NULL);
+	if (limit < 1 || limit > DB_KEYS_LIST_MAX)
+		return METER_EINVAL;
+	snprintf(lim, sizeof(lim), "%d", limit);
+	if (after) {
+		rc = db_util_exec(conn, "key list",
+				  "SELECT 1 FROM api_keys WHERE account_id = $1 AND key_id = $2", 2,
+				  params, &res, NULL);
+		if (rc != METER_OK)
+			return rc;
+		rows = PQntuples(res);
+		PQclear(res);
+		res = NULL;
+		if (rows != 1)
+			return METER_ENOTFOUND;
+	}
+	rc = db_util_exec(conn, "key list", sql_key_list, 3, params, &res, NULL);
 	if (rc != METER_OK)
 		return rc;
 	rows = PQntuples(res);

@@ -82,10 +82,13 @@ METER_MUSTCHECK enum meter_rc db_key_exists(PGconn *conn, const char *account_id
 METER_MUSTCHECK enum meter_rc db_key_revoke(PGconn *conn, const char *account_id,
 					    const char *key_id, struct db_key *out, bool *already);
 
-/* Every key of account_id, oldest first, at most DB_KEYS_LIST_MAX. *out is
- * a new array of *n keys (caller frees; NULL when none). */
-METER_MUSTCHECK enum meter_rc db_key_list(PGconn *conn, const char *account_id, struct db_key **out,
-					  size_t *n);
+/* The keys of account_id, oldest first (by creation, then key id): at most
+ * limit (1 to DB_KEYS_LIST_MAX, else METER_EINVAL), from the first, or from
+ * the one after key after (METER_ENOTFOUND when after is no key of the
+ * account). *out is a new array of *n keys (caller frees; NULL when
+ * none). */
+METER_MUSTCHECK enum meter_rc db_key_list(PGconn *conn, const char *account_id, const char *after,
+					  int limit, struct db_key **out, size_t *n);
 
 /* Why a key's time zone could not change (METER_ECONFLICT from
  * db_key_set_limits). */

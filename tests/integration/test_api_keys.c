@@ -386,6 +386,81 @@ static void test_zone_change_limits(void)
 	CHECK_STR(got, "1");
 }
 
+/* GET /v1/keys in pages: every key once, oldest first, next_cursor null on
+ * the last page; a cursor of no key of the account, or a limit out of
+ * range, is 400. Before, the list stopped at 10,000 keys without a word. */
+static void test_key_pages(void)
+{
+	char acc[65], other[65], keys[5][65], tok[APITEST_TOKEN_MAX], otok[APITEST_TOKEN_MAX];
+	char path[256], cursor[65] = "";
+	struct apitest_resp r;
+	size_t seen = 0;
+	int pages = 0;
+
+	CHECK(apitest_create_account(&t, "Pages", acc) == 0);
+	CHECK(apitest_create_account(&t, "Pages other", other) == 0);
+	for (int i = 0; i < 5; i++)
+		CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, keys[i], tok) == 0);
+	CHECK(apitest_create_key(&t, other, "read_only", -1, NULL, path, otok) == 0);
+	do {
+		snprintf(path, sizeof(path), "/v1/keys?limit=2%s%s", cursor[0] ? "&cursor=" : "",
+			 cursor);
+		CHECK(apitest_call(&t, 0, "GET", path, tok, NULL, &r) == 0);
+		CHECK_I64(r.status, 200);
+		for (size_t i = 0; i < json_array_size(json_object_get(r.json, "items")); i++) {
+			json_t *k = json_array_get(json_object_get(r.json, "items"), i);
+
+			CHECK(seen < 5);
+			if (seen < 5)
+				CHECK_STR(json_string_value(json_object_get(k, "key_id")),
+					  keys[seen]);
+			seen++;
+		}
+		cursor[0] = '\0';
+		if (json_is_string(json_object_get(r.json, "next_cursor")))
+			snprintf(cursor, sizeof(cursor), "%s",
+				 json_string_value(json_object_get(r.json, "next_cursor")));
+		else
+			CHECK(json_is_null(json_object_get(r.json, "next_cursor")));
+		apitest_resp_release(&r);
+		pages++;
+	} while (cursor[0] && pages < 10);
+	CHECK_I64((long long)seen, 5);
+	CHECK_I64(pages, 3);
+	/* The default page holds them all. */
+	CHECK(apitest_call(&t, 0, "GET", "/v1/keys", tok, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_I64((long long)json_array_size(json_object_get(r.json, "items")), 5);
+	CHECK(json_is_null(json_object_get(r.json, "next_cursor")));
+	apitest_resp_release(&r);
+	/* Another account's key, no key, a limit out of range: 400. */
+	{
+		static const char *const bad[] = {"cursor=nokey", "limit=0", "limit=1001",
+						  "cursor=", NULL};
+		char q[160];
+		json_t *k0;
+
+		CHECK(apitest_call(&t, 0, "GET", "/v1/keys", otok, NULL, &r) == 0);
+		k0 = json_array_get(json_object_get(r.json, "items"), 0);
+		snprintf(q, sizeof(q), "/v1/keys?cursor=%s",
+			 k0 ? json_string_value(json_object_get(k0, "key_id")) : "none");
+		apitest_resp_release(&r);
+		CHECK(apitest_call(&t, 0, "GET", q, tok, NULL, &r) == 0);
+		CHECK_I64(r.status, 400);
+		CHECK_STR(apitest_error_code(&r), "invalid_request");
+		apitest_resp_release(&r);
+		for (int i = 0; bad[i]; i++) {
+			snprintf(q, sizeof(q), "/v1/keys?%s", bad[i]);
+			CHECK(apitest_call(&t, 0, "GET", q, tok, NULL, &r) == 0);
+			CHECK_I64(r.status, 400);
+			CHECK_STR(json_string_value(
+				      json_object_get(json_object_get(r.json, "error"), "field")),
+				  bad[i][0] == 'c' ? "cursor" : "limit");
+			apitest_resp_release(&r);
+		}
+	}
+}
+
 static void test_key_revoke(void)
 {
 	struct apitest_resp r;
@@ -610,6 +685,7 @@ int main(void)
 	test_key_revoke();
 	test_key_committed_overflow();
 	test_zone_change_limits();
+	test_key_pages();
 	test_prices();
 	test_database_down();
 	CHECK(apitest_stop(&t) == 0);

@@ -52,15 +52,19 @@ static const char key_usage[] =
     "  --database-url URL        libpq URL (default: $METER_DATABASE_URL)\n";
 
 /* Prints o compactly with a newline and frees it; 0, or 1 when stdout
- * failed. */
-static int ctl_print_json(const char *cmd, json_t *o)
+ * failed (then says so, and what was done all the same when done is not
+ * NULL). */
+static int ctl_print_json(const char *cmd, json_t *o, const char *done)
 {
 	char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	int status = 0;
 
 	json_decref(o);
 	if (!text || printf("%s\n", text) < 0 || fflush(stdout) == EOF) {
-		ctl_fail(cmd, "cannot write the result");
+		if (done)
+			ctl_fail(cmd, "%s, but cannot write the result", done);
+		else
+			ctl_fail(cmd, "cannot write the result");
 		status = 1;
 	}
 	if (text) {
@@ -84,7 +88,7 @@ static bool ctl_tx(const char *cmd, PGconn *conn, const char *sql)
  * lost with it), and one written but not committed is said to be void. */
 static int ctl_print_commit(const char *cmd, PGconn *conn, json_t *o)
 {
-	int status = ctl_print_json(cmd, o);
+	int status = ctl_print_json(cmd, o, NULL);
 
 	if (status != 0) {
 		ctl_fail(cmd, "nothing was created");
@@ -289,9 +293,13 @@ static int ctl_key_revoke(int argc, char **argv)
 		goto out;
 	}
 	agent_doc_format_time(key.revoked_at_usec, when, sizeof(when));
-	status = ctl_print_json(cmd, json_pack("{s:s, s:s, s:s, s:s, s:b}", "key_id", key.key_id,
-					       "account_id", key.account_id, "role", key.role,
-					       "revoked_at", when, "already_revoked", already));
+	/* The revocation is committed: a result that cannot be written says so
+	 * (a second run answers already_revoked). */
+	status = ctl_print_json(cmd,
+				json_pack("{s:s, s:s, s:s, s:s, s:b}", "key_id", key.key_id,
+					  "account_id", key.account_id, "role", key.role,
+					  "revoked_at", when, "already_revoked", already),
+				"the key is revoked");
 out:
 	PQfinish(conn);
 	return status;

@@ -139,6 +139,12 @@ expect "revoked" "$(jq -r '[.key_id, .account_id, .role, .already_revoked] | joi
 	<<<"$rv")" "$key $acc read_only false"
 first=$(jq -r .revoked_at <<<"$rv")
 [[ $first =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T ]] && ok || fail "revoked_at: $rv"
+# A result that cannot be written after the revocation committed says the
+# key is revoked all the same.
+expect "revoke again, stdout full" "$("$bin/meterctl" key revoke --account "$acc" --key "$key" \
+	--database-url "$url" >/dev/full 2>"$work/err"; echo $?)" 1
+grep -q "the key is revoked, but cannot write the result" "$work/err" && ok ||
+	fail "message: $(cat "$work/err")"
 rv=$("$bin/meterctl" key revoke --account "$acc" --key "$key" --database-url "$url")
 expect "revoked again: nothing changes" "$(jq -r '[.already_revoked, .revoked_at] | join(" ")' \
 	<<<"$rv")" "true $first"

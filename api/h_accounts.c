@@ -66,6 +66,13 @@ void h_account_key_create(struct http_req *req)
 		return;
 	if (!h_key_create_parse(req, body, &f))
 		goto out;
+	if (strcmp(req->params[0], DB_ACCOUNT_UNATTRIBUTED) == 0) {
+		http_reply_error(req, 403, "forbidden",
+				 "the unattributed account holds the usage of sandboxes no key"
+				 " claims: it takes no keys",
+				 NULL);
+		goto out;
+	}
 	if (keys_new_secret(secret, sizeof(secret)) != METER_OK ||
 	    keys_hash_secret(secret, strlen(secret), hash) != METER_OK) {
 		hutil_reply_rc(req, NULL, METER_EIO, "secret");

@@ -200,6 +200,11 @@ static int ctl_key_create(int argc, char **argv)
 		ctl_fail(cmd, "--account must be 1 to 64 characters of A-Z a-z 0-9 _ . -");
 		return 2;
 	}
+	if (strcmp(args[0].s, DB_ACCOUNT_UNATTRIBUTED) == 0) {
+		ctl_fail(cmd, "the unattributed account holds the usage of sandboxes no key claims:"
+			      " it takes no keys");
+		return 2;
+	}
 	if (strcmp(args[1].s, "full") != 0 && strcmp(args[1].s, "read_only") != 0) {
 		ctl_fail(cmd, "--role must be full or read_only");
 		return 2;

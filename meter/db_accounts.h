@@ -22,6 +22,11 @@ struct db_account {
 METER_MUSTCHECK enum meter_rc db_account_create(PGconn *conn, const char *name,
 						struct db_account *out);
 
+/* The account that holds the usage of sandboxes no key claims (seeded by
+ * the schema): an operator's view, which takes no keys (a key of it would
+ * read, and bill, every such sandbox). */
+#define DB_ACCOUNT_UNATTRIBUTED "unattributed"
+
 /* METER_OK when account_id exists, METER_ENOTFOUND when not. */
 METER_MUSTCHECK enum meter_rc db_account_exists(PGconn *conn, const char *account_id);
 

@@ -389,6 +389,24 @@ static void test_zone_change_limits(void)
 /* GET /v1/keys in pages: every key once, oldest first, next_cursor null on
  * the last page; a cursor of no key of the account, or a limit out of
  * range, is 400. Before, the list stopped at 10,000 keys without a word. */
+/* The unattributed account takes no keys: a key of it would read every
+ * sandbox no key claims, an operator's view. */
+static void test_unattributed_keys(void)
+{
+	struct apitest_resp r;
+	char n[32];
+
+	CHECK(apitest_call(&t, 0, "POST", "/v1/accounts/unattributed/keys", t.operator_token,
+			   "{\"role\":\"read_only\"}", &r) == 0);
+	CHECK_I64(r.status, 403);
+	CHECK_STR(apitest_error_code(&r), "forbidden");
+	apitest_resp_release(&r);
+	testdb_query_text(t.db.conn,
+			  "SELECT count(*) FROM api_keys WHERE account_id = 'unattributed'", n,
+			  sizeof(n));
+	CHECK_STR(n, "0");
+}
+
 static void test_key_pages(void)
 {
 	char acc[65], other[65], keys[5][65], tok[APITEST_TOKEN_MAX], otok[APITEST_TOKEN_MAX];
@@ -686,6 +704,7 @@ int main(void)
 	test_key_committed_overflow();
 	test_zone_change_limits();
 	test_key_pages();
+	test_unattributed_keys();
 	test_prices();
 	test_database_down();
 	CHECK(apitest_stop(&t) == 0);

@@ -48,6 +48,8 @@ expect "unknown zone" "$(status "$bin/meterctl" key create --account "$acc" --ro
 	--time-zone Mars/Base)" 2
 expect "bad account id" "$(status "$bin/meterctl" key create --account 'a b' --role full)" 2
 expect "no such account" "$(status "$bin/meterctl" key create --account acc_nope --role full)" 1
+expect "the unattributed account" "$(status "$bin/meterctl" key create --account unattributed \
+	--role read_only)" 2
 expect "no name" "$(status "$bin/meterctl" account create)" 2
 expect "bad verb" "$(status "$bin/meterctl" key delete)" 2
 expect "keys stored" "$(psql "$url" -Atq -c "SELECT count(*) FROM api_keys")" 1

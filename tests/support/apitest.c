@@ -409,6 +409,13 @@ static void apitest_conforms(const struct apitest_req *rq, const struct apitest_
 	bool ok = doc && openapi_check_response(doc, rq->method, rq->path, r->status, r->headers,
 						r->body, r->body_len, r->json, err, sizeof(err));
 
+	/* Documented on every operation, and a fault of the service in any
+	 * test. */
+	if (ok && r->status == 500) {
+		snprintf(err, sizeof(err), "%s %s answered 500", rq->method, rq->path);
+		ok = false;
+	}
+
 	pthread_mutex_lock(&apitest_check_lock);
 	if (!ok)
 		fprintf(stderr, "apitest: the answer is not as api/openapi.json says: %s\n",

@@ -317,6 +317,8 @@ int main(void)
 		CHECK(json_object_get(json_object_get(op, "responses"), "413") != NULL);
 		/* Nor any request while it shuts down (503). */
 		CHECK(json_object_get(json_object_get(op, "responses"), "503") != NULL);
+		/* And a fault of its own on any (500 internal). */
+		CHECK(json_object_get(json_object_get(op, "responses"), "500") != NULL);
 		/* Every answer carries its request's id. */
 		{
 			const char *st;

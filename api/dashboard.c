@@ -405,6 +405,18 @@ static void key_remaining(struct html *h, const struct db_key *k)
 	html_raw(h, "</td>");
 }
 
+/* Under a table of the account's keys: a word when it holds as many as a
+ * page reads (DB_KEYS_LIST_MAX), the oldest, so that the rest are not
+ * missed without one. */
+static void keys_cut_note(struct html *h, size_t n)
+{
+	if (n >= DB_KEYS_LIST_MAX)
+		html_printf(h,
+			    "<p class=\"muted\">The account's first %d keys only (the oldest);"
+			    " <code>GET /v1/keys</code> lists every one.</p>",
+			    DB_KEYS_LIST_MAX);
+}
+
 /* The gauges of the account's keys: today's spent and held against the
  * daily limit of each key, in its own time zone. A revoked key shows while
  * its day has spend or holds (its sandboxes may run on, and they rank
@@ -448,6 +460,7 @@ static enum meter_rc overview_keys(struct html *h, PGconn *conn, const char *acc
 	if (n == 0)
 		html_raw(h, "<tr><td colspan=\"7\">No keys yet.</td></tr>");
 	html_raw(h, "</tbody></table>");
+	keys_cut_note(h, n);
 	free(keys);
 	return METER_OK;
 }
@@ -808,6 +821,7 @@ void h_dash_keys(struct http_req *req)
 		html_raw(&h, "<tr><td colspan=\"9\">No keys.</td></tr>");
 	html_raw(&h, "</tbody></table><p class=\"muted\">A full key changes its own limits "
 		     "through the API, the operator any key's; this page only shows them.</p>");
+	keys_cut_note(&h, n);
 	free(keys);
 	page_end(&h);
 	send_page(req, 200, &h);

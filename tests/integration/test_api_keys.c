@@ -9,6 +9,7 @@
 #include "apitest.h"
 #include "check.h"
 #include "db.h"
+#include "db_keys.h"
 #include "keys.h"
 
 static struct apitest t;
@@ -479,6 +480,56 @@ static void test_key_pages(void)
 	}
 }
 
+/* The dashboard reads at most DB_KEYS_LIST_MAX keys of an account, and says
+ * so when it has that many; GET /v1/keys pages through every one. */
+static void test_many_keys(void)
+{
+	char acc[65], k[65], tok[APITEST_TOKEN_MAX], sql[512], path[128], hdr[720];
+	char cursor[65] = "";
+	const char *cookies[] = {hdr, NULL};
+	static const char *const pages[] = {"/dashboard/", "/dashboard/keys", NULL};
+	struct apitest_req rq;
+	struct apitest_resp r;
+	size_t seen = 0;
+
+	CHECK(apitest_create_account(&t, "Many keys", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, k, tok) == 0);
+	CHECK(apitest_sign_in(&t, tok, hdr, sizeof(hdr)) == 0);
+	for (int i = 0; pages[i]; i++) {
+		rq = (struct apitest_req){.method = "GET", .path = pages[i], .headers = cookies};
+		CHECK(apitest_do(&t, 0, &rq, &r) == 0);
+		CHECK_I64(r.status, 200);
+		CHECK(r.body && strstr(r.body, "first 10000 keys") == NULL);
+		apitest_resp_release(&r);
+	}
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO api_keys (account_id, key_id, secret_hash, role, created_at)"
+		 " SELECT '%s', 'key_many_' || g, sha256(g::text::bytea), 'read_only',"
+		 " now() + g * interval '1 microsecond' FROM generate_series(1, %d) g",
+		 acc, DB_KEYS_LIST_MAX);
+	sql_exec(sql);
+	for (int i = 0; pages[i]; i++) {
+		rq = (struct apitest_req){.method = "GET", .path = pages[i], .headers = cookies};
+		CHECK(apitest_do(&t, 0, &rq, &r) == 0);
+		CHECK_I64(r.status, 200);
+		CHECK(r.body && strstr(r.body, "first 10000 keys only") != NULL);
+		apitest_resp_release(&r);
+	}
+	do {
+		snprintf(path, sizeof(path), "/v1/keys?limit=1000%s%s", cursor[0] ? "&cursor=" : "",
+			 cursor);
+		CHECK(apitest_call(&t, 0, "GET", path, tok, NULL, &r) == 0);
+		CHECK_I64(r.status, 200);
+		seen += json_array_size(json_object_get(r.json, "items"));
+		cursor[0] = '\0';
+		if (json_is_string(json_object_get(r.json, "next_cursor")))
+			snprintf(cursor, sizeof(cursor), "%s",
+				 json_string_value(json_object_get(r.json, "next_cursor")));
+		apitest_resp_release(&r);
+	} while (cursor[0] && seen <= DB_KEYS_LIST_MAX + 1);
+	CHECK_I64((long long)seen, DB_KEYS_LIST_MAX + 1);
+}
+
 static void test_key_revoke(void)
 {
 	struct apitest_resp r;
@@ -705,6 +756,7 @@ int main(void)
 	test_zone_change_limits();
 	test_key_pages();
 	test_unattributed_keys();
+	test_many_keys();
 	test_prices();
 	test_database_down();
 	CHECK(apitest_stop(&t) == 0);

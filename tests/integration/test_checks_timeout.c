@@ -47,6 +47,27 @@ static void *run_call(void *arg)
 	return NULL;
 }
 
+/* One lifecycle event (type at at, of sandbox sb) on a thread of its own. */
+struct event_call {
+	const char *sb, *type, *at;
+	long status;
+	char reason[64];
+	bool recorded;
+};
+
+static void *run_event(void *arg)
+{
+	struct event_call *c = arg;
+	struct apitest_resp r;
+
+	c->status = cu_event(&t, 0, c->sb, c->type, c->at, &r);
+	snprintf(c->reason, sizeof(c->reason), "%s",
+		 apitest_jstr(json_object_get(r.json, "error"), "reason"));
+	c->recorded = json_is_true(json_object_get(r.json, "recorded"));
+	apitest_resp_release(&r);
+	return NULL;
+}
+
 /* Waits for the one backend of t's database that waits for a lock (a
  * check batch at the ledger row the test holds) and terminates it;
  * returns its pid. */
@@ -278,6 +299,41 @@ int main(void)
 		CHECK_I64(cu_create(&t, 0, key, "to-doubt", 1, 1024, 600, NULL, &r), 200);
 		CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));
 		apitest_resp_release(&r);
+		/* A lifecycle event alike: one statement that commits itself,
+		 * so a break while it is in the database (here waiting for
+		 * the sandbox's row, which the test holds) leaves it unknown
+		 * whether it was recorded. Before, that 503 said "database
+		 * unreachable", with no reason. The same event again records
+		 * it, and then answers that it was. */
+		{
+			char at[40];
+			time_t at_t = noon + 60;
+			struct tm at_tm;
+			struct event_call e = {.sb = "to-doubt", .type = "paused", .at = at};
+			PGconn *rowlock = PQconnectdb(t.db.url);
+
+			gmtime_r(&at_t, &at_tm);
+			strftime(at, sizeof(at), "%Y-%m-%dT%H:%M:%SZ", &at_tm);
+			CHECK(PQstatus(rowlock) == CONNECTION_OK);
+			cu_sql(rowlock, "BEGIN");
+			CHECK_STR(testdb_exec_state(rowlock, "SELECT 1 FROM sandboxes"
+							     " WHERE sandbox_id = 'to-doubt'"
+							     " FOR UPDATE"),
+				  "00000");
+			pthread_create(&th1, NULL, run_event, &e);
+			(void)terminate_lock_waiter();
+			pthread_join(th1, NULL);
+			CHECK_I64(e.status, 503);
+			CHECK_STR(e.reason, "outcome_unknown");
+			cu_sql(rowlock, "COMMIT");
+			PQfinish(rowlock);
+			run_event(&e);
+			CHECK_I64(e.status, 200);
+			CHECK(e.recorded);
+			run_event(&e);
+			CHECK_I64(e.status, 200);
+			CHECK(!e.recorded);
+		}
 		stop_with_holds(2);
 	}
 

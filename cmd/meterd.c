@@ -265,6 +265,9 @@ int main(int argc, char **argv)
 			log_error("meterd: cannot start the webhook deliverer");
 			goto out;
 		}
+	} else if (cfg.api || cfg.collector) {
+		log_info("no webhook_url: spend_limit_crossed and hold_outrun events are kept in"
+			 " the database's outbox, and sent by the first meterd on it that has one");
 	}
 	rc = http_server_start(&app, &srv, err, sizeof(err));
 	if (rc != METER_OK) {

@@ -43,6 +43,9 @@ curl -s -D "$work/h" -o /dev/null "$base/healthz"
 grep -qiE '^X-Request-Id: [0-9a-f]{16}' "$work/h" && ok || fail "no X-Request-Id"
 grep -q 'access rid=.* method=GET path="/healthz" status=200' "$work/meterd.log" && ok ||
 	fail "no access-log line"
+# Without a webhook, events still go to the outbox: the log says so.
+grep -q 'no webhook_url: spend_limit_crossed and hold_outrun events are kept' \
+	"$work/meterd.log" && ok || fail "no word of the webhook's absence"
 # A thousand query arguments would overflow the connection's 64 KiB in
 # libmicrohttpd (which then hung until the timeout): refused at once.
 many_args=$(printf 'a=1&%.0s' $(seq 1000))

@@ -38,6 +38,18 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
 		http_reply_error(req, 404, "not_found", what, NULL);
 		return;
 	case METER_EDB:
+		/* A write whose connection broke while it was in the database
+		 * may have committed before the break: say so, not
+		 * "unreachable", which reads as not done. */
+		if (conn && db_conn_failed(conn) && strcmp(req->method, "GET") != 0 &&
+		    strcmp(req->method, "HEAD") != 0) {
+			http_reply_error(req, 503, "metering_unavailable",
+					 "the connection to the database broke while the request"
+					 " was in it, so it may have been done: read what it"
+					 " changes before sending it again",
+					 json_pack("{s:s}", "reason", "outcome_unknown"));
+			return;
+		}
 		if (!conn || db_conn_failed(conn)) {
 			http_reply_error(req, 503, "metering_unavailable", "database unreachable",
 					 NULL);

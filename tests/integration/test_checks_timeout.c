@@ -68,6 +68,30 @@ static void *run_event(void *arg)
 	return NULL;
 }
 
+/* PUT /v1/keys/{key}/limits (a new daily limit) with token, on a thread of
+ * its own. */
+struct put_call {
+	const char *token;
+	long status;
+	char reason[64];
+};
+
+static void *run_put_limit(void *arg)
+{
+	struct put_call *c = arg;
+	struct apitest_resp r;
+	char path[128];
+
+	snprintf(path, sizeof(path), "/v1/keys/%s/limits", key);
+	CHECK(apitest_call(&t, 0, "PUT", path, c->token, "{\"daily_limit_micros\":20000000}", &r) ==
+	      0);
+	c->status = r.status;
+	snprintf(c->reason, sizeof(c->reason), "%s",
+		 apitest_jstr(json_object_get(r.json, "error"), "reason"));
+	apitest_resp_release(&r);
+	return NULL;
+}
+
 /* Waits for the one backend of t's database that waits for a lock (a
  * check batch at the ledger row the test holds) and terminates it;
  * returns its pid. */
@@ -333,6 +357,22 @@ int main(void)
 			run_event(&e);
 			CHECK_I64(e.status, 200);
 			CHECK(!e.recorded);
+		}
+		/* Any other write alike: a change of the key's limit waiting for
+		 * its day's row, which the test holds. */
+		{
+			struct put_call p = {.token = token};
+			PGconn *daylock = cu_lock_day(t.db.url, acc, key, today);
+
+			pthread_create(&th1, NULL, run_put_limit, &p);
+			(void)terminate_lock_waiter();
+			pthread_join(th1, NULL);
+			CHECK_I64(p.status, 503);
+			CHECK_STR(p.reason, "outcome_unknown");
+			cu_sql(daylock, "COMMIT");
+			PQfinish(daylock);
+			run_put_limit(&p);
+			CHECK_I64(p.status, 200);
 		}
 		stop_with_holds(2);
 	}

@@ -210,14 +210,6 @@ void h_sandbox_event(struct http_req *req)
 				 json_pack("{s:s}", "sandbox_id", req->params[0]));
 		goto out;
 	}
-	if (rc != METER_OK && ev.outcome_unknown) {
-		http_reply_error(req, 503, "metering_unavailable",
-				 "the connection to the database broke while the event was being"
-				 " recorded, so it may have been: send it again (recorded false"
-				 " then says it was)",
-				 json_pack("{s:s}", "reason", "outcome_unknown"));
-		goto out;
-	}
 	if (rc != METER_OK) {
 		hutil_reply_rc(req, conn, rc, "sandbox event");
 		goto out;

@@ -883,13 +883,8 @@ enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_id, const char *
 		    PQstatus(conn) != CONNECTION_OK)
 			break;
 	}
-	if (rc != METER_OK) {
-		/* The statement commits itself: a break while it ran may have
-		 * come after its commit. */
-		out->outcome_unknown = rc == METER_EDB && (PQstatus(conn) != CONNECTION_OK ||
-							   db_checks_session_ended(sqlstate));
+	if (rc != METER_OK)
 		return rc;
-	}
 	rc = METER_EDB;
 	if (PQntuples(res) != 1)
 		goto out;

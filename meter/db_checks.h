@@ -290,9 +290,6 @@ struct db_event_result {
 	int64_t holds_settled;
 	int64_t released_micros;  /* left held at once */
 	int64_t tail_held_micros; /* kept for the unmetered tail (sql/0014) */
-	/* On METER_EDB: the session ended while the statement was in the
-	 * database, so it may have committed. */
-	bool outcome_unknown;
 };
 
 /* Records event type ("running", "paused", "stopped") of sandbox at at_usec

@@ -47,17 +47,20 @@ static void *run_call(void *arg)
 	return NULL;
 }
 
-/* One lifecycle event (type at at, of sandbox sb) on a thread of its own. */
-struct event_call {
-	const char *sb, *type, *at;
+/* A write on a thread of its own (run_event, run_put_limit): what it
+ * sends, and what it got. */
+struct write_call {
+	const char *sb, *type, *at; /* run_event: the event */
+	const char *token;	    /* run_put_limit: whose */
 	long status;
 	char reason[64];
 	bool recorded;
 };
 
+/* A lifecycle event, type at at, of sandbox sb. */
 static void *run_event(void *arg)
 {
-	struct event_call *c = arg;
+	struct write_call *c = arg;
 	struct apitest_resp r;
 
 	c->status = cu_event(&t, 0, c->sb, c->type, c->at, &r);
@@ -68,17 +71,10 @@ static void *run_event(void *arg)
 	return NULL;
 }
 
-/* PUT /v1/keys/{key}/limits (a new daily limit) with token, on a thread of
- * its own. */
-struct put_call {
-	const char *token;
-	long status;
-	char reason[64];
-};
-
+/* PUT /v1/keys/{key}/limits (a new daily limit) with token. */
 static void *run_put_limit(void *arg)
 {
-	struct put_call *c = arg;
+	struct write_call *c = arg;
 	struct apitest_resp r;
 	char path[128];
 
@@ -106,6 +102,21 @@ static long long terminate_lock_waiter(void)
 	CHECK(cu_sql_int(t.db.conn, "SELECT count(*) FROM pg_terminate_backend(%lld) x WHERE x",
 			 pid) == 1);
 	return pid;
+}
+
+/* Write c (run) waits for a row that lock holds, and its backend is
+ * terminated: the answer is 503 outcome_unknown. Then lock lets go. */
+static void write_broken(void *(*run)(void *), struct write_call *c, PGconn *lock)
+{
+	pthread_t th;
+
+	pthread_create(&th, NULL, run, c);
+	(void)terminate_lock_waiter();
+	pthread_join(th, NULL);
+	CHECK_I64(c->status, 503);
+	CHECK_STR(c->reason, "outcome_unknown");
+	cu_sql(lock, "COMMIT");
+	PQfinish(lock);
 }
 
 /* In the meterd started: an account named name and a full key of its own
@@ -333,7 +344,7 @@ int main(void)
 			char at[40];
 			time_t at_t = noon + 60;
 			struct tm at_tm;
-			struct event_call e = {.sb = "to-doubt", .type = "paused", .at = at};
+			struct write_call e = {.sb = "to-doubt", .type = "paused", .at = at};
 			PGconn *rowlock = PQconnectdb(t.db.url);
 
 			gmtime_r(&at_t, &at_tm);
@@ -344,13 +355,7 @@ int main(void)
 							     " WHERE sandbox_id = 'to-doubt'"
 							     " FOR UPDATE"),
 				  "00000");
-			pthread_create(&th1, NULL, run_event, &e);
-			(void)terminate_lock_waiter();
-			pthread_join(th1, NULL);
-			CHECK_I64(e.status, 503);
-			CHECK_STR(e.reason, "outcome_unknown");
-			cu_sql(rowlock, "COMMIT");
-			PQfinish(rowlock);
+			write_broken(run_event, &e, rowlock);
 			run_event(&e);
 			CHECK_I64(e.status, 200);
 			CHECK(e.recorded);
@@ -361,16 +366,9 @@ int main(void)
 		/* Any other write alike: a change of the key's limit waiting for
 		 * its day's row, which the test holds. */
 		{
-			struct put_call p = {.token = token};
-			PGconn *daylock = cu_lock_day(t.db.url, acc, key, today);
+			struct write_call p = {.token = token};
 
-			pthread_create(&th1, NULL, run_put_limit, &p);
-			(void)terminate_lock_waiter();
-			pthread_join(th1, NULL);
-			CHECK_I64(p.status, 503);
-			CHECK_STR(p.reason, "outcome_unknown");
-			cu_sql(daylock, "COMMIT");
-			PQfinish(daylock);
+			write_broken(run_put_limit, &p, cu_lock_day(t.db.url, acc, key, today));
 			run_put_limit(&p);
 			CHECK_I64(p.status, 200);
 		}

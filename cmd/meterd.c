@@ -256,7 +256,8 @@ int main(int argc, char **argv)
 			    (long long)cfg.clock_offset_s);
 		app.checks = checks;
 	}
-	if (cfg.webhook_url[0]) {
+	{
+		/* Without a URL it only counts the outbox for /metrics. */
 		struct webhook_options wo = {.database_url = cfg.database_url,
 					     .url = cfg.webhook_url,
 					     .secret = cfg.webhook_secret,
@@ -265,10 +266,11 @@ int main(int argc, char **argv)
 			log_error("meterd: cannot start the webhook deliverer");
 			goto out;
 		}
-	} else if (cfg.api || cfg.collector) {
-		log_info("no webhook_url: spend_limit_crossed and hold_outrun events are kept in"
-			 " the database's outbox, and sent by the first meterd on it that has one");
 	}
+	if (!cfg.webhook_url[0] && (cfg.api || cfg.collector))
+		log_info("no webhook_url: spend_limit_crossed and hold_outrun events are kept in"
+			 " the database's outbox, and sent by the first meterd on it that has one"
+			 " (/metrics shows how many wait)");
 	rc = http_server_start(&app, &srv, err, sizeof(err));
 	if (rc != METER_OK) {
 		log_error("meterd: %s", err);

@@ -348,7 +348,9 @@ static void *deliver_main(void *arg)
 		backoff = 0;
 		do {
 			count_backlog(conn, &counted_ms);
-			n = deliver_one(w, conn);
+			/* Without a URL this process only counts (its events
+			 * wait for a process that has one). */
+			n = w->url[0] ? deliver_one(w, conn) : 0;
 		} while (n == 1 && !is_stopping(w));
 		if (n >= 0) {
 			failures = 0;
@@ -391,7 +393,7 @@ enum meter_rc webhook_start(const struct webhook_options *opt, struct webhook **
 	w->secret = strdup(opt->secret ? opt->secret : "");
 	if (!w->db_url || !w->url || !w->secret)
 		goto fail;
-	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+	if (w->url[0] && curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		goto fail;
 	if (clock_mono_cond_init(&w->cv) != 0)
 		goto fail;

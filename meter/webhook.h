@@ -30,11 +30,13 @@
  *
  * /metrics: meter_webhook_deliveries_total{outcome="delivered"|"failed"}
  * counts this process's POSTs by their outcome; every WEBHOOK_BACKLOG_MS
- * the deliverer also sets meter_webhook_pending_events and
+ * the thread also sets meter_webhook_pending_events and
  * meter_webhook_oldest_pending_seconds from the outbox (every process's
  * events, so each process shows the same figures): what an operator
  * alerts on when the control plane stops taking events, which are kept
- * and retried until it does. */
+ * and retried until it does. A process without a URL runs the thread to
+ * count only: the backlog shows there too, and grows while no process
+ * has a URL. */
 #ifndef METER_WEBHOOK_H
 #define METER_WEBHOOK_H
 
@@ -54,7 +56,7 @@
 
 struct webhook_options {
 	const char *database_url; /* borrowed for the deliverer's life */
-	const char *url;	  /* the control plane's endpoint; borrowed */
+	const char *url;	  /* the control plane's endpoint, "" to only count; borrowed */
 	const char *secret;	  /* HMAC key; borrowed; may be "" (unsigned v1 of "") */
 	int64_t statement_timeout_ms;
 	int64_t poll_ms; /* how often due events are looked for */

@@ -46,6 +46,17 @@ grep -q 'access rid=.* method=GET path="/healthz" status=200' "$work/meterd.log"
 # Without a webhook, events still go to the outbox: the log says so.
 grep -q 'no webhook_url: spend_limit_crossed and hold_outrun events are kept' \
 	"$work/meterd.log" && ok || fail "no word of the webhook's absence"
+# ...and its /metrics counts them, so a backlog no process sends shows.
+psql "$url" -Atq -c "INSERT INTO webhook_outbox (account_id, type, dedup_key, payload, created_at)
+	VALUES ('unattributed', 'hold_outrun', 'meterd-test', '{}', now() - interval '100 seconds')"
+backlog_shown() {
+	local m
+	m=$(curl -s "$base/metrics")
+	grep -qx 'meter_webhook_pending_events 1' <<<"$m" &&
+		grep -qE '^meter_webhook_oldest_pending_seconds 1[0-9]{2}(\.[0-9]+)?$' <<<"$m"
+}
+wait_for 10 backlog_shown && ok || fail "no webhook backlog in /metrics without a webhook_url"
+psql "$url" -Atq -c "DELETE FROM webhook_outbox WHERE dedup_key = 'meterd-test'"
 # A thousand query arguments would overflow the connection's 64 KiB in
 # libmicrohttpd (which then hung until the timeout): refused at once.
 many_args=$(printf 'a=1&%.0s' $(seq 1000))

@@ -201,6 +201,21 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	curl_ready = true;
+	{
+		/* The collector's settings, whether it runs or not (a typo
+		 * shows at this start, not at the one that switches it on),
+		 * and host_id whichever source it would name. */
+		struct collector_opts co = {
+		    .host_id = cfg.host_id, .agents = cfg.agents, .agents_file = cfg.agents_file};
+
+		rc = collector_check(&co, err, sizeof(err));
+		if (rc != METER_OK) {
+			log_error("meterd: collector%s: %s", cfg.collector ? "" : " (off)", err);
+			if (rc == METER_EINVAL || rc == METER_EIO)
+				status = 2;
+			goto out;
+		}
+	}
 	if (cfg.collector) {
 		struct collector_opts co = {.database_url = cfg.database_url,
 					    .statement_timeout_ms = cfg.db_statement_timeout_ms,

@@ -84,6 +84,34 @@ void collector_host_id(const char *text, char *out, size_t outlen)
 		snprintf(out, outlen, "localhost");
 }
 
+enum meter_rc collector_check(const struct collector_opts *o, char *err, size_t errlen)
+{
+	char **urls = NULL, why[320];
+	size_t n = 0;
+	enum meter_rc rc;
+
+	if (o->host_id && o->host_id[0] && !parse_is_id(o->host_id)) {
+		snprintf(err, errlen, "host_id must be 1 to 64 characters of A-Z a-z 0-9 _ . -");
+		return METER_EINVAL;
+	}
+	if (o->agents && o->agents[0]) {
+		rc = agent_urls_split(o->agents, &urls, &n, err, errlen);
+		agent_urls_free(urls);
+		if (rc != METER_OK)
+			return rc;
+	}
+	if (o->agents_file && o->agents_file[0]) {
+		urls = NULL;
+		rc = agent_urls_load_file(o->agents_file, &urls, &n, why, sizeof(why));
+		agent_urls_free(urls);
+		if (rc != METER_OK) {
+			snprintf(err, errlen, "agents_file: %s", why);
+			return rc;
+		}
+	}
+	return METER_OK;
+}
+
 static void collector_describe(void)
 {
 	metrics_describe("meter_collector_rounds_total", METRICS_COUNTER,

@@ -62,6 +62,14 @@ struct collector;
 METER_MUSTCHECK enum meter_rc collector_start(const struct collector_opts *o,
 					      struct collector **out, char *err, size_t errlen);
 
+/* The checks collector_start makes of the settings alone (host_id when
+ * given, the agents' URLs, the agents file readable and well formed), for
+ * a meterd whose collector is off: a bad value is found at start, not
+ * when the collector is switched on. METER_EINVAL or METER_EIO with err
+ * set, or METER_ENOMEM. */
+METER_MUSTCHECK enum meter_rc collector_check(const struct collector_opts *o, char *err,
+					      size_t errlen);
+
 /* Stops the thread (after the round in progress) and frees everything.
  * NULL is fine. */
 void collector_stop(struct collector *c);

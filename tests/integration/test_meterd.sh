@@ -211,6 +211,16 @@ grep -q "webhook_url has no host\|webhook_url is not a URL libcurl reads" "$work
 bad_value "a webhook URL that is its scheme alone" --database-url "$url" --webhook-url https:// \
 	--webhook-secret 0123456789abcdef0123456789abcdef
 bad_value "an agent URL without a host" --database-url "$url" --agents "http://:9/"
+# The collector's settings are held to the same with the collector off:
+# a typo shows at this start, not at the one that switches it on.
+bad_value "an agent URL not http(s), collector off" --database-url "$url" --collector off \
+	--agents gopher://h/
+grep -q "collector (off): " "$work/err" && ok || fail "agents off: $(cat "$work/err")"
+bad_value "an agents file that is missing, collector off" --database-url "$url" --collector off \
+	--agents-file "$work/no-such-agents-file"
+bad_value "a bad host id, collector off" --database-url "$url" --collector off --host-id 'bad host'
+bad_value "a bad host id with agents only" --database-url "$url" --host-id 'bad host' \
+	--agents http://127.0.0.1:9/
 bad_value "an sslmode libpq does not take" --database-url "$url?sslmode=bogus"
 grep -q "database_url: sslmode" "$work/err" && ok || fail "sslmode: $(cat "$work/err")"
 bad_value "a port number past 65535" \

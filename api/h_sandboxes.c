@@ -104,8 +104,7 @@ void h_sandboxes_list(struct http_req *req)
 	int state = -1, sort = DB_SORT_ID;
 	int64_t limit = SANDBOXES_PAGE_DEFAULT;
 	bool present;
-	const char *cursor = NULL;
-	size_t cursor_len = 0;
+	const char *cursor;
 	PGconn *conn = NULL;
 	json_t *items;
 	enum meter_rc rc;
@@ -120,9 +119,8 @@ void h_sandboxes_list(struct http_req *req)
 	    !h_usage_range(req, H_USAGE_RANGE_MAX, &q.has_range, &q.from_usec, &q.to_usec))
 		return;
 	q.sort = (enum db_sandbox_sort)sort;
-	if (MHD_lookup_connection_value_n(req->conn, MHD_GET_ARGUMENT_KIND, "cursor", 6, &cursor,
-					  &cursor_len) == MHD_YES &&
-	    !cursor_parse(cursor ? cursor : "", sort, &q, cid)) {
+	cursor = http_query(req, "cursor");
+	if (cursor && !cursor_parse(cursor, sort, &q, cid)) {
 		hutil_bad(req, "cursor", "cursor must be a next_cursor of this sort");
 		return;
 	}

@@ -147,14 +147,10 @@ void hutil_bad(struct http_req *req, const char *field, const char *message)
  * value counts as given and is judged by the caller's parser. */
 static const char *query_value(struct http_req *req, const char *name, bool *present)
 {
-	const char *v = NULL;
-	size_t vlen = 0;
+	const char *v = http_query(req, name);
 
-	*present = MHD_lookup_connection_value_n(req->conn, MHD_GET_ARGUMENT_KIND, name,
-						 strlen(name), &v, &vlen) == MHD_YES;
-	if (!*present)
-		return NULL;
-	return v ? v : ""; /* "?name" without '=' is an empty value */
+	*present = v != NULL;
+	return v;
 }
 
 bool hutil_query_time(struct http_req *req, const char *name, int64_t *usec, bool *present)

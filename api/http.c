@@ -225,7 +225,13 @@ json_t *http_json_body(struct http_req *req)
 
 const char *http_query(struct http_req *req, const char *name)
 {
-	return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, name);
+	const char *v = NULL;
+	size_t vlen = 0;
+
+	if (MHD_lookup_connection_value_n(req->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name), &v,
+					  &vlen) != MHD_YES)
+		return NULL;
+	return v ? v : ""; /* "?name" without '=' is an empty value */
 }
 
 const char *http_header(struct http_req *req, const char *name)

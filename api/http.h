@@ -110,7 +110,10 @@ json_t *http_json_body(struct http_req *req);
  * control bytes. */
 void http_safe_name(const char *s, char *out);
 
-/* The query-string argument name, borrowed from libmicrohttpd, or NULL. */
+/* The query-string argument name, borrowed from libmicrohttpd, or NULL
+ * when it is not given. Given without '=' ("?key_id"), it is "": a filter
+ * left without its value is judged as an empty one (refused where a value
+ * is needed), never taken for no filter. */
 const char *http_query(struct http_req *req, const char *name);
 
 /* A request header, borrowed, or NULL. */

@@ -453,6 +453,21 @@ static const struct bad_case cases[] = {
     {"statement: account id 65 chars, key", "GET",
      "/v1/reports/statement.csv?month=2026-11&account_id=" ID65, TOK_READ_ONLY, NULL, 0, NULL, 400,
      "invalid_request", "account_id"},
+    /* A filter named without '=' is an empty one, never no filter: a
+     * script whose variable was unset would otherwise export the whole
+     * account. */
+    {"export: key_id without a value", "GET", "/v1/reports/usage.csv?" RANGE "&key_id",
+     TOK_READ_ONLY, NULL, 0, NULL, 400, "invalid_request", "key_id"},
+    {"export: sandbox_id without a value", "GET", "/v1/reports/usage.ndjson?" RANGE "&sandbox_id",
+     TOK_READ_ONLY, NULL, 0, NULL, 400, "invalid_request", "sandbox_id"},
+    {"export: granularity without a value", "GET", "/v1/reports/usage.csv?" RANGE "&granularity",
+     TOK_READ_ONLY, NULL, 0, NULL, 400, "invalid_request", "granularity"},
+    {"export: account_id without a value", "GET", "/v1/reports/usage.csv?" RANGE "&account_id",
+     TOK_OPERATOR, NULL, 0, NULL, 400, "invalid_request", "account_id"},
+    {"statement: month without a value", "GET", "/v1/reports/statement.csv?month", TOK_READ_ONLY,
+     NULL, 0, NULL, 400, "invalid_request", "month"},
+    {"sandboxes: cursor without a value", "GET", "/v1/sandboxes?cursor", TOK_READ_ONLY, NULL, 0,
+     NULL, 400, "invalid_request", "cursor"},
     {"export: unknown parameter", "GET", "/v1/reports/usage.csv?" RANGE "&format=xlsx",
      TOK_READ_ONLY, NULL, 0, NULL, 400, "invalid_request", "format"},
     {"export: from given twice", "GET", "/v1/reports/usage.csv?" RANGE "&from=2026-10-01T00:00:00Z",

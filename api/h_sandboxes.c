@@ -215,28 +215,30 @@ out:
 void h_sandbox_usage(struct http_req *req)
 {
 	static const char *const query[] = {"from", "to", "window", NULL};
-	static const char *const windows[] = {"minute", "hour", "day", NULL};
+	static const char *const windows[] = {"hour", "day", NULL};
+	const char *w = http_query(req, "window");
 	struct db_sandbox sb;
 	struct db_usage_query q = {.max_items = H_USAGE_ITEMS_MAX};
 	struct db_usage total;
 	struct db_usage_item *items = NULL;
 	size_t n = 0;
-	int window = 1;
+	int window = 0;
 	int64_t from = 0, to = 0;
 	bool has_range, present;
 	PGconn *conn = NULL;
 	json_t *arr;
 	enum meter_rc rc;
 
-	if (!http_query_allowed(req, query) ||
-	    !hutil_query_enum(req, "window", windows, &window, &present))
+	if (!http_query_allowed(req, query))
 		return;
-	if (window == 0) {
+	if (w && strcmp(w, "minute") == 0) {
 		hutil_bad(req, "window",
 			  "window=minute is not offered: usage is kept per hour; use hour or day");
 		return;
 	}
-	if (!h_usage_range(req, window == 1 ? H_USAGE_HOURLY_RANGE_MAX : H_USAGE_RANGE_MAX,
+	if (!hutil_query_enum(req, "window", windows, &window, &present))
+		return;
+	if (!h_usage_range(req, window == 0 ? H_USAGE_HOURLY_RANGE_MAX : H_USAGE_RANGE_MAX,
 			   &has_range, &from, &to) ||
 	    !hutil_db_acquire(req, &conn))
 		return;
@@ -247,7 +249,7 @@ void h_sandbox_usage(struct http_req *req)
 	q.time_zone = sb.time_zone;
 	q.from_usec = sb.from_usec;
 	q.to_usec = sb.to_usec;
-	q.window = window == 1 ? DB_WINDOW_HOUR : DB_WINDOW_DAY;
+	q.window = window == 0 ? DB_WINDOW_HOUR : DB_WINDOW_DAY;
 	q.group = DB_GROUP_NONE;
 	rc = db_usage_query(conn, &q, &total, &items, &n);
 	if (rc != METER_OK) {

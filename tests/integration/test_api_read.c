@@ -365,6 +365,16 @@ static void test_bad_queries(void)
 		CHECK_STR(field ? field : "", cases[i].field);
 		apitest_resp_release(&r);
 	}
+	/* A window not offered is told the ones that are (minute, refused
+	 * with a message of its own, is not one). */
+	{
+		struct apitest_resp r = get("/v1/sandboxes/sbx_a1/usage?window=week", tf);
+		const char *msg =
+		    json_string_value(json_object_get(json_object_get(r.json, "error"), "message"));
+
+		CHECK_STR(msg ? msg : "", "window must be one of hour, day");
+		apitest_resp_release(&r);
+	}
 }
 
 /* The operator naming an account that does not exist gets 404 not_found

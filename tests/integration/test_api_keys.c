@@ -666,6 +666,7 @@ static void test_prices(void)
 	/* The same instant again: a conflict. */
 	CHECK(apitest_call(&t, 0, "PUT", "/v1/prices", t.operator_token, body, &r) == 0);
 	CHECK_I64(r.status, 409);
+	CHECK_STR(apitest_error_code(&r), "conflict");
 	apitest_resp_release(&r);
 	CHECK(apitest_call(&t, 0, "GET", "/v1/prices", t.operator_token, NULL, &r) == 0);
 	CHECK_I64(json_array_size(json_object_get(r.json, "versions")), 2);

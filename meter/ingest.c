@@ -634,8 +634,8 @@ struct ing_sbx {
 struct ing_piece {
 	int64_t a, b;
 	enum sandbox_state state;
-	size_t vi; /* index into prices */
-	int64_t cpu_usec;
+	size_t vi;	   /* index into prices */
+	__int128 cpu_mcus; /* its share of the interval's CPU, millicore-µs */
 };
 
 struct ing_sub {
@@ -2384,7 +2384,7 @@ static enum meter_rc ing_add_piece(struct ing_call *c, int64_t a, int64_t b, enu
 	p->b = b;
 	p->state = st;
 	p->vi = vi;
-	p->cpu_usec = 0;
+	p->cpu_mcus = 0;
 	return METER_OK;
 }
 
@@ -2459,9 +2459,10 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 {
 	struct usage_sample sp, sc;
 	const struct ing_zone *z = &c->zones[sb->zone];
-	int64_t t, dcpu, wrun = 0, run_before = 0, cpu_before = 0;
+	int64_t t, dcpu, wrun = 0, run_before = 0;
+	__int128 cpu_before = 0;
 	enum sandbox_state st = prev->state;
-	unsigned fl = 0, fl2;
+	unsigned fl = 0;
 	enum meter_rc rc;
 
 	c->npieces = 0;
@@ -2504,18 +2505,25 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 			return rc;
 	}
 
-	/* CPU to the running pieces, in proportion to their wall time. */
+	/* CPU to the running pieces, in proportion to their wall time, in
+	 * millicore-µs: the unit an hour's or a day's cut takes its share in,
+	 * so a price version's or an event's cut is as fine (in whole µs, a
+	 * cut at a price change moved up to a CPU-µs to the later version).
+	 * floor(dcpu × 1000 × run_before / wrun), without the product's
+	 * 2^136: dcpu × run_before = whole × wrun + part. */
 	for (size_t i = 0; i < c->npieces; i++)
 		if (c->pieces[i].state == SANDBOX_RUNNING)
 			wrun += c->pieces[i].b - c->pieces[i].a;
 	for (size_t i = 0; i < c->npieces; i++) {
 		struct ing_piece *pc = &c->pieces[i];
-		int64_t upto;
+		__int128 prod, upto;
 		if (pc->state != SANDBOX_RUNNING || wrun == 0)
 			continue;
 		run_before += pc->b - pc->a;
-		upto = (int64_t)((__int128)dcpu * run_before / wrun);
-		pc->cpu_usec = upto - cpu_before;
+		prod = (__int128)dcpu * run_before;
+		upto = prod / wrun * MONEY_MILLICORES_PER_VCPU +
+		       prod % wrun * MONEY_MILLICORES_PER_VCPU / wrun;
+		pc->cpu_mcus = upto - cpu_before;
 		cpu_before = upto;
 	}
 
@@ -2539,12 +2547,13 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 		sp.vcpus = prev->vcpus;
 		sc = sp;
 		sc.at_usec = pc->b;
-		sc.cpu_usec = pc->cpu_usec;
 		rc = usage_interval_wide(&sp, &sc, c->prices[pc->vi].rates.floor_millicores, &q,
-					 &fl2);
+					 NULL);
 		if (rc != METER_OK)
 			return rc;
-		fl |= fl2 & USAGE_CPU_CAPPED;
+		if (pc->state == SANDBOX_RUNNING)
+			usage_wide_cpu(&q, pc->cpu_mcus, prev->vcpus,
+				       c->prices[pc->vi].rates.floor_millicores, &fl);
 		rc = ing_piece_subs(c, z, pc, &q);
 		if (rc != METER_OK)
 			return rc;

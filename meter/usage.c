@@ -93,6 +93,22 @@ enum meter_rc usage_cpu_delta(const struct usage_sample *prev, const struct usag
 	return METER_OK;
 }
 
+void usage_wide_cpu(struct usage_wide *q, __int128 used_mcus, int32_t vcpus,
+		    int64_t floor_millicores, unsigned *flags)
+{
+	/* Products of values below 2^63 and a constant: below 2^126. */
+	__int128 cap = (__int128)vcpus * q->running_usec * MONEY_MILLICORES_PER_VCPU;
+	__int128 floor_q = (__int128)floor_millicores * q->running_usec;
+
+	if (used_mcus > cap) {
+		used_mcus = cap;
+		if (flags)
+			*flags |= USAGE_CPU_CAPPED;
+	}
+	q->cpu_used_mcus = used_mcus;
+	q->cpu_billed_mcus = used_mcus > floor_q ? used_mcus : floor_q;
+}
+
 /* Decisions the header leaves open:
  * - vcpus, memory_mib and storage_mib come from prev (the interval is billed
  *   by its first sample); cur only supplies its time and CPU counter.
@@ -105,7 +121,7 @@ enum meter_rc usage_interval_wide(const struct usage_sample *prev, const struct 
 {
 	struct usage_wide q;
 	unsigned fl = 0;
-	__int128 dwall, floor_q;
+	__int128 dwall;
 
 	if (!prev || !cur || !out || floor_millicores < 0)
 		return METER_EINVAL;
@@ -119,9 +135,8 @@ enum meter_rc usage_interval_wide(const struct usage_sample *prev, const struct 
 	switch (prev->state) {
 	case SANDBOX_RUNNING:
 		q.running_usec = dwall;
-		floor_q = floor_millicores * dwall;
-		q.cpu_billed_mcus = q.cpu_used_mcus > floor_q ? q.cpu_used_mcus : floor_q;
 		q.memory_mibus = prev->memory_mib * dwall;
+		usage_wide_cpu(&q, q.cpu_used_mcus, prev->vcpus, floor_millicores, &fl);
 		break;
 	case SANDBOX_PAUSED:
 		q.cpu_used_mcus = 0;

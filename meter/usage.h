@@ -84,6 +84,14 @@ METER_MUSTCHECK enum meter_rc usage_interval_wide(const struct usage_sample *pre
 						  int64_t floor_millicores, struct usage_wide *out,
 						  unsigned *flags);
 
+/* Sets the CPU of *q, a running interval of q->running_usec (the rest of
+ * *q as usage_interval_wide made it), to used_mcus millicore-µs: capped at
+ * vcpus × its wall time (USAGE_CPU_CAPPED into *flags, which may be NULL),
+ * billed at least floor_millicores × its wall time. For an interval's share
+ * of a longer one's CPU, given in millicore-µs as hours are cut. */
+void usage_wide_cpu(struct usage_wide *q, __int128 used_mcus, int32_t vcpus,
+		    int64_t floor_millicores, unsigned *flags);
+
 /* Takes the part_usec of *q's whole_usec (0 <= part_usec <= whole_usec)
  * into *first: floor(field × part / whole) of every field, as
  * usage_qty_split does, and leaves the rest in *q, so the parts taken add

@@ -827,6 +827,22 @@ static void test_price_change(void)
 		      v2),
 		  micros(m2, 15000, DIV_MIB));
 	CHECK_I64(q64("SELECT price_version FROM sandbox_meter WHERE sandbox_id = 's_price'"), v2);
+
+	/* 7 µs of CPU over 3 s cut at its first second: a third each second,
+	 * in millicore-µs as an hour's cut takes it (2,333 and 4,667), not in
+	 * whole µs (2,000 and 5,000), which moved up to a CPU-µs to the
+	 * later version: at a rate of 10^12 µ$ a vCPU-hour, 277 µ$. */
+	batch(&b, "h10");
+	add(&b, "s_price_odd", "key_a", t0 + 4 * SEC, 'r', 0, 1024, 0, 1);
+	add(&b, "s_price_odd", "key_a", t0 + 7 * SEC, 'r', 7, 1024, 0, 1);
+	run1(&b);
+	CHECK_I64(q64("SELECT cpu_used_mcus FROM usage_hourly WHERE sandbox_id = 's_price_odd'"
+		      " AND price_version = 1"),
+		  2333);
+	CHECK_I64(q64("SELECT cpu_used_mcus FROM usage_hourly WHERE sandbox_id = 's_price_odd'"
+		      " AND price_version = %" PRId64,
+		      v2),
+		  4667);
 }
 
 /* Without a sandbox row or a known key: metered under 'unattributed'. And

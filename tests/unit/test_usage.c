@@ -381,6 +381,28 @@ static void test_cpu_delta(void)
 	CHECK_I64(cpu, SENTINEL);
 }
 
+/* A running share's CPU in millicore-µs: kept below the cap, capped (and
+ * flagged) above it, billed at least the floor. */
+static void test_wide_cpu(void)
+{
+	struct usage_wide w;
+	unsigned flags = 0;
+
+	memset(&w, 0, sizeof(w));
+	w.running_usec = 1000000; /* 1 s: floor 50 → 5e7, cap (2 vCPUs) → 2e9 */
+	usage_wide_cpu(&w, 2333, 2, 50, &flags);
+	CHECK(w.cpu_used_mcus == 2333 && w.cpu_billed_mcus == 50000000 && flags == 0);
+	usage_wide_cpu(&w, INT64_C(60000001), 2, 50, &flags);
+	CHECK(w.cpu_used_mcus == 60000001 && w.cpu_billed_mcus == 60000001 && flags == 0);
+	usage_wide_cpu(&w, INT64_C(2000000000), 2, 50, &flags);
+	CHECK(w.cpu_used_mcus == 2000000000 && flags == 0);
+	usage_wide_cpu(&w, INT64_C(2000000001), 2, 50, &flags);
+	CHECK(w.cpu_used_mcus == 2000000000 && w.cpu_billed_mcus == 2000000000);
+	CHECK(flags == USAGE_CPU_CAPPED);
+	usage_wide_cpu(&w, INT64_C(2000000001), 2, 50, NULL);
+	CHECK(w.cpu_used_mcus == 2000000000);
+}
+
 static void test_paused_stopped(void)
 {
 	struct usage_sample a = sample(SANDBOX_PAUSED, T0, 100);
@@ -705,6 +727,7 @@ int main(void)
 	test_counter_reset();
 	test_cpu_cap();
 	test_cpu_delta();
+	test_wide_cpu();
 	test_paused_stopped();
 	test_bad_samples();
 	test_interval_overflow();

@@ -1242,7 +1242,8 @@ static const char SQL_SANDBOXES_CREATE[] =
     " FROM unnest($1::text[], $2::text[], $3::integer[], $4::bigint[], $5::bigint[],"
     "             $6::text[], $7::timestamptz[]) AS q(s, kid, v, m, st, state, first)"
     " CROSS JOIN LATERAL (SELECT LEAST(now(), q.first) AS at) t"
-    " LEFT JOIN api_keys k ON k.key_id = NULLIF(q.kid, '')"
+    " LEFT JOIN api_keys k ON k.key_id = NULLIF(q.kid, '') AND k.role = 'full'"
+    "  AND k.revoked_at IS NULL"
     " ORDER BY q.s"
     " ON CONFLICT DO NOTHING";
 
@@ -1834,9 +1835,11 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 				 sb->id);
 			return METER_EINVAL;
 		}
-		/* Its samples named a key_id that is no key: metered under
-		 * 'unattributed', an anomaly (the agent's or the control
-		 * plane's mistake, kept off every key's limit). */
+		/* Its samples named a key_id that is no key that can take a
+		 * sandbox (none, a read_only key, which changes nothing, or a
+		 * revoked one): metered under 'unattributed', an anomaly (the
+		 * agent's or the control plane's mistake, or a host's lie,
+		 * kept off every key's limit). */
 		if (sb->made && sb->doc_key[0] && !sb->key[0]) {
 			sb->unknown_key = true;
 			c->st.unknown_keys++;
@@ -3690,6 +3693,9 @@ static void ing_metrics_describe(void)
 			 "Seconds between the newest ingested batch's sampled_at and its commit.");
 	metrics_describe("meter_ingest_unattributed_samples_total", METRICS_COUNTER,
 			 "Samples of sandboxes without a key (account 'unattributed').");
+	metrics_describe("meter_ingest_new_sandboxes_total", METRICS_COUNTER,
+			 "Sandbox records made by ingestion: sandboxes first seen in samples, no "
+			 "create check having made them.");
 }
 
 /* One line for the call's new sandboxes whose samples named no key, with
@@ -3701,7 +3707,7 @@ static void ing_log_unknown_keys(const struct ing_call *c)
 
 		if (sb->unknown_key) {
 			log_warn("ingest: %" PRIu64
-				 " new sandbox(es) named a key_id that is no key,"
+				 " new sandbox(es) named a key_id that is no full, unrevoked key,"
 				 " metered under the unattributed account (first: sandbox %s,"
 				 " key_id %s)",
 				 c->st.unknown_keys, sb->id, sb->doc_key);
@@ -3727,6 +3733,7 @@ static void ing_metrics(const struct ingest_stats *st, enum meter_rc rc)
 	metrics_counter_add("meter_ingest_intervals_total", NULL, st->intervals);
 	metrics_counter_add("meter_ingest_micros_total", NULL, (uint64_t)st->micros);
 	metrics_counter_add("meter_ingest_unattributed_samples_total", NULL, st->unattributed);
+	metrics_counter_add("meter_ingest_new_sandboxes_total", NULL, st->new_sandboxes);
 	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"counter_reset\"", st->resets);
 	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"cpu_capped\"", st->cpu_capped);
 	metrics_counter_add("meter_ingest_anomalies_total", "kind=\"overflow\"", st->overflows);

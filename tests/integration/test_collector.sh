@@ -122,7 +122,7 @@ expect "push, unknown key" "$(post -H "Authorization: Bearer $cp_token" --data "
 expect "unknown key answer" "$(cat "$work/body")" '{"accepted":1,"ignored":0,"anomalies":1}'
 expect "unknown key's sandbox" "$(q "SELECT account_id || ' ' || COALESCE(key_id, '-')
   FROM sandboxes WHERE sandbox_id = 'sbx_p2'")" "unattributed -"
-grep -q 'key_id that is no key.*sandbox sbx_p2, key_id kt_none' "$work/meterd.log" && ok ||
+grep -q 'key_id that is no full, unrevoked key.*sandbox sbx_p2, key_id kt_none' "$work/meterd.log" && ok ||
 	fail "no warning for the unknown key"
 expect "bad vcpus" "$(post -H "Authorization: Bearer $cp_token" --data "${doc/\"vcpus\":2/\"vcpus\":0}" \
 	"$base/v1/samples")" 400

@@ -863,21 +863,32 @@ static void test_unattributed(void)
 	add(&b, "s_orphan", NULL, t0 + 10 * SEC, 'r', 2 * SEC, 512, 0, 1);
 	add(&b, "s_badkey", "no_such_key", t0, 'r', 0, 512, 0, 1);
 	add(&b, "s_badkey", "no_such_key", t0 + 10 * SEC, 'r', 2 * SEC, 512, 0, 1);
+	/* A read_only key changes nothing, a revoked one nothing more: a
+	 * host naming either makes no sandbox of theirs. */
+	add(&b, "s_rokey", "key_ro", t0, 'r', 0, 512, 0, 1);
+	add(&b, "s_rokey", "key_ro", t0 + 10 * SEC, 'r', 2 * SEC, 512, 0, 1);
+	add(&b, "s_revkey", "key_rev", t0, 'r', 0, 512, 0, 1);
+	add(&b, "s_revkey", "key_rev", t0 + 10 * SEC, 'r', 2 * SEC, 512, 0, 1);
 	add(&b, "s_cg_known", NULL, t0, 'r', 0, SAMPLE_UNKNOWN, SAMPLE_UNKNOWN, 0);
 	add(&b, "s_cg_known", NULL, t0 + 10 * SEC, 'r', 2 * SEC, SAMPLE_UNKNOWN, SAMPLE_UNKNOWN, 0);
 	add(&b, "s_cg_new", NULL, t0, 'r', 0, SAMPLE_UNKNOWN, SAMPLE_UNKNOWN, 0);
 	add(&b, "s_cg_new", NULL, t0 + 10 * SEC, 'r', 25 * SEC, SAMPLE_UNKNOWN, SAMPLE_UNKNOWN, 0);
 	st = run1(&b);
-	CHECK_I64(st.unattributed, 6);
-	CHECK_I64(st.new_sandboxes, 3);
-	/* A key_id that is no key is an anomaly, once, when it makes the
-	 * sandbox's row; no key_id at all is not. */
-	CHECK_I64(st.unknown_keys, 1);
-	CHECK_I64(st.anomalies, 1);
-	CHECK(metrics_value("meter_ingest_anomalies_total", "kind=\"unknown_key\"") >= 1);
+	CHECK_I64(st.unattributed, 10);
+	CHECK_I64(st.new_sandboxes, 5);
+	/* A key_id that is no key (or not one that takes sandboxes) is an
+	 * anomaly, once, when it makes the sandbox's row; no key_id at all
+	 * is not. */
+	CHECK_I64(st.unknown_keys, 3);
+	CHECK_I64(st.anomalies, 3);
+	CHECK(metrics_value("meter_ingest_anomalies_total", "kind=\"unknown_key\"") >= 3);
+	CHECK(metrics_value("meter_ingest_new_sandboxes_total", NULL) >= 5);
 	CHECK_I64(q64("SELECT count(*) FROM sandboxes WHERE account_id = 'unattributed'"
-		      " AND key_id IS NULL AND sandbox_id IN ('s_orphan', 's_badkey', 's_cg_new')"),
-		  3);
+		      " AND key_id IS NULL AND sandbox_id IN ('s_orphan', 's_badkey', 's_cg_new',"
+		      " 's_rokey', 's_revkey')"),
+		  5);
+	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger WHERE key_id IN ('key_ro', 'key_rev')"),
+		  0);
 	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE account_id = 'unattributed'"
 		      " AND key_id IS NULL AND sandbox_id = 's_orphan'"),
 		  1);
@@ -1871,6 +1882,7 @@ int main(void)
 	exec("INSERT INTO accounts (account_id, name) VALUES ('acct_1', 'Account one')");
 	exec("INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone) VALUES"
 	     " ('acct_1', 'key_a', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
+	     " ('acct_1', 'key_ro', decode(repeat('ab', 32), 'hex'), 'read_only', 'UTC'),"
 	     " ('acct_1', 'key_w', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_hold', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 'key_ma', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
@@ -1884,8 +1896,10 @@ int main(void)
 	     " ('acct_1', 's_evr', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 's_eva', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 's_evn', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
-	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'read_only',"
-	     "  'America/New_York')");
+	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'full', 'America/New_York')");
+	exec(
+	    "INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone, revoked_at)"
+	    " VALUES ('acct_1', 'key_rev', decode(repeat('ab', 32), 'hex'), 'full', 'UTC', now())");
 	ingest_opts_init(&o);
 	o.default_vcpus = 3;
 	ing = ingest_new(&o);

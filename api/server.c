@@ -983,6 +983,25 @@ static void access_quote(const char *in, char *out, size_t len)
 	out[o] = '\0';
 }
 
+/* Whether a method is an HTTP token (RFC 9110: letters, digits and
+ * !#$%&'*+-.^_`|~) of at most 32 bytes: every method a route takes is, and
+ * such a one is logged as it is; another is quoted as a path is, so that
+ * a method cannot write fields of its own into the line ("GET\tstatus=201",
+ * whose tab the log would make a space). */
+static bool access_method_plain(const char *m)
+{
+	size_t i;
+
+	for (i = 0; m[i]; i++) {
+		char c = m[i];
+
+		if (i >= 32 || !((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+				 (c >= '0' && c <= '9') || strchr("!#$%&'*+-.^_`|~", c)))
+			return false;
+	}
+	return i > 0;
+}
+
 /* The access-log line of req, then free it (and forget it on its
  * connection). aborted: it did not complete normally. */
 static void req_finish(struct MHD_Connection *conn, struct http_req *req, bool aborted)
@@ -990,7 +1009,8 @@ static void req_finish(struct MHD_Connection *conn, struct http_req *req, bool a
 	const union MHD_ConnectionInfo *ci;
 	struct conn_watch *w = conn_watch_of(conn);
 	char addr[INET6_ADDRSTRLEN] = "-";
-	char path[ACCESS_PATH_MAX * 4 + 1];
+	char path[ACCESS_PATH_MAX * 4 + 1], quoted[ACCESS_PATH_MAX * 4 + 1];
+	char method[sizeof(quoted) + 2];
 
 	if (w && w->req == req)
 		w->req = NULL;
@@ -1007,10 +1027,17 @@ static void req_finish(struct MHD_Connection *conn, struct http_req *req, bool a
 				  sizeof(addr));
 	}
 	access_quote(req->path ? req->path : "-", path, sizeof(path));
+	if (!req->method)
+		snprintf(method, sizeof(method), "-");
+	else if (access_method_plain(req->method))
+		snprintf(method, sizeof(method), "%s", req->method);
+	else {
+		access_quote(req->method, quoted, sizeof(quoted));
+		snprintf(method, sizeof(method), "\"%s\"", quoted);
+	}
 	log_info("access rid=%s ip=%s method=%s path=\"%s\" status=%u dur_us=%lld%s",
-		 req->request_id, addr, req->method ? req->method : "-", path,
-		 req->queued ? req->status : 0, (long long)(http_now_usec() - req->start_usec),
-		 aborted ? " aborted=1" : "");
+		 req->request_id, addr, method, path, req->queued ? req->status : 0,
+		 (long long)(http_now_usec() - req->start_usec), aborted ? " aborted=1" : "");
 	if (req->resp)
 		MHD_destroy_response(req->resp);
 	if (req->srv)

@@ -75,6 +75,13 @@ grep -q "$refused" "$work/meterd.log" && ok ||
 expect "quote in a path" "$(http_status "$base/nope%22%20status=200%20x%5C%01")" 404
 grep -q 'access rid=.* path="/nope\\" status=200 x\\\\\\x01" status=404 ' "$work/meterd.log" && ok ||
 	fail "a path's quote not escaped in the access line"
+# Nor can a method: one that is no HTTP token is quoted, its bytes escaped.
+mport=${base##*:}
+printf 'GET\tstatus=201\x1b[31m /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' |
+	timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$mport; cat >&3; cat <&3" >/dev/null 2>&1 || true
+for _ in $(seq 20); do grep -q 'method="GET\\x09status=201\\x1b\[31m"' "$work/meterd.log" && break; sleep 0.1; done
+grep -q 'method="GET\\x09status=201\\x1b\[31m" path="/healthz" status=' "$work/meterd.log" && ok ||
+	fail "a method that is no token not quoted in the access line"
 
 # SIGHUP does not end it (a reload sent by habit): said and ignored.
 kill -HUP "$pid"

@@ -157,6 +157,18 @@ int main(int argc, char **argv)
 					 cfg.agent_token};
 		const char *names[3] = {"operator_token", "control_plane_token", "agent_token"};
 
+		/* A token is the whole of its caller's credential, and the
+		 * operator's dashboard session carries a hash of the operator's:
+		 * a short one could be guessed, online or from a stolen cookie
+		 * offline. At least as long as a webhook's secret. */
+		for (int i = 0; i < 3; i++)
+			if (tokens[i][0] && strlen(tokens[i]) < 32) {
+				fprintf(stderr,
+					"meterd: %s needs at least 32 characters (a random one: "
+					"openssl rand -hex 32)\n",
+					names[i]);
+				return 2;
+			}
 		for (int i = 0; i < 3; i++)
 			for (int j = i + 1; j < 3; j++)
 				if (tokens[i][0] && strlen(tokens[i]) == strlen(tokens[j]) &&

@@ -11,7 +11,7 @@ work=$bin/test-crash-$$
 mkdir -p "$work"
 pid=
 sim=
-token=crash-test-token-0123456789
+token=crash-test-token-0123456789abcdefghij
 
 stop_all() {
 	[[ -n $sim ]] && kill -0 "$sim" 2>/dev/null && kill -TERM "$sim"

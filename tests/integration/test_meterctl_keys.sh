@@ -113,8 +113,8 @@ expect "revoke, no database" "$(status "$bin/meterctl" key revoke --account "$ac
 
 # The token authenticates against meterd; it may read, not write.
 port=$(free_port)
-cp=cp-$$-secret
-METER_DATABASE_URL=$url METER_OPERATOR_TOKEN=op-$$-secret METER_CONTROL_PLANE_TOKEN=$cp \
+cp=cp-$$-secret-0123456789abcdefghijklmn
+METER_DATABASE_URL=$url METER_OPERATOR_TOKEN=op-$$-secret-0123456789abcdefghijklmn METER_CONTROL_PLANE_TOKEN=$cp \
 	"$bin/meterd" --listen "127.0.0.1:$port" >"$work/meterd.log" 2>&1 &
 pid=$!
 base=http://127.0.0.1:$port

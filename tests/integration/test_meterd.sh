@@ -140,15 +140,15 @@ wait "$locker" 2>/dev/null || true
 # environment (where the other token is) or its memory. Run as nobody, as
 # a root process could read them anyway.
 port=$(free_port)
-METER_DATABASE_URL=$url METER_OPERATOR_TOKEN=op-env-secret-0123456789 \
+METER_DATABASE_URL=$url METER_OPERATOR_TOKEN=op-env-secret-0123456789abcdefghij \
 	setpriv --reuid=nobody --regid=nogroup --clear-groups "$bin/meterd" \
 	--listen "127.0.0.1:$port" --collector 0 \
-	--control-plane-token cp-argv-secret-0123456789 >"$work/secrets.log" 2>&1 &
+	--control-plane-token cp-argv-secret-0123456789abcdefghi >"$work/secrets.log" 2>&1 &
 pid=$!
 base=http://127.0.0.1:$port
 wait_for 10 curl -fs "$base/healthz" || { cat "$work/secrets.log" >&2; fail "meterd as nobody did not start"; }
 expect "flag token works" \
-	"$(http_status -H 'Authorization: Bearer cp-argv-secret-0123456789' "$base/v1/prices")" 200
+	"$(http_status -H 'Authorization: Bearer cp-argv-secret-0123456789abcdefghi' "$base/v1/prices")" 200
 tr '\0' ' ' </proc/"$pid"/cmdline | grep -q 'cp-argv-secret' &&
 	fail "the token is still in the command line" || ok
 grep -q 'secret options on the command line (control_plane_token)' "$work/secrets.log" && ok ||
@@ -176,8 +176,8 @@ done
 # One token per caller: the same token for two is refused at start (it
 # would carry the rights of whichever is checked first).
 status=0
-METER_DATABASE_URL=$url METER_CONTROL_PLANE_TOKEN=same-token-0123456789 \
-	METER_AGENT_TOKEN=same-token-0123456789 "$bin/meterd" --listen 127.0.0.1:0 >"$work/same.log" 2>&1 ||
+METER_DATABASE_URL=$url METER_CONTROL_PLANE_TOKEN=same-token-0123456789abcdefghijkl \
+	METER_AGENT_TOKEN=same-token-0123456789abcdefghijkl "$bin/meterd" --listen 127.0.0.1:0 >"$work/same.log" 2>&1 ||
 	status=$?
 expect "the same token for two callers refused" "$status" 2
 grep -q "control_plane_token and agent_token are the same token" "$work/same.log" && ok ||
@@ -230,6 +230,11 @@ bad_value "a bad host id with agents only" --database-url "$url" --host-id 'bad 
 	--agents http://127.0.0.1:9/
 bad_value "an sslmode libpq does not take" --database-url "$url?sslmode=bogus"
 grep -q "database_url: sslmode" "$work/err" && ok || fail "sslmode: $(cat "$work/err")"
+# A token under 32 characters is refused at start.
+bad_value "an agent token under 32 characters" --database-url "$url" \
+	--agent-token 0123456789abcdef0123456789abcde
+grep -q "agent_token needs at least 32 characters" "$work/err" && ok ||
+	fail "short token: $(cat "$work/err")"
 bad_value "a port number past 65535" \
 	--database-url "postgresql://u:secret-pw@127.0.0.1:70000/db"
 grep -q "database_url: port" "$work/err" && ok || fail "port: $(cat "$work/err")"

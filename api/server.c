@@ -926,6 +926,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		return MHD_YES;
 	}
+	if (req->queued || !req->route) {
+		/* Answered already, on its first call (refused before its
+		 * route was known, or while draining): if libmicrohttpd calls
+		 * again, nothing is left to do. test_shutdown once met such a
+		 * call during a drain, and routed it through a NULL route. */
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
 	if (*upload_data_size) {
 		take_body(req, upload_data, *upload_data_size);
 		*upload_data_size = 0;

@@ -314,9 +314,14 @@ static enum MHD_Result queue(struct http_req *req)
 					    "application/json") != MHD_YES)
 			log_warn("could not add Content-Type");
 	}
+	/* nosniff on every answer: a JSON error quotes what the client sent
+	 * ("unknown query parameter \"<script>...\""), and no browser may
+	 * take it, or a CSV export, for a page. */
 	if (MHD_add_response_header(req->resp, "X-Request-Id", req->request_id) != MHD_YES ||
 	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store") !=
-		MHD_YES)
+		MHD_YES ||
+	    (!MHD_get_response_header(req->resp, "X-Content-Type-Options") &&
+	     MHD_add_response_header(req->resp, "X-Content-Type-Options", "nosniff") != MHD_YES))
 		log_warn("could not add response headers");
 	/* The dashboard's answers that are not its pages (a JSON error, a
 	 * redirect) carry a policy too: nothing may run, load or frame them.
@@ -325,7 +330,6 @@ static enum MHD_Result queue(struct http_req *req)
 	    !MHD_get_response_header(req->resp, "Content-Security-Policy") &&
 	    (MHD_add_response_header(req->resp, "Content-Security-Policy",
 				     "default-src 'none'; frame-ancestors 'none'") != MHD_YES ||
-	     MHD_add_response_header(req->resp, "X-Content-Type-Options", "nosniff") != MHD_YES ||
 	     MHD_add_response_header(req->resp, "X-Frame-Options", "DENY") != MHD_YES))
 		log_warn("could not add the dashboard's headers");
 	/* Shutting down: the client sends its next request elsewhere. */

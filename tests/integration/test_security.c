@@ -1077,6 +1077,16 @@ static void other_accounts(void)
 					       "frame-ancestors 'none'\r\n") &&
 			      strstr(x.r.head, "X-Frame-Options: DENY\r\n") &&
 			      strstr(x.r.head, "X-Content-Type-Options: nosniff\r\n"));
+		/* Nor may an API answer, which may quote the request, be taken
+		 * for a page: nosniff on every answer, once. */
+		if (i == 2) {
+			const char *n =
+			    x.r.head ? strstr(x.r.head, "X-Content-Type-Options: nosniff\r\n")
+				     : NULL;
+
+			CHECK(n != NULL);
+			CHECK(n == NULL || strstr(n + 1, "X-Content-Type-Options") == NULL);
+		}
 		resp_release(&x);
 	}
 	/* The operator's bearer token on a page names no account: refused,

@@ -628,6 +628,7 @@ struct ing_sbx {
 	struct ing_roll roll;
 	size_t ev_off, ev_n, ev_pos;
 	int64_t stop_at; /* its first stopped event (final), INT64_MAX if none */
+	int64_t head_at; /* its running event before its first sample, INT64_MAX if none */
 	int64_t ev_from; /* where its events were read from (ing_load_events) */
 };
 
@@ -2268,12 +2269,38 @@ static bool ing_event_counted(const struct ing_sbx *sb, enum sandbox_state state
 	return state == SANDBOX_STOPPED || (state == SANDBOX_PAUSED && at >= sb->ev_from);
 }
 
+/* Of a sandbox a create check made, metered for the first time, with its
+ * events from ever: where its first interval starts, before its first
+ * sample. The control plane reports the sandbox running when it starts,
+ * so a running event first (a time at or after its create, counting an
+ * earlier one as at it) starts billing there, from a CPU counter of 0
+ * (ing_sandbox). With any other first event, or none, billing starts at
+ * the first sample, and the events before that sample are not used. */
+static void ing_find_head(struct ing_call *c, struct ing_sbx *sb)
+{
+	size_t k = sb->ev_off, end = sb->ev_off + sb->ev_n;
+
+	if (sb->had_meter || sb->made || sb->min_at <= sb->created_usec)
+		return;
+	if (k < end && c->events[k].at < sb->min_at && c->events[k].state == SANDBOX_RUNNING) {
+		sb->head_at =
+		    c->events[k].at > sb->created_usec ? c->events[k].at : sb->created_usec;
+		return;
+	}
+	while (k < end && c->events[k].at < sb->min_at)
+		k++;
+	sb->ev_n -= k - sb->ev_off;
+	sb->ev_off = sb->ev_pos = k;
+}
+
 /* Reads the lifecycle events after each sandbox's watermark (or its first
  * sample in this call) up to its newest sample. One whose first interval
  * starts before its create reads them however early they are dated: the
  * events before the create count as at it (ing_interval_subs), a pause
  * there included, which an earlier reading of the sandbox running does
- * not undo. */
+ * not undo. So does one a create check made, metered for the first time:
+ * its running event may start billing before its first sample
+ * (ing_find_head). */
 static enum meter_rc ing_load_events(struct ing_call *c)
 {
 	static const Oid types[3] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR};
@@ -2290,12 +2317,15 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 	for (size_t i = 0; i < c->nsbx; i++) {
 		struct ing_sbx *sb = &c->sbx[i];
 		int64_t from = sb->had_meter ? sb->last.at_usec : sb->min_at;
+		bool fresh = !sb->had_meter && !sb->made;
+		if (fresh && sb->created_usec < from)
+			from = sb->created_usec;
 		sb->ev_off = sb->ev_n = sb->ev_pos = 0;
-		sb->stop_at = INT64_MAX;
+		sb->stop_at = sb->head_at = INT64_MAX;
 		sb->ev_from = from;
 		if (sb->max_at <= from)
 			continue;
-		if (from < sb->created_usec)
+		if (from < sb->created_usec || fresh)
 			sb->ev_from = ING_EVENTS_EVER_USEC;
 		any = true;
 		if (sb->max_at > hi)
@@ -2348,6 +2378,8 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 		sb->ev_n++;
 		c->nevents++;
 	}
+	for (size_t i = 0; i < c->nsbx; i++)
+		ing_find_head(c, &c->sbx[i]);
 out:
 	PQclear(res);
 	return rc;
@@ -2748,7 +2780,8 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 
 	for (size_t i = sb->first; i < sb->first + sb->n; i++) {
 		const struct ing_item *it = &c->items[i];
-		struct usage_sample cur = it->s->u;
+		struct usage_sample cur = it->s->u, head;
+		const struct usage_sample *prev = sb->has_prev ? &sb->last : NULL;
 		unsigned flags = 0;
 		int64_t micros = 0;
 
@@ -2769,8 +2802,18 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 		 * cannot run again: a wake of it is refused). */
 		if (sb->has_prev && sb->last.state == SANDBOX_STOPPED)
 			cur.state = SANDBOX_STOPPED;
-		if (sb->has_prev) {
-			rc = ing_interval_subs(c, sb, &sb->last, &cur, &flags);
+		/* Started by a running event before this, its first sample:
+		 * billed from there as from a reading of the VM's counter
+		 * at 0, at this sample's sizes. */
+		if (!prev && sb->head_at < cur.at_usec) {
+			head = cur;
+			head.at_usec = sb->head_at;
+			head.state = SANDBOX_RUNNING;
+			head.cpu_usec = 0;
+			prev = &head;
+		}
+		if (prev) {
+			rc = ing_interval_subs(c, sb, prev, &cur, &flags);
 			if (rc == METER_OK)
 				rc = ing_price_subs(c, x, &micros);
 			if (rc == METER_ERANGE) {
@@ -2779,7 +2822,7 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 				 * limits): start again from this sample. */
 				log_error("ingest: sandbox %s: interval %" PRId64 " -> %" PRId64
 					  " µs overflows; not billed, re-baselined",
-					  sb->id, sb->last.at_usec, cur.at_usec);
+					  sb->id, prev->at_usec, cur.at_usec);
 				c->st.overflows++;
 				c->st.anomalies++;
 			} else if (rc != METER_OK) {

@@ -20,7 +20,11 @@
  *   duplicate or out of order and ignored. Re-sending a batch, or re-running
  *   after a crash, changes nothing: the watermark is written in the same
  *   transaction as what it covers.
- * - A sandbox's first sample is its baseline: usage starts there.
+ * - A sandbox's first sample is its baseline: usage starts there, unless a
+ *   create check made its record and its first lifecycle event, before
+ *   that sample, is a running one: then usage starts at that event (at the
+ *   create, for one before it) as from a reading of the VM's CPU counter
+ *   at 0 (it starts at the boot) in that sample's sizes.
  * - Interval prev → cur: usage_interval() (counter reset, CPU cap: counted
  *   as anomalies), billed in prev's state, except that the lifecycle events
  *   recorded in (prev.at, cur.at] are authoritative: the interval is split at

@@ -983,6 +983,75 @@ static void test_before_create(void)
 	CHECK_I64(usum("s_seen", "running_usec"), 10 * SEC);
 }
 
+/* A sandbox a create check made is billed from the running event the
+ * control plane reports before its first sample, as from a CPU counter
+ * of 0 there (the VM's counter starts at its boot), and so with all of
+ * that sample's CPU. With no running event first, from the first sample. */
+static void test_head(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2026-11-30T09:00:10Z"), sto = 1024 * 3 * SEC;
+	int64_t billed = 1000 * 4 * SEC, mem = 2048 * 18 * SEC;
+	struct ingest_stats st;
+
+	fprintf(stderr, "from the running event before the first sample\n");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) SELECT 'acct_1', s, 'key_a', 2, 2048, 0,"
+	     " 'running', '2026-11-30T09:00:00Z' FROM unnest(ARRAY['s_hd', 's_hd_early',"
+	     " 's_hd_none', 's_hd_pause', 's_hd_evp', 's_hd_cap', 's_hd_late']) AS s");
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 's_hd', 'running', '2026-11-30T09:00:02Z'),"
+	     " ('acct_1', 's_hd_early', 'running', '2026-11-30T08:59:50Z'),"
+	     " ('acct_1', 's_hd_pause', 'paused', '2026-11-30T09:00:02Z'),"
+	     " ('acct_1', 's_hd_evp', 'running', '2026-11-30T09:00:02Z'),"
+	     " ('acct_1', 's_hd_evp', 'paused', '2026-11-30T09:00:07Z'),"
+	     " ('acct_1', 's_hd_cap', 'running', '2026-11-30T09:00:08Z'),"
+	     " ('acct_1', 's_hd_late', 'running', '2026-11-30T09:00:15Z')");
+	/* One sample a call, as a collector's rounds give them (s_hd_pause's
+	 * two in one). */
+	batch(&b, "h_hd");
+	add(&b, "s_hd", "key_a", t0, 'r', 3 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_early", "key_a", t0, 'r', 3 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_none", "key_a", t0, 'r', 3 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_pause", "key_a", t0, 'r', 3 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_pause", "key_a", t0 + 10 * SEC, 'r', 4 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_evp", "key_a", t0, 'p', 3 * SEC, 2048, 1024, 2);
+	add(&b, "s_hd_cap", "key_a", t0, 'r', 9 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_late", "key_a", t0, 'r', 3 * SEC, 2048, 0, 2);
+	st = run1(&b);
+	CHECK_I64(st.intervals, 5);
+	CHECK_I64(st.cpu_capped, 1);
+	batch(&b, "h_hd");
+	add(&b, "s_hd", "key_a", t0 + 10 * SEC, 'r', 4 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_early", "key_a", t0 + 10 * SEC, 'r', 4 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_none", "key_a", t0 + 10 * SEC, 'r', 4 * SEC, 2048, 0, 2);
+	run1(&b);
+	/* 8 s from the event with the counter's 3 s, then 10 s with 1 s. */
+	check_totals("s_hd", 18, 0, billed, billed, mem, 0, micros(billed, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), 0);
+	/* An event before the create counts as at it: 10 s, then 10 s. */
+	check_totals("s_hd_early", 20, 0, billed, billed, 2048 * 20 * SEC, 0,
+		     micros(billed, 25000, DIV_CPU), micros(2048 * 20 * SEC, 7500, DIV_MIB), 0);
+	/* No event, or a pause first: from the first sample (its 1 s of CPU
+	 * over 10 s), the pause before it unused (not what the interval
+	 * after that sample starts in). */
+	check_totals("s_hd_none", 10, 0, 1000 * SEC, 1000 * SEC, 2048 * 10 * SEC, 0,
+		     micros(1000 * SEC, 25000, DIV_CPU), micros(2048 * 10 * SEC, 7500, DIV_MIB), 0);
+	check_totals("s_hd_pause", 10, 0, 1000 * SEC, 1000 * SEC, 2048 * 10 * SEC, 0,
+		     micros(1000 * SEC, 25000, DIV_CPU), micros(2048 * 10 * SEC, 7500, DIV_MIB), 0);
+	/* Running 5 s with the counter's 3 s, then paused 3 s at the size the
+	 * paused sample reports. */
+	check_totals("s_hd_evp", 5, 3, 1000 * 3 * SEC, 1000 * 3 * SEC, 2048 * 5 * SEC, sto,
+		     micros(1000 * 3 * SEC, 25000, DIV_CPU), micros(2048 * 5 * SEC, 7500, DIV_MIB),
+		     micros(sto, 100, DIV_MIB));
+	/* 2 s of 2 vCPUs cannot hold 9 s of CPU: capped, an anomaly. */
+	check_totals("s_hd_cap", 2, 0, 1000 * 4 * SEC, 1000 * 4 * SEC, 2048 * 2 * SEC, 0,
+		     micros(1000 * 4 * SEC, 25000, DIV_CPU), micros(2048 * 2 * SEC, 7500, DIV_MIB),
+		     0);
+	/* An event after the first sample starts nothing before it. */
+	check_totals("s_hd_late", 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+
 /* A sample that leaves storage_mib out keeps the size last reported (the
  * record's is 0 for a sandbox a create made). */
 static void test_storage_left_out(void)
@@ -1923,6 +1992,7 @@ int main(void)
 	test_price_change();
 	test_unattributed();
 	test_before_create();
+	test_head();
 	test_storage_left_out();
 	test_holds();
 	test_holds_multi();

@@ -1609,6 +1609,8 @@ static enum meter_rc ing_load_days(struct ing_call *c)
 		struct ing_zone *z = &c->zones[sb->zone];
 		int64_t lo =
 		    sb->had_meter && sb->last.at_usec < sb->min_at ? sb->last.at_usec : sb->min_at;
+		if (sb->head_at < lo)
+			lo = sb->head_at;
 		if (!z->need) {
 			z->need = true;
 			z->lo = lo;
@@ -2274,18 +2276,24 @@ static bool ing_event_counted(const struct ing_sbx *sb, enum sandbox_state state
  * sample. The control plane reports the sandbox running when it starts,
  * so a running event first (a time at or after its create, counting an
  * earlier one as at it) starts billing there, from a CPU counter of 0
- * (ing_sandbox). With any other first event, or none, billing starts at
- * the first sample, and the events before that sample are not used. */
+ * (ing_sandbox). With any other first event, or none, or a first sample
+ * at the create, billing starts at the first sample, and the events before
+ * that sample are not used (but for a stop among them, which is final:
+ * stop_at). So each interval is billed the same whether its samples came
+ * in one call or in several. */
 static void ing_find_head(struct ing_call *c, struct ing_sbx *sb)
 {
 	size_t k = sb->ev_off, end = sb->ev_off + sb->ev_n;
 
-	if (sb->had_meter || sb->made || sb->min_at <= sb->created_usec)
+	if (sb->had_meter || sb->made || sb->min_at < sb->created_usec)
 		return;
 	if (k < end && c->events[k].at < sb->min_at && c->events[k].state == SANDBOX_RUNNING) {
-		sb->head_at =
+		int64_t at =
 		    c->events[k].at > sb->created_usec ? c->events[k].at : sb->created_usec;
-		return;
+		if (at < sb->min_at) {
+			sb->head_at = at;
+			return;
+		}
 	}
 	while (k < end && c->events[k].at < sb->min_at)
 		k++;

@@ -1050,6 +1050,49 @@ static void test_head(void)
 		     0);
 	/* An event after the first sample starts nothing before it. */
 	check_totals("s_hd_late", 0, 0, 0, 0, 0, 0, 0, 0, 0);
+
+	/* Two days from the event to the first sample: billed whole, the
+	 * floor over the counter's 3 s, the days of its key's zone (one no
+	 * call loaded before) loaded from the event's. */
+	exec("INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone) VALUES"
+	     " ('acct_1', 'key_hd', decode(repeat('ab', 32), 'hex'), 'full',"
+	     " 'America/Sao_Paulo')");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) VALUES ('acct_1', 's_hd_long', 'key_hd', 2, 2048,"
+	     " 0, 'running', '2026-11-28T09:00:00Z')");
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 's_hd_long', 'running', '2026-11-28T09:00:10Z')");
+	batch(&b, "h_hd");
+	add(&b, "s_hd_long", "key_hd", t0, 'r', 3 * SEC, 2048, 0, 2);
+	st = run1(&b);
+	CHECK_I64(st.intervals, 1);
+	check_totals("s_hd_long", 48 * 3600, 0, 1000 * 3 * SEC, 50 * 48 * HOUR, 2048 * 48 * HOUR, 0,
+		     micros(50 * 48 * HOUR, 25000, DIV_CPU),
+		     micros(2048 * 48 * HOUR, 7500, DIV_MIB), 0);
+	CHECK_I64(q64("SELECT count(DISTINCT day) FROM usage_hourly"
+		      " WHERE sandbox_id = 's_hd_long'"),
+		  3);
+
+	/* A first sample at the create: billed from it, the events before
+	 * it (a pause, or a running event then a pause) unused, as when its
+	 * samples come one a call. */
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) SELECT 'acct_1', s, 'key_a', 2, 2048, 0,"
+	     " 'running', '2026-11-30T09:00:10Z' FROM unnest(ARRAY['s_hd_eq', 's_hd_eq2']) AS s");
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 's_hd_eq', 'paused', '2026-11-30T09:00:05Z'),"
+	     " ('acct_1', 's_hd_eq2', 'running', '2026-11-30T09:00:00Z'),"
+	     " ('acct_1', 's_hd_eq2', 'paused', '2026-11-30T09:00:05Z')");
+	batch(&b, "h_hd");
+	add(&b, "s_hd_eq", "key_a", t0, 'r', 3 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_eq", "key_a", t0 + 10 * SEC, 'r', 4 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_eq2", "key_a", t0, 'r', 3 * SEC, 2048, 0, 2);
+	add(&b, "s_hd_eq2", "key_a", t0 + 10 * SEC, 'r', 4 * SEC, 2048, 0, 2);
+	run1(&b);
+	check_totals("s_hd_eq", 10, 0, 1000 * SEC, 1000 * SEC, 2048 * 10 * SEC, 0,
+		     micros(1000 * SEC, 25000, DIV_CPU), micros(2048 * 10 * SEC, 7500, DIV_MIB), 0);
+	check_totals("s_hd_eq2", 10, 0, 1000 * SEC, 1000 * SEC, 2048 * 10 * SEC, 0,
+		     micros(1000 * SEC, 25000, DIV_CPU), micros(2048 * 10 * SEC, 7500, DIV_MIB), 0);
 }
 
 /* A sample that leaves storage_mib out keeps the size last reported (the

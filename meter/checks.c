@@ -20,6 +20,7 @@
 #include "db.h"
 #include "db_checks.h"
 #include "db_util.h"
+#include "ingest.h"
 #include "ledger.h"
 #include "log.h"
 #include "metrics.h"
@@ -1629,7 +1630,28 @@ static bool sweeper_pause(struct checks_engine *e, int64_t ms)
 	return !stopping;
 }
 
-/* Every SWEEP_INTERVAL_MS: settles the holds of leases that ended without
+/* Meters the stretch from the last sample to the stop of the sandboxes
+ * whose stop no sample will meter (sql/0048), with ing: a stopped reading
+ * at each stop. *n gets how many. */
+static enum meter_rc sweep_stop_tails(PGconn *conn, struct ingest *ing, struct sample_batch *b,
+				      int64_t now, int64_t grace, int64_t *n)
+{
+	struct ingest_stats st;
+	char err[256];
+	enum meter_rc rc = db_checks_stop_tails(conn, now, grace, SWEEP_MAX, b);
+
+	*n = (int64_t)b->n;
+	if (rc != METER_OK || b->n == 0)
+		return rc;
+	rc = ingest_batches(ing, conn, b, 1, &st, err, sizeof(err));
+	if (rc != METER_OK)
+		log_error("checks: the stretches to %zu stops not metered: %s", b->n, err);
+	return rc;
+}
+
+/* Every SWEEP_INTERVAL_MS: meters the stretch to a stop no sample will
+ * meter (sweep_stop_tails), before its tail hold is closed; settles the
+ * holds of leases that ended without
  * an event as an event at the lease end would (sql/0015); closes the holds
  * kept for an unmetered tail, once metered (or lease_grace_s after the
  * event or lease end when no sample will come: sql/0014's
@@ -1641,7 +1663,18 @@ static void *sweeper_main(void *arg)
 	PGconn *conn = NULL;
 	int64_t next_connect = 0;
 	int failures = 0;
+	struct ingest_opts io;
+	struct ingest *ing;
+	struct sample_batch tails;
 
+	ingest_opts_init(&io);
+	io.cache_sandboxes = 0;
+	io.statement_timeout_ms = e->opt.statement_timeout_ms;
+	io.own_readings = true;
+	ing = ingest_new(&io);
+	if (!ing)
+		log_error("checks: out of memory: stops' tails will not be metered");
+	sample_batch_init(&tails);
 	for (;;) {
 		char err[256];
 
@@ -1668,7 +1701,8 @@ static void *sweeper_main(void *arg)
 		}
 		if (!conn)
 			continue;
-		/* The three steps in turn, each again while it took a whole
+		/* The four steps in turn (a stop's stretch metered before
+		 * the settling step closes its hold), each again while it took a whole
 		 * SWEEP_MAX, until the engine stops (what is left is due at the
 		 * next start): a hot key's ended leases kept SIGTERM waiting
 		 * for minutes. In turn, not each to its end: a step with much
@@ -1680,14 +1714,14 @@ static void *sweeper_main(void *arg)
 		 * long as it took, so the checks of a key with many ended
 		 * leases get its row at least half the time. */
 		{
-			static const char *const what[] = {"holds settled at lease end",
-							   "settling holds closed",
-							   "leases past their end looked at"};
-			bool more[3] = {true, true, true};
+			static const char *const what[] = {
+			    "stops' tails metered", "holds settled at lease end",
+			    "settling holds closed", "leases past their end looked at"};
+			bool more[4] = {ing != NULL, true, true, true};
 
-			for (int step = 0;
-			     (more[0] || more[1] || more[2]) && PQstatus(conn) == CONNECTION_OK;
-			     step = (step + 1) % 3) {
+			for (int step = 0; (more[0] || more[1] || more[2] || more[3]) &&
+					   PQstatus(conn) == CONNECTION_OK;
+			     step = (step + 1) % 4) {
 				int64_t n = 0, now, took, grace = e->opt.lease_grace_s;
 				enum meter_rc rc;
 
@@ -1695,8 +1729,9 @@ static void *sweeper_main(void *arg)
 					continue;
 				took = clock_mono_ms();
 				now = checks_now_usec(e);
-				rc = step == 0 ? db_checks_expire(conn, now, SWEEP_MAX, &n)
-				     : step == 1
+				rc = step == 0 ? sweep_stop_tails(conn, ing, &tails, now, grace, &n)
+				     : step == 1 ? db_checks_expire(conn, now, SWEEP_MAX, &n)
+				     : step == 2
 					 ? db_checks_settle(conn, now, grace, SWEEP_MAX, &n)
 					 : db_checks_outrun(conn, now, grace, SWEEP_MAX, &n);
 				took = clock_mono_ms() - took;
@@ -1717,6 +1752,8 @@ static void *sweeper_main(void *arg)
 	}
 	if (conn)
 		PQfinish(conn);
+	sample_batch_release(&tails);
+	ingest_free(ing);
 	return NULL;
 }
 

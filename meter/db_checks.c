@@ -162,6 +162,9 @@ static const char sql_event[] = "SELECT known, recorded, state, " DB_USEC(
 static const char sql_expire[] = "SELECT meter_holds_expire($1::timestamptz, $2::integer)";
 static const char sql_settle[] =
     "SELECT meter_holds_settle($1::timestamptz, $2::integer, $3::integer)";
+static const char sql_stop_tails[] =
+    "SELECT sandbox_id, at, cpu_usec, memory_mib, storage_mib, vcpus"
+    " FROM meter_stop_tails($1::timestamptz, $2::integer, $3::integer)";
 static const char sql_outrun[] =
     "SELECT meter_leases_outrun($1::timestamptz, $2::integer, $3::integer)";
 
@@ -940,6 +943,44 @@ enum meter_rc db_checks_settle(PGconn *conn, int64_t now_usec, int64_t grace_s, 
 	const int64_t ints[2] = {grace_s, max};
 
 	return sweep_exec(conn, "settle holds", sql_settle, now_usec, ints, 2, closed);
+}
+
+enum meter_rc db_checks_stop_tails(PGconn *conn, int64_t now_usec, int64_t grace_s, int max,
+				   struct sample_batch *out)
+{
+	char now_s[40], grace_s_s[24], max_s[24];
+	const char *params[3] = {now_s, grace_s_s, max_s};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	db_util_time_param(now_usec, now_s, sizeof(now_s));
+	db_util_i64_param(grace_s, grace_s_s, sizeof(grace_s_s));
+	db_util_i64_param(max, max_s, sizeof(max_s));
+	sample_batch_release(out);
+	snprintf(out->host_id, sizeof(out->host_id), "%s", CHECKS_STOP_HOST_ID);
+	/* This source has read everything up to now: its watermark. */
+	out->sampled_at_usec = now_usec;
+	rc = db_util_exec(conn, "stop tails", sql_stop_tails, 3, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	for (int r = 0; r < PQntuples(res) && rc == METER_OK; r++) {
+		struct meter_sample m;
+		int64_t vcpus = 0;
+
+		memset(&m, 0, sizeof(m));
+		snprintf(m.sandbox_id, sizeof(m.sandbox_id), "%s", PQgetvalue(res, r, 0));
+		m.u.state = SANDBOX_STOPPED;
+		if (!col_i64(res, r, 1, &m.u.at_usec) || !col_i64(res, r, 2, &m.u.cpu_usec) ||
+		    !col_i64(res, r, 3, &m.u.memory_mib) || !col_i64(res, r, 4, &m.u.storage_mib) ||
+		    !col_i64(res, r, 5, &vcpus) || vcpus < 1 || vcpus > INT32_MAX) {
+			rc = METER_EDB;
+			break;
+		}
+		m.u.vcpus = (int32_t)vcpus;
+		rc = sample_batch_push(out, &m);
+	}
+	PQclear(res);
+	return rc;
 }
 
 enum meter_rc db_checks_outrun(PGconn *conn, int64_t now_usec, int64_t grace_s, int max,

@@ -25,6 +25,7 @@
 #include "money.h"
 #include "parse.h"
 #include "rc.h"
+#include "sample.h"
 
 #define DB_CHECKS_SQLSTATE_CONFLICT "MTR01" /* a row claimed concurrently: redo */
 #define DB_CHECKS_PRICES_MAX	    64	    /* versions a check reads (db_checks.c) */
@@ -310,6 +311,17 @@ METER_MUSTCHECK enum meter_rc db_checks_expire(PGconn *conn, int64_t now_usec, i
  * about max of them, *closed gets how many. */
 METER_MUSTCHECK enum meter_rc db_checks_settle(PGconn *conn, int64_t now_usec, int64_t grace_s,
 					       int max, int64_t *closed);
+
+/* The host_id of the readings db_checks_stop_tails makes. */
+#define CHECKS_STOP_HOST_ID "lifecycle.stop"
+
+/* The stopped sandboxes whose stretch from their last sample to their stop
+ * is to be metered now (sql/0048's meter_stop_tails: stopped within the
+ * hour, grace_s past the stop, no sample to come), at most max: *out
+ * (emptied first) gets, for each, a stopped reading at the stop with the
+ * last sample's CPU counter and sizes, host CHECKS_STOP_HOST_ID, to ingest. */
+METER_MUSTCHECK enum meter_rc db_checks_stop_tails(PGconn *conn, int64_t now_usec, int64_t grace_s,
+						   int max, struct sample_batch *out);
 
 /* Sends hold_outrun for the leases released at their end (db_checks_expire)
  * whose sandbox still runs on them grace_s seconds after the end; takes up

@@ -491,6 +491,7 @@ void ingest_opts_init(struct ingest_opts *o)
 	o->default_vcpus = n >= 1 && n <= 1024 ? (int32_t)n : 1;
 	o->cache_sandboxes = INGEST_CACHE_DEFAULT;
 	o->statement_timeout_ms = 0;
+	o->own_readings = false;
 }
 
 struct ingest *ingest_new(const struct ingest_opts *o)
@@ -3861,7 +3862,7 @@ enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct samp
 	c.err = err;
 	c.errlen = errlen;
 	c.st.batches = n;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n && !ing->opts.own_readings; i++)
 		if (batches[i].sampled_at_usec > c.st.newest_sampled_at_usec)
 			c.st.newest_sampled_at_usec = batches[i].sampled_at_usec;
 	rc = ing_prepare(&c);

@@ -90,6 +90,7 @@
 #define METER_INGEST_H
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -106,6 +107,10 @@ struct ingest_opts {
 	 * (and past what it adds for a big call), then drops the connection
 	 * and fails: a server that stopped answering does not hold it. */
 	int64_t statement_timeout_ms;
+	/* The batches are readings the service makes itself (a stop's, by
+	 * the checks' sweeper), not a host's: meter_ingest_lag_seconds,
+	 * which tells how far behind the hosts ingestion is, is left alone. */
+	bool own_readings;
 };
 
 /* Defaults: default_vcpus = the number of online CPUs of this machine;

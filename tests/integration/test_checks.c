@@ -1914,6 +1914,36 @@ static void test_tail_host(struct apitest *t, const char *key)
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'gw-3' AND status"
 				 " = 'settled'"),
 		  1);
+	/* Their stretches to the stop, from the create (after t0) or t0, were
+	 * metered by the sweeper before the holds closed: at the floor, and
+	 * on the holds. */
+	for (int i = 0; i < 2; i++) {
+		const char *sb = i == 0 ? "gw-1" : "gw-3";
+		long long run = cu_sql_int(
+		    db,
+		    "SELECT %lld - (extract(epoch FROM GREATEST(created_at, to_timestamp(%lld)))"
+		    " * 1000000)::bigint FROM sandboxes WHERE sandbox_id = '%s'",
+		    (long long)(t0 + 1) * 1000000, (long long)t0, sb);
+
+		CHECK(run > 0);
+		CHECK_I64(cu_sql_int(db,
+				     "SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id"
+				     " = '%s' AND cpu_billed_mcus = 50 * running_usec AND"
+				     " memory_mibus = 1024 * running_usec",
+				     sb),
+			  run);
+		CHECK_I64(cu_sql_int(db,
+				     "SELECT count(*) FROM samples WHERE sandbox_id = '%s' AND"
+				     " host_id = 'lifecycle.stop' AND state = 'stopped'",
+				     sb),
+			  1);
+		CHECK_I64(cu_sql_int(db,
+				     "SELECT (SELECT sum(consumed_micros) FROM holds WHERE"
+				     " sandbox_id = '%s') - (SELECT sum(total_micros) FROM"
+				     " usage_hourly WHERE sandbox_id = '%s')",
+				     sb, sb),
+			  0);
+	}
 	CHECK_I64(cu_held_mismatches(db), 0);
 }
 

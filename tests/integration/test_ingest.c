@@ -17,6 +17,7 @@
 #include "agent_doc.h"
 #include "check.h"
 #include "db.h"
+#include "db_checks.h"
 #include "ingest.h"
 #include "metrics.h"
 #include "migrate.h"
@@ -1095,6 +1096,138 @@ static void test_head(void)
 		     micros(1000 * SEC, 25000, DIV_CPU), micros(2048 * 10 * SEC, 7500, DIV_MIB), 0);
 }
 
+/* The sweeper's readings at a stop no sample will meter (sql/0048), as
+ * checks.c ingests them: the stretch from the last sample to the stop is
+ * billed as running at the floor (or paused), once the grace has passed
+ * and the last sample's host has reported since; a sandbox never sampled
+ * from its running event; nothing twice, and a sample after it changes
+ * nothing. */
+static void test_stop_tails(void)
+{
+	struct sample_batch b, tails;
+	int64_t t0 = T("2026-11-30T10:00:00Z"), now = t0 + 22 * SEC;
+	int64_t mcus = 1000 * SEC + 50 * 5 * SEC, sto = 1024 * 4 * SEC;
+	char got[256] = "";
+
+	fprintf(stderr, "stops' tails\n");
+	exec("INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone) VALUES"
+	     " ('acct_1', 'key_tl', decode(repeat('ab', 32), 'hex'), 'full', 'UTC')");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at, state_since) VALUES"
+	     " ('acct_1', 's_tl', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T09:59:00Z',"
+	     "  '2026-11-30T10:00:15Z'),"
+	     " ('acct_1', 's_tl_wait', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T09:59:00Z',"
+	     "  '2026-11-30T10:00:15Z'),"
+	     " ('acct_1', 's_tl_grace', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T09:59:00Z',"
+	     "  '2026-11-30T10:00:20Z'),"
+	     " ('acct_1', 's_tl_never', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T09:59:00Z',"
+	     "  '2026-11-30T09:59:06Z'),"
+	     " ('acct_1', 's_tl_norun', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T09:59:00Z',"
+	     "  '2026-11-30T09:59:06Z'),"
+	     " ('acct_1', 's_tl_paused', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T09:59:00Z',"
+	     "  '2026-11-30T10:00:14Z'),"
+	     " ('acct_1', 's_tl_old', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T08:00:00Z',"
+	     "  '2026-11-30T08:00:10Z')");
+	/* Each stop kept a hold for its tail (the set the sweeper looks in). */
+	exec("INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
+	     " reserved_micros, status, lease_starts_at, lease_ends_at, settles_at)"
+	     " SELECT 'acct_1', 'key_tl', sandbox_id, '2026-11-30', 100000, 100000, 'open',"
+	     " '2026-11-30T07:59:00Z', '2026-11-30T10:14:00Z', state_since FROM sandboxes"
+	     " WHERE sandbox_id LIKE 's\\_tl%'");
+	exec("INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
+	     " VALUES ('acct_1', 'key_tl', '2026-11-30', 0, 700000)");
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 's_tl', 'stopped', '2026-11-30T10:00:15Z'),"
+	     " ('acct_1', 's_tl_wait', 'stopped', '2026-11-30T10:00:15Z'),"
+	     " ('acct_1', 's_tl_grace', 'stopped', '2026-11-30T10:00:20Z'),"
+	     " ('acct_1', 's_tl_never', 'running', '2026-11-30T09:59:02Z'),"
+	     " ('acct_1', 's_tl_never', 'stopped', '2026-11-30T09:59:06Z'),"
+	     " ('acct_1', 's_tl_norun', 'stopped', '2026-11-30T09:59:06Z'),"
+	     " ('acct_1', 's_tl_paused', 'stopped', '2026-11-30T10:00:14Z'),"
+	     " ('acct_1', 's_tl_old', 'stopped', '2026-11-30T08:00:10Z')");
+	batch(&b, "h_tl");
+	add(&b, "s_tl_old", "key_tl", T("2026-11-30T08:00:00Z"), 'r', 0, 2048, 0, 2);
+	run1(&b);
+	batch(&b, "h_tl");
+	add(&b, "s_tl", "key_tl", t0, 'r', 0, 2048, 0, 2);
+	add(&b, "s_tl_grace", "key_tl", t0, 'r', 0, 2048, 0, 2);
+	add(&b, "s_tl_paused", "key_tl", t0, 'r', 0, 2048, 0, 2);
+	run1(&b);
+	batch(&b, "h_tw");
+	add(&b, "s_tl_wait", "key_tl", t0, 'r', 0, 2048, 0, 2);
+	run1(&b);
+	batch(&b, "h_tl");
+	add(&b, "s_tl", "key_tl", t0 + 10 * SEC, 'r', SEC, 2048, 0, 2);
+	add(&b, "s_tl_grace", "key_tl", t0 + 10 * SEC, 'r', SEC, 2048, 0, 2);
+	add(&b, "s_tl_paused", "key_tl", t0 + 10 * SEC, 'p', 0, 2048, 1024, 2);
+	run1(&b);
+	batch(&b, "h_tw");
+	add(&b, "s_tl_wait", "key_tl", t0 + 10 * SEC, 'r', SEC, 2048, 0, 2);
+	run1(&b);
+	/* h_tl reports after the stops, without them. */
+	batch(&b, "h_tl");
+	add(&b, "s_tl_other", "key_tl", t0 + 20 * SEC, 'r', 0, 2048, 0, 2);
+	run1(&b);
+
+	sample_batch_init(&tails);
+	CHECK_I64(db_checks_stop_tails(conn, now, 5, 100, &tails), METER_OK);
+	for (size_t i = 0; i < tails.n; i++) {
+		const struct meter_sample *m = &tails.items[i];
+		char one[160];
+
+		snprintf(one, sizeof(one), "%s%s@%" PRId64 "/%" PRId64 "/%c", got[0] ? "," : "",
+			 m->sandbox_id, (m->u.at_usec - t0) / SEC, m->u.cpu_usec / SEC,
+			 sandbox_state_name(m->u.state)[0]);
+		if (strlen(got) + strlen(one) < sizeof(got))
+			memcpy(got + strlen(got), one, strlen(one) + 1);
+	}
+	CHECK_STR(got, "s_tl_never@-54/0/s,s_tl_paused@14/0/s,s_tl@15/1/s");
+	CHECK_STR(tails.host_id, CHECKS_STOP_HOST_ID);
+	/* A stop's tail hold waits for the stretch to be metered. */
+	CHECK_I64(q64("SELECT count(*) FROM unnest(ARRAY['s_tl', 's_tl_never', 's_tl_wait'])"
+		      " AS x WHERE meter_tail_done('acct_1', x, '2026-11-30T10:00:15Z',"
+		      " '2026-11-30T10:00:22Z', 5)"),
+		  0);
+	run1(&tails);
+	CHECK_I64(q64("SELECT count(*) FROM unnest(ARRAY['s_tl', 's_tl_never', 's_tl_wait'])"
+		      " AS x WHERE meter_tail_done('acct_1', x, '2026-11-30T10:00:15Z',"
+		      " '2026-11-30T10:00:22Z', 5)"),
+		  2);
+	CHECK_I64(q64("SELECT count(*) FROM ingest_watermarks WHERE host_id = '%s'"
+		      " AND last_sampled_at = '2026-11-30T10:00:22Z'",
+		      CHECKS_STOP_HOST_ID),
+		  1);
+	/* 10 s with the counter's 1 s, then 5 s at the floor. */
+	check_totals("s_tl", 15, 0, 1000 * SEC, mcus, 2048 * 15 * SEC, 0,
+		     micros(mcus, 25000, DIV_CPU), micros(2048 * 15 * SEC, 7500, DIV_MIB), 0);
+	CHECK_I64(q64("SELECT consumed_micros FROM holds WHERE sandbox_id = 's_tl'"),
+		  usum("s_tl", "total_micros"));
+	/* From its running event to its stop, at the floor. */
+	check_totals("s_tl_never", 4, 0, 0, 50 * 4 * SEC, 2048 * 4 * SEC, 0,
+		     micros(50 * 4 * SEC, 25000, DIV_CPU), micros(2048 * 4 * SEC, 7500, DIV_MIB),
+		     0);
+	/* Running to its paused sample, then paused to the stop. */
+	check_totals("s_tl_paused", 10, 4, 0, 50 * 10 * SEC, 2048 * 10 * SEC, sto,
+		     micros(50 * 10 * SEC, 25000, DIV_CPU), micros(2048 * 10 * SEC, 7500, DIV_MIB),
+		     micros(sto, 100, DIV_MIB));
+	/* Not yet: its host has not reported since; within the grace; nothing
+	 * to bill (no sample, no running event); stopped over an hour ago. */
+	CHECK_I64(usum("s_tl_wait", "running_usec"), 10 * SEC);
+	CHECK_I64(usum("s_tl_grace", "running_usec"), 10 * SEC);
+	CHECK_I64(q64("SELECT count(*) FROM samples WHERE sandbox_id = 's_tl_norun'"), 0);
+	CHECK_I64(usum("s_tl_old", "running_usec"), 0);
+
+	/* Metered: nothing more to do, and a late sample bills nothing. */
+	CHECK_I64(db_checks_stop_tails(conn, now + SEC, 5, 100, &tails), METER_OK);
+	CHECK_I64(tails.n, 0);
+	sample_batch_release(&tails);
+	batch(&b, "h_tl");
+	add(&b, "s_tl", "key_tl", t0 + 21 * SEC, 'r', 9 * SEC, 2048, 0, 2);
+	run1(&b);
+	CHECK_I64(usum("s_tl", "total_micros"),
+		  micros(mcus, 25000, DIV_CPU) + micros(2048 * 15 * SEC, 7500, DIV_MIB));
+}
+
 /* A sample that leaves storage_mib out keeps the size last reported (the
  * record's is 0 for a sandbox a create made). */
 static void test_storage_left_out(void)
@@ -2036,6 +2169,7 @@ int main(void)
 	test_unattributed();
 	test_before_create();
 	test_head();
+	test_stop_tails();
 	test_storage_left_out();
 	test_holds();
 	test_holds_multi();

@@ -66,7 +66,8 @@ static int lock_waiters(PGconn *watch, int want)
 				  " ON a.pid = l.pid WHERE NOT l.granted"
 				  " AND l.relation = 'sandboxes'::regclass"
 				  " AND a.query NOT LIKE '%meter_holds_%'"
-				  " AND a.query NOT LIKE '%meter_leases_%'");
+				  " AND a.query NOT LIKE '%meter_leases_%'"
+				  " AND a.query NOT LIKE '%meter_stop_tails%'");
 		waiting = PQresultStatus(res) == PGRES_TUPLES_OK
 			      ? (int)strtol(PQgetvalue(res, 0, 0), NULL, 10)
 			      : 0;

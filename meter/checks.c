@@ -1715,7 +1715,7 @@ static void *sweeper_main(void *arg)
 		 * leases get its row at least half the time. */
 		{
 			static const char *const what[] = {
-			    "stops' tails metered", "holds settled at lease end",
+			    "stops' stretches found to meter", "holds settled at lease end",
 			    "settling holds closed", "leases past their end looked at"};
 			bool more[4] = {ing != NULL, true, true, true};
 

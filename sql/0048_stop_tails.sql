@@ -14,14 +14,17 @@
 -- consumed before it is closed (meter_tail_done waits for it). The stops
 -- looked at are those that kept such a hold.
 
--- Of a sandbox, when its stretch to the stop is to be metered now: stopped
--- in the hour before p_now and at least p_grace_s before it, not metered up
--- to the stop, and with no sample to come as in meter_tail_done (one never
--- sampled only with a running event before the stop: without one, there
--- is nothing to bill, ingest_batches's rule of a first sample). at: the
--- first stop (the one billing ends at), or the create for one dated before
--- it; cpu_usec and sizes: the last sample's, or the record's with no
--- sample.
+-- Of a sandbox, when its stretch to the stop is still to be metered:
+-- stopped in the hour before p_now and not metered up to the stop (one
+-- never sampled only with a running event before the stop: without one,
+-- there is nothing to bill, ingest_batches's rule of a first sample). With
+-- p_grace_s, only when it is to be metered now: at least p_grace_s after
+-- the stop, with no sample to come as in meter_tail_done (its host has
+-- reported past the stop without it, or it was never sampled); with NULL,
+-- whenever it is still to be (meter_tail_done keeps every hold of the
+-- sandbox open until then). at: the first stop (the one billing ends at),
+-- or the create for one dated before it; cpu_usec and sizes: the last
+-- sample's, or the record's with no sample.
 CREATE FUNCTION meter_stop_tail(p_account text, p_sandbox text, p_now timestamptz,
 				p_grace_s integer)
 	RETURNS TABLE (at bigint, cpu_usec bigint, memory_mib bigint, storage_mib bigint,
@@ -39,19 +42,22 @@ CREATE FUNCTION meter_stop_tail(p_account text, p_sandbox text, p_now timestampt
 	WHERE s.account_id = p_account AND s.sandbox_id = p_sandbox
 	  AND s.state = 'stopped'
 	  AND s.state_since > p_now - interval '1 hour'
-	  AND s.state_since <= p_now - make_interval(secs => p_grace_s)
-	  AND e.at <= p_now - make_interval(secs => p_grace_s)
 	  AND ((m.last_sampled_at IS NULL
 		AND EXISTS (SELECT 1 FROM lifecycle_events x
 			    WHERE x.account_id = s.account_id AND x.sandbox_id = s.sandbox_id
 			      AND x.type = 'running' AND x.at < GREATEST(e.at, s.created_at)))
 	       OR (m.last_sampled_at < GREATEST(e.at, s.created_at)
-		   AND m.last_state <> 'stopped'
-		   AND EXISTS (SELECT 1 FROM samples x
-			       JOIN ingest_watermarks w ON w.host_id = x.host_id
-			       WHERE x.account_id = s.account_id AND x.sandbox_id = s.sandbox_id
-				 AND x.sampled_at = m.last_sampled_at
-				 AND w.last_sampled_at >= e.at)))
+		   AND m.last_state <> 'stopped'))
+	  AND (p_grace_s IS NULL
+	       OR (s.state_since <= p_now - make_interval(secs => p_grace_s)
+		   AND e.at <= p_now - make_interval(secs => p_grace_s)
+		   AND (m.last_sampled_at IS NULL
+			OR EXISTS (SELECT 1 FROM samples x
+				   JOIN ingest_watermarks w ON w.host_id = x.host_id
+				   WHERE x.account_id = s.account_id
+				     AND x.sandbox_id = s.sandbox_id
+				     AND x.sampled_at = m.last_sampled_at
+				     AND w.last_sampled_at >= e.at))))
 	$$;
 
 -- The sandboxes of meter_stop_tail among those whose stop left a hold
@@ -77,11 +83,13 @@ CREATE FUNCTION meter_stop_tails(p_now timestamptz, p_grace_s integer, p_max int
 	LIMIT p_max
 	$$;
 
--- A stopped sandbox's tail hold is closed once meter_stop_tails's reading
--- metered the stretch to the stop (the sample at the stop is at or past
--- settles_at), not before: closed as soon as the grace passed, its budget
--- could go to a check before the stretch's spend lands on the day. One the
--- sweeper cannot meter is closed an hour after, as any.
+-- A stopped sandbox's holds kept for a tail are closed once its stretch to
+-- the stop is metered (by meter_stop_tails's reading, or a sample), not
+-- before: closed as soon as their grace passed, their budget could go to
+-- a check before the stretch's spend lands on the day. That is the stop's
+-- own hold, and as well one an earlier pause or lease end kept (its
+-- settles_at before the stop: its grace may pass first). One the sweeper
+-- cannot meter is closed an hour after, as any.
 CREATE OR REPLACE FUNCTION meter_tail_done(p_account text, p_sandbox text, p_settles timestamptz,
 					   p_now timestamptz, p_grace_s integer)
 	RETURNS boolean
@@ -96,8 +104,7 @@ CREATE OR REPLACE FUNCTION meter_tail_done(p_account text, p_sandbox text, p_set
 				WHERE s.account_id = p_account AND s.sandbox_id = p_sandbox
 				  AND s.sampled_at = m.last_sampled_at
 				  AND w.last_sampled_at >= p_settles))
-		AND NOT EXISTS (SELECT 1
-				FROM meter_stop_tail(p_account, p_sandbox, p_now, p_grace_s)))
+		AND NOT EXISTS (SELECT 1 FROM meter_stop_tail(p_account, p_sandbox, p_now, NULL)))
 	FROM (SELECT (SELECT x.last_sampled_at FROM sandbox_meter x
 		      WHERE x.account_id = p_account AND x.sandbox_id = p_sandbox)
 		     AS last_sampled_at) m

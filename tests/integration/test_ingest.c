@@ -1127,7 +1127,9 @@ static void test_stop_tails(void)
 	     " ('acct_1', 's_tl_paused', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T09:59:00Z',"
 	     "  '2026-11-30T10:00:14Z'),"
 	     " ('acct_1', 's_tl_old', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T08:00:00Z',"
-	     "  '2026-11-30T08:00:10Z')");
+	     "  '2026-11-30T08:00:10Z'),"
+	     " ('acct_1', 's_tl_ps', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T09:59:00Z',"
+	     "  '2026-11-30T10:00:12Z')");
 	/* Each stop kept a hold for its tail (the set the sweeper looks in). */
 	exec("INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
 	     " reserved_micros, status, lease_starts_at, lease_ends_at, settles_at)"
@@ -1135,7 +1137,11 @@ static void test_stop_tails(void)
 	     " '2026-11-30T07:59:00Z', '2026-11-30T10:14:00Z', state_since FROM sandboxes"
 	     " WHERE sandbox_id LIKE 's\\_tl%'");
 	exec("INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
-	     " VALUES ('acct_1', 'key_tl', '2026-11-30', 0, 700000)");
+	     " VALUES ('acct_1', 'key_tl', '2026-11-30', 0, 800000)");
+	/* s_tl_ps's open hold is the one its pause kept (its stop found none
+	 * open): the stop's stretch is metered on it, which stays open until
+	 * then though its grace passed first. */
+	exec("UPDATE holds SET settles_at = '2026-11-30T10:00:05Z' WHERE sandbox_id = 's_tl_ps'");
 	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
 	     " ('acct_1', 's_tl', 'stopped', '2026-11-30T10:00:15Z'),"
 	     " ('acct_1', 's_tl_wait', 'stopped', '2026-11-30T10:00:15Z'),"
@@ -1144,7 +1150,9 @@ static void test_stop_tails(void)
 	     " ('acct_1', 's_tl_never', 'stopped', '2026-11-30T09:59:06Z'),"
 	     " ('acct_1', 's_tl_norun', 'stopped', '2026-11-30T09:59:06Z'),"
 	     " ('acct_1', 's_tl_paused', 'stopped', '2026-11-30T10:00:14Z'),"
-	     " ('acct_1', 's_tl_old', 'stopped', '2026-11-30T08:00:10Z')");
+	     " ('acct_1', 's_tl_old', 'stopped', '2026-11-30T08:00:10Z'),"
+	     " ('acct_1', 's_tl_ps', 'paused', '2026-11-30T10:00:05Z'),"
+	     " ('acct_1', 's_tl_ps', 'stopped', '2026-11-30T10:00:12Z')");
 	batch(&b, "h_tl");
 	add(&b, "s_tl_old", "key_tl", T("2026-11-30T08:00:00Z"), 'r', 0, 2048, 0, 2);
 	run1(&b);
@@ -1152,6 +1160,7 @@ static void test_stop_tails(void)
 	add(&b, "s_tl", "key_tl", t0, 'r', 0, 2048, 0, 2);
 	add(&b, "s_tl_grace", "key_tl", t0, 'r', 0, 2048, 0, 2);
 	add(&b, "s_tl_paused", "key_tl", t0, 'r', 0, 2048, 0, 2);
+	add(&b, "s_tl_ps", "key_tl", t0, 'r', 0, 2048, 0, 2);
 	run1(&b);
 	batch(&b, "h_tw");
 	add(&b, "s_tl_wait", "key_tl", t0, 'r', 0, 2048, 0, 2);
@@ -1181,14 +1190,31 @@ static void test_stop_tails(void)
 		if (strlen(got) + strlen(one) < sizeof(got))
 			memcpy(got + strlen(got), one, strlen(one) + 1);
 	}
-	CHECK_STR(got, "s_tl_never@-54/0/s,s_tl_paused@14/0/s,s_tl@15/1/s");
+	CHECK_STR(got, "s_tl_never@-54/0/s,s_tl_ps@12/0/s,s_tl_paused@14/0/s,s_tl@15/1/s");
 	CHECK_STR(tails.host_id, CHECKS_STOP_HOST_ID);
 	/* A stop's tail hold waits for the stretch to be metered. */
 	CHECK_I64(q64("SELECT count(*) FROM unnest(ARRAY['s_tl', 's_tl_never', 's_tl_wait'])"
 		      " AS x WHERE meter_tail_done('acct_1', x, '2026-11-30T10:00:15Z',"
 		      " '2026-11-30T10:00:22Z', 5)"),
 		  0);
+	/* At 10:00:13 the pause's grace has passed, not yet the stop's. */
+	CHECK_I64(q64("SELECT count(*) FROM holds h, unnest(ARRAY['2026-11-30T10:00:13Z',"
+		      " '2026-11-30T10:00:22Z']::timestamptz[]) AS t WHERE h.sandbox_id ="
+		      " 's_tl_ps' AND meter_tail_done(h.account_id, h.sandbox_id, h.settles_at,"
+		      " t, 5)"),
+		  0);
 	run1(&tails);
+	CHECK_I64(q64("SELECT count(*) FROM holds h WHERE sandbox_id = 's_tl_ps' AND"
+		      " meter_tail_done(account_id, sandbox_id, settles_at,"
+		      " '2026-11-30T10:00:22Z', 5)"),
+		  1);
+	/* Running to the pause (at the floor), paused to the stop (no
+	 * snapshot size reported: its record's 0). */
+	check_totals("s_tl_ps", 5, 7, 0, 50 * 5 * SEC, 2048 * 5 * SEC, 0,
+		     micros(50 * 5 * SEC, 25000, DIV_CPU), micros(2048 * 5 * SEC, 7500, DIV_MIB),
+		     0);
+	CHECK_I64(q64("SELECT consumed_micros FROM holds WHERE sandbox_id = 's_tl_ps'"),
+		  usum("s_tl_ps", "total_micros"));
 	CHECK_I64(q64("SELECT count(*) FROM unnest(ARRAY['s_tl', 's_tl_never', 's_tl_wait'])"
 		      " AS x WHERE meter_tail_done('acct_1', x, '2026-11-30T10:00:15Z',"
 		      " '2026-11-30T10:00:22Z', 5)"),

@@ -306,6 +306,11 @@ static enum meter_rc doc_root(json_t *root, int64_t now_usec, struct sample_batc
 	rc = doc_known_fields(root, names, &c);
 	if (rc == METER_OK)
 		rc = doc_id(root, "host_id", true, out->host_id, &c);
+	if (rc == METER_OK && strcmp(out->host_id, SAMPLE_HOST_STOP) == 0) {
+		doc_err(err, errlen, "host_id", "%s is the service's own (its readings at a stop)",
+			SAMPLE_HOST_STOP);
+		rc = METER_EINVAL;
+	}
 	if (rc == METER_OK)
 		rc = doc_str(root, "sampled_at", true, &at_text, &c);
 	if (rc != METER_OK)

@@ -94,6 +94,11 @@ enum meter_rc collector_check(const struct collector_opts *o, char *err, size_t 
 		snprintf(err, errlen, "host_id must be 1 to 64 characters of A-Z a-z 0-9 _ . -");
 		return METER_EINVAL;
 	}
+	if (o->host_id && strcmp(o->host_id, SAMPLE_HOST_STOP) == 0) {
+		snprintf(err, errlen, "host_id %s is the service's own (its readings at a stop)",
+			 SAMPLE_HOST_STOP);
+		return METER_EINVAL;
+	}
 	if (o->agents && o->agents[0]) {
 		rc = agent_urls_split(o->agents, &urls, &n, err, errlen);
 		agent_urls_free(urls);

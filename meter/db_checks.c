@@ -957,7 +957,7 @@ enum meter_rc db_checks_stop_tails(PGconn *conn, int64_t now_usec, int64_t grace
 	db_util_i64_param(grace_s, grace_s_s, sizeof(grace_s_s));
 	db_util_i64_param(max, max_s, sizeof(max_s));
 	sample_batch_release(out);
-	snprintf(out->host_id, sizeof(out->host_id), "%s", CHECKS_STOP_HOST_ID);
+	snprintf(out->host_id, sizeof(out->host_id), "%s", SAMPLE_HOST_STOP);
 	/* This source has read everything up to now: its watermark. */
 	out->sampled_at_usec = now_usec;
 	rc = db_util_exec(conn, "stop tails", sql_stop_tails, 3, params, &res, NULL);

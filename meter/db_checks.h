@@ -312,14 +312,11 @@ METER_MUSTCHECK enum meter_rc db_checks_expire(PGconn *conn, int64_t now_usec, i
 METER_MUSTCHECK enum meter_rc db_checks_settle(PGconn *conn, int64_t now_usec, int64_t grace_s,
 					       int max, int64_t *closed);
 
-/* The host_id of the readings db_checks_stop_tails makes. */
-#define CHECKS_STOP_HOST_ID "lifecycle.stop"
-
 /* The stopped sandboxes whose stretch from their last sample to their stop
  * is to be metered now (sql/0048's meter_stop_tails: stopped within the
  * hour, grace_s past the stop, no sample to come), at most max: *out
  * (emptied first) gets, for each, a stopped reading at the stop with the
- * last sample's CPU counter and sizes, host CHECKS_STOP_HOST_ID, to ingest. */
+ * last sample's CPU counter and sizes, host SAMPLE_HOST_STOP, to ingest. */
 METER_MUSTCHECK enum meter_rc db_checks_stop_tails(PGconn *conn, int64_t now_usec, int64_t grace_s,
 						   int max, struct sample_batch *out);
 

@@ -16,6 +16,11 @@
 
 #define SAMPLE_UNKNOWN (-1) /* memory_mib or storage_mib not known to the source */
 
+/* The host_id of the readings the service makes itself at a stop no sample
+ * will meter (the checks' sweeper: db_checks_stop_tails). No source may
+ * take it: its watermark says that no reading of it is to come. */
+#define SAMPLE_HOST_STOP "lifecycle.stop"
+
 struct meter_sample {
 	char sandbox_id[PARSE_ID_MAX + 1];
 	char key_id[PARSE_ID_MAX + 1]; /* "" when the source does not know it */

@@ -1191,7 +1191,7 @@ static void test_stop_tails(void)
 			memcpy(got + strlen(got), one, strlen(one) + 1);
 	}
 	CHECK_STR(got, "s_tl_never@-54/0/s,s_tl_ps@12/0/s,s_tl_paused@14/0/s,s_tl@15/1/s");
-	CHECK_STR(tails.host_id, CHECKS_STOP_HOST_ID);
+	CHECK_STR(tails.host_id, SAMPLE_HOST_STOP);
 	/* A stop's tail hold waits for the stretch to be metered. */
 	CHECK_I64(q64("SELECT count(*) FROM unnest(ARRAY['s_tl', 's_tl_never', 's_tl_wait'])"
 		      " AS x WHERE meter_tail_done('acct_1', x, '2026-11-30T10:00:15Z',"
@@ -1221,7 +1221,7 @@ static void test_stop_tails(void)
 		  2);
 	CHECK_I64(q64("SELECT count(*) FROM ingest_watermarks WHERE host_id = '%s'"
 		      " AND last_sampled_at = '2026-11-30T10:00:22Z'",
-		      CHECKS_STOP_HOST_ID),
+		      SAMPLE_HOST_STOP),
 		  1);
 	/* 10 s with the counter's 1 s, then 5 s at the floor. */
 	check_totals("s_tl", 15, 0, 1000 * SEC, mcus, 2048 * 15 * SEC, 0,

@@ -228,6 +228,10 @@ bad_value "an agents file that is missing, collector off" --database-url "$url" 
 bad_value "a bad host id, collector off" --database-url "$url" --collector off --host-id 'bad host'
 bad_value "a bad host id with agents only" --database-url "$url" --host-id 'bad host' \
 	--agents http://127.0.0.1:9/
+bad_value "the host id of the service's own readings" --database-url "$url" --collector off \
+	--host-id lifecycle.stop
+grep -q "host_id lifecycle.stop is the service's own" "$work/err" && ok ||
+	fail "reserved host id: $(cat "$work/err")"
 bad_value "an sslmode libpq does not take" --database-url "$url?sslmode=bogus"
 grep -q "database_url: sslmode" "$work/err" && ok || fail "sslmode: $(cat "$work/err")"
 # A token under 32 characters is refused at start.

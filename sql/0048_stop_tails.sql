@@ -88,22 +88,24 @@ CREATE FUNCTION meter_stop_tails(p_now timestamptz, p_grace_s integer, p_max int
 -- before: closed as soon as their grace passed, their budget could go to
 -- a check before the stretch's spend lands on the day. That is the stop's
 -- own hold, and as well one an earlier pause or lease end kept (its
--- settles_at before the stop: its grace may pass first). One the sweeper
--- cannot meter is closed an hour after, as any.
+-- settles_at before the stop: its grace may pass first, or a sample after
+-- it meter past it, a paused one), which is then the hold the sweeper
+-- finds the stop by. One the sweeper cannot meter is closed an hour
+-- after, as any.
 CREATE OR REPLACE FUNCTION meter_tail_done(p_account text, p_sandbox text, p_settles timestamptz,
 					   p_now timestamptz, p_grace_s integer)
 	RETURNS boolean
 	LANGUAGE sql STABLE
 	AS $$
 	SELECT p_settles <= p_now - interval '1 hour'
-	    OR m.last_sampled_at >= p_settles
-	    OR (p_settles <= p_now - make_interval(secs => p_grace_s)
-		AND (m.last_sampled_at IS NULL
-		     OR EXISTS (SELECT 1 FROM samples s
-				JOIN ingest_watermarks w ON w.host_id = s.host_id
-				WHERE s.account_id = p_account AND s.sandbox_id = p_sandbox
-				  AND s.sampled_at = m.last_sampled_at
-				  AND w.last_sampled_at >= p_settles))
+	    OR ((m.last_sampled_at >= p_settles
+		 OR (p_settles <= p_now - make_interval(secs => p_grace_s)
+		     AND (m.last_sampled_at IS NULL
+			  OR EXISTS (SELECT 1 FROM samples s
+				     JOIN ingest_watermarks w ON w.host_id = s.host_id
+				     WHERE s.account_id = p_account AND s.sandbox_id = p_sandbox
+				       AND s.sampled_at = m.last_sampled_at
+				       AND w.last_sampled_at >= p_settles))))
 		AND NOT EXISTS (SELECT 1 FROM meter_stop_tail(p_account, p_sandbox, p_now, NULL)))
 	FROM (SELECT (SELECT x.last_sampled_at FROM sandbox_meter x
 		      WHERE x.account_id = p_account AND x.sandbox_id = p_sandbox)

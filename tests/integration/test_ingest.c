@@ -1129,7 +1129,9 @@ static void test_stop_tails(void)
 	     " ('acct_1', 's_tl_old', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T08:00:00Z',"
 	     "  '2026-11-30T08:00:10Z'),"
 	     " ('acct_1', 's_tl_ps', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T09:59:00Z',"
-	     "  '2026-11-30T10:00:12Z')");
+	     "  '2026-11-30T10:00:12Z'),"
+	     " ('acct_1', 's_tl_pps', 'key_tl', 2, 2048, 0, 'stopped', '2026-11-30T09:59:00Z',"
+	     "  '2026-11-30T10:00:13Z')");
 	/* Each stop kept a hold for its tail (the set the sweeper looks in). */
 	exec("INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
 	     " reserved_micros, status, lease_starts_at, lease_ends_at, settles_at)"
@@ -1137,11 +1139,14 @@ static void test_stop_tails(void)
 	     " '2026-11-30T07:59:00Z', '2026-11-30T10:14:00Z', state_since FROM sandboxes"
 	     " WHERE sandbox_id LIKE 's\\_tl%'");
 	exec("INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
-	     " VALUES ('acct_1', 'key_tl', '2026-11-30', 0, 800000)");
+	     " VALUES ('acct_1', 'key_tl', '2026-11-30', 0, 900000)");
 	/* s_tl_ps's open hold is the one its pause kept (its stop found none
 	 * open): the stop's stretch is metered on it, which stays open until
 	 * then though its grace passed first. */
 	exec("UPDATE holds SET settles_at = '2026-11-30T10:00:05Z' WHERE sandbox_id = 's_tl_ps'");
+	/* s_tl_pps's too, and a paused sample after the pause meters past it:
+	 * its hold waits all the same. */
+	exec("UPDATE holds SET settles_at = '2026-11-30T10:00:03Z' WHERE sandbox_id = 's_tl_pps'");
 	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
 	     " ('acct_1', 's_tl', 'stopped', '2026-11-30T10:00:15Z'),"
 	     " ('acct_1', 's_tl_wait', 'stopped', '2026-11-30T10:00:15Z'),"
@@ -1152,7 +1157,9 @@ static void test_stop_tails(void)
 	     " ('acct_1', 's_tl_paused', 'stopped', '2026-11-30T10:00:14Z'),"
 	     " ('acct_1', 's_tl_old', 'stopped', '2026-11-30T08:00:10Z'),"
 	     " ('acct_1', 's_tl_ps', 'paused', '2026-11-30T10:00:05Z'),"
-	     " ('acct_1', 's_tl_ps', 'stopped', '2026-11-30T10:00:12Z')");
+	     " ('acct_1', 's_tl_ps', 'stopped', '2026-11-30T10:00:12Z'),"
+	     " ('acct_1', 's_tl_pps', 'paused', '2026-11-30T10:00:03Z'),"
+	     " ('acct_1', 's_tl_pps', 'stopped', '2026-11-30T10:00:13Z')");
 	batch(&b, "h_tl");
 	add(&b, "s_tl_old", "key_tl", T("2026-11-30T08:00:00Z"), 'r', 0, 2048, 0, 2);
 	run1(&b);
@@ -1161,6 +1168,7 @@ static void test_stop_tails(void)
 	add(&b, "s_tl_grace", "key_tl", t0, 'r', 0, 2048, 0, 2);
 	add(&b, "s_tl_paused", "key_tl", t0, 'r', 0, 2048, 0, 2);
 	add(&b, "s_tl_ps", "key_tl", t0, 'r', 0, 2048, 0, 2);
+	add(&b, "s_tl_pps", "key_tl", t0, 'r', 0, 2048, 0, 2);
 	run1(&b);
 	batch(&b, "h_tw");
 	add(&b, "s_tl_wait", "key_tl", t0, 'r', 0, 2048, 0, 2);
@@ -1169,6 +1177,7 @@ static void test_stop_tails(void)
 	add(&b, "s_tl", "key_tl", t0 + 10 * SEC, 'r', SEC, 2048, 0, 2);
 	add(&b, "s_tl_grace", "key_tl", t0 + 10 * SEC, 'r', SEC, 2048, 0, 2);
 	add(&b, "s_tl_paused", "key_tl", t0 + 10 * SEC, 'p', 0, 2048, 1024, 2);
+	add(&b, "s_tl_pps", "key_tl", t0 + 10 * SEC, 'p', 0, 2048, 1024, 2);
 	run1(&b);
 	batch(&b, "h_tw");
 	add(&b, "s_tl_wait", "key_tl", t0 + 10 * SEC, 'r', SEC, 2048, 0, 2);
@@ -1190,7 +1199,8 @@ static void test_stop_tails(void)
 		if (strlen(got) + strlen(one) < sizeof(got))
 			memcpy(got + strlen(got), one, strlen(one) + 1);
 	}
-	CHECK_STR(got, "s_tl_never@-54/0/s,s_tl_ps@12/0/s,s_tl_paused@14/0/s,s_tl@15/1/s");
+	CHECK_STR(got, "s_tl_never@-54/0/s,s_tl_pps@13/0/s,s_tl_ps@12/0/s,s_tl_paused@14/0/s,"
+		       "s_tl@15/1/s");
 	CHECK_STR(tails.host_id, SAMPLE_HOST_STOP);
 	/* A stop's tail hold waits for the stretch to be metered. */
 	CHECK_I64(q64("SELECT count(*) FROM unnest(ARRAY['s_tl', 's_tl_never', 's_tl_wait'])"
@@ -1199,9 +1209,9 @@ static void test_stop_tails(void)
 		  0);
 	/* At 10:00:13 the pause's grace has passed, not yet the stop's. */
 	CHECK_I64(q64("SELECT count(*) FROM holds h, unnest(ARRAY['2026-11-30T10:00:13Z',"
-		      " '2026-11-30T10:00:22Z']::timestamptz[]) AS t WHERE h.sandbox_id ="
-		      " 's_tl_ps' AND meter_tail_done(h.account_id, h.sandbox_id, h.settles_at,"
-		      " t, 5)"),
+		      " '2026-11-30T10:00:22Z']::timestamptz[]) AS t WHERE h.sandbox_id IN"
+		      " ('s_tl_ps', 's_tl_pps') AND meter_tail_done(h.account_id, h.sandbox_id,"
+		      " h.settles_at, t, 5)"),
 		  0);
 	run1(&tails);
 	CHECK_I64(q64("SELECT count(*) FROM holds h WHERE sandbox_id = 's_tl_ps' AND"
@@ -1215,6 +1225,15 @@ static void test_stop_tails(void)
 		     0);
 	CHECK_I64(q64("SELECT consumed_micros FROM holds WHERE sandbox_id = 's_tl_ps'"),
 		  usum("s_tl_ps", "total_micros"));
+	/* Running to the pause, paused to the paused sample and on to the
+	 * stop at its snapshot's size. */
+	check_totals("s_tl_pps", 3, 10, 0, 50 * 3 * SEC, 2048 * 3 * SEC, 1024 * 10 * SEC,
+		     micros(50 * 3 * SEC, 25000, DIV_CPU), micros(2048 * 3 * SEC, 7500, DIV_MIB),
+		     micros(1024 * 10 * SEC, 100, DIV_MIB));
+	CHECK_I64(q64("SELECT count(*) FROM holds h WHERE sandbox_id = 's_tl_pps' AND"
+		      " meter_tail_done(account_id, sandbox_id, settles_at,"
+		      " '2026-11-30T10:00:22Z', 5)"),
+		  1);
 	CHECK_I64(q64("SELECT count(*) FROM unnest(ARRAY['s_tl', 's_tl_never', 's_tl_wait'])"
 		      " AS x WHERE meter_tail_done('acct_1', x, '2026-11-30T10:00:15Z',"
 		      " '2026-11-30T10:00:22Z', 5)"),

@@ -908,20 +908,27 @@ out:
 	return rc;
 }
 
-/* Runs one of the sweeper's functions: params[0] is the time now_usec, the
- * rest are integers; *count gets its one integer answer. */
-static enum meter_rc sweep_exec(PGconn *conn, const char *what, const char *sql, int64_t now_usec,
-				const int64_t *ints, int nints, int64_t *count)
+/* Runs one of the sweeper's queries: params[0] is the time now_usec, the
+ * rest (up to two) are integers; *res gets its answer. */
+static enum meter_rc sweep_query(PGconn *conn, const char *what, const char *sql, int64_t now_usec,
+				 const int64_t *ints, int nints, PGresult **res)
 {
 	char now_s[40], int_s[2][24];
 	const char *params[3] = {now_s, int_s[0], int_s[1]};
-	PGresult *res = NULL;
-	enum meter_rc rc;
 
 	db_util_time_param(now_usec, now_s, sizeof(now_s));
 	for (int i = 0; i < nints; i++)
 		db_util_i64_param(ints[i], int_s[i], sizeof(int_s[i]));
-	rc = db_util_exec(conn, what, sql, 1 + nints, params, &res, NULL);
+	return db_util_exec(conn, what, sql, 1 + nints, params, res, NULL);
+}
+
+/* sweep_query for a function whose one integer answer *count gets. */
+static enum meter_rc sweep_exec(PGconn *conn, const char *what, const char *sql, int64_t now_usec,
+				const int64_t *ints, int nints, int64_t *count)
+{
+	PGresult *res = NULL;
+	enum meter_rc rc = sweep_query(conn, what, sql, now_usec, ints, nints, &res);
+
 	if (rc != METER_OK)
 		return rc;
 	if (PQntuples(res) != 1 || !col_i64(res, 0, 0, count))
@@ -948,19 +955,15 @@ enum meter_rc db_checks_settle(PGconn *conn, int64_t now_usec, int64_t grace_s, 
 enum meter_rc db_checks_stop_tails(PGconn *conn, int64_t now_usec, int64_t grace_s, int max,
 				   struct sample_batch *out)
 {
-	char now_s[40], grace_s_s[24], max_s[24];
-	const char *params[3] = {now_s, grace_s_s, max_s};
+	const int64_t ints[2] = {grace_s, max};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 
-	db_util_time_param(now_usec, now_s, sizeof(now_s));
-	db_util_i64_param(grace_s, grace_s_s, sizeof(grace_s_s));
-	db_util_i64_param(max, max_s, sizeof(max_s));
 	sample_batch_release(out);
 	snprintf(out->host_id, sizeof(out->host_id), "%s", SAMPLE_HOST_STOP);
 	/* This source has read everything up to now: its watermark. */
 	out->sampled_at_usec = now_usec;
-	rc = db_util_exec(conn, "stop tails", sql_stop_tails, 3, params, &res, NULL);
+	rc = sweep_query(conn, "stop tails", sql_stop_tails, now_usec, ints, 2, &res);
 	if (rc != METER_OK)
 		return rc;
 	for (int r = 0; r < PQntuples(res) && rc == METER_OK; r++) {

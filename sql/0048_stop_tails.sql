@@ -14,6 +14,20 @@
 -- consumed before it is closed (meter_tail_done waits for it). The stops
 -- looked at are those that kept such a hold.
 
+-- Whether the host of a sandbox's sample at p_sampled has reported at or
+-- after p_at since (a document without the sandbox counts): no sample of
+-- it dated before p_at is to come. As meter_tail_done (0014) asked it.
+CREATE FUNCTION meter_host_past(p_account text, p_sandbox text, p_sampled timestamptz,
+				p_at timestamptz)
+	RETURNS boolean
+	LANGUAGE sql STABLE
+	AS $$
+	SELECT EXISTS (SELECT 1 FROM samples s
+		       JOIN ingest_watermarks w ON w.host_id = s.host_id
+		       WHERE s.account_id = p_account AND s.sandbox_id = p_sandbox
+			 AND s.sampled_at = p_sampled AND w.last_sampled_at >= p_at)
+	$$;
+
 -- Of a sandbox, when its stretch to the stop is still to be metered:
 -- stopped in the hour before p_now and not metered up to the stop (one
 -- never sampled only with a running event before the stop: without one,
@@ -52,12 +66,8 @@ CREATE FUNCTION meter_stop_tail(p_account text, p_sandbox text, p_now timestampt
 	       OR (s.state_since <= p_now - make_interval(secs => p_grace_s)
 		   AND e.at <= p_now - make_interval(secs => p_grace_s)
 		   AND (m.last_sampled_at IS NULL
-			OR EXISTS (SELECT 1 FROM samples x
-				   JOIN ingest_watermarks w ON w.host_id = x.host_id
-				   WHERE x.account_id = s.account_id
-				     AND x.sandbox_id = s.sandbox_id
-				     AND x.sampled_at = m.last_sampled_at
-				     AND w.last_sampled_at >= e.at))))
+			OR meter_host_past(s.account_id, s.sandbox_id, m.last_sampled_at,
+					   e.at))))
 	$$;
 
 -- The sandboxes of meter_stop_tail among those whose stop left a hold
@@ -101,11 +111,8 @@ CREATE OR REPLACE FUNCTION meter_tail_done(p_account text, p_sandbox text, p_set
 	    OR ((m.last_sampled_at >= p_settles
 		 OR (p_settles <= p_now - make_interval(secs => p_grace_s)
 		     AND (m.last_sampled_at IS NULL
-			  OR EXISTS (SELECT 1 FROM samples s
-				     JOIN ingest_watermarks w ON w.host_id = s.host_id
-				     WHERE s.account_id = p_account AND s.sandbox_id = p_sandbox
-				       AND s.sampled_at = m.last_sampled_at
-				       AND w.last_sampled_at >= p_settles))))
+			  OR meter_host_past(p_account, p_sandbox, m.last_sampled_at,
+					     p_settles))))
 		AND NOT EXISTS (SELECT 1 FROM meter_stop_tail(p_account, p_sandbox, p_now, NULL)))
 	FROM (SELECT (SELECT x.last_sampled_at FROM sandbox_meter x
 		      WHERE x.account_id = p_account AND x.sandbox_id = p_sandbox)

@@ -170,11 +170,34 @@ static bool sandbox_load(struct http_req *req, PGconn *conn, bool has_range, int
 	return true;
 }
 
+/* Adds the sandbox's open holds to its object o: held_micros and
+ * open_holds over all of them, holds the first DB_SANDBOX_HOLDS_MAX. */
+static void holds_json(json_t *o, const struct db_sandbox_hold *v, size_t n, int64_t total,
+		       int64_t held)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < n; i++)
+		json_array_append_new(
+		    a, json_pack("{s:s, s:I, s:I, s:I, s:o, s:o, s:o}", "day", v[i].day,
+				 "amount_micros", (json_int_t)v[i].amount_micros, "consumed_micros",
+				 (json_int_t)v[i].consumed_micros, "remaining_micros",
+				 (json_int_t)v[i].remaining_micros, "lease_starts_at",
+				 hutil_time_json(v[i].lease_starts_at_usec), "lease_ends_at",
+				 hutil_time_json(v[i].lease_ends_at_usec), "settles_at",
+				 hutil_time_json(v[i].settles_at_usec)));
+	json_object_set_new(o, "held_micros", json_integer(held));
+	json_object_set_new(o, "open_holds", json_integer(total));
+	json_object_set_new(o, "holds", a);
+}
+
 void h_sandbox_get(struct http_req *req)
 {
 	static const char *const query[] = {"from", "to", NULL};
 	struct db_sandbox sb;
-	int64_t from = 0, to = 0, used, topup, topup_mcs;
+	int64_t from = 0, to = 0, used, topup, topup_mcs, holds_total, held;
+	struct db_sandbox_hold *holds = NULL;
+	size_t n_holds = 0;
 	bool has_range;
 	PGconn *conn = NULL;
 	json_t *o;
@@ -187,6 +210,9 @@ void h_sandbox_get(struct http_req *req)
 	if (!sandbox_load(req, conn, has_range, from, to, &sb))
 		goto out;
 	rc = db_sandbox_cpu_split(conn, &sb, &used, &topup, &topup_mcs);
+	if (rc == METER_OK)
+		rc = db_sandbox_holds(conn, sb.account_id, sb.sandbox_id, &holds, &n_holds,
+				      &holds_total, &held);
 	if (rc != METER_OK) {
 		hutil_reply_rc(req, conn, rc, "sandbox");
 		goto out;
@@ -207,8 +233,11 @@ void h_sandbox_get(struct http_req *req)
 			      (json_int_t)sb.usage.memory_micros, "storage", "mib_seconds",
 			      (json_int_t)sb.usage.storage_mib_seconds, "micros",
 			      (json_int_t)sb.usage.storage_micros));
+	if (o)
+		holds_json(o, holds, n_holds, holds_total, held);
 	http_reply_json(req, 200, o);
 out:
+	free(holds);
 	hutil_db_release(req, conn);
 }
 

@@ -8,7 +8,8 @@
  * [&account_id] -> {items:[sandbox...], next_cursor} */
 void h_sandboxes_list(struct http_req *req);
 
-/* GET /v1/sandboxes/{id}?from&to -> sandbox with its cost breakdown */
+/* GET /v1/sandboxes/{id}?from&to -> sandbox with its cost breakdown over
+ * the range and its open holds now (held_micros, open_holds, holds) */
 void h_sandbox_get(struct http_req *req);
 
 /* GET /v1/sandboxes/{id}/usage?from&to&window=hour|day

@@ -309,3 +309,73 @@ enum meter_rc db_sandbox_cpu_split(PGconn *conn, const struct db_sandbox *sb, in
 	PQclear(res);
 	return rc;
 }
+
+/* A sandbox's open holds ($1 account, $2 sandbox; the partial index on
+ * open holds), with the count and remaining sum of all of them on every
+ * row. */
+/* clang-format off */
+static const char sql_holds[] =
+	"SELECT h.day::text, h.amount_micros, h.consumed_micros,"
+	" GREATEST(h.amount_micros - h.consumed_micros, 0),"
+	" " DB_USEC("h.lease_starts_at") ", " DB_USEC("h.lease_ends_at") ","
+	" " DB_USEC("h.settles_at") ", count(*) OVER (),"
+	" sum(GREATEST(h.amount_micros - h.consumed_micros, 0)) OVER ()::bigint"
+	" FROM holds h WHERE h.account_id = $1 AND h.sandbox_id = $2 AND h.status = 'open'"
+	" ORDER BY h.lease_starts_at, h.day, h.hold_id LIMIT " DB_STR(DB_SANDBOX_HOLDS_MAX);
+/* clang-format on */
+
+enum meter_rc db_sandbox_holds(PGconn *conn, const char *account_id, const char *sandbox_id,
+			       struct db_sandbox_hold **out, size_t *n, int64_t *total,
+			       int64_t *held_micros)
+{
+	const char *params[] = {account_id, sandbox_id};
+	struct db_sandbox_hold *v = NULL;
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	int rows;
+	bool null_settles;
+
+	*out = NULL;
+	*n = 0;
+	*total = 0;
+	*held_micros = 0;
+	rc = db_util_exec(conn, "sandbox holds", sql_holds, 2, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	rows = PQntuples(res);
+	if (rows > 0) {
+		v = calloc((size_t)rows, sizeof(*v));
+		if (!v)
+			rc = METER_ENOMEM;
+	}
+	for (int i = 0; rc == METER_OK && i < rows; i++) {
+		db_util_str(res, i, 0, v[i].day, sizeof(v[i].day));
+		rc = db_util_i64(res, i, 1, &v[i].amount_micros, NULL);
+		if (rc == METER_OK)
+			rc = db_util_i64(res, i, 2, &v[i].consumed_micros, NULL);
+		if (rc == METER_OK)
+			rc = db_util_i64(res, i, 3, &v[i].remaining_micros, NULL);
+		if (rc == METER_OK)
+			rc = db_util_i64(res, i, 4, &v[i].lease_starts_at_usec, NULL);
+		if (rc == METER_OK)
+			rc = db_util_i64(res, i, 5, &v[i].lease_ends_at_usec, NULL);
+		if (rc == METER_OK)
+			rc = db_util_i64(res, i, 6, &v[i].settles_at_usec, &null_settles);
+		if (rc == METER_OK && null_settles)
+			v[i].settles_at_usec = INT64_MIN;
+		if (rc == METER_OK && i == 0)
+			rc = db_util_i64(res, 0, 7, total, NULL);
+		if (rc == METER_OK && i == 0)
+			rc = db_util_i64(res, 0, 8, held_micros, NULL);
+	}
+	PQclear(res);
+	if (rc != METER_OK) {
+		free(v);
+		*total = 0;
+		*held_micros = 0;
+		return rc;
+	}
+	*out = v;
+	*n = (size_t)rows;
+	return METER_OK;
+}

@@ -83,4 +83,29 @@ METER_MUSTCHECK enum meter_rc db_sandbox_cpu_split(PGconn *conn, const struct db
 						   int64_t *used_micros, int64_t *topup_micros,
 						   int64_t *topup_millicore_seconds);
 
+/* One of a sandbox's open holds: a part of a lease's worst case reserved
+ * against a day of its key (DESIGN.md §4). remaining = max(amount −
+ * consumed, 0) is what it adds to the day's held figure. settles_at_usec is
+ * INT64_MIN for a hold of a running lease; a pause or stop sets it on a
+ * hold it kept for the usage up to that time not yet metered. */
+struct db_sandbox_hold {
+	char day[11]; /* YYYY-MM-DD */
+	int64_t amount_micros;
+	int64_t consumed_micros;
+	int64_t remaining_micros;
+	int64_t lease_starts_at_usec;
+	int64_t lease_ends_at_usec;
+	int64_t settles_at_usec;
+};
+
+#define DB_SANDBOX_HOLDS_MAX 100
+
+/* The open holds of sandbox sandbox_id of account_id, oldest lease first:
+ * *out a new array of *n (at most DB_SANDBOX_HOLDS_MAX; caller frees),
+ * *total how many there are and *held_micros their remaining amounts'
+ * sum, both over every open hold. */
+METER_MUSTCHECK enum meter_rc db_sandbox_holds(PGconn *conn, const char *account_id,
+					       const char *sandbox_id, struct db_sandbox_hold **out,
+					       size_t *n, int64_t *total, int64_t *held_micros);
+
 #endif

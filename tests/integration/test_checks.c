@@ -1623,6 +1623,24 @@ static time_t utc(int y, int mo, int d, int h, int mi)
  * (clocks go back at 03:00 CEST). 1 vCPU + 1 GiB = 32,500 µ$/h. meterd's
  * sessions start in another date style (libpq's PGDATESTYLE): the days
  * are YYYY-MM-DD all the same. */
+/* GET /v1/sandboxes/{sb} as token into *r (release it): the HTTP status. */
+static long sandbox_get(struct apitest *t, const char *token, const char *sb,
+			struct apitest_resp *r)
+{
+	char path[128];
+
+	snprintf(path, sizeof(path), "/v1/sandboxes/%s", sb);
+	if (apitest_call(t, 0, "GET", path, token, NULL, r) != 0)
+		return 0;
+	return r->status;
+}
+
+/* Member name of the i-th of the holds a sandbox's detail r lists. */
+static const json_t *hold_field(const struct apitest_resp *r, size_t i, const char *name)
+{
+	return json_object_get(json_array_get(json_object_get(r->json, "holds"), i), name);
+}
+
 static void test_berlin(void)
 {
 	static const char *const env[] = {"PGDATESTYLE=SQL, DMY", NULL};
@@ -1672,6 +1690,21 @@ static void test_berlin(void)
 					" '2026-10-25'"),
 		  p1);
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE sandbox_id = 'be-1'"), 2);
+	/* The sandbox's detail lists both parts, each on its own day. */
+	CHECK_I64(sandbox_get(&t, token, "be-1", &r), 200);
+	CHECK_I64(cu_jint(r.json, "held_micros"), p0 + p1);
+	CHECK_I64(cu_jint(r.json, "open_holds"), 2);
+	CHECK_I64(json_array_size(json_object_get(r.json, "holds")), 2);
+	CHECK_STR(json_string_value(hold_field(&r, 0, "day")), "2026-10-24");
+	CHECK_STR(json_string_value(hold_field(&r, 1, "day")), "2026-10-25");
+	CHECK_I64(json_integer_value(hold_field(&r, 0, "amount_micros")), p0);
+	CHECK_I64(json_integer_value(hold_field(&r, 1, "amount_micros")), p1);
+	CHECK_I64(json_integer_value(hold_field(&r, 1, "consumed_micros")), 0);
+	CHECK_I64(json_integer_value(hold_field(&r, 1, "remaining_micros")), p1);
+	CHECK(json_is_null(hold_field(&r, 0, "settles_at")));
+	CHECK_STR(json_string_value(hold_field(&r, 1, "lease_ends_at")),
+		  apitest_json_str(&r, "lease_ends_at"));
+	apitest_resp_release(&r);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
@@ -1743,6 +1776,16 @@ static void test_tail(void)
 	CHECK_I64(cu_sql_int(db, "SELECT held_micros FROM key_day_ledger WHERE key_id = '%s'", key),
 		  tail);
 	CHECK_I64(cu_held_mismatches(db), 0);
+	/* The sandbox's detail shows the hold kept for the tail, settling at
+	 * the pause. */
+	CHECK_I64(sandbox_get(&t, token, "tl-1", &r), 200);
+	CHECK_I64(cu_jint(r.json, "held_micros"), tail);
+	CHECK_I64(cu_jint(r.json, "open_holds"), 1);
+	CHECK_I64(json_integer_value(hold_field(&r, 0, "amount_micros")), spent1 + tail);
+	CHECK_I64(json_integer_value(hold_field(&r, 0, "consumed_micros")), spent1);
+	CHECK_I64(json_integer_value(hold_field(&r, 0, "remaining_micros")), tail);
+	CHECK_STR(json_string_value(hold_field(&r, 0, "settles_at")), at);
+	apitest_resp_release(&r);
 	/* The budget the tail may still take is not free. */
 	CHECK_I64(cu_create(&t, 0, key, "tl-2", 1, 1024, 1800, NULL, &r), 402);
 	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
@@ -1754,6 +1797,12 @@ static void test_tail(void)
 	 * its limit. */
 	push_sample(&t, key, "tl-1", l0 + 551, "paused", 540000000, 1048576);
 	wait_first_hold_closed(db, "tl-1");
+	CHECK_I64(sandbox_get(&t, token, "tl-1", &r), 200);
+	CHECK_I64(cu_jint(r.json, "held_micros"), 0);
+	CHECK_I64(cu_jint(r.json, "open_holds"), 0);
+	CHECK_I64(json_array_size(json_object_get(r.json, "holds")), 0);
+	CHECK(json_is_array(json_object_get(r.json, "holds")));
+	apitest_resp_release(&r);
 	spent2 = cu_sql_int(db, "SELECT spent_micros FROM key_day_ledger WHERE key_id = '%s'", key);
 	CHECK(spent2 - spent1 > tail + 200); /* the tail and about 284 of storage */
 	CHECK_I64(cu_sql_int(db,

@@ -13,6 +13,7 @@
 #include "db_accounts.h"
 #include "db_dashboard.h"
 #include "db_keys.h"
+#include "db_sandboxes.h"
 #include "html.h"
 #include "log.h"
 #include "money.h"
@@ -669,6 +670,40 @@ void h_dash_sandboxes(struct http_req *req)
 	send_page(req, no_key ? 404 : 200, &h);
 }
 
+/* The sandbox's open holds: what they still reserve of its key's days. */
+static void holds_table(struct html *h, const struct db_sandbox_hold *v, size_t n, int64_t total,
+			int64_t held)
+{
+	char from[40], to[40], settles[40];
+
+	html_raw(h, "<h2>Open holds now</h2><p>Held against its key's days: <span id=\"held\">");
+	html_dollars(h, held);
+	html_printf(h, "</span> in %lld open hold%s%s.</p>", (long long)total,
+		    total == 1 ? "" : "s", (size_t)total > n ? " (the oldest shown)" : "");
+	if (n == 0)
+		return;
+	html_raw(h, "<table><thead><tr><th>Day</th><th>Lease (UTC)</th>"
+		    "<th class=\"n\">Reserved</th><th class=\"n\">Consumed</th>"
+		    "<th class=\"n\">Remaining</th><th>Settles at (UTC)</th></tr></thead><tbody>");
+	for (size_t i = 0; i < n; i++) {
+		agent_doc_format_time(v[i].lease_starts_at_usec, from, sizeof(from));
+		agent_doc_format_time(v[i].lease_ends_at_usec, to, sizeof(to));
+		if (v[i].settles_at_usec == INT64_MIN)
+			snprintf(settles, sizeof(settles), "while the lease runs");
+		else
+			agent_doc_format_time(v[i].settles_at_usec, settles, sizeof(settles));
+		html_printf(h, "<tr><td>%s</td><td>%s to %s</td><td class=\"n\">", v[i].day, from,
+			    to);
+		html_dollars(h, v[i].amount_micros);
+		html_raw(h, "</td><td class=\"n\">");
+		html_dollars(h, v[i].consumed_micros);
+		html_raw(h, "</td><td class=\"n\">");
+		html_dollars(h, v[i].remaining_micros);
+		html_printf(h, "</td><td>%s</td></tr>", settles);
+	}
+	html_raw(h, "</tbody></table>");
+}
+
 void h_dash_sandbox(struct http_req *req)
 {
 	const char *account = page_account(req), *sandbox = req->params[0];
@@ -680,8 +715,9 @@ void h_dash_sandbox(struct http_req *req)
 	struct db_dash_breakdown b;
 	struct db_dash_event ev[EVENTS_MAX];
 	struct db_dash_sandbox rows[DB_DASH_PAGE];
-	size_t nev = 0, n = 0;
-	int64_t total = 0;
+	struct db_sandbox_hold *holds = NULL;
+	size_t nev = 0, n = 0, nholds = 0;
+	int64_t total = 0, holds_total = 0, held = 0;
 	struct html h;
 	PGconn *conn;
 	enum meter_rc rc;
@@ -705,6 +741,8 @@ void h_dash_sandbox(struct http_req *req)
 	if (rc == METER_OK)
 		rc = db_dash_sandboxes(conn, account, "", "", sandbox, DB_DASH_SORT_ID, 0, mstart,
 				       rows, &n, &total);
+	if (rc == METER_OK)
+		rc = db_sandbox_holds(conn, account, sandbox, &holds, &nholds, &holds_total, &held);
 	page_db_done(req, conn, rc);
 	if (rc != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "the database is unreachable",
@@ -720,6 +758,7 @@ void h_dash_sandbox(struct http_req *req)
 		if (!found) {
 			/* Unknown here, or another account's: the same 404. */
 			http_reply_error(req, 404, "not_found", "no such sandbox", NULL);
+			free(holds);
 			return;
 		}
 		page_start(&h, req, "Sandbox");
@@ -761,6 +800,8 @@ void h_dash_sandbox(struct http_req *req)
 		    "<tr><th>Running</th><td class=\"n\">%lld s</td></tr><tr><th>Paused</th>"
 		    "<td class=\"n\">%lld s</td></tr></tbody></table>",
 		    (long long)b.running_seconds, (long long)b.paused_seconds);
+	holds_table(&h, holds, nholds, holds_total, held);
+	free(holds);
 	html_raw(&h, "<h2>State changes, last 7 days</h2><table><thead><tr><th>When (UTC)</th>"
 		     "<th>State</th></tr></thead><tbody>");
 	for (size_t i = 0; i < nev; i++) {

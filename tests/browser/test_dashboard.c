@@ -102,7 +102,7 @@ int main(void)
 	char remaining_css[96], gone_css[96], gone_cell[96], gone_key[65],
 	    gone_token[APITEST_TOKEN_MAX], idle_key[65], idle_token[APITEST_TOKEN_MAX];
 	char acc[65], ro_key[65], ro_token[APITEST_TOKEN_MAX], full_key[65],
-	    full_token[APITEST_TOKEN_MAX], url[512], want[64], sql[512];
+	    full_token[APITEST_TOKEN_MAX], url[512], want[64], sql[1024];
 	char *text, *cookie, *src;
 	int64_t week = 0, busy_month = 0;
 	const char *bin = getenv("METER_BIN_DIR");
@@ -142,6 +142,17 @@ int main(void)
 	busy_month += usage(t.db.conn, acc, full_key, "sbx_busy", 30, 1250, 30000, 0) * 31250;
 	usage(t.db.conn, acc, full_key, "sbx_idle", 0, 625, 3750, 11);
 	week = 80000 + 31250 + 625 + 3750 + 11;
+	/* sbx_busy's holds: one open, $0.500000 of it remaining, and one
+	 * settled, which its page does not list. */
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
+		 " consumed_micros, status, settled_at, lease_starts_at, lease_ends_at)"
+		 " VALUES ('%s', '%s', 'sbx_busy', current_date, 700000, 200000, 'open', NULL,"
+		 " now(), now() + interval '1 hour'), ('%s', '%s', 'sbx_busy', current_date,"
+		 " 900000, 100000, 'settled', now(), now() - interval '2 hours',"
+		 " now() - interval '1 hour')",
+		 acc, full_key, acc, full_key);
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
 	/* Rows written here, not by ingestion: the dashboard's rollups are
 	 * recomputed from them as the migration does. */
 	snprintf(sql, sizeof(sql),
@@ -307,7 +318,10 @@ int main(void)
 	src = wd_source(&wd);
 	CHECK(src && strstr(src, "class=\"floor\"") != NULL);
 	CHECK(src && strstr(src, ">floor 75 m</text>") != NULL);
+	CHECK(src && strstr(src, "$0.700000") != NULL && strstr(src, "$0.200000") != NULL);
+	CHECK(src && strstr(src, "$0.900000") == NULL);
 	free(src);
+	text_is(&wd, "#held", "$0.500000");
 	page_done(&wd, "sandbox");
 
 	snprintf(url, sizeof(url), "%s/dashboard/keys", t.servers[0].base);

@@ -86,8 +86,8 @@ METER_MUSTCHECK enum meter_rc db_sandbox_cpu_split(PGconn *conn, const struct db
 /* One of a sandbox's open holds: a part of a lease's worst case reserved
  * against a day of its key (DESIGN.md §4). remaining = max(amount −
  * consumed, 0) is what it adds to the day's held figure. settles_at_usec is
- * INT64_MIN for a hold of a running lease; a pause or stop sets it on a
- * hold it kept for the usage up to that time not yet metered. */
+ * INT64_MIN for a hold of a running lease; a pause, a stop or the lease's
+ * end sets it on a hold kept for the usage up to then not yet metered. */
 struct db_sandbox_hold {
 	char day[11]; /* YYYY-MM-DD */
 	int64_t amount_micros;

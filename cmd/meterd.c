@@ -288,7 +288,8 @@ int main(int argc, char **argv)
 		struct webhook_options wo = {.database_url = cfg.database_url,
 					     .url = cfg.webhook_url,
 					     .secret = cfg.webhook_secret,
-					     .statement_timeout_ms = cfg.db_statement_timeout_ms};
+					     .statement_timeout_ms = cfg.db_statement_timeout_ms,
+					     .concurrency = cfg.webhook_concurrency};
 		if (webhook_start(&wo, &webhook) != METER_OK) {
 			log_error("meterd: cannot start the webhook deliverer");
 			goto out;

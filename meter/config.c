@@ -92,6 +92,8 @@ static const struct opt opts[] = {
 	    "control plane's webhook URL for limit and outrun events (empty = none)"),
     STR_OPT("webhook_secret", webhook_secret, true,
 	    "HMAC-SHA256 key of the webhook's Meter-Signature (secret)"),
+    INT_OPT("webhook_concurrency", webhook_concurrency, 1, 32,
+	    "webhook events this process POSTs at once (over reused connections)"),
     BOOL_OPT("collector", collector, "run the collector: on or off"),
     BOOL_OPT("api", api, "serve the API: on or off (off: /healthz, /readyz, /metrics only)"),
     INT_OPT("collector_period_s", collector_period_s, 1, 3600, "seconds between collector rounds"),
@@ -128,6 +130,7 @@ void config_init(struct meter_config *cfg)
 	cfg->check_batch_max = 256;
 	cfg->check_connections = 1;
 	cfg->lease_grace_s = 30;
+	cfg->webhook_concurrency = 4;
 	cfg->collector = true;
 	cfg->api = true;
 	cfg->collector_period_s = 10;

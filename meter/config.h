@@ -39,6 +39,7 @@ struct meter_config {
 	int64_t clock_offset_s;		   /* TEST ONLY: shifts the check engine's clock */
 	char webhook_url[CONFIG_STR_MAX];  /* control plane's webhook; empty = none */
 	char webhook_secret[256];	   /* secret: HMAC key of Meter-Signature */
+	int64_t webhook_concurrency;	   /* events POSTed at once by this process */
 	/* What this process runs (both by default; either can be off so they
 	 * scale separately). */
 	bool collector; /* the collector thread */

@@ -18,6 +18,8 @@
 #include "log.h"
 #include "metrics.h"
 
+struct xfer;
+
 struct webhook {
 	struct webhook_options opt;
 	char *db_url, *url, *secret;
@@ -25,6 +27,8 @@ struct webhook {
 	pthread_cond_t cv;
 	bool stopping;
 	pthread_t thread;
+	CURLM *multi;	/* the POSTs' connections, kept from round to round */
+	struct xfer *x; /* opt.concurrency of them */
 };
 
 /* What is not delivered yet: how many, and the age in µs of the oldest
@@ -37,7 +41,7 @@ static const char sql_backlog[] =
 #define PENDING_EVENTS	    "meter_webhook_pending_events"
 #define OLDEST_PENDING_SECS "meter_webhook_oldest_pending_seconds"
 
-/* Takes the most overdue event for WEBHOOK_CLAIM_MS ($1): one statement,
+/* Takes the most overdue events, at most $2, for WEBHOOK_CLAIM_MS ($1): one statement,
  * committed when it returns, so no transaction is open during the POST.
  * SKIP LOCKED and the re-check of a row another process claimed meanwhile
  * (its next_attempt_at moved on) give each event to one process at a time.
@@ -46,7 +50,7 @@ static const char sql_backlog[] =
 static const char sql_claim[] =
     "WITH due AS (SELECT account_id, event_id FROM webhook_outbox"
     " WHERE delivered_at IS NULL AND next_attempt_at <= now()"
-    " ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED)"
+    " ORDER BY next_attempt_at LIMIT $2::integer FOR UPDATE SKIP LOCKED)"
     " UPDATE webhook_outbox o SET attempts = o.attempts + 1,"
     " next_attempt_at = clock_timestamp() + $1::integer * interval '1 millisecond'"
     " FROM due WHERE o.account_id = due.account_id AND o.event_id = due.event_id"
@@ -127,79 +131,130 @@ enum meter_rc webhook_sign(const char *secret, int64_t t, const char *body, size
 /* The answer's body, not read: once the status is a 2xx, the event is
  * delivered and the transfer ends here (0 stops it), so a slow or endless
  * body neither turns a 2xx into a failure nor is downloaded. */
-static size_t discard(char *data, size_t size, size_t n, void *userdata)
+/* One event's POST of a round. */
+struct xfer {
+	CURL *c; /* kept from round to round (reset before each POST) */
+	struct curl_slist *hdrs;
+	const char *acc, *id, *body; /* the claim's, borrowed from its result */
+	int64_t attempts;
+	size_t got;	  /* the answer's body bytes taken */
+	int64_t first_ms; /* clock_mono_ms() of a 2xx answer's first body bytes; 0 before */
+	bool sent;	  /* added to the round's transfers */
+	bool done;	  /* ended, with result */
+	CURLcode result;
+	char why[200]; /* why it failed, when it did before it was sent */
+};
+
+/* The answer's body, which nothing reads. A 2xx answer with a short body is
+ * taken whole, so that its connection is kept for the next POST; one whose
+ * body is long or still coming after WEBHOOK_BODY_MS is cut, and the
+ * connection with it: the 2xx status line is the receiver's word that it
+ * has the event, and a slow body must not hold the round. Other answers
+ * are read to their end (within WEBHOOK_TIMEOUT_MS). */
+static size_t take_body(char *data, size_t size, size_t n, void *userdata)
 {
+	struct xfer *x = userdata;
+	int64_t now = clock_mono_ms();
 	long code = 0;
 
 	(void)data;
-	if (curl_easy_getinfo(userdata, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code >= 200 &&
-	    code < 300)
-		return 0;
+	if (curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code >= 200 &&
+	    code < 300) {
+		if (x->first_ms == 0)
+			x->first_ms = now;
+		if (now - x->first_ms > WEBHOOK_BODY_MS || x->got + size * n > WEBHOOK_BODY_MAX)
+			return 0;
+	}
+	x->got += size * n;
 	return size * n;
 }
 
-/* POSTs one event; true on a 2xx answer. why gets the reason otherwise. */
-static bool post_event(struct webhook *w, const char *event_id, const char *body, char *why,
-		       size_t whylen)
+/* Sets x's handle up to POST its event, signed now. False (x->why says
+ * why) when it cannot be. */
+static bool xfer_prepare(struct webhook *w, struct xfer *x)
 {
-	struct curl_slist *hdrs = NULL, *h;
+	struct curl_slist *h;
 	char line[256], sig[65];
-	CURL *c = curl_easy_init();
-	long code = 0;
-	CURLcode cr;
 	int64_t t = (int64_t)time(NULL);
-	bool ok = false;
+	CURL *c = x->c;
 
-	if (!c) {
-		snprintf(why, whylen, "out of memory");
+	curl_easy_reset(c); /* the options; its connections stay in the multi handle */
+	curl_slist_free_all(x->hdrs);
+	x->hdrs = NULL;
+	x->got = 0;
+	x->first_ms = 0;
+	if (webhook_sign(w->secret, t, x->body, strlen(x->body), sig) != METER_OK) {
+		snprintf(x->why, sizeof(x->why), "cannot sign");
 		return false;
 	}
-	if (webhook_sign(w->secret, t, body, strlen(body), sig) != METER_OK) {
-		snprintf(why, whylen, "cannot sign");
-		goto out;
-	}
-	h = curl_slist_append(hdrs, "Content-Type: application/json");
-	hdrs = h ? h : hdrs;
-	snprintf(line, sizeof(line), "Meter-Event-Id: %s", event_id);
-	h = curl_slist_append(hdrs, line);
-	hdrs = h ? h : hdrs;
+	h = curl_slist_append(x->hdrs, "Content-Type: application/json");
+	x->hdrs = h ? h : x->hdrs;
+	snprintf(line, sizeof(line), "Meter-Event-Id: %s", x->id);
+	h = curl_slist_append(x->hdrs, line);
+	x->hdrs = h ? h : x->hdrs;
 	snprintf(line, sizeof(line), "Meter-Signature: t=%lld,v1=%s", (long long)t, sig);
-	h = curl_slist_append(hdrs, line);
-	hdrs = h ? h : hdrs;
-	h = curl_slist_append(hdrs, "Expect:");
-	hdrs = h ? h : hdrs;
-	if (!hdrs) {
-		snprintf(why, whylen, "out of memory");
-		goto out;
+	h = curl_slist_append(x->hdrs, line);
+	x->hdrs = h ? h : x->hdrs;
+	h = curl_slist_append(x->hdrs, "Expect:");
+	x->hdrs = h ? h : x->hdrs;
+	if (!h) {
+		snprintf(x->why, sizeof(x->why), "out of memory");
+		return false;
 	}
 	if (curl_easy_setopt(c, CURLOPT_URL, w->url) != CURLE_OK ||
-	    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) != CURLE_OK ||
-	    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body)) !=
+	    curl_easy_setopt(c, CURLOPT_POSTFIELDS, x->body) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(x->body)) !=
 		CURLE_OK ||
-	    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_HTTPHEADER, x->hdrs) != CURLE_OK ||
 	    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)WEBHOOK_TIMEOUT_MS) != CURLE_OK ||
 	    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L) != CURLE_OK ||
 	    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
-	    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, discard) != CURLE_OK ||
-	    curl_easy_setopt(c, CURLOPT_WRITEDATA, c) != CURLE_OK) {
-		snprintf(why, whylen, "curl set-up failed");
-		goto out;
+	    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, take_body) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_WRITEDATA, x) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_PRIVATE, x) != CURLE_OK) {
+		snprintf(x->why, sizeof(x->why), "curl set-up failed");
+		return false;
 	}
-	cr = curl_easy_perform(c);
-	/* A 2xx status line is the receiver's word that it has the event,
-	 * whatever becomes of the body after it (cut by discard, slow, or
-	 * the connection lost). */
-	if (curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code) != CURLE_OK)
-		code = 0;
-	ok = code >= 200 && code < 300;
-	if (!ok && cr != CURLE_OK)
-		snprintf(why, whylen, "%s", curl_easy_strerror(cr));
-	else if (!ok)
-		snprintf(why, whylen, "HTTP status %ld", code);
-out:
-	curl_slist_free_all(hdrs);
-	curl_easy_cleanup(c);
-	return ok;
+	return true;
+}
+
+/* POSTs the round's n events at once, over the multi handle's connections
+ * (kept from round to round), until each has its answer or its
+ * WEBHOOK_TIMEOUT_MS has run out. */
+static void post_round(struct webhook *w, struct xfer *x, int n)
+{
+	CURLMsg *msg;
+	int left, running = 0;
+
+	for (int i = 0; i < n; i++) {
+		x[i].sent = x[i].done = false;
+		x[i].why[0] = '\0';
+		if (!xfer_prepare(w, &x[i]))
+			continue;
+		if (curl_multi_add_handle(w->multi, x[i].c) != CURLM_OK) {
+			snprintf(x[i].why, sizeof(x[i].why), "curl set-up failed");
+			continue;
+		}
+		x[i].sent = true;
+	}
+	/* Each transfer ends within its timeout, so the loop does too. */
+	while (curl_multi_perform(w->multi, &running) == CURLM_OK && running > 0)
+		if (curl_multi_poll(w->multi, NULL, 0, 100, NULL) != CURLM_OK)
+			break;
+	while ((msg = curl_multi_info_read(w->multi, &left)) != NULL) {
+		struct xfer *d = NULL;
+
+		if (msg->msg == CURLMSG_DONE &&
+		    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&d) ==
+			CURLE_OK &&
+		    d) {
+			d->done = true;
+			d->result = msg->data.result;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		if (x[i].sent)
+			(void)curl_multi_remove_handle(w->multi, x[i].c);
 }
 
 /* True when a claim asked for at sent_ms (clock_mono_ms()) came back too late for
@@ -212,72 +267,118 @@ static bool claim_came_late(int64_t sent_ms)
 	return clock_mono_ms() - sent_ms > WEBHOOK_CLAIM_MS - WEBHOOK_TIMEOUT_MS - 1000;
 }
 
-/* Claims the most overdue event, POSTs it and records the answer: each
- * step its own committed statement, none open during the POST, so a crash
- * or a failed statement loses at most the record of the one event in
- * flight (sent again once its claim lapses: at least once). Returns 1 when
- * an event was claimed and its answer recorded, 0 when none is due, -1 when
- * the database failed (the caller backs off, and reconnects if it must). */
-static int deliver_one(struct webhook *w, PGconn *conn)
+/* Records x's answer: delivered after a 2xx, else its next attempt's time.
+ * False when the database failed. */
+static bool record(PGconn *conn, const struct xfer *x)
 {
-	PGresult *res = NULL;
-	const char *acc, *id, *body;
-	char claim_ms[24], attempts_s[24], delay_s[24], why[200] = "";
-	int64_t attempts = 0, sent_ms = clock_mono_ms();
-	int ret = -1;
+	char attempts_s[24], delay_s[24];
+	const char *why = x->why;
+	long code = 0;
+	bool ok;
 
-	db_util_i64_param(WEBHOOK_CLAIM_MS, claim_ms, sizeof(claim_ms));
-	{
-		const char *p[1] = {claim_ms};
-		if (db_util_exec(conn, "claim webhook event", sql_claim, 1, p, &res, NULL) !=
-		    METER_OK)
-			goto out;
-	}
-	if (PQntuples(res) == 0) {
-		ret = 0;
-		goto out;
-	}
-	acc = PQgetvalue(res, 0, 0);
-	id = PQgetvalue(res, 0, 1);
-	body = PQgetvalue(res, 0, 3);
-	if (db_util_i64(res, 0, 2, &attempts, NULL) != METER_OK)
-		goto out;
-	db_util_i64_param(attempts, attempts_s, sizeof(attempts_s));
-	if (claim_came_late(sent_ms)) {
-		const char *p[3] = {acc, id, attempts_s};
-		if (db_util_exec(conn, "webhook unclaim", sql_unclaim, 3, p, NULL, NULL) ==
-		    METER_OK)
-			log_warn("webhook: claim of event %s came back too late; not sent", id);
-		goto out; /* the database is slow: back off */
-	}
-	if (post_event(w, id, body, why, sizeof(why))) {
-		const char *p[2] = {acc, id};
+	if (x->sent && x->done &&
+	    curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code) != CURLE_OK)
+		code = 0;
+	/* A 2xx status line is the receiver's word that it has the event,
+	 * whatever becomes of the body after it (cut by take_body, slow, or
+	 * the connection lost). */
+	ok = x->sent && x->done && code >= 200 && code < 300;
+	if (ok) {
+		const char *p[2] = {x->acc, x->id};
 		/* Counted as the receiver answered, whether or not the
 		 * database then records it (if not, the event is sent again
 		 * once its claim lapses, and counted again). */
 		metrics_counter_add(DELIVERIES, "outcome=\"delivered\"", 1);
 		if (db_util_exec(conn, "webhook delivered", sql_done, 2, p, NULL, NULL) != METER_OK)
-			goto out;
-		log_info("webhook: event %s delivered", id);
-	} else {
-		const char *p[5] = {acc, id, attempts_s, delay_s, why};
+			return false;
+		log_info("webhook: event %s delivered", x->id);
+		return true;
+	}
+	{
+		char reason[200];
+		const char *p[5] = {x->acc, x->id, attempts_s, delay_s, reason};
 		PGresult *rr = NULL;
+
+		if (x->sent && !x->done)
+			why = "no answer";
+		else if (x->sent && x->result != CURLE_OK)
+			why = curl_easy_strerror(x->result);
+		else if (x->sent) {
+			snprintf(reason, sizeof(reason), "HTTP status %ld", code);
+			why = reason;
+		}
+		if (why != reason)
+			snprintf(reason, sizeof(reason), "%s", why);
 		metrics_counter_add(DELIVERIES, "outcome=\"failed\"", 1);
-		db_util_i64_param(webhook_retry_delay_s(attempts), delay_s, sizeof(delay_s));
+		db_util_i64_param(x->attempts, attempts_s, sizeof(attempts_s));
+		db_util_i64_param(webhook_retry_delay_s(x->attempts), delay_s, sizeof(delay_s));
 		if (db_util_exec(conn, "webhook retry", sql_retry, 5, p, &rr, NULL) != METER_OK)
-			goto out;
+			return false;
 		if (strcmp(PQcmdTuples(rr), "0") != 0)
-			log_warn("webhook: event %s not delivered (%s); retry in %s s", id, why,
-				 delay_s);
+			log_warn("webhook: event %s not delivered (%s); retry in %s s", x->id,
+				 reason, delay_s);
 		else
 			/* This process was stopped past its claim: another
 			 * has the event now (or has delivered it). */
 			log_warn("webhook: event %s not delivered (%s), and its claim had lapsed;"
 				 " left to the process that holds it now",
-				 id, why);
+				 x->id, reason);
 		PQclear(rr);
 	}
-	ret = 1;
+	return true;
+}
+
+/* Claims the most overdue events, up to opt.concurrency, POSTs them at
+ * once and records each answer: each step its own committed statement,
+ * none open during the POSTs, so a crash or a failed statement loses at
+ * most the records of the events in flight (each sent again once its
+ * claim lapses: at least once). Returns the number claimed and recorded
+ * (0 when none is due), -1 when the database failed (the caller backs off,
+ * and reconnects if it must). */
+static int deliver_round(struct webhook *w, PGconn *conn)
+{
+	PGresult *res = NULL;
+	char claim_ms[24], limit[24];
+	int64_t sent_ms = clock_mono_ms();
+	int n, ret = -1;
+
+	db_util_i64_param(WEBHOOK_CLAIM_MS, claim_ms, sizeof(claim_ms));
+	db_util_i64_param(w->opt.concurrency, limit, sizeof(limit));
+	{
+		const char *p[2] = {claim_ms, limit};
+		if (db_util_exec(conn, "claim webhook events", sql_claim, 2, p, &res, NULL) !=
+		    METER_OK)
+			goto out;
+	}
+	n = PQntuples(res);
+	if (n > w->opt.concurrency)
+		n = (int)w->opt.concurrency;
+	for (int i = 0; i < n; i++) {
+		w->x[i].acc = PQgetvalue(res, i, 0);
+		w->x[i].id = PQgetvalue(res, i, 1);
+		w->x[i].body = PQgetvalue(res, i, 3);
+		if (db_util_i64(res, i, 2, &w->x[i].attempts, NULL) != METER_OK)
+			goto out;
+	}
+	if (n > 0 && claim_came_late(sent_ms)) {
+		for (int i = 0; i < n; i++) {
+			char attempts_s[24];
+			const char *p[3] = {w->x[i].acc, w->x[i].id, attempts_s};
+
+			db_util_i64_param(w->x[i].attempts, attempts_s, sizeof(attempts_s));
+			if (db_util_exec(conn, "webhook unclaim", sql_unclaim, 3, p, NULL, NULL) !=
+			    METER_OK)
+				break;
+			log_warn("webhook: claim of event %s came back too late; not sent",
+				 w->x[i].id);
+		}
+		goto out; /* the database is slow: back off */
+	}
+	post_round(w, w->x, n);
+	for (int i = 0; i < n; i++)
+		if (!record(conn, &w->x[i]))
+			goto out;
+	ret = n;
 out:
 	PQclear(res);
 	return ret;
@@ -350,8 +451,8 @@ static void *deliver_main(void *arg)
 			count_backlog(conn, &counted_ms);
 			/* Without a URL this process only counts (its events
 			 * wait for a process that has one). */
-			n = w->url[0] ? deliver_one(w, conn) : 0;
-		} while (n == 1 && !is_stopping(w));
+			n = w->url[0] ? deliver_round(w, conn) : 0;
+		} while (n > 0 && !is_stopping(w));
 		if (n >= 0) {
 			failures = 0;
 			continue;
@@ -369,6 +470,17 @@ static void *deliver_main(void *arg)
 	if (conn)
 		PQfinish(conn);
 	return NULL;
+}
+
+static void free_transfers(struct webhook *w)
+{
+	for (int64_t i = 0; w->x && i < w->opt.concurrency; i++) {
+		curl_easy_cleanup(w->x[i].c);
+		curl_slist_free_all(w->x[i].hdrs);
+	}
+	free(w->x);
+	if (w->multi)
+		curl_multi_cleanup(w->multi);
 }
 
 enum meter_rc webhook_start(const struct webhook_options *opt, struct webhook **out)
@@ -393,8 +505,19 @@ enum meter_rc webhook_start(const struct webhook_options *opt, struct webhook **
 	w->secret = strdup(opt->secret ? opt->secret : "");
 	if (!w->db_url || !w->url || !w->secret)
 		goto fail;
-	if (w->url[0] && curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		goto fail;
+	if (w->opt.concurrency <= 0)
+		w->opt.concurrency = 1;
+	if (w->url[0]) {
+		if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+			goto fail;
+		w->multi = curl_multi_init();
+		w->x = calloc((size_t)w->opt.concurrency, sizeof(*w->x));
+		if (!w->multi || !w->x)
+			goto fail;
+		for (int64_t i = 0; i < w->opt.concurrency; i++)
+			if (!(w->x[i].c = curl_easy_init()))
+				goto fail;
+	}
 	if (clock_mono_cond_init(&w->cv) != 0)
 		goto fail;
 	pthread_mutex_init(&w->mu, NULL);
@@ -406,6 +529,7 @@ enum meter_rc webhook_start(const struct webhook_options *opt, struct webhook **
 	*out = w;
 	return METER_OK;
 fail:
+	free_transfers(w);
 	free(w->db_url);
 	free(w->url);
 	free(w->secret);
@@ -424,6 +548,7 @@ void webhook_stop(struct webhook *w)
 	pthread_join(w->thread, NULL);
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->cv);
+	free_transfers(w);
 	free(w->db_url);
 	free(w->url);
 	free(w->secret);

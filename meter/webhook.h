@@ -7,25 +7,27 @@
  * not) and hold_outrun (a hold's consumption went past its amount; once
  * per hold). The lease-end sweeper (meter/checks.c, sql/0013) adds
  * hold_outrun for a sandbox still running lease_grace_s after its lease
- * ended, once per lease. A deliverer thread takes one due event at a time:
- * it claims it (attempts + 1, next_attempt_at moved WEBHOOK_CLAIM_MS on;
- * FOR UPDATE SKIP LOCKED, committed at once, so several meterd processes
- * share the work and no two send one event at the same time), POSTs it as
- * JSON
+ * ended, once per lease. A deliverer thread works in rounds: it claims
+ * the most overdue events, at most webhook_options.concurrency (attempts +
+ * 1, next_attempt_at moved WEBHOOK_CLAIM_MS on; FOR UPDATE SKIP LOCKED,
+ * committed at once, so several meterd processes share the work and no two
+ * send one event at the same time), and POSTs them at once, over
+ * connections kept from round to round (libcurl's multi interface), each
+ * as JSON
  *
  *   {"event_id":"<uuid>","type":"...","account_id":"...","key_id":"...",
  *    "created_at":"<RFC 3339>","data":{...}}
  *
  * with headers Meter-Event-Id: <uuid> and
  *   Meter-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>
- * and then commits its outcome by itself: delivered_at after a 2xx answer;
+ * and then commits each outcome by itself: delivered_at after a 2xx answer;
  * any other answer (or none within WEBHOOK_TIMEOUT_MS) is retried after
  * 1, 2, 4, ... seconds (at most an hour apart, counted from the failed
  * attempt). No transaction is open during a POST. Delivery is at least
  * once: if meterd dies or the database fails between a 2xx answer and the
- * commit of delivered_at, that one event (the one in flight, never one
- * already recorded as delivered) is sent again with the same event id once
- * its claim lapses (WEBHOOK_CLAIM_MS after it was claimed), by this or
+ * commit of delivered_at, the events in flight (never one already
+ * recorded as delivered) are sent again with the same event ids once
+ * their claims lapse (WEBHOOK_CLAIM_MS after they were claimed), by this or
  * another process, so receivers deduplicate by Meter-Event-Id.
  *
  * /metrics: meter_webhook_deliveries_total{outcome="delivered"|"failed"}
@@ -45,7 +47,11 @@
 
 #include "rc.h"
 
-#define WEBHOOK_TIMEOUT_MS  5000 /* a whole POST, connecting included */
+#define WEBHOOK_TIMEOUT_MS 5000 /* a whole POST, connecting included */
+/* A 2xx answer's body is read (so its connection is kept) while it is at
+ * most this long and comes within WEBHOOK_BODY_MS of its first bytes. */
+#define WEBHOOK_BODY_MAX    4096
+#define WEBHOOK_BODY_MS	    100
 #define WEBHOOK_RETRY_MAX_S 3600
 /* How long a claimed event is left to its process: more than a POST, with
  * room to record its answer. */
@@ -59,7 +65,8 @@ struct webhook_options {
 	const char *url;	  /* the control plane's endpoint, "" to only count; borrowed */
 	const char *secret;	  /* HMAC key; borrowed; may be "" (unsigned v1 of "") */
 	int64_t statement_timeout_ms;
-	int64_t poll_ms; /* how often due events are looked for */
+	int64_t poll_ms;     /* how often due events are looked for */
+	int64_t concurrency; /* events POSTed at once (<= 0: 1) */
 };
 
 struct webhook;
@@ -69,7 +76,7 @@ struct webhook;
 METER_MUSTCHECK enum meter_rc webhook_start(const struct webhook_options *opt,
 					    struct webhook **out);
 
-/* Stops the thread after the delivery in flight (its answer recorded) and
+/* Stops the thread after the round in flight (its answers recorded) and
  * frees w (NULL fine). What is not claimed yet stays due. */
 void webhook_stop(struct webhook *w);
 

@@ -4,11 +4,12 @@
  * key-day's limit (a limit raised and reached again is a new event, more
  * spend over it is not), hold_outrun once per hold; every request signed
  * (Meter-Signature: t=...,v1=HMAC-SHA256(secret, "t.body")) and carrying
- * Meter-Event-Id; a failing receiver is retried with backoff; after a
+ * Meter-Event-Id; a failing receiver is retried with backoff; a process
+ * POSTs several events at once, over connections it keeps; after a
  * restart nothing is delivered twice and nothing is lost; with a slow
  * receiver and many due events, meterd still stops on SIGTERM after the
- * delivery in flight; and killed (SIGKILL) there, it has recorded every
- * event answered 2xx but the one in flight, which alone is sent again.
+ * round in flight; and killed (SIGKILL) there, it has recorded every
+ * event answered 2xx but those in flight, which alone are sent again.
  * /metrics counts the POSTs by outcome and shows the events not delivered
  * yet and the age of the oldest. */
 #include <microhttpd.h>
@@ -39,9 +40,25 @@ struct received {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct received reqs[MAX_REQ];
 static int nreqs;
-static int fail_next; /* answer 500 to this many more requests */
-static int slow_ms;   /* answer after this long */
-static int slow_body; /* answer 200 with a body of 10 bytes every 200 ms */
+static int fail_next;		   /* answer 500 to this many more requests */
+static int slow_ms;		   /* answer after this long */
+static int slow_body;		   /* answer 200 with a body of 10 bytes every 200 ms */
+static int inflight, max_inflight; /* requests being answered at once, and the most */
+static int connections;		   /* TCP connections the receiver has taken */
+
+/* Counts the connections meterd opens to the receiver. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	(void)cls;
+	(void)conn;
+	(void)socket_context;
+	if (code != MHD_CONNECTION_NOTIFY_STARTED)
+		return;
+	pthread_mutex_lock(&mu);
+	connections++;
+	pthread_mutex_unlock(&mu);
+}
 
 /* slow_body's body: 1,000 bytes over 20 s, longer than meterd waits. */
 static ssize_t trickle(void *cls, uint64_t pos, char *buf, size_t max)
@@ -90,12 +107,15 @@ static enum MHD_Result on_hook(void *cls, struct MHD_Connection *conn, const cha
 		return MHD_YES;
 	}
 	pthread_mutex_lock(&mu);
+	if (++inflight > max_inflight)
+		max_inflight = inflight;
 	if (slow_ms > 0) {
 		int ms = slow_ms;
 		pthread_mutex_unlock(&mu);
 		cu_sleep_ms(ms);
 		pthread_mutex_lock(&mu);
 	}
+	inflight--;
 	if (fail_next > 0) {
 		fail_next--;
 		status = 500;
@@ -294,6 +314,60 @@ static void test_slow_body(struct apitest *t, const char *acc, const char *key)
 	pthread_mutex_unlock(&mu);
 }
 
+/* Events POSTed at once, over kept connections. The two meterd processes
+ * run with the default webhook_concurrency, 4. With the receiver slow (0.6
+ * s an answer) and 8 events due, more than one process's one at a time
+ * are answered at once; then 24 quick events come over the connections
+ * opened before, or at most one a process's slot: not one connection an
+ * event. Each event is delivered once. */
+static void test_rounds(struct apitest *t, const char *acc, const char *key)
+{
+	char sql[512];
+	int conns0, conns1, most;
+
+	pthread_mutex_lock(&mu);
+	slow_ms = 600;
+	max_inflight = 0;
+	pthread_mutex_unlock(&mu);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
+		 " SELECT '%s', '%s', 'spend_limit_crossed', 'round-slow-' || g, '{}'"
+		 " FROM generate_series(1, 8) g",
+		 acc, key);
+	cu_sql(t->db.conn, sql);
+	CHECK_I64(wait_delivered(t->db.conn, 20000), 0);
+	pthread_mutex_lock(&mu);
+	slow_ms = 0;
+	most = max_inflight;
+	conns0 = connections;
+	pthread_mutex_unlock(&mu);
+	printf("webhook: at most %d events answered at once\n", most);
+	CHECK(most >= 3);
+	CHECK(most <= 8);
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
+		 " SELECT '%s', '%s', 'spend_limit_crossed', 'round-quick-' || g, '{}'"
+		 " FROM generate_series(1, 24) g",
+		 acc, key);
+	cu_sql(t->db.conn, sql);
+	CHECK_I64(wait_delivered(t->db.conn, 20000), 0);
+	pthread_mutex_lock(&mu);
+	conns1 = connections;
+	pthread_mutex_unlock(&mu);
+	printf("webhook: 24 events over %d new connections\n", conns1 - conns0);
+	CHECK(conns1 - conns0 <= 8);
+	{
+		PGresult *res = PQexec(t->db.conn, "SELECT event_id FROM webhook_outbox"
+						   " WHERE dedup_key LIKE 'round-%'");
+
+		CHECK(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 32);
+		for (int i = 0; PQresultStatus(res) == PGRES_TUPLES_OK && i < PQntuples(res); i++)
+			CHECK_I64(delivered(PQgetvalue(res, i, 0)), 1);
+		PQclear(res);
+	}
+}
+
 /* A failed POST whose claim lapsed while it was sent (its process stopped
  * past the claim: here another claim is written over it meanwhile): the
  * other claim stands, untouched, and the log says so instead of announcing
@@ -354,8 +428,11 @@ static void spend(PGconn *db, const char *acc, const char *key, const char *sand
 }
 
 /* A meterd of our own on the same database (a restart). */
-static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const char *log)
+/* A meterd of its own posting at most concurrency events at once. */
+static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const char *log,
+			  int concurrency)
 {
+	char conc[16];
 	const char *bin = getenv("METER_BIN_DIR");
 	char exe[512];
 	pid_t pid;
@@ -368,6 +445,8 @@ static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const c
 		setenv("METER_DATABASE_URL", t->db.url, 1);
 		setenv("METER_WEBHOOK_URL", hook_url, 1);
 		setenv("METER_WEBHOOK_SECRET", SECRET, 1);
+		snprintf(conc, sizeof(conc), "%d", concurrency);
+		setenv("METER_WEBHOOK_CONCURRENCY", conc, 1);
 		setenv("METER_CONTROL_PLANE_TOKEN", t->control_plane_token, 1);
 		execl(exe, "meterd", "--listen", "127.0.0.1:0", (char *)NULL);
 		_exit(127);
@@ -759,13 +838,16 @@ static void test_crossings(struct apitest *t, const char *acc)
 }
 
 #define KILL_EVENTS 48
+#define KILL_CONC   3 /* the killed meterd's webhook_concurrency */
 
 /* SIGKILL while the receiver is slow (0.5 s an answer), after four events
  * were answered 2xx: every event answered before the kill is recorded as
- * delivered but at most one (the one in flight), and after a restart only
- * that one is sent again (same event id, once its claim lapses); none is
- * lost. The events: ten of the test's own and whatever the SIGTERM case
- * left due. No meterd may be running. */
+ * delivered but at most KILL_CONC (the round in flight), and after a
+ * restart only those are sent again (same event ids, once their claims
+ * lapse); none is lost. The events: ten of the test's own and whatever the
+ * SIGTERM case left due. No meterd may be running. */
+#define SLOW_CONC 2 /* webhook_concurrency of the meterd stopped with a slow receiver */
+
 static void test_kill(struct apitest *t, const char *hook_url, const char *acc, const char *key)
 {
 	char sql[512], log[512], ids[KILL_EVENTS][40];
@@ -795,7 +877,7 @@ static void test_kill(struct apitest *t, const char *hook_url, const char *acc, 
 	pthread_mutex_unlock(&mu);
 	snprintf(log, sizeof(log), "%s/test-webhook-kill-%d.log", getenv("METER_BIN_DIR") ?: "/tmp",
 		 (int)getpid());
-	pid = spawn_meterd(t, hook_url, log);
+	pid = spawn_meterd(t, hook_url, log, KILL_CONC);
 	CHECK(pid > 0);
 	for (int waited = 0; waited < 30000 && answered < 4; waited += 50) {
 		cu_sleep_ms(50);
@@ -828,13 +910,13 @@ static void test_kill(struct apitest *t, const char *hook_url, const char *acc, 
 	       " delivered\n",
 	       answered, n, recorded);
 	CHECK(answered >= 4);
-	CHECK(recorded >= answered - 1);
+	CHECK(recorded >= answered - KILL_CONC);
 
 	/* Restarted: what was recorded is not sent again, the rest is sent,
-	 * the one in flight too once its claim has lapsed. */
+	 * those in flight too once their claims have lapsed. */
 	snprintf(log, sizeof(log), "%s/test-webhook-restart-%d.log",
 		 getenv("METER_BIN_DIR") ?: "/tmp", (int)getpid());
-	pid = spawn_meterd(t, hook_url, log);
+	pid = spawn_meterd(t, hook_url, log, 1);
 	CHECK(pid > 0);
 	CHECK_I64(wait_delivered(db, WEBHOOK_CLAIM_MS + 15000), 0);
 	cu_sleep_ms(500);
@@ -851,7 +933,7 @@ static void test_kill(struct apitest *t, const char *hook_url, const char *acc, 
 	}
 	printf("webhook: after the restart %d event(s) sent again\n", again);
 	CHECK_I64(again, answered - recorded);
-	CHECK(again <= 1);
+	CHECK(again <= KILL_CONC);
 	if (pid > 0) {
 		kill(pid, SIGTERM);
 		waitpid(pid, &status, 0);
@@ -875,7 +957,8 @@ int main(void)
 	PGconn *db;
 
 	d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
-			     NULL, NULL, on_hook, NULL, MHD_OPTION_SOCK_ADDR, NULL, MHD_OPTION_END);
+			     NULL, NULL, on_hook, NULL, MHD_OPTION_SOCK_ADDR, NULL,
+			     MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_END);
 	if (!d)
 		return 1;
 	info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
@@ -950,12 +1033,13 @@ int main(void)
 	test_crossings(&t, acc);
 	test_slow_body(&t, acc, key);
 	test_lapsed_claim(&t, acc, key);
+	test_rounds(&t, acc, key);
 
 	/* Restart: stop both servers, start another; nothing is sent again. */
 	CHECK(apitest_stop(&t) == 0);
 	snprintf(log, sizeof(log), "%s/test-webhook-%d.log", getenv("METER_BIN_DIR") ?: "/tmp",
 		 (int)getpid());
-	pid = spawn_meterd(&t, hook_url, log);
+	pid = spawn_meterd(&t, hook_url, log, SLOW_CONC);
 	CHECK(pid > 0);
 	{
 		int before = total_requests();
@@ -982,7 +1066,7 @@ int main(void)
 		CHECK_I64(delivered(id), 1);
 	}
 	/* A slow receiver (3 s an answer) and 20 due events: sending them all
-	 * takes a minute, but SIGTERM stops meterd after the one in flight. */
+	 * takes a while, but SIGTERM stops meterd after the round in flight. */
 	pthread_mutex_lock(&mu);
 	slow_ms = 3000;
 	pthread_mutex_unlock(&mu);
@@ -1012,7 +1096,7 @@ int main(void)
 		/* What was not delivered is still due. */
 		CHECK(cu_sql_int(
 			  db, "SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL") >=
-		      18);
+		      20 - 2 * SLOW_CONC);
 	}
 	pthread_mutex_lock(&mu);
 	slow_ms = 0;

@@ -32,6 +32,7 @@ static void test_defaults(void)
 	CHECK_STR(c.listen, "127.0.0.1:8080");
 	CHECK_STR(c.database_url, "");
 	CHECK_I64(c.http_threads, 2);
+	CHECK_I64(c.webhook_concurrency, 4);
 }
 
 static void test_precedence(void)
@@ -96,6 +97,17 @@ static void test_errors(void)
 	CHECK(help);
 	CHECK(config_load(&c, 1, help_argv, bad_env, &help, err, sizeof(err)) != METER_OK);
 	CHECK(strstr(err, "METER_HTTP_THREADS") != NULL);
+	{
+		char *none[] = {"METER_WEBHOOK_CONCURRENCY=0", NULL};
+		char *many[] = {"METER_WEBHOOK_CONCURRENCY=33", NULL};
+		char *most[] = {"METER_WEBHOOK_CONCURRENCY=32", NULL};
+
+		CHECK(config_load(&c, 1, help_argv, none, &help, err, sizeof(err)) != METER_OK);
+		CHECK(strstr(err, "METER_WEBHOOK_CONCURRENCY") != NULL);
+		CHECK(config_load(&c, 1, help_argv, many, &help, err, sizeof(err)) != METER_OK);
+		CHECK(config_load(&c, 1, help_argv, most, &help, err, sizeof(err)) == METER_OK);
+		CHECK_I64(c.webhook_concurrency, 32);
+	}
 
 	write_file("listen = 127.0.0.1:1\nbogus = 2\n");
 	config_init(&c);

@@ -192,6 +192,20 @@ static int signature_ok(const struct received *r)
 }
 
 /* Waits until every outbox event is delivered (or timeout_ms). */
+/* Puts n spend_limit_crossed events of key in the outbox, due now, with
+ * dedup keys prefix1 .. prefixn. */
+static void due_events(PGconn *db, const char *acc, const char *key, const char *prefix, int n)
+{
+	char sql[512];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
+		 " SELECT '%s', '%s', 'spend_limit_crossed', '%s' || g, '{}'"
+		 " FROM generate_series(1, %d) g",
+		 acc, key, prefix, n);
+	cu_sql(db, sql);
+}
+
 static long long wait_delivered(PGconn *db, int timeout_ms)
 {
 	long long pending = -1;
@@ -322,19 +336,13 @@ static void test_slow_body(struct apitest *t, const char *acc, const char *key)
  * event. Each event is delivered once. */
 static void test_rounds(struct apitest *t, const char *acc, const char *key)
 {
-	char sql[512];
 	int conns0, conns1, most;
 
 	pthread_mutex_lock(&mu);
 	slow_ms = 600;
 	max_inflight = 0;
 	pthread_mutex_unlock(&mu);
-	snprintf(sql, sizeof(sql),
-		 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
-		 " SELECT '%s', '%s', 'spend_limit_crossed', 'round-slow-' || g, '{}'"
-		 " FROM generate_series(1, 8) g",
-		 acc, key);
-	cu_sql(t->db.conn, sql);
+	due_events(t->db.conn, acc, key, "round-slow-", 8);
 	CHECK_I64(wait_delivered(t->db.conn, 20000), 0);
 	pthread_mutex_lock(&mu);
 	slow_ms = 0;
@@ -345,12 +353,7 @@ static void test_rounds(struct apitest *t, const char *acc, const char *key)
 	CHECK(most >= 3);
 	CHECK(most <= 8);
 
-	snprintf(sql, sizeof(sql),
-		 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
-		 " SELECT '%s', '%s', 'spend_limit_crossed', 'round-quick-' || g, '{}'"
-		 " FROM generate_series(1, 24) g",
-		 acc, key);
-	cu_sql(t->db.conn, sql);
+	due_events(t->db.conn, acc, key, "round-quick-", 24);
 	CHECK_I64(wait_delivered(t->db.conn, 20000), 0);
 	pthread_mutex_lock(&mu);
 	conns1 = connections;
@@ -850,19 +853,14 @@ static void test_crossings(struct apitest *t, const char *acc)
 
 static void test_kill(struct apitest *t, const char *hook_url, const char *acc, const char *key)
 {
-	char sql[512], log[512], ids[KILL_EVENTS][40];
+	char log[512], ids[KILL_EVENTS][40];
 	int base[KILL_EVENTS], answered = 0, recorded = 0, again = 0, n = 0, status = -1;
 	bool done[KILL_EVENTS];
 	PGconn *db = t->db.conn;
 	PGresult *res;
 	pid_t pid;
 
-	snprintf(sql, sizeof(sql),
-		 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
-		 " SELECT '%s', '%s', 'spend_limit_crossed', 'kill-' || g, '{}'"
-		 " FROM generate_series(1, 10) g",
-		 acc, key);
-	cu_sql(db, sql);
+	due_events(db, acc, key, "kill-", 10);
 	res = PQexec(db, "SELECT event_id FROM webhook_outbox WHERE delivered_at IS NULL");
 	if (PQresultStatus(res) == PGRES_TUPLES_OK)
 		for (n = 0; n < PQntuples(res) && n < KILL_EVENTS; n++) {
@@ -1071,16 +1069,10 @@ int main(void)
 	slow_ms = 3000;
 	pthread_mutex_unlock(&mu);
 	{
-		char sql[512];
 		int before = total_requests();
 		long long t0;
 
-		snprintf(sql, sizeof(sql),
-			 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)"
-			 " SELECT '%s', '%s', 'spend_limit_crossed', 'slow-' || g, '{}'"
-			 " FROM generate_series(1, 20) g",
-			 acc, key);
-		cu_sql(db, sql);
+		due_events(db, acc, key, "slow-", 20);
 		for (int i = 0; i < 100 && total_requests() == before; i++)
 			cu_sleep_ms(50);
 		CHECK(total_requests() > before);

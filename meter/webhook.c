@@ -128,9 +128,6 @@ enum meter_rc webhook_sign(const char *secret, int64_t t, const char *body, size
 	return METER_OK;
 }
 
-/* The answer's body, not read: once the status is a 2xx, the event is
- * delivered and the transfer ends here (0 stops it), so a slow or endless
- * body neither turns a 2xx into a failure nor is downloaded. */
 /* One event's POST of a round. */
 struct xfer {
 	CURL *c; /* kept from round to round (reset before each POST) */
@@ -138,7 +135,7 @@ struct xfer {
 	const char *acc, *id, *body; /* the claim's, borrowed from its result */
 	int64_t attempts;
 	size_t got;	  /* the answer's body bytes taken */
-	int64_t first_ms; /* clock_mono_ms() of a 2xx answer's first body bytes; 0 before */
+	int64_t first_ms; /* clock_mono_ms() when its 2xx status was seen; 0 before */
 	bool sent;	  /* added to the round's transfers */
 	bool done;	  /* ended, with result */
 	CURLcode result;
@@ -147,26 +144,44 @@ struct xfer {
 
 /* The answer's body, which nothing reads. A 2xx answer with a short body is
  * taken whole, so that its connection is kept for the next POST; one whose
- * body is long or still coming after WEBHOOK_BODY_MS is cut, and the
- * connection with it: the 2xx status line is the receiver's word that it
- * has the event, and a slow body must not hold the round. Other answers
- * are read to their end (within WEBHOOK_TIMEOUT_MS). */
+ * body is long, or not all there WEBHOOK_BODY_MS after its status (slow,
+ * or stalled), is cut, and the connection with it: the 2xx status line is
+ * the receiver's word that it has the event, and a slow body must not
+ * hold the round. Other answers are read to their end (within
+ * WEBHOOK_TIMEOUT_MS). True when x's transfer is to be cut now. */
+static bool body_cut(struct xfer *x, size_t more)
+{
+	long code = 0;
+
+	if (curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code) != CURLE_OK || code < 200 ||
+	    code >= 300)
+		return false;
+	if (x->first_ms == 0)
+		x->first_ms = clock_mono_ms();
+	return clock_mono_ms() - x->first_ms > WEBHOOK_BODY_MS || x->got + more > WEBHOOK_BODY_MAX;
+}
+
 static size_t take_body(char *data, size_t size, size_t n, void *userdata)
 {
 	struct xfer *x = userdata;
-	int64_t now = clock_mono_ms();
-	long code = 0;
 
 	(void)data;
-	if (curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK && code >= 200 &&
-	    code < 300) {
-		if (x->first_ms == 0)
-			x->first_ms = now;
-		if (now - x->first_ms > WEBHOOK_BODY_MS || x->got + size * n > WEBHOOK_BODY_MAX)
-			return 0;
-	}
+	if (body_cut(x, size * n))
+		return 0;
 	x->got += size * n;
 	return size * n;
+}
+
+/* Called while the transfer runs, each turn of post_round's loop (at least
+ * every 100 ms) as well: cuts a 2xx answer's body that has stalled. */
+static int watch_body(void *userdata, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		      curl_off_t ulnow)
+{
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	return body_cut(userdata, 0) ? 1 : 0;
 }
 
 /* Sets x's handle up to POST its event, signed now. False (x->why says
@@ -211,6 +226,9 @@ static bool xfer_prepare(struct webhook *w, struct xfer *x)
 	    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L) != CURLE_OK ||
 	    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, take_body) != CURLE_OK ||
 	    curl_easy_setopt(c, CURLOPT_WRITEDATA, x) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, watch_body) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_XFERINFODATA, x) != CURLE_OK ||
+	    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L) != CURLE_OK ||
 	    curl_easy_setopt(c, CURLOPT_PRIVATE, x) != CURLE_OK) {
 		snprintf(x->why, sizeof(x->why), "curl set-up failed");
 		return false;
@@ -375,10 +393,15 @@ static int deliver_round(struct webhook *w, PGconn *conn)
 		goto out; /* the database is slow: back off */
 	}
 	post_round(w, w->x, n);
-	for (int i = 0; i < n; i++)
-		if (!record(conn, &w->x[i]))
-			goto out;
 	ret = n;
+	/* Each answer recorded by itself: a statement that fails (a lock
+	 * timeout, say) leaves only its own event to be sent again, unless the
+	 * connection is lost. */
+	for (int i = 0; i < n && PQstatus(conn) == CONNECTION_OK; i++)
+		if (!record(conn, &w->x[i]))
+			ret = -1;
+	if (PQstatus(conn) != CONNECTION_OK)
+		ret = -1;
 out:
 	PQclear(res);
 	return ret;

@@ -42,7 +42,8 @@ static struct received reqs[MAX_REQ];
 static int nreqs;
 static int fail_next;		   /* answer 500 to this many more requests */
 static int slow_ms;		   /* answer after this long */
-static int slow_body;		   /* answer 200 with a body of 10 bytes every 200 ms */
+static int slow_body;		   /* answer 200 with a body of 10 bytes every 200 ms; 2: 1 byte,
+				      then nothing for 6 s */
 static int inflight, max_inflight; /* requests being answered at once, and the most */
 static int connections;		   /* TCP connections the receiver has taken */
 
@@ -58,6 +59,19 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	pthread_mutex_lock(&mu);
 	connections++;
 	pthread_mutex_unlock(&mu);
+}
+
+/* slow_body 2's body: of 100 bytes, 1, then nothing for 6 s, longer than
+ * meterd waits. */
+static ssize_t stall(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	(void)cls;
+	if (pos == 0 && max > 0) {
+		buf[0] = 'x';
+		return 1;
+	}
+	cu_sleep_ms(6000);
+	return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
 /* slow_body's body: 1,000 bytes over 20 s, longer than meterd waits. */
@@ -137,9 +151,12 @@ static enum MHD_Result on_hook(void *cls, struct MHD_Connection *conn, const cha
 	free(u);
 	*con_cls = NULL;
 	pthread_mutex_lock(&mu);
-	resp = slow_body && status == 200
-		   ? MHD_create_response_from_callback(1000, 10, trickle, NULL, NULL)
-		   : MHD_create_response_from_buffer(2, (void *)"ok", MHD_RESPMEM_PERSISTENT);
+	if (slow_body == 2 && status == 200)
+		resp = MHD_create_response_from_callback(100, 10, stall, NULL, NULL);
+	else if (slow_body && status == 200)
+		resp = MHD_create_response_from_callback(1000, 10, trickle, NULL, NULL);
+	else
+		resp = MHD_create_response_from_buffer(2, (void *)"ok", MHD_RESPMEM_PERSISTENT);
 	pthread_mutex_unlock(&mu);
 	ret = MHD_queue_response(conn, status, resp);
 	MHD_destroy_response(resp);
@@ -322,6 +339,23 @@ static void test_slow_body(struct apitest *t, const char *acc, const char *key)
 		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 			CHECK_I64(delivered(PQgetvalue(res, 0, 0)), 1);
 		PQclear(res);
+	}
+	/* A 2xx body that stalls after its first byte is cut as soon as one
+	 * that trickles, not at the end of meterd's 5 s wait. */
+	pthread_mutex_lock(&mu);
+	slow_body = 2;
+	pthread_mutex_unlock(&mu);
+	{
+		struct timespec a, b;
+		long long ms;
+
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		due_events(t->db.conn, acc, key, "stall-body-", 1);
+		CHECK_I64(wait_delivered(t->db.conn, 10000), 0);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		ms = (long long)(b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000;
+		printf("webhook: a stalled 2xx body, recorded delivered after %lld ms\n", ms);
+		CHECK(ms < 4500);
 	}
 	pthread_mutex_lock(&mu);
 	slow_body = 0;

@@ -260,12 +260,13 @@ static void post_round(struct webhook *w, struct xfer *x, int n)
 		if (curl_multi_poll(w->multi, NULL, 0, 100, NULL) != CURLM_OK)
 			break;
 	while ((msg = curl_multi_info_read(w->multi, &left)) != NULL) {
-		struct xfer *d = NULL;
+		char *priv = NULL;
 
 		if (msg->msg == CURLMSG_DONE &&
-		    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&d) ==
-			CURLE_OK &&
-		    d) {
+		    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv) == CURLE_OK &&
+		    priv) {
+			struct xfer *d = (struct xfer *)(void *)priv;
+
 			d->done = true;
 			d->result = msg->data.result;
 		}

@@ -973,6 +973,78 @@ static void test_kill(struct apitest *t, const char *hook_url, const char *acc, 
 	}
 }
 
+/* One record of a round that fails (its event's row locked past meterd's
+ * 1 s statement timeout while the round's POSTs were answered) leaves the
+ * others recorded, not sent again: only its own event stays due. No
+ * meterd may be running. */
+static void test_record_failed(struct apitest *t, const char *hook_url, const char *acc,
+			       const char *key)
+{
+	char log[512], id[64] = "";
+	PGconn *db = t->db.conn, *locker = PQconnectdb(t->db.url);
+	PGresult *res;
+	int status = -1, busy = 0;
+	pid_t pid;
+
+	CHECK(PQstatus(locker) == CONNECTION_OK);
+	cu_sql(db, "UPDATE webhook_outbox SET delivered_at = clock_timestamp()"
+		   " WHERE delivered_at IS NULL");
+	pthread_mutex_lock(&mu);
+	slow_ms = 1500;
+	pthread_mutex_unlock(&mu);
+	due_events(db, acc, key, "record-", 4);
+	/* The round's first, as the claim most likely takes them. */
+	res = PQexec(db, "SELECT event_id FROM webhook_outbox WHERE dedup_key LIKE 'record-%'"
+			 " ORDER BY ctid LIMIT 1");
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	snprintf(log, sizeof(log), "%s/test-webhook-record-%d.log",
+		 getenv("METER_BIN_DIR") ?: "/tmp", (int)getpid());
+	setenv("METER_DB_STATEMENT_TIMEOUT_MS", "1000", 1);
+	pid = spawn_meterd(t, hook_url, log, 4);
+	unsetenv("METER_DB_STATEMENT_TIMEOUT_MS");
+	CHECK(pid > 0);
+	for (int waited = 0; waited < 20000 && busy < 4; waited += 20) {
+		cu_sleep_ms(20);
+		pthread_mutex_lock(&mu);
+		busy = inflight;
+		pthread_mutex_unlock(&mu);
+	}
+	CHECK_I64(busy, 4);
+	/* Claimed and being answered: its row now locked until after the
+	 * answers come (1.5 s) and its record times out (1 s). */
+	{
+		char sql[200];
+
+		snprintf(sql, sizeof(sql),
+			 "BEGIN; SELECT 1 FROM webhook_outbox WHERE event_id = '%s' FOR UPDATE",
+			 id);
+		cu_sql(locker, sql);
+	}
+	cu_sleep_ms(3500);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM webhook_outbox WHERE dedup_key LIKE 'record-%%'"
+			     " AND delivered_at IS NOT NULL AND event_id <> '%s'",
+			     id),
+		  3);
+	cu_sql(locker, "COMMIT");
+	PQfinish(locker);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM webhook_outbox WHERE event_id = '%s'"
+			     " AND delivered_at IS NULL",
+			     id),
+		  1);
+	pthread_mutex_lock(&mu);
+	slow_ms = 0;
+	pthread_mutex_unlock(&mu);
+	if (pid > 0) {
+		kill(pid, SIGTERM);
+		waitpid(pid, &status, 0);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+}
+
 int main(void)
 {
 	struct apitest t;
@@ -1128,6 +1200,7 @@ int main(void)
 	slow_ms = 0;
 	pthread_mutex_unlock(&mu);
 	test_kill(&t, hook_url, acc, key);
+	test_record_failed(&t, hook_url, acc, key);
 	apitest_drop(&t);
 	MHD_stop_daemon(d);
 	pthread_mutex_lock(&mu);

@@ -291,7 +291,6 @@ static bool claim_came_late(int64_t sent_ms)
 static bool record(PGconn *conn, const struct xfer *x)
 {
 	char attempts_s[24], delay_s[24];
-	const char *why = x->why;
 	long code = 0;
 	bool ok;
 
@@ -318,16 +317,14 @@ static bool record(PGconn *conn, const struct xfer *x)
 		const char *p[5] = {x->acc, x->id, attempts_s, delay_s, reason};
 		PGresult *rr = NULL;
 
-		if (x->sent && !x->done)
-			why = "no answer";
-		else if (x->sent && x->result != CURLE_OK)
-			why = curl_easy_strerror(x->result);
-		else if (x->sent) {
+		if (!x->sent)
+			snprintf(reason, sizeof(reason), "%s", x->why);
+		else if (!x->done)
+			snprintf(reason, sizeof(reason), "no answer");
+		else if (x->result != CURLE_OK)
+			snprintf(reason, sizeof(reason), "%s", curl_easy_strerror(x->result));
+		else
 			snprintf(reason, sizeof(reason), "HTTP status %ld", code);
-			why = reason;
-		}
-		if (why != reason)
-			snprintf(reason, sizeof(reason), "%s", why);
 		metrics_counter_add(DELIVERIES, "outcome=\"failed\"", 1);
 		db_util_i64_param(x->attempts, attempts_s, sizeof(attempts_s));
 		db_util_i64_param(webhook_retry_delay_s(x->attempts), delay_s, sizeof(delay_s));

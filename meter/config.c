@@ -507,7 +507,8 @@ void config_usage(const char *prog)
 
 		printf("  --%-26s %s", o->name, o->help);
 		if (o->kind == OPT_INT)
-			printf(" (default %lld)", (long long)*(const int64_t *)(const void *)base);
+			printf(" (%lld to %lld, default %lld)", (long long)o->min,
+			       (long long)o->max, (long long)*(const int64_t *)(const void *)base);
 		else if (o->kind == OPT_BOOL)
 			printf(" (default %s)", *(const bool *)(const void *)base ? "on" : "off");
 		else if (*base)

@@ -196,6 +196,39 @@ static void test_help_first(void)
 	CHECK(!help);
 }
 
+/* --help names each number's bounds beside its default: the bounds a bad
+ * value is refused by. */
+static void test_usage(void)
+{
+	char path[] = "/tmp/meter-usage-XXXXXX", text[16384];
+	int fd = mkstemp(path), saved = dup(STDOUT_FILENO);
+	size_t n = 0;
+	FILE *f;
+
+	CHECK(fd >= 0 && saved >= 0);
+	if (fd < 0 || saved < 0)
+		return;
+	fflush(stdout);
+	dup2(fd, STDOUT_FILENO);
+	config_usage("meterd");
+	fflush(stdout);
+	dup2(saved, STDOUT_FILENO);
+	close(saved);
+	f = fdopen(fd, "r");
+	if (f) {
+		rewind(f);
+		n = fread(text, 1, sizeof(text) - 1, f);
+		fclose(f);
+	}
+	text[n] = '\0';
+	unlink(path);
+	CHECK(strstr(text, "(1 to 64, default 2)\n") != NULL);	  /* http_threads */
+	CHECK(strstr(text, "(2 to 256, default 8)\n") != NULL);	  /* db_pool_size */
+	CHECK(strstr(text, "(0 to 3600, default 60)\n") != NULL); /* request_timeout_s */
+	CHECK(strstr(text, "(1 to 32, default 4)\n") != NULL);	  /* webhook_concurrency */
+	CHECK(strstr(text, "(default on)\n") != NULL);		  /* collector */
+}
+
 static void test_listen(void)
 {
 	char host[64];
@@ -303,6 +336,7 @@ int main(void)
 	test_secret_flags();
 	test_listen();
 	test_help_first();
+	test_usage();
 	test_urls();
 	return check_done();
 }

@@ -153,6 +153,36 @@ static void set_error(struct item *it, unsigned status, const char *code, const 
 	set_answer(it, status, err ? json_pack("{s:o}", "error", err) : NULL);
 }
 
+/* 409: it's idempotency key holds the answer to other parameters; other is
+ * the sandbox that answer was for, when known. A wake sent without a key
+ * has its sandbox id for one, so another sandbox's wake sent with that id
+ * as its key holds it: the message says so, since the caller sent no key
+ * and could not tell from the code alone. */
+static void set_idem_conflict(struct item *it, const char *other)
+{
+	char msg[256];
+
+	if (it->rq.op == CHECKS_WAKE && other && strcmp(it->idem, it->rq.sandbox_id) == 0 &&
+	    strcmp(other, it->rq.sandbox_id) != 0)
+		snprintf(msg, sizeof(msg),
+			 "a wake sent without an idempotency key has its sandbox id for one, and a"
+			 " wake of sandbox %s was sent with this key: send an idempotency_key of"
+			 " your own",
+			 other);
+	else
+		snprintf(msg, sizeof(msg), "idempotency key already used with other parameters");
+	set_error(it, 409, "idempotency_conflict", msg,
+		  json_pack("{s:s}", "idempotency_key", it->idem));
+}
+
+/* The sandbox_id of a stored answer (an allowed check's), or NULL. Its
+ * text is the stored body's, valid until j is released. */
+static const char *answer_sandbox(const char *body, json_t **j)
+{
+	*j = body ? json_loads(body, 0, NULL) : NULL;
+	return json_string_value(json_object_get(*j, "sandbox_id"));
+}
+
 static json_t *limit_json(const struct ledger_day *d)
 {
 	return d->has_limit ? json_integer(d->limit_micros) : json_null();
@@ -400,9 +430,10 @@ static enum meter_rc batch_prepare(struct batcher *e, struct batch *b, int64_t d
 		}
 		if (r->idem_exists && !r->idem_stale) {
 			if (strcmp(r->idem_sha_hex, it->sha_hex) != 0 || !r->idem_response) {
-				set_error(it, 409, "idempotency_conflict",
-					  "idempotency key already used with other parameters",
-					  json_pack("{s:s}", "idempotency_key", it->idem));
+				json_t *stored;
+
+				set_idem_conflict(it, answer_sandbox(r->idem_response, &stored));
+				json_decref(stored);
 				continue;
 			}
 			it->status = (unsigned)r->idem_status;
@@ -632,9 +663,7 @@ static void answer_as_retry(struct item *it, const struct item *same)
 {
 	it->kept = false;
 	if (strcmp(same->sha_hex, it->sha_hex) != 0) {
-		set_error(it, 409, "idempotency_conflict",
-			  "idempotency key already used with other parameters",
-			  json_pack("{s:s}", "idempotency_key", it->idem));
+		set_idem_conflict(it, same->rq.sandbox_id);
 		return;
 	}
 	/* An allowed or kept item has its answer: one that could not be

@@ -1081,6 +1081,12 @@ static void test_wake_replay_holds(struct apitest *t, const char *key)
 	apitest_resp_release(&r);
 	CHECK_I64(cu_wake(t, 0, "wr-3", 600, NULL, &r), 409);
 	CHECK_STR(apitest_error_code(&r), "idempotency_conflict");
+	/* The caller sent no key: the message names the wake that holds it. */
+	CHECK(strstr(r.body, "a wake of sandbox wr-4 was sent with this key") != NULL);
+	apitest_resp_release(&r);
+	/* A wake of the same sandbox with other parameters: the plain message. */
+	CHECK_I64(cu_wake(t, 0, "wr-4", 300, "\"idempotency_key\":\"wr-3\"", &r), 409);
+	CHECK(strstr(r.body, "already used with other parameters") != NULL);
 	apitest_resp_release(&r);
 	CHECK_I64(cu_wake(t, 0, "wr-4", 600, "\"idempotency_key\":\"wr-3\"", &r), 200);
 	CHECK(r.headers && strstr(r.headers, "Idempotent-Replayed: true"));

@@ -208,8 +208,18 @@ json_t *http_json_body(struct http_req *req)
 					 json_pack("{s:s}", "field", field));
 			return NULL;
 		}
+		/* Likewise a string value holding an escaped NUL: the member
+		 * it is in. */
+		if (parse_json_error_is_nul(jerr.text) && jerr.position > 0 &&
+		    parse_json_member_at(req->body, req->body_len, (size_t)jerr.position - 1, field,
+					 sizeof(field))) {
+			snprintf(msg, sizeof(msg), "%s: %s", field, PARSE_JSON_NUL_TEXT);
+			http_reply_error(req, 400, "invalid_request", msg,
+					 json_pack("{s:s}", "field", field));
+			return NULL;
+		}
 		snprintf(msg, sizeof(msg), "malformed JSON at byte %d: %s", jerr.position,
-			 jerr.text);
+			 parse_json_error_is_nul(jerr.text) ? PARSE_JSON_NUL_TEXT : jerr.text);
 		http_reply_error(req, 400, "invalid_request", msg,
 				 json_pack("{s:s}", "field", "body"));
 		return NULL;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parse.h"
 #include "usage.h"
 
 #define DOC_DEPTH_MAX	    8 /* the document needs 3: object, array, object */
@@ -427,7 +428,8 @@ enum meter_rc agent_doc_parse(const char *text, size_t len, int64_t now_usec,
 
 		doc_safe_name(jerr.text, safe, sizeof(safe));
 		doc_err(err, errlen, "document", "malformed JSON at line %d column %d: %s",
-			jerr.line, jerr.column, safe);
+			jerr.line, jerr.column,
+			parse_json_error_is_nul(jerr.text) ? PARSE_JSON_NUL_TEXT : safe);
 		return METER_EINVAL;
 	}
 	rc = doc_root(root, now_usec, out, err, errlen);

@@ -206,6 +206,11 @@ bool parse_json_member_at(const char *text, size_t len, size_t pos, char *name, 
 	return true;
 }
 
+bool parse_json_error_is_nul(const char *text)
+{
+	return text && strstr(text, "\\u0000") != NULL;
+}
+
 /* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
  * days_from_civil), integers only. */
 int64_t parse_days_from_civil(int64_t y, int64_t m, int64_t d)

@@ -32,6 +32,12 @@ int parse_json_depth(const char *text, size_t len);
  * or the name holds an escape or does not fit. */
 bool parse_json_member_at(const char *text, size_t len, size_t pos, char *name, size_t cap);
 
+/* True when the parser's (jansson's) error text is its refusal of an
+ * escaped NUL in a string: that text names a flag of the parser, so a
+ * client is told PARSE_JSON_NUL_TEXT instead. */
+#define PARSE_JSON_NUL_TEXT "a string holds \\u0000 (NUL), which no field takes"
+bool parse_json_error_is_nul(const char *text);
+
 #define PARSE_ID_MAX 64
 
 /* How a command line's argument a is named in an error message, written

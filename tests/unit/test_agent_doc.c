@@ -389,6 +389,8 @@ static void test_raw_nul(void)
 	    "\"cpu_usec\":5\0}]}";
 	static const char trailing[] = "{\"host_id\":\"h1\",\"sampled_at\":"
 				       "\"2026-11-30T01:02:03Z\",\"sandboxes\":[]}\0";
+	static const char escaped[] = "{\"host_id\":\"h\\u00001\",\"sampled_at\":"
+				      "\"2026-11-30T01:02:03Z\",\"sandboxes\":[]}";
 	struct sample_batch b;
 	char err[160];
 
@@ -400,6 +402,12 @@ static void test_raw_nul(void)
 	      METER_EINVAL);
 	CHECK_STR(err, "document: malformed JSON: a NUL byte at byte 67");
 	CHECK(b.n == 0 && b.items == NULL);
+	/* An escaped one is the input's fault too, told as such (the
+	 * parser's own text names a flag of its own). */
+	CHECK(agent_doc_parse(escaped, sizeof(escaped) - 1, NOW_USEC, &b, err, sizeof(err)) ==
+	      METER_EINVAL);
+	CHECK(strstr(err, "a string holds \\u0000 (NUL), which no field takes") != NULL);
+	CHECK(strstr(err, "JSON_ALLOW") == NULL);
 	/* The same text without its NUL is taken. */
 	CHECK(agent_doc_parse(trailing, sizeof(trailing) - 2, NOW_USEC, &b, err, sizeof(err)) ==
 	      METER_OK);

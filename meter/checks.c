@@ -713,8 +713,13 @@ static void batch_decide(struct batch *b)
 		}
 		if (!ledger_place(days, amounts, nparts, &failed)) {
 			const struct ledger_day *d = days[failed];
+			/* Without a limit only a held total past what 64 bits
+			 * keep refuses (ledger_place). */
 			set_error(it, 402, "spending_limit_reached",
-				  "the key's daily spending limit would be exceeded",
+				  d->has_limit ? "the key's daily spending limit would be exceeded"
+					       : "the key has no daily limit, but the day's held"
+						 " total would pass the largest amount kept"
+						 " (9223372036854775807 micros)",
 				  json_pack("{s:s,s:I,s:I,s:o,s:I,s:I}", "day", it->days[failed],
 					    "day_spent_micros", (json_int_t)d->spent_micros,
 					    "day_held_micros", (json_int_t)d->held_micros,

@@ -2151,6 +2151,58 @@ static void test_price_after_tails(void)
 	apitest_drop(&t);
 }
 
+/* A key without a limit is refused only when the day's held total would
+ * pass 64 bits: at the price book's highest rates, day-long leases of the
+ * largest size (each 417,792,000,000,000,000 micros) fill it after about
+ * 22, and the next is refused as such, naming no limit, with nothing
+ * held. */
+static void test_held_overflow(void)
+{
+	struct apitest t;
+	struct apitest_resp r;
+	char acc[65], key[65], token[APITEST_TOKEN_MAX], sb[32];
+	int allowed = 0;
+	long long held;
+
+	if (apitest_start(&t, "chk_overflow", 1, NULL, NULL) < 0) {
+		CHECK(0);
+		return;
+	}
+	CHECK(apitest_create_account(&t, "Overflow", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", -1, "UTC", key, token) == 0);
+	CHECK_I64(cu_sql_int(t.db.conn,
+			     "WITH v AS (INSERT INTO price_book (effective_from,"
+			     " cpu_micros_per_vcpu_hour, memory_micros_per_gib_hour,"
+			     " storage_micros_per_gib_hour, floor_millicores, free_sandbox_hours)"
+			     " VALUES (now() - interval '1 second', 1000000000000, 1000000000000,"
+			     " 1000000000000, 1000000, 0) RETURNING 1) SELECT count(*) FROM v"),
+		  1);
+	for (int i = 0; i < 40; i++) {
+		snprintf(sb, sizeof(sb), "ov-%d", i);
+		if (cu_create(&t, 0, key, sb, 1024, 16777216, 86400, NULL, &r) != 200) {
+			apitest_resp_release(&r);
+			break;
+		}
+		allowed++;
+		apitest_resp_release(&r);
+	}
+	CHECK(allowed >= 11 && allowed < 40);
+	held = cu_sql_int(t.db.conn, "SELECT max(held_micros) FROM key_day_ledger");
+	snprintf(sb, sizeof(sb), "ov-%d", allowed);
+	CHECK_I64(cu_create(&t, 0, key, sb, 1024, 16777216, 86400, NULL, &r), 402);
+	CHECK_STR(apitest_error_code(&r), "spending_limit_reached");
+	CHECK(strstr(r.body, "the key has no daily limit") != NULL);
+	CHECK(
+	    json_is_null(json_object_get(json_object_get(r.json, "error"), "daily_limit_micros")));
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT max(held_micros) FROM key_day_ledger"), held);
+	CHECK_I64(
+	    cu_sql_int(t.db.conn, "SELECT count(*) FROM sandboxes WHERE sandbox_id = '%s'", sb), 0);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+}
+
 int main(void)
 {
 	struct apitest t;
@@ -2200,5 +2252,6 @@ int main(void)
 	test_azores();
 	test_tail();
 	test_price_after_tails();
+	test_held_overflow();
 	return check_done();
 }

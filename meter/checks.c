@@ -153,7 +153,7 @@ static void set_error(struct item *it, unsigned status, const char *code, const 
 	set_answer(it, status, err ? json_pack("{s:o}", "error", err) : NULL);
 }
 
-/* 409: it's idempotency key holds the answer to other parameters; other is
+/* 409: its idempotency key holds the answer to other parameters; other is
  * the sandbox that answer was for, when known. A wake sent without a key
  * has its sandbox id for one, so another sandbox's wake sent with that id
  * as its key holds it: the message says so, since the caller sent no key

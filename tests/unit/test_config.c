@@ -206,8 +206,14 @@ static void test_usage(void)
 	FILE *f;
 
 	CHECK(fd >= 0 && saved >= 0);
-	if (fd < 0 || saved < 0)
+	if (fd < 0 || saved < 0) {
+		if (fd >= 0)
+			close(fd);
+		if (saved >= 0)
+			close(saved);
+		unlink(path);
 		return;
+	}
 	fflush(stdout);
 	dup2(fd, STDOUT_FILENO);
 	config_usage("meterd");

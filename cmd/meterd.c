@@ -150,6 +150,12 @@ int main(int argc, char **argv)
 				"characters\n");
 		return 2;
 	}
+	/* A short secret set ahead of its URL would be refused only once the
+	 * URL comes: say so now, as for session_secret. */
+	if (cfg.webhook_secret[0] && strlen(cfg.webhook_secret) < 32) {
+		fprintf(stderr, "meterd: webhook_secret must be at least 32 characters\n");
+		return 2;
+	}
 	/* One token per caller: a token given to two would carry the
 	 * rights of the first that matches. */
 	{

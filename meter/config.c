@@ -350,28 +350,36 @@ enum meter_rc config_load_env(struct meter_config *cfg, char *const *envp, char 
 		if (!eq)
 			continue;
 		len = (size_t)(eq - e) - 6;
-		if (len == 0 || len >= sizeof(name))
+		if (len == 0)
 			continue;
-		for (size_t i = 0; i < len; i++) {
-			char c = e[6 + i];
-			name[i] = (char)((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);
+		/* A name too long for the buffer is no option's name. */
+		o = NULL;
+		name[0] = '\0';
+		if (len < sizeof(name)) {
+			for (size_t i = 0; i < len; i++) {
+				char c = e[6 + i];
+				name[i] = (char)((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);
+			}
+			name[len] = '\0';
+			o = opt_find(name, len);
 		}
-		name[len] = '\0';
-		o = opt_find(name, len);
 		if (!o) {
 			/* Not applied; listed for a warning (the project's
 			 * scripts and other tools use METER_ names too, so not
 			 * an error). */
 			size_t used = strlen(cfg->unknown_environment);
+			/* A long name is shown by its first 60 characters. */
+			size_t shown = len > 64 ? 60 : len;
 
 			if (strcmp(name, "config") == 0)
 				continue;
-			if (used + len + 8 < sizeof(cfg->unknown_environment))
+			if (used + shown + 11 < sizeof(cfg->unknown_environment))
 				snprintf(cfg->unknown_environment + used,
-					 sizeof(cfg->unknown_environment) - used, "%sMETER_%.*s",
-					 used ? "," : "", (int)len, e + 6);
+					 sizeof(cfg->unknown_environment) - used, "%sMETER_%.*s%s",
+					 used ? "," : "", (int)shown, e + 6,
+					 shown < len ? "..." : "");
 			else if (used + 5 < sizeof(cfg->unknown_environment) &&
-				 !strstr(cfg->unknown_environment, "..."))
+				 !strstr(cfg->unknown_environment, ",..."))
 				snprintf(cfg->unknown_environment + used,
 					 sizeof(cfg->unknown_environment) - used, ",...");
 			continue;

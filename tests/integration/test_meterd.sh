@@ -172,6 +172,14 @@ for secret in "" "short-secret"; do
 	grep -q "webhook_secret of at least 32 characters" "$work/wh.log" && ok ||
 		fail "no webhook_secret message"
 done
+# A short secret is refused without a webhook too (set ahead of its URL,
+# it would fail only once the URL comes).
+status=0
+METER_DATABASE_URL=$url METER_WEBHOOK_SECRET=short-secret timeout 20 "$bin/meterd" \
+	--listen 127.0.0.1:0 >"$work/wh.log" 2>&1 || status=$?
+expect "a short webhook_secret alone refused" "$status" 2
+grep -q "webhook_secret must be at least 32 characters" "$work/wh.log" && ok ||
+	fail "no short webhook_secret message"
 
 # One token per caller: the same token for two is refused at start (it
 # would carry the rights of whichever is checked first).

@@ -66,6 +66,19 @@ static void test_precedence(void)
 		CHECK_STR(c.unknown_environment, "METER_OPERATOR_TOKN");
 		CHECK_STR(c.operator_token, "");
 	}
+	{
+		/* A name too long to be an option's is listed too, by its first
+		 * 60 characters. */
+		char long_name[128], *many[3] = {long_name, "METER_ANOTHER_TOOL=1", NULL};
+		char want[128];
+
+		snprintf(long_name, sizeof(long_name), "METER_%s=1",
+			 "A123456789B123456789C123456789D123456789E123456789F123456789G1234");
+		snprintf(want, sizeof(want), "METER_%s...,METER_ANOTHER_TOOL",
+			 "A123456789B123456789C123456789D123456789E123456789F123456789");
+		CHECK(config_load(&c, 3, argv_none, many, &help, err, sizeof(err)) == METER_OK);
+		CHECK_STR(c.unknown_environment, want);
+	}
 	CHECK(config_load(&c, 5, argv, env, &help, err, sizeof(err)) == METER_OK);
 	CHECK_STR(c.listen, "127.0.0.1:9003");
 	CHECK(!help);

@@ -17,6 +17,11 @@ static void set_response(struct http_req *req, unsigned status, struct MHD_Respo
 {
 	if (req->resp)
 		MHD_destroy_response(req->resp);
+	/* A 401 names the scheme that would be accepted (RFC 9110, 15.5.2). */
+	if (status == 401 && resp &&
+	    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+				    "Bearer realm=\"meter\"") != MHD_YES)
+		log_warn("could not add WWW-Authenticate");
 	req->resp = resp;
 	req->status = status;
 }

@@ -140,20 +140,20 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (cfg.session_secret[0] && strlen(cfg.session_secret) < 32) {
-		fprintf(stderr, "meterd: session_secret must be at least 32 characters\n");
+		fprintf(stderr, "meterd: session_secret must be at least 32 bytes\n");
 		return 2;
 	}
 	/* Unsigned (or weakly signed) events could be forged by anyone who
 	 * can reach the control plane's webhook. */
 	if (cfg.webhook_url[0] && strlen(cfg.webhook_secret) < 32) {
 		fprintf(stderr, "meterd: webhook_url needs a webhook_secret of at least 32 "
-				"characters\n");
+				"bytes\n");
 		return 2;
 	}
 	/* A short secret set ahead of its URL would be refused only once the
 	 * URL comes: say so now, as for session_secret. */
 	if (cfg.webhook_secret[0] && strlen(cfg.webhook_secret) < 32) {
-		fprintf(stderr, "meterd: webhook_secret must be at least 32 characters\n");
+		fprintf(stderr, "meterd: webhook_secret must be at least 32 bytes\n");
 		return 2;
 	}
 	/* One token per caller: a token given to two would carry the
@@ -170,7 +170,7 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 3; i++)
 			if (tokens[i][0] && strlen(tokens[i]) < 32) {
 				fprintf(stderr,
-					"meterd: %s needs at least 32 characters (a random one: "
+					"meterd: %s needs at least 32 bytes (a random one: "
 					"openssl rand -hex 32)\n",
 					names[i]);
 				return 2;

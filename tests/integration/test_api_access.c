@@ -327,7 +327,14 @@ static void test_method_and_body_caps(void)
 	free(big);
 }
 
-/* No credentials, or garbage ones: 401 on every route that needs them. */
+/* A 401 names the scheme it takes (RFC 9110, 15.5.2). */
+static bool challenged(const struct apitest_resp *r)
+{
+	return r->headers && strstr(r->headers, "WWW-Authenticate: Bearer realm=\"meter\"\r\n");
+}
+
+/* No credentials, or garbage ones: 401 on every route that needs them,
+ * with the scheme they need. */
 static void test_unauthenticated(void)
 {
 	char wrong[APITEST_TOKEN_MAX + 32], nosecret[96];
@@ -365,6 +372,7 @@ static void test_unauthenticated(void)
 		} else {
 			CHECK_I64(r.status, 401);
 			CHECK_STR(apitest_error_code(&r), "unauthorized");
+			CHECK(challenged(&r));
 		}
 		apitest_resp_release(&r);
 		fill_path(&routes[i], path, sizeof(path));
@@ -382,6 +390,7 @@ static void test_unauthenticated(void)
 				fprintf(stderr, "%s on %s %s: %ld\n", garbage[g], routes[i].method,
 					routes[i].path, r.status);
 			CHECK_I64(r.status, 401);
+			CHECK(challenged(&r));
 			apitest_resp_release(&r);
 		}
 	}

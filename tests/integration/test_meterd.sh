@@ -169,7 +169,7 @@ for secret in "" "short-secret"; do
 		METER_WEBHOOK_SECRET=$secret "$bin/meterd" --listen 127.0.0.1:0 >"$work/wh.log" 2>&1 ||
 		status=$?
 	expect "webhook_secret '$secret' refused" "$status" 2
-	grep -q "webhook_secret of at least 32 characters" "$work/wh.log" && ok ||
+	grep -q "webhook_secret of at least 32 bytes" "$work/wh.log" && ok ||
 		fail "no webhook_secret message"
 done
 # A short secret is refused without a webhook too (set ahead of its URL,
@@ -178,7 +178,7 @@ status=0
 METER_DATABASE_URL=$url METER_WEBHOOK_SECRET=short-secret timeout 20 "$bin/meterd" \
 	--listen 127.0.0.1:0 >"$work/wh.log" 2>&1 || status=$?
 expect "a short webhook_secret alone refused" "$status" 2
-grep -q "webhook_secret must be at least 32 characters" "$work/wh.log" && ok ||
+grep -q "webhook_secret must be at least 32 bytes" "$work/wh.log" && ok ||
 	fail "no short webhook_secret message"
 
 # One token per caller: the same token for two is refused at start (it
@@ -242,10 +242,10 @@ grep -q "host_id lifecycle.stop is the service's own" "$work/err" && ok ||
 	fail "reserved host id: $(cat "$work/err")"
 bad_value "an sslmode libpq does not take" --database-url "$url?sslmode=bogus"
 grep -q "database_url: sslmode" "$work/err" && ok || fail "sslmode: $(cat "$work/err")"
-# A token under 32 characters is refused at start.
-bad_value "an agent token under 32 characters" --database-url "$url" \
+# A token under 32 bytes is refused at start.
+bad_value "an agent token under 32 bytes" --database-url "$url" \
 	--agent-token 0123456789abcdef0123456789abcde
-grep -q "agent_token needs at least 32 characters" "$work/err" && ok ||
+grep -q "agent_token needs at least 32 bytes" "$work/err" && ok ||
 	fail "short token: $(cat "$work/err")"
 bad_value "a port number past 65535" \
 	--database-url "postgresql://u:secret-pw@127.0.0.1:70000/db"

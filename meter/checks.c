@@ -1825,6 +1825,11 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 	    "Check batches, by path: fast (decided on what the engine knew, one round"
 	    " trip, committed), fast_differed (a ledger row was not as expected: nothing"
 	    " written, decided again), classic (read, lock, decide, write).");
+	/* Each series from the start, at 0: a rate or an alert on one sees
+	 * a value rather than no series. */
+	metrics_counter_add(CHECK_BATCHES, "path=\"fast\"", 0);
+	metrics_counter_add(CHECK_BATCHES, "path=\"fast_differed\"", 0);
+	metrics_counter_add(CHECK_BATCHES, "path=\"classic\"", 0);
 	e->opt = *opt;
 	if (e->opt.batch_max < 1)
 		e->opt.batch_max = CHECKS_BATCH_MAX_DEFAULT;

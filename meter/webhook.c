@@ -516,6 +516,9 @@ enum meter_rc webhook_start(const struct webhook_options *opt, struct webhook **
 	metrics_describe(DELIVERIES, METRICS_COUNTER,
 			 "Webhook POSTs by this process, by outcome: delivered (a 2xx answer) or "
 			 "failed (any other answer or none; retried).");
+	/* Both series from the start, at 0, with a URL or without. */
+	metrics_counter_add(DELIVERIES, "outcome=\"delivered\"", 0);
+	metrics_counter_add(DELIVERIES, "outcome=\"failed\"", 0);
 	metrics_describe(PENDING_EVENTS, METRICS_GAUGE,
 			 "Webhook events not delivered yet, of every process (counted every 5 s).");
 	metrics_describe(OLDEST_PENDING_SECS, METRICS_GAUGE,

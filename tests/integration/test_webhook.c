@@ -1073,6 +1073,25 @@ int main(void)
 		return 1;
 	}
 	db = t.db.conn;
+	/* Before any POST or check, each counter's series is listed at 0 (an
+	 * alert on it sees a value, not a missing series). */
+	for (int i = 0; i < 2; i++) {
+		static const char *const zero[] = {
+		    "\nmeter_webhook_deliveries_total{outcome=\"delivered\"} 0\n",
+		    "\nmeter_webhook_deliveries_total{outcome=\"failed\"} 0\n",
+		    "\nmeter_check_batches_total{path=\"fast\"} 0\n",
+		    "\nmeter_check_batches_total{path=\"fast_differed\"} 0\n",
+		    "\nmeter_check_batches_total{path=\"classic\"} 0\n"};
+
+		CHECK(apitest_call(&t, i, "GET", "/metrics", NULL, NULL, &r) == 0);
+		CHECK_I64(r.status, 200);
+		for (size_t z = 0; z < sizeof(zero) / sizeof(zero[0]); z++)
+			if (!r.body || !strstr(r.body, zero[z])) {
+				fprintf(stderr, "not listed at 0:%s", zero[z]);
+				CHECK(false);
+			}
+		apitest_resp_release(&r);
+	}
 	CHECK(apitest_create_account(&t, "Hooked", acc) == 0);
 	CHECK(apitest_create_key(&t, acc, "full", 100000, apitest_midday_zone(zone, sizeof(zone)),
 				 key, token) == 0);

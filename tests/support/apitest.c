@@ -399,6 +399,20 @@ static size_t apitest_write(char *data, size_t size, size_t n, void *userdata)
 
 static pthread_mutex_t apitest_check_lock = PTHREAD_MUTEX_INITIALIZER;
 
+bool apitest_webhook_conforms(const char *headers, const char *body)
+{
+	const json_t *doc = openapi_check_doc(METER_OPENAPI_PATH);
+	json_t *json = body ? json_loads(body, 0, NULL) : NULL;
+	char err[1024] = "the body is not JSON";
+	bool ok = doc && json && openapi_check_webhook(doc, headers, json, err, sizeof(err));
+
+	if (!ok)
+		fprintf(stderr, "apitest: the webhook is not as api/openapi.json says: %s\n",
+			doc ? err : "the document did not load");
+	json_decref(json);
+	return ok;
+}
+
 /* Every answer against the API's OpenAPI document (openapi_check.h): a
  * failed check of the test that made the request when it does not
  * conform. */

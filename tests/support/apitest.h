@@ -125,6 +125,11 @@ long long apitest_jpath(json_t *o, const char *path);
 /* A string member of o, borrowed, or "" when absent or not a string. */
 const char *apitest_jstr(json_t *o, const char *name);
 
+/* One webhook POST a test's receiver took (headers as raw "Name: value"
+ * lines, body as received) held to api/openapi.json's webhooks
+ * (openapi_check_webhook); prints why when it does not conform. */
+bool apitest_webhook_conforms(const char *headers, const char *body);
+
 /* The value of a series in server i's GET /metrics, at its integer part:
  * series is the name with its labels, e.g. `meter_x_total{outcome="ok"}`
  * (the whole text before the value); 0 when the series is absent (as a

@@ -634,3 +634,60 @@ bool openapi_check_response(const json_t *doc, const char *method, const char *p
 	}
 	return true;
 }
+
+bool openapi_check_webhook(const json_t *doc, const char *headers, const json_t *body, char *err,
+			   size_t errlen)
+{
+	const char *type = json_string_value(json_object_get(body, "type"));
+	const json_t *op, *schema, *prm;
+	char value[256], why[256];
+	size_t i;
+
+	err[0] = '\0';
+	op = type ? json_object_get(json_object_get(json_object_get(doc, "webhooks"), type), "post")
+		  : NULL;
+	if (!op) {
+		snprintf(err, errlen, "no webhook \"%s\" in the document",
+			 type ? type : "(no type)");
+		return false;
+	}
+	json_array_foreach(json_object_get(op, "parameters"), i, prm)
+	{
+		const json_t *p = deref(doc, prm);
+		const char *name = json_string_value(json_object_get(p, "name"));
+		json_t *hv;
+		bool ok;
+
+		if (!name ||
+		    strcmp(json_string_value(json_object_get(p, "in")) ?: "", "header") != 0)
+			continue;
+		if (!header_value(headers, name, value, sizeof(value))) {
+			if (!json_is_true(json_object_get(p, "required")))
+				continue;
+			snprintf(err, errlen, "webhook %s: the required header %s is missing", type,
+				 name);
+			return false;
+		}
+		hv = json_string(value);
+		ok = hv &&
+		     openapi_check_schema(doc, json_object_get(p, "schema"), hv, why, sizeof(why));
+		json_decref(hv);
+		if (!ok) {
+			snprintf(err, errlen, "webhook %s: header %s: %s", type, name, why);
+			return false;
+		}
+	}
+	schema = json_object_get(
+	    json_object_get(json_object_get(json_object_get(op, "requestBody"), "content"),
+			    "application/json"),
+	    "schema");
+	if (!schema) {
+		snprintf(err, errlen, "webhook %s has no JSON request body", type);
+		return false;
+	}
+	if (!openapi_check_schema(doc, schema, body, why, sizeof(why))) {
+		snprintf(err, errlen, "webhook %s: %s", type, why);
+		return false;
+	}
+	return true;
+}

@@ -49,4 +49,12 @@ bool openapi_check_response(const json_t *doc, const char *method, const char *p
 			    const char *headers, const char *body, size_t body_len,
 			    const json_t *json, char *err, size_t errlen);
 
+/* Checks one webhook POST against doc's webhooks: the operation its body's
+ * type names, every header parameter it marks required present in headers
+ * (raw "Name: value" lines) and valid against its schema, and the body
+ * valid against the request body's schema. Returns true when it conforms;
+ * otherwise false with the reason in err. */
+bool openapi_check_webhook(const json_t *doc, const char *headers, const json_t *body, char *err,
+			   size_t errlen);
+
 #endif

@@ -520,6 +520,30 @@ static const json_t *deref(const json_t *doc, const json_t *node)
 	return ref ? openapi_check_resolve(doc, ref) : node;
 }
 
+/* Header name of the raw headers against its description h (a header
+ * object or a header parameter): false, and why, when h marks it required
+ * and it is missing, or when its value is not valid against h's schema. */
+static bool header_conforms(const json_t *doc, const json_t *h, const char *headers,
+			    const char *name, char *why, size_t whylen)
+{
+	char value[256], sub[256];
+	json_t *hv;
+	bool ok;
+
+	if (!header_value(headers, name, value, sizeof(value))) {
+		if (!json_is_true(json_object_get(h, "required")))
+			return true;
+		snprintf(why, whylen, "the required header %s is missing", name);
+		return false;
+	}
+	hv = json_string(value);
+	ok = hv && openapi_check_schema(doc, json_object_get(h, "schema"), hv, sub, sizeof(sub));
+	json_decref(hv);
+	if (!ok)
+		snprintf(why, whylen, "header %s: %s", name, hv ? sub : "out of memory");
+	return ok;
+}
+
 bool openapi_check_response(const json_t *doc, const char *method, const char *path, long status,
 			    const char *headers, const char *body, size_t body_len,
 			    const json_t *json, char *err, size_t errlen)
@@ -576,25 +600,11 @@ bool openapi_check_response(const json_t *doc, const char *method, const char *p
 	hdrs = json_object_get(resp, "headers");
 	json_object_foreach((json_t *)hdrs, name, it)
 	{
-		json_t *hv;
-		char why[256];
-		bool ok;
+		char why[320];
 
 		h = deref(doc, it);
-		if (!header_value(headers, name, value, sizeof(value))) {
-			if (!json_is_true(json_object_get(h, "required")))
-				continue;
-			snprintf(err, errlen, "%s %s %ld: the required header %s is missing",
-				 method, best, status, name);
-			return false;
-		}
-		hv = json_string(value);
-		ok = hv &&
-		     openapi_check_schema(doc, json_object_get(h, "schema"), hv, why, sizeof(why));
-		json_decref(hv);
-		if (!ok) {
-			snprintf(err, errlen, "%s %s %ld: header %s: %s", method, best, status,
-				 name, why);
+		if (!header_conforms(doc, h, headers, name, why, sizeof(why))) {
+			snprintf(err, errlen, "%s %s %ld: %s", method, best, status, why);
 			return false;
 		}
 	}
@@ -640,7 +650,7 @@ bool openapi_check_webhook(const json_t *doc, const char *headers, const json_t 
 {
 	const char *type = json_string_value(json_object_get(body, "type"));
 	const json_t *op, *schema, *prm;
-	char value[256], why[256];
+	char why[320];
 	size_t i;
 
 	err[0] = '\0';
@@ -655,25 +665,12 @@ bool openapi_check_webhook(const json_t *doc, const char *headers, const json_t 
 	{
 		const json_t *p = deref(doc, prm);
 		const char *name = json_string_value(json_object_get(p, "name"));
-		json_t *hv;
-		bool ok;
 
 		if (!name ||
 		    strcmp(json_string_value(json_object_get(p, "in")) ?: "", "header") != 0)
 			continue;
-		if (!header_value(headers, name, value, sizeof(value))) {
-			if (!json_is_true(json_object_get(p, "required")))
-				continue;
-			snprintf(err, errlen, "webhook %s: the required header %s is missing", type,
-				 name);
-			return false;
-		}
-		hv = json_string(value);
-		ok = hv &&
-		     openapi_check_schema(doc, json_object_get(p, "schema"), hv, why, sizeof(why));
-		json_decref(hv);
-		if (!ok) {
-			snprintf(err, errlen, "webhook %s: header %s: %s", type, name, why);
+		if (!header_conforms(doc, p, headers, name, why, sizeof(why))) {
+			snprintf(err, errlen, "webhook %s: %s", type, why);
 			return false;
 		}
 	}

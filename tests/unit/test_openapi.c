@@ -267,6 +267,54 @@ static void test_checker(const json_t *doc)
 	}
 }
 
+/* Every operation, of the paths and of the webhooks, has an operationId
+ * (what a client generator names its functions by): lower camel case, and
+ * no two alike. */
+static void test_operation_ids(const json_t *doc)
+{
+	const char *const groups[] = {"paths", "webhooks"};
+	const char *seen[128];
+	size_t nseen = 0;
+
+	for (size_t g = 0; g < 2; g++) {
+		const char *name, *m;
+		json_t *item, *op;
+
+		CHECK(json_is_object(json_object_get(doc, groups[g])));
+		json_object_foreach(json_object_get(doc, groups[g]), name, item)
+		{
+			json_object_foreach(item, m, op)
+			{
+				const char *id;
+				bool is_method = false, shaped;
+
+				for (int k = 0; methods[k]; k++)
+					is_method |= strcmp(methods[k], m) == 0;
+				if (!is_method)
+					continue;
+				id = json_string_value(json_object_get(op, "operationId"));
+				shaped = id && id[0] >= 'a' && id[0] <= 'z';
+				for (const char *c = id; shaped && *c; c++)
+					shaped = (*c >= 'a' && *c <= 'z') ||
+						 (*c >= 'A' && *c <= 'Z') ||
+						 (*c >= '0' && *c <= '9');
+				if (!shaped)
+					fprintf(stderr, "%s %s %s: operationId %s\n", groups[g], m,
+						name, id ? id : "missing");
+				CHECK(shaped);
+				for (size_t i = 0; id && i < nseen; i++)
+					if (strcmp(seen[i], id) == 0) {
+						fprintf(stderr, "operationId %s given twice\n", id);
+						CHECK(false);
+					}
+				if (id && nseen < sizeof(seen) / sizeof(seen[0]))
+					seen[nseen++] = id;
+			}
+		}
+	}
+	CHECK(nseen >= 2);
+}
+
 int main(void)
 {
 	json_error_t jerr;
@@ -375,6 +423,7 @@ int main(void)
 
 	check_refs(doc, doc, &bad_refs);
 	CHECK_I64(bad_refs, 0);
+	test_operation_ids(doc);
 	test_checker(doc);
 	json_decref(doc);
 	return check_done();

@@ -643,6 +643,51 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 	CHECK_I64(outruns(db, "wh-resumed", "resumed_without_wake"), 1);
 	event_at(t, "wh-resumed", "stopped", 8);
 	event_at(t, "wh-woken", "stopped", 8);
+
+	/* The same resume with its two events sent out of order: the
+	 * running one first (the sandbox runs already: nothing changes),
+	 * then the pause dated before it. As in order: running since the
+	 * running event, the hold settled, the resume reported. */
+	CHECK_I64(cu_create(t, 0, key, "wh-late-pause", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	{
+		char at_run[40], at_pause[40];
+		time_t now = time(NULL);
+
+		cu_rfc3339(now + 4, at_run, sizeof(at_run));
+		cu_rfc3339(now + 2, at_pause, sizeof(at_pause));
+		CHECK_I64(cu_event(t, 0, "wh-late-pause", "running", at_run, &r), 200);
+		apitest_resp_release(&r);
+		CHECK_I64(outruns(db, "wh-late-pause", "resumed_without_wake"), 0);
+		CHECK_I64(cu_event(t, 0, "wh-late-pause", "paused", at_pause, &r), 200);
+		CHECK_STR(apitest_json_str(&r, "state"), "running");
+		apitest_resp_release(&r);
+		CHECK_I64(
+		    cu_sql_int(db,
+			       "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'wh-late-pause'"
+			       " AND state = 'running' AND state_since = '%s'::timestamptz",
+			       at_run),
+		    1);
+		CHECK_I64(cu_sql_int(db,
+				     "SELECT count(*) FROM holds WHERE sandbox_id = 'wh-late-pause'"
+				     " AND status = 'open' AND settles_at IS NULL"),
+			  0);
+		CHECK_I64(outruns(db, "wh-late-pause", "resumed_without_wake"), 1);
+		CHECK_I64(
+		    cu_sql_int(db,
+			       "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+			       " AND payload->>'sandbox_id' = 'wh-late-pause'"
+			       " AND (payload->>'at')::timestamptz = '%s'::timestamptz",
+			       at_run),
+		    1);
+		/* A second pause, later: paused since then, as in order. */
+		event_at(t, "wh-late-pause", "paused", 6);
+		CHECK_I64(cu_sql_int(db,
+				     "SELECT count(*) FROM sandboxes"
+				     " WHERE sandbox_id = 'wh-late-pause' AND state = 'paused'"),
+			  1);
+		event_at(t, "wh-late-pause", "stopped", 8);
+	}
 }
 
 /* Pushes a sample of sandbox sb under key (1 vCPU, 1 GiB) dated now +

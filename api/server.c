@@ -2,6 +2,7 @@
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1170,10 +1171,15 @@ void http_server_quiesce(struct http_server *srv)
 {
 	if (!srv || atomic_exchange(&srv->draining, true))
 		return;
-	/* No new connection is taken: one that comes now waits in the
-	 * kernel's queue, unanswered, and is refused when the socket is
-	 * closed (after the stop). */
+	/* No new connection is taken, and none is let wait: the socket stops
+	 * listening now, so a connection attempt is refused at once (a
+	 * caller tries another process, knowing its request was never
+	 * sent) and one the kernel had queued is reset. The descriptor
+	 * itself is closed after the stop, so that its number is not reused
+	 * while libmicrohttpd's threads may still hold it. */
 	srv->quiesced = MHD_quiesce_daemon(srv->daemon);
+	if (srv->quiesced != MHD_INVALID_SOCKET && shutdown(srv->quiesced, SHUT_RD) != 0)
+		log_warn("could not stop listening: %s", strerror(errno));
 }
 
 bool http_server_drained(struct http_server *srv, int64_t wait_ms)

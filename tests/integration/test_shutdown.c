@@ -5,7 +5,8 @@
  * queued and never sent (status set, aborted=1), no connection kept alive
  * after an answer that is cut with a request on it, and every 200 has its
  * sandbox in the database. Once stopping, answers close their connections
- * and new connections are not taken (they are refused once it has stopped). */
+ * and new connections are refused at once, while a check under way is
+ * still decided and answered. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,8 +17,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+
 #include "apitest.h"
 #include "check.h"
+#include "checks_util.h"
 #include "rawhttp.h"
 
 #define CLIENTS 16
@@ -90,6 +95,61 @@ static void *client(void *arg)
 	return NULL;
 }
 
+/* Server i stopping while a check waits for its key-day's ledger row,
+ * which the test holds: a connection attempt meanwhile is refused at once
+ * (not taken into the kernel's queue and reset at the exit, which a
+ * caller could not tell from a lost answer); the check waiting is decided
+ * and answered once the row is let go, and meterd exits with status 0. */
+static void test_refused_while_draining(int i, const char *acc)
+{
+	struct apitest_resp r;
+	struct rawhttp_resp rr;
+	char day[16] = "", body[256], req[768];
+	PGconn *lock;
+	pid_t pid = t.servers[i].pid;
+	int fd, late, late_errno, blen, len, status = -1;
+
+	CHECK_I64(cu_create(&t, i, key, "drain-first", 1, 512, 60, NULL, &r), 200);
+	snprintf(day, sizeof(day), "%.10s", apitest_json_str(&r, "day") ?: "");
+	apitest_resp_release(&r);
+	lock = cu_lock_day(t.db.url, acc, key, day);
+	fd = rawhttp_connect(t.servers[i].port);
+	CHECK(fd >= 0);
+	blen = snprintf(body, sizeof(body),
+			"{\"key_id\":\"%s\",\"sandbox_id\":\"drain-held\",\"vcpus\":1,"
+			"\"memory_mib\":512,\"lease_seconds\":60}",
+			key);
+	len = snprintf(req, sizeof(req),
+		       "POST /v1/checks/create HTTP/1.1\r\nHost: x\r\n"
+		       "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+		       "Content-Length: %d\r\n\r\n%s",
+		       t.control_plane_token, blen, body);
+	CHECK(rawhttp_send(fd, req, (size_t)len, 5000) == 0);
+	cu_await_lock_waiters(t.db.conn, 1);
+	CHECK(kill(pid, SIGTERM) == 0);
+	cu_sleep_ms(300); /* the signal taken and the socket quiesced */
+	late = rawhttp_connect(t.servers[i].port);
+	late_errno = errno;
+	if (late >= 0)
+		close(late);
+	CHECK(late < 0);
+	CHECK_I64(late_errno, ECONNREFUSED);
+	CHECK(waitpid(pid, &status, WNOHANG) == 0); /* still draining */
+	cu_sql(lock, "ROLLBACK");
+	PQfinish(lock);
+	CHECK(rawhttp_read(fd, 15000, 1 << 20, &rr) == 0);
+	CHECK_I64(rr.status, 200);
+	rawhttp_resp_release(&rr);
+	close(fd);
+	for (int w = 0; w < 500 && waitpid(pid, &status, WNOHANG) == 0; w++)
+		cu_sleep_ms(20);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	t.servers[i].pid = 0;
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM sandboxes"
+					" WHERE sandbox_id = 'drain-held'"),
+		  1);
+}
+
 int main(void)
 {
 	static int ids[CLIENTS];
@@ -98,7 +158,7 @@ int main(void)
 	char *log;
 	long aborted_answers = 0;
 
-	if (apitest_start(&t, "shutdown", 1, NULL, NULL) < 0) {
+	if (apitest_start(&t, "shutdown", 2, NULL, NULL) < 0) {
 		CHECK(0);
 		return check_done();
 	}
@@ -145,6 +205,7 @@ int main(void)
 	snprintf(sql, sizeof(sql), "SELECT count(*) FROM sandboxes WHERE sandbox_id LIKE 'sd-%%'");
 	testdb_query_text(t.db.conn, sql, v, sizeof(v));
 	CHECK_I64(strtoll(v, NULL, 10), atomic_load(&allowed));
+	test_refused_while_draining(1, acc);
 	apitest_drop(&t);
 	return check_done();
 }

@@ -38,7 +38,10 @@ int rawhttp_connect(int port)
 		return -1;
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		int e = errno;
+
 		close(fd);
+		errno = e; /* the caller may ask why (ECONNREFUSED) */
 		return -1;
 	}
 	/* Small writes (one trickled byte) go out at once. */

@@ -26,7 +26,7 @@ struct rawhttp_resp {
 };
 
 /* A TCP connection to 127.0.0.1:port (blocking connect, close-on-exec).
- * Returns the socket, or -1. */
+ * Returns the socket, or -1 with errno as connect left it. */
 int rawhttp_connect(int port);
 
 /* Sends len bytes of buf on fd, waiting up to timeout_ms in all. Returns 0,

@@ -688,6 +688,50 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 			  1);
 		event_at(t, "wh-late-pause", "stopped", 8);
 	}
+	/* More orders, each left as in the order of the events' times:
+	 * - wh-between: pauses at +1 and +8, then a running event at +4:
+	 *   paused since +8 (not running);
+	 * - wh-tie: a running event at -2 s, then a pause at -4 s, both
+	 *   before the create (so both at the create): running, and the
+	 *   resume reported;
+	 * - wh-runs: a pause at +1, running events at +3 then +2: running
+	 *   since +2. */
+	{
+		static const char *const sbs[] = {"wh-between", "wh-tie", "wh-runs"};
+
+		for (size_t i = 0; i < 3; i++) {
+			CHECK_I64(cu_create(t, 0, key, sbs[i], 1, 1024, 900, NULL, &r), 200);
+			apitest_resp_release(&r);
+		}
+		event_at(t, "wh-between", "paused", 1);
+		event_at(t, "wh-between", "paused", 8);
+		event_at(t, "wh-between", "running", 4);
+		CHECK_I64(cu_sql_int(
+			      db,
+			      "SELECT count(*) FROM sandboxes s JOIN lifecycle_events e"
+			      " USING (account_id, sandbox_id) WHERE s.sandbox_id = 'wh-between'"
+			      " AND s.state = 'paused' AND e.type = 'paused'"
+			      " AND s.state_since = e.at AND e.at > s.created_at + interval '5 s'"),
+			  1);
+		event_at(t, "wh-tie", "running", -2);
+		event_at(t, "wh-tie", "paused", -4);
+		CHECK_I64(cu_sql_int(db,
+				     "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'wh-tie'"
+				     " AND state = 'running' AND state_since = created_at"),
+			  1);
+		CHECK_I64(outruns(db, "wh-tie", "resumed_without_wake"), 1);
+		event_at(t, "wh-runs", "paused", 1);
+		event_at(t, "wh-runs", "running", 3);
+		event_at(t, "wh-runs", "running", 2);
+		CHECK_I64(
+		    cu_sql_int(db, "SELECT count(*) FROM sandboxes s WHERE s.sandbox_id = 'wh-runs'"
+				   " AND s.state = 'running' AND s.state_since ="
+				   " (SELECT min(e.at) FROM lifecycle_events e"
+				   "  WHERE e.sandbox_id = 'wh-runs' AND e.type = 'running')"),
+		    1);
+		for (size_t i = 0; i < 3; i++)
+			event_at(t, sbs[i], "stopped", 10);
+	}
 }
 
 /* Pushes a sample of sandbox sb under key (1 vCPU, 1 GiB) dated now +

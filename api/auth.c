@@ -166,14 +166,31 @@ static bool auth_route_mutates(const struct route *route)
 	return strcmp(route->method, "GET") != 0 && strcmp(route->method, "HEAD") != 0;
 }
 
-/* Constant-time equality of a presented token and a configured one. */
+/* Configured tokens are shorter than this (meter/config.h). */
+#define TOKEN_CMP_MAX 256
+_Static_assert(sizeof(((struct meter_config *)0)->operator_token) <= TOKEN_CMP_MAX &&
+		   sizeof(((struct meter_config *)0)->control_plane_token) <= TOKEN_CMP_MAX &&
+		   sizeof(((struct meter_config *)0)->agent_token) <= TOKEN_CMP_MAX,
+	       "a configured token fits the comparison's buffer");
+
+/* Equality of a presented token and a configured one in a time that
+ * tells nothing of the configured one, its length included: both are
+ * compared zero-padded to TOKEN_CMP_MAX bytes. (A presented token too long
+ * for that is unequal at once: that says only what the caller sent.) */
 static bool token_equal(const char *presented, const char *configured)
 {
-	size_t n = strlen(presented);
+	unsigned char a[TOKEN_CMP_MAX] = {0}, b[TOKEN_CMP_MAX] = {0};
+	size_t n = strlen(presented), m = strlen(configured);
+	bool same;
 
-	if (configured[0] == '\0' || n != strlen(configured))
+	if (m == 0 || m >= TOKEN_CMP_MAX || n >= TOKEN_CMP_MAX)
 		return false;
-	return CRYPTO_memcmp(presented, configured, n) == 0;
+	memcpy(a, presented, n);
+	memcpy(b, configured, m);
+	same = CRYPTO_memcmp(a, b, sizeof(a)) == 0 && n == m;
+	OPENSSL_cleanse(b, sizeof(b)); /* no copy of a secret left on the stack */
+	OPENSSL_cleanse(a, sizeof(a));
+	return same;
 }
 
 /* Resolves a bearer token into *a (see auth_verify_token); an account

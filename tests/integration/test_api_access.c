@@ -338,6 +338,9 @@ static bool challenged(const struct apitest_resp *r)
 static void test_unauthenticated(void)
 {
 	char wrong[APITEST_TOKEN_MAX + 32], nosecret[96];
+	/* The configured tokens off by their last byte, one byte short, one
+	 * byte long. */
+	char op_wrong[128], op_short[128], op_long[128], cp_wrong[128];
 	const char *garbage[] = {
 	    "Authorization: Bearer",
 	    "Authorization: Bearer ",
@@ -351,6 +354,10 @@ static void test_unauthenticated(void)
 	    "key_0000000000000000.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
 	    wrong,
 	    nosecret,
+	    op_wrong,
+	    op_short,
+	    op_long,
+	    cp_wrong,
 	    "Authorization: Bearer \x01\x02",
 	    NULL,
 	};
@@ -359,6 +366,13 @@ static void test_unauthenticated(void)
 	snprintf(wrong, sizeof(wrong), "Authorization: Bearer %s", tf);
 	wrong[strlen(wrong) - 1] = wrong[strlen(wrong) - 1] == 'A' ? 'B' : 'A';
 	snprintf(nosecret, sizeof(nosecret), "Authorization: Bearer %s.", kf);
+	snprintf(op_wrong, sizeof(op_wrong), "Authorization: Bearer %s", t.operator_token);
+	op_wrong[strlen(op_wrong) - 1] = op_wrong[strlen(op_wrong) - 1] == 'a' ? 'b' : 'a';
+	snprintf(op_short, sizeof(op_short), "Authorization: Bearer %s", t.operator_token);
+	op_short[strlen(op_short) - 1] = '\0';
+	snprintf(op_long, sizeof(op_long), "Authorization: Bearer %sa", t.operator_token);
+	snprintf(cp_wrong, sizeof(cp_wrong), "Authorization: Bearer %s", t.control_plane_token);
+	cp_wrong[strlen(cp_wrong) - 1] = cp_wrong[strlen(cp_wrong) - 1] == 'a' ? 'b' : 'a';
 	for (size_t i = 0; i < routes_count; i++) {
 		struct apitest_resp r;
 

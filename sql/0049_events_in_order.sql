@@ -34,6 +34,7 @@ CREATE OR REPLACE FUNCTION meter_sandbox_event(p_sandbox text, p_type text, p_at
 	AS $$
 DECLARE
 	acc text;
+	created timestamptz;
 	eff timestamptz;
 	st record;
 	n integer := 0;
@@ -45,13 +46,14 @@ DECLARE
 	run_since timestamptz;
 	run_by_event boolean;
 BEGIN
-	SELECT s.account_id, GREATEST(p_at, s.created_at) INTO acc, eff
+	SELECT s.account_id, s.created_at INTO acc, created
 		FROM sandboxes s WHERE s.sandbox_id = p_sandbox;
 	IF NOT FOUND THEN
 		RETURN QUERY SELECT false, false, NULL::text, NULL::timestamptz, 0, 0::bigint,
 				    0::bigint;
 		RETURN;
 	END IF;
+	eff := GREATEST(p_at, created);
 	-- Before anything of the event is written: ingestion locks these rows
 	-- FOR UPDATE after a conflict, and updates them, before its last read
 	-- of the events (meter/ingest.c).
@@ -88,21 +90,16 @@ BEGIN
 		ELSE
 			-- The line, as the header says; pos orders it.
 			WITH line AS (
-				SELECT s.created_at AS t, 0 AS rank, s.created_at AS at,
-				       0::bigint AS id, 'running'::text AS kind
-				FROM sandboxes s
-				WHERE s.account_id = acc AND s.sandbox_id = p_sandbox
+				SELECT created AS t, 0 AS rank, created AS at, 0::bigint AS id,
+				       'running'::text AS kind
 				UNION ALL
 				SELECT h.lease_starts_at, 0, h.lease_starts_at, 0, 'running'
 				FROM holds h
 				WHERE h.account_id = acc AND h.sandbox_id = p_sandbox
 				  AND h.status = 'open'
 				UNION ALL
-				SELECT GREATEST(e.at, s.created_at), 1, e.at, e.event_id,
-				       e.type::text
+				SELECT GREATEST(e.at, created), 1, e.at, e.event_id, e.type::text
 				FROM lifecycle_events e
-				JOIN sandboxes s ON s.account_id = e.account_id
-						AND s.sandbox_id = e.sandbox_id
 				WHERE e.account_id = acc AND e.sandbox_id = p_sandbox
 				  AND e.type IN ('running', 'paused')),
 			ordered AS (

@@ -829,6 +829,79 @@ static void test_paused_running(struct apitest *t, const char *acc)
 		event_at(t, sbs[i], "stopped", 8);
 }
 
+/* Rows of holds the test's own connection has read in its transaction so
+ * far, by any scan. */
+static long long holds_read(PGconn *db)
+{
+	return cu_sql_int(db, "SELECT seq_tup_read + COALESCE(idx_tup_fetch, 0)"
+			      " FROM pg_stat_xact_user_tables WHERE relname = 'holds'");
+}
+
+/* The two reports that name a sandbox's latest hold, whatever its status
+ * (resumed_without_wake, running_while_paused), read that sandbox's holds,
+ * not every hold of the table: with 5,000 settled holds of other sandboxes
+ * of the account, each reads at most a few dozen rows. (With only a partial
+ * index of open holds by sandbox, each read all 5,000.) Both run in the
+ * test's own transaction, so its counters are this statement's alone. */
+static void test_reports_read_own_holds(struct apitest *t)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char acc[65], key[65], token[APITEST_TOKEN_MAX], sql[1024], at[40];
+
+	CHECK(apitest_create_account(t, "Busy", acc) == 0);
+	CHECK(apitest_create_key(t, acc, "full", -1, NULL, key, token) == 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		 " state, created_at, state_since, lease_ends_at)"
+		 " SELECT '%s', 'wh-old-' || g, '%s', 1, 1024, 'stopped',"
+		 " now() - interval '2 days', now() - interval '2 days',"
+		 " now() - interval '47 hours' FROM generate_series(1, 5000) g",
+		 acc, key);
+	cu_sql(db, sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
+		 " lease_starts_at, lease_ends_at, settled_at)"
+		 " SELECT '%s', '%s', 'wh-old-' || g, current_date - 2, 1000, 'settled',"
+		 " now() - interval '2 days', now() - interval '47 hours',"
+		 " now() - interval '47 hours' FROM generate_series(1, 5000) g",
+		 acc, key);
+	cu_sql(db, sql);
+	cu_sql(db, "ANALYZE holds");
+
+	/* A resume with no wake, its report fired at once rather than at
+	 * commit. */
+	CHECK_I64(cu_create(t, 0, key, "wh-busy-resumed", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	event_at(t, "wh-busy-resumed", "paused", 0);
+	cu_rfc3339(time(NULL) + 2, at, sizeof(at));
+	cu_sql(db, "BEGIN");
+	snprintf(sql, sizeof(sql),
+		 "SELECT state FROM meter_sandbox_event('wh-busy-resumed', 'running', '%s', 3)",
+		 at);
+	cu_sql(db, sql);
+	cu_sql(db, "SET CONSTRAINTS ALL IMMEDIATE");
+	CHECK_I64(outruns(db, "wh-busy-resumed", "resumed_without_wake"), 1);
+	CHECK(holds_read(db) < 50);
+	cu_sql(db, "COMMIT");
+
+	/* A paused sandbox its samples find running: the sample's update of
+	 * the meter row, made here by hand. */
+	CHECK_I64(cu_create(t, 0, key, "wh-busy-pr", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	event_at(t, "wh-busy-pr", "paused", 0);
+	sample_at(t, key, "wh-busy-pr", "paused", 1, 0);
+	cu_sql(db, "BEGIN");
+	cu_sql(db, "UPDATE sandbox_meter SET last_state = 'running',"
+		   " last_sampled_at = last_sampled_at + interval '1 s'"
+		   " WHERE sandbox_id = 'wh-busy-pr'");
+	CHECK_I64(outruns(db, "wh-busy-pr", "running_while_paused"), 1);
+	CHECK(holds_read(db) < 50);
+	cu_sql(db, "COMMIT");
+	event_at(t, "wh-busy-resumed", "stopped", 8);
+	event_at(t, "wh-busy-pr", "stopped", 8);
+}
+
 /* A lease the sweeper released while its sandbox ran, with its unmetered
  * tail kept open (a sample came before the lease end, none after: the
  * host lags): reported once the grace has passed, not when metering
@@ -1241,6 +1314,7 @@ int main(void)
 	test_lease_ended(&t, acc);
 	test_resumed_without_wake(&t, acc);
 	test_paused_running(&t, acc);
+	test_reports_read_own_holds(&t);
 	test_lease_ended_lagging(&t, acc);
 	test_crossings(&t, acc);
 	test_slow_body(&t, acc, key);

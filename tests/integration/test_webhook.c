@@ -600,6 +600,26 @@ static void event_at(struct apitest *t, const char *sb, const char *type, int ah
 	apitest_resp_release(&r);
 }
 
+/* resumed_without_wake reports of sb: 1 when there is exactly one, it
+ * names the latest hold begun at or before it, and its at is the time of
+ * sb's one running event (counted as at the create when dated before it). */
+static long long resumed_at_event(PGconn *db, const char *sb)
+{
+	return cu_sql_int(
+	    db,
+	    "SELECT count(*) FROM webhook_outbox o, sandboxes s, lifecycle_events e"
+	    " WHERE o.type = 'hold_outrun' AND o.payload->>'reason' = 'resumed_without_wake'"
+	    " AND o.payload->>'sandbox_id' = '%s' AND s.sandbox_id = '%s'"
+	    " AND e.sandbox_id = '%s' AND e.type = 'running'"
+	    " AND (o.payload->>'at')::timestamptz = GREATEST(e.at, s.created_at)"
+	    " AND (o.payload->>'hold_id')::bigint = (SELECT h.hold_id FROM holds h"
+	    "  WHERE h.sandbox_id = '%s' AND h.lease_starts_at <= GREATEST(e.at, s.created_at)"
+	    "  ORDER BY h.lease_starts_at DESC, h.day DESC, h.hold_id DESC LIMIT 1)"
+	    " AND (SELECT count(*) FROM webhook_outbox x WHERE x.type = 'hold_outrun'"
+	    "  AND x.payload->>'sandbox_id' = '%s') = 1",
+	    sb, sb, sb, sb, sb);
+}
+
 /* A paused sandbox put back to running by an event, with no wake (its
  * hold settled by the pause): hold_outrun "resumed_without_wake" at once,
  * by that hold, once per hold. One woken by a wake first: none. */
@@ -690,7 +710,7 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 	}
 	/* More orders, each left as in the order of the events' times:
 	 * - wh-between: pauses at +1 and +8, then a running event at +4:
-	 *   paused since +8 (not running);
+	 *   paused since +8 (not running), and the resume at +4 reported;
 	 * - wh-tie: a running event at -2 s, then a pause at -4 s, both
 	 *   before the create (so both at the create): running, and the
 	 *   resume reported;
@@ -713,6 +733,7 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 			      " AND s.state = 'paused' AND e.type = 'paused'"
 			      " AND s.state_since = e.at AND e.at > s.created_at + interval '5 s'"),
 			  1);
+		CHECK_I64(resumed_at_event(db, "wh-between"), 1);
 		event_at(t, "wh-tie", "running", -2);
 		event_at(t, "wh-tie", "paused", -4);
 		CHECK_I64(cu_sql_int(db,
@@ -732,6 +753,75 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 		for (size_t i = 0; i < 3; i++)
 			event_at(t, sbs[i], "stopped", 10);
 	}
+	/* A stretch of running between a pause and a later event, its
+	 * running event sent last (or its pause), each reported as in order:
+	 * - wh-stop-late: a pause at +1, a stop at +8, a running event at +4;
+	 * - wh-wake-late: a pause and a running event dated before the
+	 *   create (so at it), sent around a wake: running since the create,
+	 *   the resume reported by the create's hold, not the wake's;
+	 * - wh-pause-late: a running event at +2 (running already), a pause
+	 *   at +4, then a pause at +1: paused since +4, the resume at +2
+	 *   reported;
+	 * - wh-after-stop: a pause at +1, a stop at +3, a running event at +5:
+	 *   stopped by then, nothing reported. */
+	{
+		static const char *const sbs[] = {"wh-stop-late", "wh-wake-late", "wh-pause-late",
+						  "wh-after-stop"};
+
+		for (size_t i = 0; i < 4; i++) {
+			CHECK_I64(cu_create(t, 0, key, sbs[i], 1, 1024, 900, NULL, &r), 200);
+			apitest_resp_release(&r);
+		}
+		event_at(t, "wh-stop-late", "paused", 1);
+		event_at(t, "wh-stop-late", "stopped", 8);
+		event_at(t, "wh-stop-late", "running", 4);
+		CHECK_I64(resumed_at_event(db, "wh-stop-late"), 1);
+		event_at(t, "wh-wake-late", "paused", -4);
+		CHECK_I64(cu_wake(t, 0, "wh-wake-late", 900, NULL, &r), 200);
+		apitest_resp_release(&r);
+		event_at(t, "wh-wake-late", "running", -2);
+		CHECK_I64(cu_sql_int(
+			      db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'wh-wake-late'"
+				  " AND state = 'running' AND state_since = created_at"),
+			  1);
+		CHECK_I64(resumed_at_event(db, "wh-wake-late"), 1);
+		event_at(t, "wh-pause-late", "running", 2);
+		event_at(t, "wh-pause-late", "paused", 4);
+		event_at(t, "wh-pause-late", "paused", 1);
+		CHECK_I64(
+		    cu_sql_int(
+			db, "SELECT count(*) FROM sandboxes s WHERE s.sandbox_id = 'wh-pause-late'"
+			    " AND s.state = 'paused' AND s.state_since = (SELECT max(e.at)"
+			    "  FROM lifecycle_events e WHERE e.sandbox_id = 'wh-pause-late')"),
+		    1);
+		CHECK_I64(resumed_at_event(db, "wh-pause-late"), 1);
+		event_at(t, "wh-after-stop", "paused", 1);
+		event_at(t, "wh-after-stop", "stopped", 3);
+		event_at(t, "wh-after-stop", "running", 5);
+		CHECK_I64(outruns(db, "wh-after-stop", "resumed_without_wake"), 0);
+		for (size_t i = 1; i < 3; i++)
+			event_at(t, sbs[i], "stopped", 10);
+	}
+	/* wh-woken-late: paused, woken, the wake's hold released (as at its
+	 * lease's end), then a pause dated before the wake: woken after it,
+	 * the sandbox runs since the wake. */
+	CHECK_I64(cu_create(t, 0, key, "wh-woken-late", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	event_at(t, "wh-woken-late", "paused", 0);
+	CHECK_I64(cu_wake(t, 0, "wh-woken-late", 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	/* One hold, or two when the lease crosses the key's midnight. */
+	CHECK(cu_sql_int(db, "SELECT count(meter_hold_close(account_id, hold_id, 'released'))"
+			     " FROM holds WHERE sandbox_id = 'wh-woken-late' AND status = 'open'"
+			     " AND settles_at IS NULL") >= 1);
+	event_at(t, "wh-woken-late", "paused", -10);
+	CHECK_I64(
+	    cu_sql_int(db,
+		       "SELECT count(*) FROM sandboxes s WHERE s.sandbox_id = 'wh-woken-late'"
+		       " AND s.state = 'running' AND s.state_since = (SELECT max(h.lease_starts_at)"
+		       "  FROM holds h WHERE h.sandbox_id = 'wh-woken-late')"),
+	    1);
+	event_at(t, "wh-woken-late", "stopped", 10);
 }
 
 /* Pushes a sample of sandbox sb under key (1 vCPU, 1 GiB) dated now +

@@ -304,10 +304,10 @@ static const char sql_limits_key[] =
     " WHERE account_id = $1 AND key_id = $2 AND time_zone = $6 RETURNING 1";
 
 /* The key's open holds, read after the ledger rows are held: every hold of
- * a check that took one of them first has committed. */
-static const char sql_limits_holds[] = "SELECT count(*), " DB_USEC(
-    "max(lease_ends_at)") " FROM holds"
-			  " WHERE account_id = $1 AND key_id = $2 AND status = 'open'";
+ * a check that took one of them first has committed. (meter_key_open_holds
+ * reads the open holds alone, off their partial indexes.) */
+static const char sql_limits_holds[] =
+    "SELECT open_holds, " DB_USEC("latest_end") " FROM meter_key_open_holds($1, $2)";
 
 /* What one attempt of db_key_set_limits found. */
 enum limits_step { LIMITS_DONE, LIMITS_AGAIN, LIMITS_BUSY };

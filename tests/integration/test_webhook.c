@@ -919,25 +919,36 @@ static void test_paused_running(struct apitest *t, const char *acc)
 		event_at(t, sbs[i], "stopped", 8);
 }
 
-/* Rows of holds the test's own connection has read in its transaction so
- * far, by any scan. */
+/* Rows of holds the test's own connection has read by any scan, counted
+ * from before (pending counts may carry earlier transactions' reads until
+ * they are flushed, so a figure is read as a difference within one
+ * transaction). */
 static long long holds_read(PGconn *db)
 {
 	return cu_sql_int(db, "SELECT seq_tup_read + COALESCE(idx_tup_fetch, 0)"
 			      " FROM pg_stat_xact_user_tables WHERE relname = 'holds'");
 }
 
-/* The two reports that name a sandbox's latest hold, whatever its status
- * (resumed_without_wake, running_while_paused), read that sandbox's holds,
- * not every hold of the table: with 5,000 settled holds of other sandboxes
- * of the account, each reads at most a few dozen rows. (With only a partial
- * index of open holds by sandbox, each read all 5,000.) Both run in the
- * test's own transaction, so its counters are this statement's alone. */
-static void test_reports_read_own_holds(struct apitest *t)
+/* Statements on holds read the holds they need, not every hold ever made:
+ * with 20,000 settled holds of other sandboxes of the account, each of
+ * these reads at most a few dozen rows or pages, in the test's own
+ * transaction.
+ * - The two reports that name a sandbox's latest hold, whatever its status
+ *   (resumed_without_wake, running_while_paused). (With only a partial
+ *   index of open holds by sandbox, each read all 20,000.)
+ * - A key's open holds (a change of its time zone; 409 open_holds while
+ *   any) and the latest end of an open hold's cover (PUT /v1/prices), each
+ *   with the figures of a plain query over holds. (Asked for status =
+ *   'open' alone, neither statement could use the open holds' partial
+ *   indexes: the price book's read the table, and the key's every index
+ *   entry of the account's holds, which pg_stat counts as no rows read, so
+ *   its pages are counted.) */
+static void test_holds_reads(struct apitest *t)
 {
 	struct apitest_resp r;
 	PGconn *db = t->db.conn;
 	char acc[65], key[65], token[APITEST_TOKEN_MAX], sql[1024], at[40];
+	long long before;
 
 	CHECK(apitest_create_account(t, "Busy", acc) == 0);
 	CHECK(apitest_create_key(t, acc, "full", -1, NULL, key, token) == 0);
@@ -946,7 +957,7 @@ static void test_reports_read_own_holds(struct apitest *t)
 		 " state, created_at, state_since, lease_ends_at)"
 		 " SELECT '%s', 'wh-old-' || g, '%s', 1, 1024, 'stopped',"
 		 " now() - interval '2 days', now() - interval '2 days',"
-		 " now() - interval '47 hours' FROM generate_series(1, 5000) g",
+		 " now() - interval '47 hours' FROM generate_series(1, 20000) g",
 		 acc, key);
 	cu_sql(db, sql);
 	snprintf(sql, sizeof(sql),
@@ -954,7 +965,7 @@ static void test_reports_read_own_holds(struct apitest *t)
 		 " lease_starts_at, lease_ends_at, settled_at)"
 		 " SELECT '%s', '%s', 'wh-old-' || g, current_date - 2, 1000, 'settled',"
 		 " now() - interval '2 days', now() - interval '47 hours',"
-		 " now() - interval '47 hours' FROM generate_series(1, 5000) g",
+		 " now() - interval '47 hours' FROM generate_series(1, 20000) g",
 		 acc, key);
 	cu_sql(db, sql);
 	cu_sql(db, "ANALYZE holds");
@@ -966,13 +977,14 @@ static void test_reports_read_own_holds(struct apitest *t)
 	event_at(t, "wh-busy-resumed", "paused", 0);
 	cu_rfc3339(time(NULL) + 2, at, sizeof(at));
 	cu_sql(db, "BEGIN");
+	before = holds_read(db);
 	snprintf(sql, sizeof(sql),
 		 "SELECT state FROM meter_sandbox_event('wh-busy-resumed', 'running', '%s', 3)",
 		 at);
 	cu_sql(db, sql);
 	cu_sql(db, "SET CONSTRAINTS ALL IMMEDIATE");
 	CHECK_I64(outruns(db, "wh-busy-resumed", "resumed_without_wake"), 1);
-	CHECK(holds_read(db) < 50);
+	CHECK(holds_read(db) - before < 50);
 	cu_sql(db, "COMMIT");
 
 	/* A paused sandbox its samples find running: the sample's update of
@@ -982,14 +994,87 @@ static void test_reports_read_own_holds(struct apitest *t)
 	event_at(t, "wh-busy-pr", "paused", 0);
 	sample_at(t, key, "wh-busy-pr", "paused", 1, 0);
 	cu_sql(db, "BEGIN");
+	before = holds_read(db);
 	cu_sql(db, "UPDATE sandbox_meter SET last_state = 'running',"
 		   " last_sampled_at = last_sampled_at + interval '1 s'"
 		   " WHERE sandbox_id = 'wh-busy-pr'");
 	CHECK_I64(outruns(db, "wh-busy-pr", "running_while_paused"), 1);
-	CHECK(holds_read(db) < 50);
+	CHECK(holds_read(db) - before < 50);
 	cu_sql(db, "COMMIT");
-	event_at(t, "wh-busy-resumed", "stopped", 8);
-	event_at(t, "wh-busy-pr", "stopped", 8);
+
+	/* The key's open holds: wh-busy-open's plain one, wh-busy-tail's kept
+	 * for its tail by a pause (never metered: its whole hold, until
+	 * lease_grace_s after the pause, which is dated a minute ahead). One
+	 * snapshot for the function and the plain query beside it. */
+	for (int i = 0; i < 2; i++) {
+		CHECK_I64(cu_create(t, 0, key, i ? "wh-busy-tail" : "wh-busy-open", 1, 1024, 900,
+				    NULL, &r),
+			  200);
+		apitest_resp_release(&r);
+	}
+	event_at(t, "wh-busy-tail", "paused", 60);
+	cu_sql(db, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	CHECK(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'wh-busy-tail'"
+			     " AND status = 'open' AND settles_at IS NOT NULL") >= 1);
+	before = holds_read(db);
+	CHECK(cu_sql_int(db, "SELECT open_holds FROM meter_key_open_holds('%s', '%s')", acc, key) >=
+	      2);
+	CHECK(holds_read(db) - before < 50);
+	cu_sql(db, "CREATE FUNCTION pg_temp.pages(q text) RETURNS bigint LANGUAGE plpgsql AS $$"
+		   " DECLARE j json; BEGIN"
+		   " EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ' || q INTO j;"
+		   " RETURN (j->0->'Plan'->>'Shared Hit Blocks')::bigint"
+		   " + (j->0->'Plan'->>'Shared Read Blocks')::bigint; END $$");
+	{
+		long long fn, plain;
+
+		fn = cu_sql_int(
+		    db,
+		    "SELECT pg_temp.pages('SELECT * FROM meter_key_open_holds(''%s'', ''%s'')')",
+		    acc, key);
+		plain =
+		    cu_sql_int(db,
+			       "SELECT pg_temp.pages('SELECT count(*) FROM holds WHERE account_id ="
+			       " ''%s'' AND key_id = ''%s'' AND status = ''open''')",
+			       acc, key);
+		/* The history is large enough to tell: a plain query's pages. */
+		CHECK(plain > 100);
+		if (fn < 0 || fn >= 40)
+			fprintf(stderr, "meter_key_open_holds read %lld pages (plain: %lld)\n", fn,
+				plain);
+		CHECK(fn >= 0 && fn < 40);
+	}
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM meter_key_open_holds('%s', '%s') f,"
+			     " (SELECT count(*) AS n, max(lease_ends_at) AS e FROM holds"
+			     "  WHERE account_id = '%s' AND key_id = '%s' AND status = 'open') x"
+			     " WHERE f.open_holds = x.n AND f.latest_end = x.e",
+			     acc, key, acc, key),
+		  1);
+	cu_sql(db, "COMMIT");
+
+	/* The price book's bound, with a start before it (nothing inserted):
+	 * the later of now, the open holds' covers and the samples taken. */
+	cu_sql(db, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+	before = holds_read(db);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM meter_price_add(now() - interval '1 day',"
+				 " 1, 1, 1, 50, 0, false, 1000) WHERE version IS NULL"),
+		  1);
+	CHECK(holds_read(db) - before < 50);
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM meter_price_add(now() - interval '1 day',"
+			     " 1, 1, 1, 50, 0, false, 1000) p WHERE p.earliest = GREATEST(now(),"
+			     " (SELECT max(LEAST(h.lease_ends_at, COALESCE(h.settles_at,"
+			     "  h.lease_ends_at))) FROM holds h WHERE h.status = 'open'),"
+			     " (SELECT max(w.last_sampled_at) FROM ingest_watermarks w))"),
+		  1);
+	cu_sql(db, "ROLLBACK");
+	for (int i = 0; i < 4; i++) {
+		static const char *const sbs[] = {"wh-busy-resumed", "wh-busy-pr", "wh-busy-open",
+						  "wh-busy-tail"};
+
+		event_at(t, sbs[i], "stopped", 8);
+	}
 }
 
 /* A lease the sweeper released while its sandbox ran, with its unmetered
@@ -1404,7 +1489,7 @@ int main(void)
 	test_lease_ended(&t, acc);
 	test_resumed_without_wake(&t, acc);
 	test_paused_running(&t, acc);
-	test_reports_read_own_holds(&t);
+	test_holds_reads(&t);
 	test_lease_ended_lagging(&t, acc);
 	test_crossings(&t, acc);
 	test_slow_body(&t, acc, key);

@@ -230,6 +230,72 @@ static void test_outrun_stale_statistics(void)
 	testdb_drop(&db);
 }
 
+/* Whether a host has reported past a time (meter_host_past, which the
+ * sweeper asks for each tail it waits on) plans, locks and reads the one
+ * partition of samples that holds the sample's time, however many days are
+ * kept: asked with the time from a sandbox_meter row, as its callers ask,
+ * with 200 daily partitions. (As a SQL function inlined into its callers,
+ * the time was no constant where it was planned, and every partition was
+ * planned and locked at each call: a sweeper round grew with every day
+ * kept.) Its answers: true once the sample's host has reported at or after
+ * the time, false before, and false for a time with no sample. */
+static void test_host_past_partitions(void)
+{
+	struct testdb db = {0};
+	char err[512] = "";
+	int applied = 0;
+	static const char ask[] =
+	    "SELECT meter_host_past(m.account_id, m.sandbox_id, m.last_sampled_at, %s)::int"
+	    " FROM sandbox_meter m WHERE m.sandbox_id = 'p1'";
+	char sql[512];
+
+	if (testdb_create(&db, "sweepparts") != 0 ||
+	    migrate_apply(db.conn, &applied, err, sizeof(err)) != METER_OK) {
+		fprintf(stderr, "sweepparts: %s\n", err);
+		CHECK(0);
+		return;
+	}
+	CHECK_STR(
+	    testdb_exec_state(
+		db.conn,
+		"SELECT meter_ensure_sample_partitions(date '2026-05-15', date '2026-11-30');"
+		"INSERT INTO accounts (account_id, name) VALUES ('acc', 'Parts');"
+		"INSERT INTO api_keys (account_id, key_id, secret_hash, role)"
+		" VALUES ('acc', 'key', decode(repeat('ab', 32), 'hex'), 'full');"
+		"INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		"  state, created_at, state_since, lease_ends_at)"
+		" VALUES ('acc', 'p1', 'key', 1, 1024, 'stopped', " NOW " - interval '1 h',"
+		"  " NOW " - interval '1 h', " NOW ");"
+		"INSERT INTO samples (account_id, sandbox_id, sampled_at, state, cpu_usec,"
+		"  memory_mib, storage_mib, vcpus, host_id)"
+		" VALUES ('acc', 'p1', " NOW
+		" - interval '10 min', 'running', 0, 1024, 0, 1, 'h1');"
+		"INSERT INTO sandbox_meter (account_id, sandbox_id, last_sampled_at, last_state,"
+		"  last_cpu_usec, last_memory_mib, last_storage_mib, last_vcpus, price_version)"
+		" VALUES ('acc', 'p1', " NOW " - interval '10 min', 'running', 0, 1024, 0, 1, 1);"
+		"INSERT INTO ingest_watermarks (host_id, last_sampled_at)"
+		" VALUES ('h1', " NOW " - interval '1 min');"
+		"ANALYZE;"),
+	    "00000");
+	CHECK(sql_int(db.conn, "SELECT count(*) FROM pg_inherits"
+			       " WHERE inhparent = 'samples'::regclass") >= 200);
+	CHECK_STR(testdb_exec_state(db.conn, "BEGIN"), "00000");
+	snprintf(sql, sizeof(sql), ask, NOW " - interval '5 min'");
+	CHECK_I64(sql_int(db.conn, sql), 1);
+	/* The partitions of samples this transaction has locked: the day's
+	 * (and none other). */
+	CHECK(sql_int(db.conn, "SELECT count(*) FROM pg_locks l JOIN pg_inherits i"
+			       " ON i.inhrelid = l.relation WHERE l.pid = pg_backend_pid()"
+			       " AND i.inhparent = 'samples'::regclass") <= 1);
+	CHECK_STR(testdb_exec_state(db.conn, "COMMIT"), "00000");
+	snprintf(sql, sizeof(sql), ask, NOW);
+	CHECK_I64(sql_int(db.conn, sql), 0);
+	CHECK_I64(sql_int(db.conn, "SELECT meter_host_past('acc', 'p1', " NOW
+				   " - interval '9 min', " NOW " - interval '5 min')::int"),
+		  0);
+	testdb_drop(&db);
+}
+
 int main(void)
 {
 	struct testdb set = {0}, one = {0};
@@ -347,5 +413,6 @@ int main(void)
 	testdb_drop(&set);
 	testdb_drop(&one);
 	test_outrun_stale_statistics();
+	test_host_past_partitions();
 	return check_done();
 }

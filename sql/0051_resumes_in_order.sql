@@ -17,8 +17,12 @@
 -- its holds settled by the pause and no lease begun since. Now a recorded
 -- running event right after a pause in the line is reported by the hold
 -- that was the sandbox's latest at its time (lease begun at or before it),
--- unless a stop comes at or before it; a recorded pause is checked for the
--- running event right after it in the same way. The dedup key is the
+-- unless a stop comes at or before it or a hold begun by then is still
+-- open and not cut by an event (what the row's move checks: a pause
+-- recorded before a wake it is dated after leaves the wake's hold whole);
+-- a recorded pause checks the first running item after it in the same
+-- way, when that is a running event (only pauses between), since it may
+-- have settled the hold that held the report back. The dedup key is the
 -- hold's, as in 0037, so a resume the row's move reports too is sent once.
 -- The row's move still reports a plain resume in order (unchanged), and
 -- the two-step move of 0049 is no longer needed for a late pause: the
@@ -141,8 +145,11 @@ BEGIN
 			  AND s.state <> 'stopped';
 		ELSE
 			-- The line, as the header says; pos orders it. resumed_at:
-			-- the running event this event makes the resume of (this
-			-- one after a pause, or the one right after this pause).
+			-- the running event this event may make the resume of:
+			-- this one, after a pause; or, for a pause, the first
+			-- running item after it when that is a running event (only
+			-- pauses between: the pause may have settled the hold that
+			-- kept it from being one).
 			WITH line AS (
 				SELECT created AS t, 0 AS rank, created AS at, 0::bigint AS id,
 				       'running'::text AS kind
@@ -158,7 +165,7 @@ BEGIN
 			ordered AS (
 				SELECT l.t, l.rank, l.kind, l.id,
 				       row_number() OVER w AS pos,
-				       lag(l.kind) OVER w AS prev_kind, lag(l.id) OVER w AS prev_id
+				       lag(l.kind) OVER w AS prev_kind
 				FROM line l
 				WINDOW w AS (ORDER BY l.t, l.rank, l.at, l.id)),
 			fin AS (
@@ -169,10 +176,16 @@ BEGIN
 				WHERE o.pos = 1 + COALESCE((SELECT max(x.pos) FROM ordered x
 							    WHERE x.kind <> f.kind), 0))
 			SELECT f.kind, r.t,
-			       (SELECT o.t FROM ordered o
-				WHERE o.rank = 1 AND o.kind = 'running' AND o.prev_kind = 'paused'
-				  AND CASE WHEN p_type = 'running' THEN o.id = ev
-					   ELSE o.prev_id = ev END)
+			       CASE WHEN p_type = 'running' THEN
+				       (SELECT o.t FROM ordered o
+					WHERE o.rank = 1 AND o.id = ev AND o.prev_kind = 'paused')
+			       ELSE
+				       (SELECT CASE WHEN o.rank = 1 THEN o.t END FROM ordered o
+					WHERE o.kind = 'running'
+					  AND o.pos > (SELECT x.pos FROM ordered x
+						       WHERE x.rank = 1 AND x.id = ev)
+					ORDER BY o.pos LIMIT 1)
+			       END
 			INTO last_state, run_since, resumed_at
 			FROM fin f, run r;
 			UPDATE sandboxes s SET state = last_state, state_since = run_since
@@ -180,14 +193,21 @@ BEGIN
 			  AND s.state <> 'stopped'
 			  AND (s.state <> last_state OR s.state_since <> run_since);
 			-- The resume, unless the row's move from paused to running
-			-- reports it at commit (0037), or a stop came before it.
+			-- reports it at commit (0037), a stop came before it, or a
+			-- hold begun by then is open and not cut by an event (as the
+			-- row's move asks: a pause recorded before a wake it is dated
+			-- after leaves that wake's hold whole).
 			IF resumed_at IS NOT NULL
 			   AND NOT (p_type = 'running' AND old_state = 'paused'
 				    AND last_state = 'running')
 			   AND NOT EXISTS (SELECT 1 FROM lifecycle_events e
 					   WHERE e.account_id = acc AND e.sandbox_id = p_sandbox
 					     AND e.type = 'stopped'
-					     AND GREATEST(e.at, created) <= resumed_at) THEN
+					     AND GREATEST(e.at, created) <= resumed_at)
+			   AND NOT EXISTS (SELECT 1 FROM holds h
+					   WHERE h.account_id = acc AND h.sandbox_id = p_sandbox
+					     AND h.status = 'open' AND h.settles_at IS NULL
+					     AND h.lease_starts_at <= resumed_at) THEN
 				PERFORM meter_outbox_resumed_at(acc, p_sandbox, resumed_at);
 			END IF;
 		END IF;

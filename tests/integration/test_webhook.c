@@ -600,6 +600,28 @@ static void event_at(struct apitest *t, const char *sb, const char *type, int ah
 	apitest_resp_release(&r);
 }
 
+/* Posts event type of sandbox sb dated usec microseconds after its create
+ * check; must be 200. */
+static void event_after_create(struct apitest *t, const char *sb, const char *type, long long usec)
+{
+	struct apitest_resp r;
+	char at[48];
+	long long created = cu_sql_int(t->db.conn,
+				       "SELECT (extract(epoch FROM created_at) * 1000000)::bigint"
+				       " FROM sandboxes WHERE sandbox_id = '%s'",
+				       sb);
+	long long u = created + usec;
+	time_t s = (time_t)(u / 1000000);
+	struct tm tm;
+	char day[32];
+
+	gmtime_r(&s, &tm);
+	strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(at, sizeof(at), "%s.%06lldZ", day, u % 1000000);
+	CHECK_I64(cu_event(t, 0, sb, type, at, &r), 200);
+	apitest_resp_release(&r);
+}
+
 /* resumed_without_wake reports of sb: 1 when there is exactly one, it
  * names the latest hold begun at or before it, and its at is the time of
  * sb's one running event (counted as at the create when dated before it). */
@@ -800,6 +822,46 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 		event_at(t, "wh-after-stop", "running", 5);
 		CHECK_I64(outruns(db, "wh-after-stop", "resumed_without_wake"), 0);
 		for (size_t i = 1; i < 3; i++)
+			event_at(t, sbs[i], "stopped", 10);
+	}
+	/* A pause dated ahead of meterd's clock (+5 s), recorded before a
+	 * wake it is dated after: the wake's hold stays whole (as README
+	 * says), and a resume is reported as in order:
+	 * - wh-skew-open: then a running event at +6 s and a pause at +0.1 s:
+	 *   in order, the running event met the wake's hold open, and nothing
+	 *   is reported;
+	 * - wh-skew-cut: then pauses at +0.1 s, a running event at +6 s, and
+	 *   a pause at +4 s that cuts the wake's hold: in order, the running
+	 *   event met no hold open, and the resume is reported by the wake's
+	 *   hold. */
+	{
+		static const char *const sbs[] = {"wh-skew-open", "wh-skew-cut"};
+
+		for (size_t i = 0; i < 2; i++) {
+			CHECK_I64(cu_create(t, 0, key, sbs[i], 1, 1024, 900, NULL, &r), 200);
+			apitest_resp_release(&r);
+			event_after_create(t, sbs[i], "paused", 5000000);
+		}
+		cu_sleep_ms(300);
+		for (size_t i = 0; i < 2; i++) {
+			CHECK_I64(cu_wake(t, 0, sbs[i], 900, NULL, &r), 200);
+			apitest_resp_release(&r);
+		}
+		event_after_create(t, "wh-skew-open", "running", 6000000);
+		event_after_create(t, "wh-skew-open", "paused", 100000);
+		CHECK_I64(outruns(db, "wh-skew-open", "resumed_without_wake"), 0);
+		event_after_create(t, "wh-skew-cut", "paused", 100000);
+		event_after_create(t, "wh-skew-cut", "running", 6000000);
+		CHECK_I64(outruns(db, "wh-skew-cut", "resumed_without_wake"), 0);
+		event_after_create(t, "wh-skew-cut", "paused", 4000000);
+		CHECK_I64(resumed_at_event(db, "wh-skew-cut"), 1);
+		CHECK_I64(
+		    cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				   " AND payload->>'sandbox_id' = 'wh-skew-cut'"
+				   " AND (payload->>'hold_id')::bigint = (SELECT max(hold_id)"
+				   "  FROM holds WHERE sandbox_id = 'wh-skew-cut')"),
+		    1);
+		for (size_t i = 0; i < 2; i++)
 			event_at(t, sbs[i], "stopped", 10);
 	}
 	/* wh-woken-late: paused, woken, the wake's hold released (as at its

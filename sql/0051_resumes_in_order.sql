@@ -17,12 +17,13 @@
 -- its holds settled by the pause and no lease begun since. Now a recorded
 -- running event right after a pause in the line is reported by the hold
 -- that was the sandbox's latest at its time (lease begun at or before it),
--- unless a stop comes at or before it or a hold begun by then is still
--- open and not cut by an event (what the row's move checks: a pause
--- recorded before a wake it is dated after leaves the wake's hold whole);
--- a recorded pause checks the first running item after it in the same
--- way, when that is a running event (only pauses between), since it may
--- have settled the hold that held the report back. The dedup key is the
+-- unless a stop comes at or before it or a hold covered that time as the
+-- holds record it (begun by then, its lease not ended, not cut by an event
+-- by then: a pause recorded before a wake it is dated after leaves the
+-- wake's hold whole, and a pause that comes after a later one leaves the
+-- later one's tail); a recorded pause checks the first running item after
+-- it in the same way, when that is a running event (only pauses between),
+-- since it may have cut the hold that held the report back. The dedup key is the
 -- hold's, as in 0037, so a resume the row's move reports too is sent once.
 -- The row's move still reports a plain resume in order (unchanged), and
 -- the two-step move of 0049 is no longer needed for a late pause: the
@@ -194,9 +195,12 @@ BEGIN
 			  AND (s.state <> last_state OR s.state_since <> run_since);
 			-- The resume, unless the row's move from paused to running
 			-- reports it at commit (0037), a stop came before it, or a
-			-- hold begun by then is open and not cut by an event (as the
-			-- row's move asks: a pause recorded before a wake it is dated
-			-- after leaves that wake's hold whole).
+			-- hold covered its time as the holds record it: begun by
+			-- then, its lease not ended, and not cut by then (cut later,
+			-- at settles_at; whole, still open or released at its lease's
+			-- end). A pause recorded before a wake it is dated after
+			-- leaves that wake's hold whole, and a pause that comes after
+			-- a later one leaves the tail the later one kept.
 			IF resumed_at IS NOT NULL
 			   AND NOT (p_type = 'running' AND old_state = 'paused'
 				    AND last_state = 'running')
@@ -206,8 +210,11 @@ BEGIN
 					     AND GREATEST(e.at, created) <= resumed_at)
 			   AND NOT EXISTS (SELECT 1 FROM holds h
 					   WHERE h.account_id = acc AND h.sandbox_id = p_sandbox
-					     AND h.status = 'open' AND h.settles_at IS NULL
-					     AND h.lease_starts_at <= resumed_at) THEN
+					     AND h.lease_starts_at <= resumed_at
+					     AND h.lease_ends_at > resumed_at
+					     AND (h.settles_at > resumed_at
+						  OR (h.settles_at IS NULL
+						      AND h.status IN ('open', 'released')))) THEN
 				PERFORM meter_outbox_resumed_at(acc, p_sandbox, resumed_at);
 			END IF;
 		END IF;

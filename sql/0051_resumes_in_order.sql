@@ -10,23 +10,23 @@
 -- row nowhere, and was not reported:
 -- - pauses at t1 and t3, then the running event at t2 between them;
 -- - a pause at t1 and a stop at t3, then the running event at t2;
--- - a pause at t1, a wake, then a running event dated between them;
--- - a running event at t2 and a pause at t3, then a pause at t1 before
---   them.
+-- - a pause at t1, a wake, then a running event dated between them.
 -- In order, each of these reports the resume at t2: the sandbox ran with
 -- its holds settled by the pause and no lease begun since. Now a recorded
 -- running event right after a pause in the line is reported by the hold
 -- that was the sandbox's latest at its time (lease begun at or before it),
 -- unless a stop comes at or before it or a hold covered that time as the
--- holds record it (begun by then, its lease not ended, not cut by an event
--- by then: a pause recorded before a wake it is dated after leaves the
--- wake's hold whole, and a pause that comes after a later one leaves the
--- later one's tail); a recorded pause checks the first running item after
--- it in the same way, when that is a running event (only pauses between),
--- since it may have cut the hold that held the report back. The dedup key is the
--- hold's, as in 0037, so a resume the row's move reports too is sent once.
--- The row's move still reports a plain resume in order (unchanged), and
--- the two-step move of 0049 is no longer needed for a late pause: the
+-- holds record it: begun by then, its lease not ended, and cut by an
+-- event only after it or not at all. (A pause recorded before a wake it
+-- is dated after leaves the wake's hold whole; a pause at t1 that comes
+-- after a pause at t3 leaves the hold's tail to t3, as before, so a
+-- running event at t2 between them is not reported: the hold covers it.)
+-- A recorded pause checks the first running item after it in the same
+-- way, when that is a running event (only pauses between), since it may
+-- have cut the hold that held that report back. The dedup key is the
+-- hold's, as in 0037, so a resume the row's move reports too is sent
+-- once. The row's move still reports a plain resume in order (unchanged),
+-- and the two-step move of 0049 is no longer needed for a late pause: the
 -- running event after it is reported by the rule above.
 --
 -- The line also takes the starts of every hold of the sandbox, not only

@@ -589,37 +589,47 @@ static long long outruns(PGconn *db, const char *sb, const char *why)
 			  sb, why);
 }
 
-/* Posts event type of sandbox sb dated now + ahead seconds; must be 200. */
-static void event_at(struct apitest *t, const char *sb, const char *type, int ahead)
+/* Posts event type of sandbox sb dated at; must be 200. */
+static void post_event(struct apitest *t, const char *sb, const char *type, const char *at)
 {
 	struct apitest_resp r;
-	char at[40];
 
-	cu_rfc3339(time(NULL) + ahead, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, sb, type, at, &r), 200);
 	apitest_resp_release(&r);
 }
 
+/* Posts event type of sandbox sb dated now + ahead seconds. */
+static void event_at(struct apitest *t, const char *sb, const char *type, int ahead)
+{
+	char at[40];
+
+	cu_rfc3339(time(NULL) + ahead, at, sizeof(at));
+	post_event(t, sb, type, at);
+}
+
 /* Posts event type of sandbox sb dated usec microseconds after its create
- * check; must be 200. */
+ * check. */
 static void event_after_create(struct apitest *t, const char *sb, const char *type, long long usec)
 {
-	struct apitest_resp r;
-	char at[48];
-	long long created = cu_sql_int(t->db.conn,
-				       "SELECT (extract(epoch FROM created_at) * 1000000)::bigint"
-				       " FROM sandboxes WHERE sandbox_id = '%s'",
-				       sb);
-	long long u = created + usec;
-	time_t s = (time_t)(u / 1000000);
-	struct tm tm;
-	char day[32];
+	char sql[256], at[48];
 
-	gmtime_r(&s, &tm);
-	strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(at, sizeof(at), "%s.%06lldZ", day, u % 1000000);
-	CHECK_I64(cu_event(t, 0, sb, type, at, &r), 200);
-	apitest_resp_release(&r);
+	snprintf(sql, sizeof(sql),
+		 "SELECT to_char((created_at + %lld * interval '1 microsecond') AT TIME ZONE 'UTC',"
+		 " 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM sandboxes WHERE sandbox_id = '%s'",
+		 usec, sb);
+	testdb_query_text(t->db.conn, sql, at, sizeof(at));
+	post_event(t, sb, type, at);
+}
+
+/* Create checks of each of the n sandboxes sbs under key; each must be 200. */
+static void create_each(struct apitest *t, const char *key, const char *const *sbs, size_t n)
+{
+	struct apitest_resp r;
+
+	for (size_t i = 0; i < n; i++) {
+		CHECK_I64(cu_create(t, 0, key, sbs[i], 1, 1024, 900, NULL, &r), 200);
+		apitest_resp_release(&r);
+	}
 }
 
 /* resumed_without_wake reports of sb: 1 when there is exactly one, it
@@ -741,10 +751,7 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 	{
 		static const char *const sbs[] = {"wh-between", "wh-tie", "wh-runs"};
 
-		for (size_t i = 0; i < 3; i++) {
-			CHECK_I64(cu_create(t, 0, key, sbs[i], 1, 1024, 900, NULL, &r), 200);
-			apitest_resp_release(&r);
-		}
+		create_each(t, key, sbs, 3);
 		event_at(t, "wh-between", "paused", 1);
 		event_at(t, "wh-between", "paused", 8);
 		event_at(t, "wh-between", "running", 4);
@@ -792,10 +799,7 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 		static const char *const sbs[] = {"wh-stop-late", "wh-wake-late", "wh-pause-late",
 						  "wh-after-stop"};
 
-		for (size_t i = 0; i < 4; i++) {
-			CHECK_I64(cu_create(t, 0, key, sbs[i], 1, 1024, 900, NULL, &r), 200);
-			apitest_resp_release(&r);
-		}
+		create_each(t, key, sbs, 4);
 		event_at(t, "wh-stop-late", "paused", 1);
 		event_at(t, "wh-stop-late", "stopped", 8);
 		event_at(t, "wh-stop-late", "running", 4);
@@ -842,11 +846,9 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 	{
 		static const char *const sbs[] = {"wh-skew-open", "wh-skew-cut", "wh-skew-later"};
 
-		for (size_t i = 0; i < 3; i++) {
-			CHECK_I64(cu_create(t, 0, key, sbs[i], 1, 1024, 900, NULL, &r), 200);
-			apitest_resp_release(&r);
+		create_each(t, key, sbs, 3);
+		for (size_t i = 0; i < 3; i++)
 			event_after_create(t, sbs[i], "paused", 5000000);
-		}
 		cu_sleep_ms(300);
 		for (size_t i = 0; i < 3; i++) {
 			CHECK_I64(cu_wake(t, 0, sbs[i], 900, NULL, &r), 200);
@@ -927,10 +929,7 @@ static void test_paused_running(struct apitest *t, const char *acc)
 	long long hold;
 
 	CHECK(apitest_create_key(t, acc, "full", -1, NULL, key, token) == 0);
-	for (size_t i = 0; i < 3; i++) {
-		CHECK_I64(cu_create(t, 0, key, sbs[i], 1, 1024, 900, NULL, &r), 200);
-		apitest_resp_release(&r);
-	}
+	create_each(t, key, sbs, 3);
 	hold = cu_sql_int(db, "SELECT hold_id FROM holds WHERE sandbox_id = 'wh-pr'"
 			      " ORDER BY day DESC, hold_id DESC LIMIT 1");
 	/* wh-pr-early: its pause event first, then samples that saw it

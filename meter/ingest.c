@@ -1286,12 +1286,14 @@ static const char SQL_METER_UNLOCKED[] = SQL_METER_READ;
  * ev_from) up to the call's newest sample ($4), and their stops before it
  * (a stop is final; a branch of its own, so that both take the (account,
  * sandbox, type, at) index rather than the whole table); each sandbox skips
- * those past its own newest sample. */
+ * those past its own newest sample. The first branch names every type
+ * (meter_state allows these three) so that each is a range of that index
+ * by time, not every event of the sandbox (sql/0054). */
 static const char SQL_EVENTS[] =
     "SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
     " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"
     " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
-    "  AND e.at >= q.f AND e.at <= $4::timestamptz"
+    "  AND e.type IN ('running', 'paused', 'stopped') AND e.at >= q.f AND e.at <= $4::timestamptz"
     " UNION ALL"
     " SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
     " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"
@@ -1305,12 +1307,17 @@ static const char SQL_EVENTS[] =
  * read up to its newest sample, and its stops up to that sample (a stop
  * is final, whenever it came). Events are only ever added, so another
  * count is one recorded since the read (ing_event_counted, the same test
- * in C). */
+ * in C). Stops and pauses are counted apart, each a range of the (account,
+ * sandbox, type, at) index. */
 static const char SQL_EVENTS_AGAIN[] =
-    "SELECT count(*) FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[])"
-    " AS q(a, s, f, t)"
-    " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s AND e.at <= q.t"
-    "  AND (e.type = 'stopped' OR (e.type = 'paused' AND e.at >= q.f))";
+    "SELECT (SELECT count(*)"
+    "  FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS q(a, s, f, t)"
+    "  JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
+    "   AND e.type = 'stopped' AND e.at <= q.t)"
+    " + (SELECT count(*)"
+    "  FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[]) AS q(a, s, f, t)"
+    "  JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
+    "   AND e.type = 'paused' AND e.at >= q.f AND e.at <= q.t)";
 
 static const char SQL_DAYS[] =
     "SELECT q.z, d.day - DATE '1970-01-01',"

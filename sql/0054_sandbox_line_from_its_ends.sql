@@ -8,9 +8,10 @@
 -- them: with 30,000 pauses, 30,000 running events and 30,000 holds, each
 -- pause or running event took 420 to 760 ms, holding the sandbox's row
 -- (every wake of it and ingestion's update of its meter row wait) and
--- growing with every event the sandbox ever had. The report of a resume
--- without a wake (meter_outbox_resumed_at) sorted all its holds for the
--- latest, and the lease-end sweep (meter_leases_outrun) and ingestion
+-- growing with every event the sandbox ever had. The reports of a resume
+-- without a wake (meter_outbox_resumed_at) and of a paused sandbox its
+-- samples find running (meter_outbox_paused_running) sorted all its holds
+-- for the latest, and the lease-end sweep (meter_leases_outrun) and ingestion
 -- (meter/ingest.c) read all its events for a pause or stop in a window.
 --
 -- The line is as before: the sandbox's creation and each hold's lease
@@ -400,5 +401,47 @@ BEGIN
 	)
 	SELECT count(*) INTO n FROM due;
 	RETURN n;
+END
+$$;
+
+-- As in 0040, with a hold begun after the sample before and the latest
+-- hold each found by its lease start (above), not by reading every hold
+-- of the sandbox.
+CREATE OR REPLACE FUNCTION meter_outbox_paused_running() RETURNS trigger
+	LANGUAGE plpgsql
+	AS $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM sandboxes s
+		       WHERE s.account_id = NEW.account_id AND s.sandbox_id = NEW.sandbox_id
+			 AND s.state = 'paused' AND s.state_since < NEW.last_sampled_at)
+	   OR EXISTS (SELECT 1 FROM holds o
+		      WHERE o.account_id = NEW.account_id AND o.sandbox_id = NEW.sandbox_id
+			AND o.status = 'open' AND o.settles_at IS NULL)
+	   OR meter_hold_start_next(NEW.account_id, NEW.sandbox_id, OLD.last_sampled_at) IS NOT NULL
+	   OR EXISTS (SELECT 1 FROM lifecycle_events e
+		      WHERE e.account_id = NEW.account_id AND e.sandbox_id = NEW.sandbox_id
+			AND e.type = 'running' AND e.at > OLD.last_sampled_at) THEN
+		RETURN NULL;
+	END IF;
+	INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)
+	SELECT h.account_id, h.key_id, 'hold_outrun', 'paused-running/' || h.hold_id::text,
+	       jsonb_build_object('reason', 'running_while_paused',
+				  'key_id', h.key_id, 'sandbox_id', h.sandbox_id,
+				  'hold_id', h.hold_id, 'day', h.day::text,
+				  'amount_micros', h.amount_micros,
+				  'consumed_micros', h.consumed_micros,
+				  'lease_ends_at',
+				  to_char(h.lease_ends_at AT TIME ZONE 'UTC',
+					  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+				  'at', to_char(NEW.last_sampled_at AT TIME ZONE 'UTC',
+						'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+	FROM holds h
+	WHERE h.account_id = NEW.account_id AND h.sandbox_id = NEW.sandbox_id
+	  AND h.status IN ('open', 'settled', 'released')
+	  AND h.lease_starts_at = meter_hold_start_last(NEW.account_id, NEW.sandbox_id, 'infinity')
+	ORDER BY h.day DESC, h.hold_id DESC
+	LIMIT 1
+	ON CONFLICT (account_id, type, dedup_key) DO NOTHING;
+	RETURN NULL;
 END
 $$;

@@ -1283,23 +1283,25 @@ static const char SQL_METER_LOCK[] = SQL_METER_READ
 static const char SQL_METER_UNLOCKED[] = SQL_METER_READ;
 
 /* Events of the call's sandboxes from each sandbox's own start ($3, its
- * ev_from) up to the call's newest sample ($4), and their stops before it
- * (a stop is final; a branch of its own, so that both take the (account,
- * sandbox, type, at) index rather than the whole table); each sandbox skips
- * those past its own newest sample. The first branch names every type
- * (meter_state allows these three) so that each is a range of that index
- * by time, not every event of the sandbox (sql/0054). */
+ * ev_from) up to the call's newest sample ($4), with every stop up to it
+ * (a stop is final, whenever it came); each sandbox skips those past its
+ * own newest sample. A branch for each type (meter_state allows these
+ * three), so that each read is a range of the (account, sandbox, type, at)
+ * index, not every event of the sandbox: given as a list or a join, the
+ * type was left to a filter once the table held many sandboxes
+ * (sql/0054). */
+#define SQL_EVENTS_OF(type, from)                                                                  \
+	"SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"    \
+	" FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"                    \
+	" JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"                    \
+	"  AND e.type = '" type "'" from " AND e.at <= $4::timestamptz"
+/* clang-format off */
 static const char SQL_EVENTS[] =
-    "SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
-    " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"
-    " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
-    "  AND e.type IN ('running', 'paused', 'stopped') AND e.at >= q.f AND e.at <= $4::timestamptz"
-    " UNION ALL"
-    " SELECT e.sandbox_id, (extract(epoch FROM e.at) * 1000000)::bigint, e.type, e.event_id"
-    " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"
-    " JOIN lifecycle_events e ON e.account_id = q.a AND e.sandbox_id = q.s"
-    "  AND e.type = 'stopped' AND e.at < q.f"
+    SQL_EVENTS_OF("running", " AND e.at >= q.f")
+    " UNION ALL " SQL_EVENTS_OF("paused", " AND e.at >= q.f")
+    " UNION ALL " SQL_EVENTS_OF("stopped", "")
     " ORDER BY 1, 2, 4";
+/* clang-format on */
 
 /* The events that settle holds (meter_event_settle), counted again once
  * the call holds its key-days' ledger rows (ing_events_again): for each

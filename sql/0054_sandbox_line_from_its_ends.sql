@@ -35,25 +35,34 @@
 -- is now (account_id, sandbox_id, status, lease_starts_at), the same one
 -- entry a check makes, and a sandbox's latest or next lease start is the
 -- latest or earliest of three look-ups, one for each status
--- (meter_hold_status allows 'open', 'settled' and 'released' only).
--- The same pause and running event above take 1.5 to 4.5 ms, as for a
--- sandbox with three of each (a session's first event takes about 20 ms
--- more, planning the function's statements). A late running event or
--- pause also asks whether a hold covered its time: holds_lease_day
--- (below) bounds that to a day of lease starts.
+-- (meter_hold_status allows 'open', 'settled' and 'released' only). A
+-- question of holds of any status asks each status apart: asked as a list
+-- (status IN (...)), PostgreSQL left the status to a filter and read every
+-- index entry of the sandbox. A late running event or pause also asks
+-- whether a hold covered its time: holds_lease_day (below) bounds that to
+-- a day of lease starts.
 --
--- The answers are 0051's: in a dev database, 14,000 random histories
+-- The same pause and running event above, with 2,000 other sandboxes
+-- beside it, take 2 to 5 ms, and a late event that reports a resume
+-- about 7 ms (a session's first event takes about 20 ms more, planning
+-- the function's statements). test_event_line sends the same events to a
+-- sandbox with 10,000 of each and to one with ten: the first reads at most
+-- about 25 pages more.
+--
+-- The answers are 0051's: in a dev database, 20,000 random histories
 -- (holds of every status, some begun before the creation; events dated
 -- before and after it, to the second, sent in random orders) gave the
 -- same answers, rows, holds and reports from 0051's function and this
--- one. test_event_line holds the row to the whole line after every event
--- of 600 such histories, and counts the pages an event reads in a long
--- history.
+-- one; a review compared 8,300 more on this migration's first form, with
+-- times to the microsecond and wakes between the events. test_event_line
+-- holds the row to the whole line after every event of 600 such
+-- histories.
 --
--- The other reads of a sandbox's events by time ask by type too, so that
--- each is a range of the unique index, not every event of the sandbox:
--- meter_leases_outrun's pause or stop before the grace's end, here, and
--- ingestion's reads (meter/ingest.c SQL_EVENTS, SQL_EVENTS_AGAIN).
+-- The other reads of a sandbox's events by time ask for each type apart
+-- too, so that each is a range of the unique index, not every event of
+-- the sandbox: meter_leases_outrun's pause or stop before the grace's
+-- end, here, and ingestion's reads (meter/ingest.c SQL_EVENTS,
+-- SQL_EVENTS_AGAIN).
 
 -- A hold's lease is at most a day (checks refuse a longer lease_seconds,
 -- meter/checks.h CHECKS_LEASE_SECONDS_MAX), and holds_lease_day says so:
@@ -102,8 +111,35 @@ CREATE FUNCTION meter_hold_start_next(p_account text, p_sandbox text, p_after ti
 		   AND h.status = 'released' AND h.lease_starts_at > p_after));
 $$;
 
+-- The sandbox's latest hold at p_at, in 0037's order: of the holds whose
+-- lease began latest at or before p_at, the latest day part, then the
+-- latest hold; NULL when none. One look-up for each status, each a match
+-- of the whole index key: asked as a list of statuses (status IN (...)),
+-- PostgreSQL left the status to a filter and read every index entry of the
+-- sandbox.
+CREATE FUNCTION meter_hold_latest(p_account text, p_sandbox text, p_at timestamptz)
+	RETURNS bigint
+	LANGUAGE plpgsql STABLE
+	AS $$
+DECLARE
+	latest timestamptz := meter_hold_start_last(p_account, p_sandbox, p_at);
+	id bigint;
+BEGIN
+	SELECT x.hold_id INTO id
+	FROM (VALUES ('open'), ('settled'), ('released')) AS hs(status)
+	CROSS JOIN LATERAL (SELECT h.hold_id, h.day FROM holds h
+			    WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
+			      AND h.status = hs.status AND h.lease_starts_at = latest
+			    ORDER BY h.day DESC, h.hold_id DESC
+			    LIMIT 1) x
+	ORDER BY x.day DESC, x.hold_id DESC
+	LIMIT 1;
+	RETURN id;
+END
+$$;
+
 -- As in 0051: the hold that was the sandbox's latest at p_at, now found
--- by its lease start first.
+-- by meter_hold_latest.
 CREATE OR REPLACE FUNCTION meter_outbox_resumed_at(p_account text, p_sandbox text, p_at timestamptz)
 	RETURNS void
 	LANGUAGE sql
@@ -121,11 +157,8 @@ CREATE OR REPLACE FUNCTION meter_outbox_resumed_at(p_account text, p_sandbox tex
 				  'at', to_char(p_at AT TIME ZONE 'UTC',
 						'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 	FROM holds h
-	WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
-	  AND h.status IN ('open', 'settled', 'released')
-	  AND h.lease_starts_at = meter_hold_start_last(p_account, p_sandbox, p_at)
-	ORDER BY h.day DESC, h.hold_id DESC
-	LIMIT 1
+	WHERE h.account_id = p_account
+	  AND h.hold_id = meter_hold_latest(p_account, p_sandbox, p_at)
 	ON CONFLICT (account_id, type, dedup_key) DO NOTHING;
 $$;
 
@@ -320,15 +353,22 @@ BEGIN
 					   WHERE e.account_id = acc AND e.sandbox_id = p_sandbox
 					     AND e.type = 'stopped'
 					     AND GREATEST(e.at, created) <= resumed_at)
-			   AND NOT EXISTS (SELECT 1 FROM holds h
-					   WHERE h.account_id = acc AND h.sandbox_id = p_sandbox
-					     AND h.status IN ('open', 'settled', 'released')
-					     AND h.lease_starts_at <= resumed_at
-					     AND h.lease_starts_at > resumed_at - interval '86400 s'
-					     AND h.lease_ends_at > resumed_at
-					     AND (h.settles_at > resumed_at
-						  OR (h.settles_at IS NULL
-						      AND h.status IN ('open', 'released')))) THEN
+			   AND NOT EXISTS (SELECT 1
+					   FROM (VALUES ('open'), ('settled'), ('released'))
+						AS hs(status)
+					   CROSS JOIN LATERAL (
+						SELECT 1 FROM holds h
+						WHERE h.account_id = acc
+						  AND h.sandbox_id = p_sandbox
+						  AND h.status = hs.status
+						  AND h.lease_starts_at <= resumed_at
+						  AND h.lease_starts_at
+						      > resumed_at - interval '86400 s'
+						  AND h.lease_ends_at > resumed_at
+						  AND (h.settles_at > resumed_at
+						       OR (h.settles_at IS NULL
+							   AND h.status IN ('open', 'released')))
+						LIMIT 1) x) THEN
 				PERFORM meter_outbox_resumed_at(acc, p_sandbox, resumed_at);
 			END IF;
 		END IF;
@@ -436,11 +476,8 @@ BEGIN
 				  'at', to_char(NEW.last_sampled_at AT TIME ZONE 'UTC',
 						'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 	FROM holds h
-	WHERE h.account_id = NEW.account_id AND h.sandbox_id = NEW.sandbox_id
-	  AND h.status IN ('open', 'settled', 'released')
-	  AND h.lease_starts_at = meter_hold_start_last(NEW.account_id, NEW.sandbox_id, 'infinity')
-	ORDER BY h.day DESC, h.hold_id DESC
-	LIMIT 1
+	WHERE h.account_id = NEW.account_id
+	  AND h.hold_id = meter_hold_latest(NEW.account_id, NEW.sandbox_id, 'infinity')
 	ON CONFLICT (account_id, type, dedup_key) DO NOTHING;
 	RETURN NULL;
 END

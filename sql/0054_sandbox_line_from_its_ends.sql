@@ -49,7 +49,7 @@
 -- sandbox with 10,000 of each and to one with ten: the first reads at most
 -- about 25 pages more.
 --
--- The answers are 0051's: in a dev database, 20,000 random histories
+-- The answers are 0051's: in a dev database, 24,000 random histories
 -- (holds of every status, some begun before the creation; events dated
 -- before and after it, to the second, sent in random orders) gave the
 -- same answers, rows, holds and reports from 0051's function and this
@@ -76,39 +76,48 @@ DROP INDEX holds_sandbox_idx;
 ALTER INDEX holds_sandbox_start_idx RENAME TO holds_sandbox_idx;
 
 -- The latest lease start of the sandbox's holds at or before p_at; NULL
--- when none.
+-- when none. Each status's look-up is ordered and limited, not max(): for
+-- a status that the statistics take for rare, PostgreSQL planned max() as
+-- an aggregate over the sandbox's whole range of that status (a review
+-- measured 111 pages for a sandbox with 10,000 released holds, against 4).
 CREATE FUNCTION meter_hold_start_last(p_account text, p_sandbox text, p_at timestamptz)
 	RETURNS timestamptz
 	LANGUAGE sql STABLE
 	AS $$
 	SELECT GREATEST(
-		(SELECT max(h.lease_starts_at) FROM holds h
+		(SELECT h.lease_starts_at FROM holds h
 		 WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
-		   AND h.status = 'open' AND h.lease_starts_at <= p_at),
-		(SELECT max(h.lease_starts_at) FROM holds h
+		   AND h.status = 'open' AND h.lease_starts_at <= p_at
+		 ORDER BY h.lease_starts_at DESC LIMIT 1),
+		(SELECT h.lease_starts_at FROM holds h
 		 WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
-		   AND h.status = 'settled' AND h.lease_starts_at <= p_at),
-		(SELECT max(h.lease_starts_at) FROM holds h
+		   AND h.status = 'settled' AND h.lease_starts_at <= p_at
+		 ORDER BY h.lease_starts_at DESC LIMIT 1),
+		(SELECT h.lease_starts_at FROM holds h
 		 WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
-		   AND h.status = 'released' AND h.lease_starts_at <= p_at));
+		   AND h.status = 'released' AND h.lease_starts_at <= p_at
+		 ORDER BY h.lease_starts_at DESC LIMIT 1));
 $$;
 
 -- The earliest lease start of the sandbox's holds after p_after; NULL when
--- none.
+-- none. As above.
 CREATE FUNCTION meter_hold_start_next(p_account text, p_sandbox text, p_after timestamptz)
 	RETURNS timestamptz
 	LANGUAGE sql STABLE
 	AS $$
 	SELECT LEAST(
-		(SELECT min(h.lease_starts_at) FROM holds h
+		(SELECT h.lease_starts_at FROM holds h
 		 WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
-		   AND h.status = 'open' AND h.lease_starts_at > p_after),
-		(SELECT min(h.lease_starts_at) FROM holds h
+		   AND h.status = 'open' AND h.lease_starts_at > p_after
+		 ORDER BY h.lease_starts_at LIMIT 1),
+		(SELECT h.lease_starts_at FROM holds h
 		 WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
-		   AND h.status = 'settled' AND h.lease_starts_at > p_after),
-		(SELECT min(h.lease_starts_at) FROM holds h
+		   AND h.status = 'settled' AND h.lease_starts_at > p_after
+		 ORDER BY h.lease_starts_at LIMIT 1),
+		(SELECT h.lease_starts_at FROM holds h
 		 WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
-		   AND h.status = 'released' AND h.lease_starts_at > p_after));
+		   AND h.status = 'released' AND h.lease_starts_at > p_after
+		 ORDER BY h.lease_starts_at LIMIT 1));
 $$;
 
 -- The sandbox's latest hold at p_at, in 0037's order: of the holds whose
@@ -158,7 +167,7 @@ CREATE OR REPLACE FUNCTION meter_outbox_resumed_at(p_account text, p_sandbox tex
 						'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 	FROM holds h
 	WHERE h.account_id = p_account
-	  AND h.hold_id = meter_hold_latest(p_account, p_sandbox, p_at)
+	  AND h.hold_id = (SELECT meter_hold_latest(p_account, p_sandbox, p_at))
 	ON CONFLICT (account_id, type, dedup_key) DO NOTHING;
 $$;
 
@@ -477,7 +486,7 @@ BEGIN
 						'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
 	FROM holds h
 	WHERE h.account_id = NEW.account_id
-	  AND h.hold_id = meter_hold_latest(NEW.account_id, NEW.sandbox_id, 'infinity')
+	  AND h.hold_id = (SELECT meter_hold_latest(NEW.account_id, NEW.sandbox_id, 'infinity'))
 	ON CONFLICT (account_id, type, dedup_key) DO NOTHING;
 	RETURN NULL;
 END

@@ -46,8 +46,9 @@
 -- beside it, take 2 to 5 ms, and a late event that reports a resume
 -- about 7 ms (a session's first event takes about 20 ms more, planning
 -- the function's statements). test_event_line sends the same events to a
--- sandbox with 10,000 of each and to one with ten: the first reads at most
--- about 25 pages more.
+-- sandbox with 10,000 of each and to one with ten, their holds settled or
+-- released, among 2,000 others: the first reads at most about 25 pages
+-- more.
 --
 -- The answers are 0051's: in a dev database, 24,000 random histories
 -- (holds of every status, some begun before the creation; events dated

@@ -148,6 +148,27 @@ BEGIN
 END
 $$;
 
+-- The payload of a hold_outrun report on hold p_hold: its reason, the
+-- hold's figures, and at (when the outrun was seen) unless p_at is NULL.
+-- The three reports restated below build it here.
+CREATE FUNCTION meter_outrun_payload(p_reason text, p_hold holds, p_at timestamptz)
+	RETURNS jsonb
+	LANGUAGE sql STABLE
+	AS $$
+	SELECT jsonb_build_object('reason', p_reason,
+				  'key_id', p_hold.key_id, 'sandbox_id', p_hold.sandbox_id,
+				  'hold_id', p_hold.hold_id, 'day', p_hold.day::text,
+				  'amount_micros', p_hold.amount_micros,
+				  'consumed_micros', p_hold.consumed_micros,
+				  'lease_ends_at',
+				  to_char(p_hold.lease_ends_at AT TIME ZONE 'UTC',
+					  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+	       || CASE WHEN p_at IS NULL THEN '{}'::jsonb
+		       ELSE jsonb_build_object('at', to_char(p_at AT TIME ZONE 'UTC',
+							    'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+		  END;
+$$;
+
 -- As in 0051: the hold that was the sandbox's latest at p_at, now found
 -- by meter_hold_latest.
 CREATE OR REPLACE FUNCTION meter_outbox_resumed_at(p_account text, p_sandbox text, p_at timestamptz)
@@ -156,16 +177,7 @@ CREATE OR REPLACE FUNCTION meter_outbox_resumed_at(p_account text, p_sandbox tex
 	AS $$
 	INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)
 	SELECT h.account_id, h.key_id, 'hold_outrun', 'resumed/' || h.hold_id::text,
-	       jsonb_build_object('reason', 'resumed_without_wake',
-				  'key_id', h.key_id, 'sandbox_id', h.sandbox_id,
-				  'hold_id', h.hold_id, 'day', h.day::text,
-				  'amount_micros', h.amount_micros,
-				  'consumed_micros', h.consumed_micros,
-				  'lease_ends_at',
-				  to_char(h.lease_ends_at AT TIME ZONE 'UTC',
-					  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-				  'at', to_char(p_at AT TIME ZONE 'UTC',
-						'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+	       meter_outrun_payload('resumed_without_wake', h, p_at)
 	FROM holds h
 	WHERE h.account_id = p_account
 	  AND h.hold_id = (SELECT meter_hold_latest(p_account, p_sandbox, p_at))
@@ -421,14 +433,7 @@ BEGIN
 	), sent AS (
 		INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)
 		SELECT h.account_id, h.key_id, 'hold_outrun', h.hold_id::text,
-		       jsonb_build_object('reason', 'lease_ended',
-					  'key_id', h.key_id, 'sandbox_id', h.sandbox_id,
-					  'hold_id', h.hold_id, 'day', h.day::text,
-					  'amount_micros', h.amount_micros,
-					  'consumed_micros', h.consumed_micros,
-					  'lease_ends_at',
-					  to_char(h.lease_ends_at AT TIME ZONE 'UTC',
-						  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+		       meter_outrun_payload('lease_ended', h, NULL)
 		FROM due
 		JOIN sandboxes s ON s.account_id = due.account_id AND s.sandbox_id = due.sandbox_id
 		JOIN holds h ON h.account_id = due.account_id AND h.hold_id = due.hold_id
@@ -475,16 +480,7 @@ BEGIN
 	END IF;
 	INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload)
 	SELECT h.account_id, h.key_id, 'hold_outrun', 'paused-running/' || h.hold_id::text,
-	       jsonb_build_object('reason', 'running_while_paused',
-				  'key_id', h.key_id, 'sandbox_id', h.sandbox_id,
-				  'hold_id', h.hold_id, 'day', h.day::text,
-				  'amount_micros', h.amount_micros,
-				  'consumed_micros', h.consumed_micros,
-				  'lease_ends_at',
-				  to_char(h.lease_ends_at AT TIME ZONE 'UTC',
-					  'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-				  'at', to_char(NEW.last_sampled_at AT TIME ZONE 'UTC',
-						'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+	       meter_outrun_payload('running_while_paused', h, NEW.last_sampled_at)
 	FROM holds h
 	WHERE h.account_id = NEW.account_id
 	  AND h.hold_id = (SELECT meter_hold_latest(NEW.account_id, NEW.sandbox_id, 'infinity'))

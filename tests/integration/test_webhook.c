@@ -740,7 +740,10 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 			  1);
 		event_at(t, "wh-late-pause", "stopped", 8);
 	}
-	/* More orders, each left as in the order of the events' times:
+	/* More orders, each left as in the order of the events' times (here
+	 * and in the next block, seconds after each sandbox's create check, so
+	 * that a second passing between two posts cannot move one event onto
+	 * another's time):
 	 * - wh-between: pauses at +1 and +8, then a running event at +4:
 	 *   paused since +8 (not running), and the resume at +4 reported;
 	 * - wh-tie: a running event at -2 s, then a pause at -4 s, both
@@ -752,9 +755,9 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 		static const char *const sbs[] = {"wh-between", "wh-tie", "wh-runs"};
 
 		create_each(t, key, sbs, 3);
-		event_at(t, "wh-between", "paused", 1);
-		event_at(t, "wh-between", "paused", 8);
-		event_at(t, "wh-between", "running", 4);
+		event_after_create(t, "wh-between", "paused", 1 * 1000000LL);
+		event_after_create(t, "wh-between", "paused", 8 * 1000000LL);
+		event_after_create(t, "wh-between", "running", 4 * 1000000LL);
 		CHECK_I64(cu_sql_int(
 			      db,
 			      "SELECT count(*) FROM sandboxes s JOIN lifecycle_events e"
@@ -763,16 +766,16 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 			      " AND s.state_since = e.at AND e.at > s.created_at + interval '5 s'"),
 			  1);
 		CHECK_I64(resumed_at_event(db, "wh-between"), 1);
-		event_at(t, "wh-tie", "running", -2);
-		event_at(t, "wh-tie", "paused", -4);
+		event_after_create(t, "wh-tie", "running", -2 * 1000000LL);
+		event_after_create(t, "wh-tie", "paused", -4 * 1000000LL);
 		CHECK_I64(cu_sql_int(db,
 				     "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'wh-tie'"
 				     " AND state = 'running' AND state_since = created_at"),
 			  1);
 		CHECK_I64(outruns(db, "wh-tie", "resumed_without_wake"), 1);
-		event_at(t, "wh-runs", "paused", 1);
-		event_at(t, "wh-runs", "running", 3);
-		event_at(t, "wh-runs", "running", 2);
+		event_after_create(t, "wh-runs", "paused", 1 * 1000000LL);
+		event_after_create(t, "wh-runs", "running", 3 * 1000000LL);
+		event_after_create(t, "wh-runs", "running", 2 * 1000000LL);
 		CHECK_I64(
 		    cu_sql_int(db, "SELECT count(*) FROM sandboxes s WHERE s.sandbox_id = 'wh-runs'"
 				   " AND s.state = 'running' AND s.state_since ="
@@ -800,22 +803,22 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 						  "wh-after-stop"};
 
 		create_each(t, key, sbs, 4);
-		event_at(t, "wh-stop-late", "paused", 1);
-		event_at(t, "wh-stop-late", "stopped", 8);
-		event_at(t, "wh-stop-late", "running", 4);
+		event_after_create(t, "wh-stop-late", "paused", 1 * 1000000LL);
+		event_after_create(t, "wh-stop-late", "stopped", 8 * 1000000LL);
+		event_after_create(t, "wh-stop-late", "running", 4 * 1000000LL);
 		CHECK_I64(resumed_at_event(db, "wh-stop-late"), 1);
-		event_at(t, "wh-wake-late", "paused", -4);
+		event_after_create(t, "wh-wake-late", "paused", -4 * 1000000LL);
 		CHECK_I64(cu_wake(t, 0, "wh-wake-late", 900, NULL, &r), 200);
 		apitest_resp_release(&r);
-		event_at(t, "wh-wake-late", "running", -2);
+		event_after_create(t, "wh-wake-late", "running", -2 * 1000000LL);
 		CHECK_I64(cu_sql_int(
 			      db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'wh-wake-late'"
 				  " AND state = 'running' AND state_since = created_at"),
 			  1);
 		CHECK_I64(resumed_at_event(db, "wh-wake-late"), 1);
-		event_at(t, "wh-pause-late", "running", 2);
-		event_at(t, "wh-pause-late", "paused", 4);
-		event_at(t, "wh-pause-late", "paused", 1);
+		event_after_create(t, "wh-pause-late", "running", 2 * 1000000LL);
+		event_after_create(t, "wh-pause-late", "paused", 4 * 1000000LL);
+		event_after_create(t, "wh-pause-late", "paused", 1 * 1000000LL);
 		CHECK_I64(
 		    cu_sql_int(
 			db, "SELECT count(*) FROM sandboxes s WHERE s.sandbox_id = 'wh-pause-late'"
@@ -823,9 +826,9 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 			    "  FROM lifecycle_events e WHERE e.sandbox_id = 'wh-pause-late')"),
 		    1);
 		CHECK_I64(outruns(db, "wh-pause-late", "resumed_without_wake"), 0);
-		event_at(t, "wh-after-stop", "paused", 1);
-		event_at(t, "wh-after-stop", "stopped", 3);
-		event_at(t, "wh-after-stop", "running", 5);
+		event_after_create(t, "wh-after-stop", "paused", 1 * 1000000LL);
+		event_after_create(t, "wh-after-stop", "stopped", 3 * 1000000LL);
+		event_after_create(t, "wh-after-stop", "running", 5 * 1000000LL);
 		CHECK_I64(outruns(db, "wh-after-stop", "resumed_without_wake"), 0);
 		for (size_t i = 1; i < 3; i++)
 			event_at(t, sbs[i], "stopped", 10);

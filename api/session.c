@@ -9,21 +9,16 @@
 #include <sys/random.h>
 
 #include "http.h"
+#include "keys.h"
 #include "parse.h"
 
 static unsigned char session_secret[SESSION_SECRET_LEN];
 
 enum meter_rc session_init(const char *configured)
 {
-	unsigned int len = 0;
-
-	if (configured && *configured) {
-		if (!EVP_Digest(configured, strlen(configured), session_secret, &len, EVP_sha256(),
-				NULL) ||
-		    len != SESSION_SECRET_LEN)
-			return METER_EIO;
-		return METER_OK;
-	}
+	_Static_assert(SESSION_SECRET_LEN == KEYS_HASH_LEN, "the secret is a SHA-256");
+	if (configured && *configured)
+		return keys_sha256(configured, strlen(configured), session_secret);
 	if (getrandom(session_secret, sizeof(session_secret), 0) != sizeof(session_secret))
 		return METER_EIO;
 	return METER_OK;
@@ -31,17 +26,14 @@ enum meter_rc session_init(const char *configured)
 
 void session_operator_fingerprint(const char *operator_token, char *out, size_t len)
 {
-	unsigned char md[32];
-	unsigned int n = 0;
+	unsigned char md[KEYS_HASH_LEN];
 
-	if (len < 17 ||
-	    !EVP_Digest(operator_token, strlen(operator_token), md, &n, EVP_sha256(), NULL)) {
+	if (len < 17 || keys_sha256(operator_token, strlen(operator_token), md) != METER_OK) {
 		if (len)
 			out[0] = '\0';
 		return;
 	}
-	for (int i = 0; i < 8; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
+	keys_hex(md, 8, out);
 }
 
 /* base64url without padding of n bytes into out (4 * ceil(n / 3) + 1). */

@@ -4,7 +4,6 @@
 #include <assert.h>
 #include <errno.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include "db_checks.h"
 #include "db_util.h"
 #include "ingest.h"
+#include "keys.h"
 #include "ledger.h"
 #include "log.h"
 #include "metrics.h"
@@ -233,8 +233,7 @@ static void finish(struct item *it)
 static void request_hash(const struct checks_request *rq, char *hex)
 {
 	char canon[512];
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned mdlen = 0;
+	unsigned char md[KEYS_HASH_LEN];
 	int n;
 
 	if (rq->op == CHECKS_CREATE) {
@@ -248,13 +247,12 @@ static void request_hash(const struct checks_request *rq, char *hex)
 		n = snprintf(canon, sizeof(canon), "wake\n%s\n%lld", rq->sandbox_id,
 			     (long long)rq->lease_seconds);
 	}
-	if (n < 0 || !EVP_Digest(canon, (size_t)n, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32) {
+	if (n < 0 || (size_t)n >= sizeof(canon) || keys_sha256(canon, (size_t)n, md) != METER_OK) {
 		/* Cannot happen with OpenSSL working; an empty hash never matches. */
 		hex[0] = '\0';
 		return;
 	}
-	for (unsigned i = 0; i < mdlen; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	keys_hex(md, sizeof(md), hex);
 }
 
 /* Time zones ------------------------------------------------------------------ */

@@ -118,8 +118,7 @@ enum meter_rc db_key_create(PGconn *conn, const char *account_id,
 	PGresult *res = NULL;
 	enum meter_rc rc = METER_EDB;
 
-	for (size_t i = 0; i < KEYS_HASH_LEN; i++)
-		snprintf(hex + 2 * i, 3, "%02x", hash[i]);
+	keys_hex(hash, KEYS_HASH_LEN, hex);
 	db_util_i64_param(limit_micros, limit, sizeof(limit));
 	for (int i = 0; i < DB_KEY_ID_TRIES; i++) {
 		const char *params[] = {account_id, id, hex, role, has_limit ? limit : NULL,

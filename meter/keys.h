@@ -39,6 +39,13 @@ METER_MUSTCHECK enum meter_rc keys_new_secret(char *out, size_t outlen);
 METER_MUSTCHECK enum meter_rc keys_base64url(const unsigned char *in, size_t n, char *out,
 					     size_t outlen);
 
+/* SHA-256 of data's len bytes into out. METER_EIO when OpenSSL fails. */
+METER_MUSTCHECK enum meter_rc keys_sha256(const void *data, size_t len,
+					  unsigned char out[KEYS_HASH_LEN]);
+
+/* The n bytes of in as 2n lower-case hex digits and a NUL into out. */
+void keys_hex(const unsigned char *in, size_t n, char *out);
+
 /* SHA-256 of the secret's len bytes into hash. METER_ENOMEM / METER_EIO
  * when OpenSSL fails. */
 METER_MUSTCHECK enum meter_rc keys_hash_secret(const char *secret, size_t len,

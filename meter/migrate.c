@@ -8,7 +8,6 @@
 #include "migrate.h"
 
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -16,6 +15,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "keys.h"
 #include "log.h"
 
 /* pg_advisory_xact_lock key of the migrators: "meter_mg" in ASCII. */
@@ -95,17 +95,11 @@ static enum meter_rc migrate_begin(PGconn *conn, const char *what, char *err, si
 /* Lower-case hex SHA-256 of the NUL-terminated text into hex (65 bytes). */
 static enum meter_rc migrate_sha256_hex(const char *text, char hex[MIGRATE_SHA_HEX])
 {
-	static const char digits[] = "0123456789abcdef";
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int len = 0;
+	unsigned char md[KEYS_HASH_LEN];
 
-	if (EVP_Digest(text, strlen(text), md, &len, EVP_sha256(), NULL) != 1 || len != 32)
+	if (keys_sha256(text, strlen(text), md) != METER_OK)
 		return METER_ENOMEM;
-	for (unsigned int i = 0; i < len; i++) {
-		hex[2 * i] = digits[md[i] >> 4];
-		hex[2 * i + 1] = digits[md[i] & 0xf];
-	}
-	hex[64] = '\0';
+	keys_hex(md, sizeof(md), hex);
 	return METER_OK;
 }
 

@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "db.h"
 #include "db_util.h"
+#include "keys.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -123,8 +124,7 @@ enum meter_rc webhook_sign(const char *secret, int64_t t, const char *body, size
 		return METER_EIO;
 	}
 	free(msg);
-	for (unsigned i = 0; i < mdlen; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	keys_hex(md, mdlen, hex);
 	return METER_OK;
 }
 

@@ -1,4 +1,5 @@
 /* Unit: key ids, secrets, tokens and hashes (meter/keys.h). */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -60,6 +61,7 @@ static void test_hash(void)
 	    0xde, 0x5d, 0xae, 0x22, 0x23, 0xb0, 0x03, 0x61, 0xa3, 0x96, 0x17,
 	    0x7a, 0x9c, 0xb4, 0x10, 0xff, 0x61, 0xf2, 0x00, 0x15, 0xad};
 	unsigned char h[KEYS_HASH_LEN], h2[KEYS_HASH_LEN];
+	char hex[2 * KEYS_HASH_LEN + 1];
 
 	CHECK(keys_hash_secret("abc", 3, h) == METER_OK);
 	CHECK(memcmp(h, abc, sizeof(h)) == 0);
@@ -69,6 +71,40 @@ static void test_hash(void)
 	memcpy(h2, h, sizeof(h2));
 	h2[KEYS_HASH_LEN - 1] ^= 1; /* the last byte counts too */
 	CHECK(!keys_hash_equal(h, h2));
+	/* The digest the engine hashes requests with, from many threads at
+	 * once (its implementation is fetched once, by whichever comes first),
+	 * and its hex. */
+	CHECK(keys_sha256("abc", 3, h2) == METER_OK);
+	CHECK(memcmp(h2, abc, sizeof(h2)) == 0);
+	keys_hex(h2, sizeof(h2), hex);
+	CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	keys_hex(h2, 0, hex);
+	CHECK_STR(hex, "");
+}
+
+/* Threads hashing at once, each checking every digest it makes. */
+static void *hash_thread(void *arg)
+{
+	unsigned char h[KEYS_HASH_LEN];
+	int *bad = arg;
+
+	for (int i = 0; i < 2000; i++)
+		if (keys_sha256("abc", 3, h) != METER_OK || h[0] != 0xba || h[31] != 0xad)
+			(*bad)++;
+	return NULL;
+}
+
+static void test_hash_threads(void)
+{
+	pthread_t t[8];
+	int bad[8] = {0};
+
+	for (int i = 0; i < 8; i++)
+		CHECK(pthread_create(&t[i], NULL, hash_thread, &bad[i]) == 0);
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		CHECK_I64(bad[i], 0);
+	}
 }
 
 static void test_tokens(void)
@@ -109,6 +145,7 @@ int main(void)
 {
 	test_base64url();
 	test_ids_and_secrets();
+	test_hash_threads();
 	test_hash();
 	test_tokens();
 	return check_done();

@@ -519,20 +519,5 @@ enum meter_rc agent_doc_parse_time(const char *s, int64_t *at_usec)
 
 void agent_doc_format_time(int64_t at_usec, char *buf, size_t buflen)
 {
-	int64_t days, rem, y, m, d;
-
-	if (!buf || buflen == 0)
-		return;
-	days = at_usec / DOC_USEC_PER_DAY;
-	rem = at_usec % DOC_USEC_PER_DAY;
-	if (rem < 0) {
-		rem += DOC_USEC_PER_DAY;
-		days--;
-	}
-	parse_civil_from_days(days, &y, &m, &d);
-	(void)snprintf(buf, buflen,
-		       "%04" PRId64 "-%02" PRId64 "-%02" PRId64 "T%02" PRId64 ":%02" PRId64
-		       ":%02" PRId64 ".%06" PRId64 "Z",
-		       y, m, d, rem / (3600 * DOC_USEC_PER_SEC), rem / (60 * DOC_USEC_PER_SEC) % 60,
-		       rem / DOC_USEC_PER_SEC % 60, rem % DOC_USEC_PER_SEC);
+	parse_format_time(at_usec, buf, buflen);
 }

@@ -224,17 +224,7 @@ void db_util_rollback(PGconn *conn)
 
 void db_util_time_param(int64_t usec, char *buf, size_t len)
 {
-	time_t secs = (time_t)(usec / 1000000);
-	int64_t frac = usec % 1000000;
-	struct tm tm;
-
-	if (frac < 0) {
-		frac += 1000000;
-		secs -= 1;
-	}
-	gmtime_r(&secs, &tm);
-	snprintf(buf, len, "%04d-%02d-%02d %02d:%02d:%02d.%06" PRId64 "+00", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
+	parse_format_time(usec, buf, len);
 }
 
 void db_util_i64_param(int64_t v, char *buf, size_t len)

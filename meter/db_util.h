@@ -125,7 +125,7 @@ METER_MUSTCHECK enum meter_rc db_util_commit(PGconn *conn);
 void db_util_rollback(PGconn *conn);
 
 /* Formats usec (UTC µs since the epoch) as text PostgreSQL reads as a
- * timestamptz exactly: "2026-11-30 01:02:03.456789+00". buf: 40 bytes. */
+ * timestamptz exactly: "2026-11-30T01:02:03.456789Z". buf: 40 bytes. */
 void db_util_time_param(int64_t usec, char *buf, size_t len);
 
 /* Formats v as decimal text into buf (24 bytes). */

@@ -60,4 +60,11 @@ METER_MUSTCHECK enum meter_rc parse_plain_text(const char *s, size_t len, size_t
 int64_t parse_days_from_civil(int64_t y, int64_t m, int64_t d);
 void parse_civil_from_days(int64_t days, int64_t *y, int64_t *m, int64_t *d);
 
+/* usec (µs since 1970-01-01 UTC) as RFC 3339 UTC with microseconds,
+ * "2026-11-30T01:02:03.456789Z" (PARSE_TIME_LEN characters and a NUL), into
+ * buf of len bytes, truncated to fit as snprintf would. A year outside
+ * 0000-9999 is written in full ("10000-01-01T...", "-001-12-31T..."). */
+#define PARSE_TIME_LEN 27
+void parse_format_time(int64_t usec, char *buf, size_t len);
+
 #endif

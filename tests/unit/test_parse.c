@@ -1,6 +1,9 @@
-/* Unit tests for meter/parse.c: strict integers and ids. */
+/* Unit tests for meter/parse.c: strict integers and ids, times printed. */
+#include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "parse.h"
@@ -301,6 +304,64 @@ static void test_arg_shown(void)
 	CHECK(strstr(parse_arg_shown("PW@h", out, sizeof(out)), "PW") == NULL);
 }
 
+/* parse_format_time against the C library's calendar (gmtime_r and
+ * snprintf) over random times of years 0000 to 9999, the edges of a day
+ * and of the range, and the shapes it leaves to snprintf. */
+static void test_format_time(void)
+{
+	const int64_t first = INT64_C(-62167219200000000); /* 0000-01-01T00:00:00Z */
+	const int64_t end = INT64_C(253402300800000000);   /* 10000-01-01T00:00:00Z */
+	const int64_t edges[] = {first,
+				 first + 1,
+				 -1,
+				 0,
+				 1,
+				 INT64_C(86399999999),
+				 INT64_C(86400000000),
+				 INT64_C(951782400000000),
+				 end - 1};
+	uint64_t x = UINT64_C(88172645463325252);
+	char got[64], want[64];
+
+	for (int i = 0; i < 200000 + (int)(sizeof(edges) / sizeof(edges[0])); i++) {
+		int64_t usec, frac;
+		time_t secs;
+		struct tm tm;
+
+		if (i < (int)(sizeof(edges) / sizeof(edges[0]))) {
+			usec = edges[i];
+		} else {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			usec = first + (int64_t)(x % (uint64_t)(end - first));
+		}
+		frac = usec % 1000000;
+		secs = (time_t)(usec / 1000000);
+		if (frac < 0) {
+			frac += 1000000;
+			secs--;
+		}
+		CHECK(gmtime_r(&secs, &tm) != NULL);
+		snprintf(want, sizeof(want), "%04d-%02d-%02dT%02d:%02d:%02d.%06" PRId64 "Z",
+			 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+			 tm.tm_sec, frac);
+		parse_format_time(usec, got, sizeof(got));
+		if (strcmp(got, want) != 0) {
+			CHECK_STR(got, want);
+			break;
+		}
+	}
+	parse_format_time(end, got, sizeof(got));
+	CHECK_STR(got, "10000-01-01T00:00:00.000000Z");
+	parse_format_time(first - 1, got, sizeof(got));
+	CHECK_STR(got, "-001-12-31T23:59:59.999999Z");
+	parse_format_time(0, got, PARSE_TIME_LEN);
+	CHECK_STR(got, "1970-01-01T00:00:00.000000");
+	parse_format_time(0, got, 11);
+	CHECK_STR(got, "1970-01-01");
+}
+
 int main(void)
 {
 	test_good_ints();
@@ -310,5 +371,6 @@ int main(void)
 	test_plain_text();
 	test_json_member_at();
 	test_arg_shown();
+	test_format_time();
 	return check_done();
 }

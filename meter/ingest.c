@@ -243,18 +243,6 @@ static int64_t ing_floordiv(int64_t a, int64_t b)
 	return (a % b != 0 && a < 0) ? q - 1 : q;
 }
 
-/* "YYYY-MM-DD HH:MM:SS.ffffff+00" for UTC µs. */
-static void ing_fmt_time(int64_t usec, char *buf, size_t len)
-{
-	time_t secs = (time_t)ing_floordiv(usec, 1000000);
-	int64_t frac = usec - (int64_t)secs * 1000000;
-	struct tm tm;
-
-	gmtime_r(&secs, &tm);
-	snprintf(buf, len, "%04d-%02d-%02d %02d:%02d:%02d.%06" PRId64 "+00", tm.tm_year + 1900,
-		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
-}
-
 /* "YYYY-MM-DD" for a day number (days since 1970-01-01). */
 static void ing_fmt_day(int32_t day, char *buf, size_t len)
 {
@@ -303,7 +291,7 @@ static void arr_time(struct ing_buf *b, int64_t usec)
 {
 	char t[128];
 
-	ing_fmt_time(usec, t, sizeof(t));
+	parse_format_time(usec, t, sizeof(t));
 	arr_text(b, t);
 }
 
@@ -1810,7 +1798,7 @@ static enum meter_rc ing_create_sandboxes(struct ing_call *c)
 		arr_i64(&c->a4, sb->hint_memory_mib);
 		arr_i64(&c->a5, sb->hint_storage_mib);
 		arr_text(&c->a6, sandbox_state_name(sb->hint_state));
-		ing_fmt_time(sb->min_at, first, sizeof(first));
+		parse_format_time(sb->min_at, first, sizeof(first));
 		arr_text(&c->a7, first);
 	}
 	if (missing == 0)
@@ -2357,7 +2345,7 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 		barr_text(&c->arr[1], c->sbx[i].id);
 		barr_ts(&c->arr[2], c->sbx[i].ev_from);
 	}
-	ing_fmt_time(hi, hi_s, sizeof(hi_s));
+	parse_format_time(hi, hi_s, sizeof(hi_s));
 	rc = ing_qa(c, "lifecycle events", SQL_EVENTS, 3, 1, window, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;

@@ -202,11 +202,15 @@ void db_pool_release(struct db_pool *pool, PGconn *conn, bool broken)
 		struct db_slot *s = &pool->slots[i];
 		if (s->conn != conn)
 			continue;
+		/* A lost connection is not an unreachable database (one
+		 * backend terminated, or a server restarted since): the next
+		 * borrower of the slot connects again at once, and only a
+		 * connection attempt that fails starts the backoff. Before, the
+		 * loss started it, and for 75 to 100 ms every request that found
+		 * no open connection was refused 503 while the server was up. */
 		if (broken) {
 			PQfinish(conn);
 			s->conn = NULL;
-			if (pool->up)
-				backoff_failed(pool, "connection lost");
 		}
 		s->busy = false;
 		break;

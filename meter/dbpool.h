@@ -33,8 +33,9 @@ void db_pool_free(struct db_pool *pool);
 METER_MUSTCHECK enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out);
 
 /* Returns a borrowed connection. broken: the caller saw it fail (a
- * connection-level error); it is closed and reopened later. A connection
- * left inside a transaction is treated as broken. */
+ * connection-level error); it is closed, and the slot's next borrower
+ * connects again (at once: only a failed attempt to connect starts the
+ * backoff). A connection left inside a transaction is treated as broken. */
 void db_pool_release(struct db_pool *pool, PGconn *conn, bool broken);
 
 /* Runs "SELECT 1" on a pooled connection within timeout_ms.

@@ -1,4 +1,5 @@
-/* meter: strict parsing of numbers and identifiers from untrusted text. */
+/* meter: strict parsing of numbers and identifiers from untrusted text, and
+ * the calendar and time format that parsing and printing share. */
 #include "parse.h"
 
 #include <inttypes.h>

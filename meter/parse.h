@@ -1,5 +1,6 @@
 /* meter: strict parsing of numbers and identifiers from untrusted text.
- * No atoi/strtol shortcuts: every byte is accounted for. */
+ * No atoi/strtol shortcuts: every byte is accounted for. Also the calendar
+ * (days from and to dates) and the time format the service prints. */
 #ifndef METER_PARSE_H
 #define METER_PARSE_H
 

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -230,4 +231,170 @@ void db_util_time_param(int64_t usec, char *buf, size_t len)
 void db_util_i64_param(int64_t v, char *buf, size_t len)
 {
 	snprintf(buf, len, "%" PRId64, v);
+}
+
+/* Binary values ------------------------------------------------------------ */
+
+void db_bin_put(struct db_bin *b, const void *data, size_t len)
+{
+	if (b->oom)
+		return;
+	if (b->n + len + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *np;
+
+		while (cap < b->n + len + 1)
+			cap *= 2;
+		np = realloc(b->p, cap);
+		if (!np) {
+			b->oom = true;
+			return;
+		}
+		b->p = np;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, data, len);
+	b->n += len;
+	b->p[b->n] = '\0';
+}
+
+void db_bin_str(struct db_bin *b, const char *s)
+{
+	db_bin_put(b, s, strlen(s));
+}
+
+void db_bin_reset(struct db_bin *b)
+{
+	b->n = 0;
+	b->oom = false;
+	if (b->p)
+		b->p[0] = '\0';
+}
+
+void db_bin_release(struct db_bin *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof(*b));
+}
+
+void db_bin_be16(struct db_bin *b, int16_t v)
+{
+	uint16_t u = (uint16_t)v;
+	unsigned char x[2] = {(unsigned char)(u >> 8), (unsigned char)u};
+
+	db_bin_put(b, x, 2);
+}
+
+void db_bin_be32(struct db_bin *b, int32_t v)
+{
+	uint32_t u = (uint32_t)v;
+	unsigned char x[4] = {(unsigned char)(u >> 24), (unsigned char)(u >> 16),
+			      (unsigned char)(u >> 8), (unsigned char)u};
+
+	db_bin_put(b, x, 4);
+}
+
+void db_bin_be64(struct db_bin *b, int64_t v)
+{
+	uint64_t u = (uint64_t)v;
+	unsigned char x[8];
+
+	for (int i = 0; i < 8; i++)
+		x[i] = (unsigned char)(u >> (56 - 8 * i));
+	db_bin_put(b, x, 8);
+}
+
+void db_bin_text(struct db_bin *b, const char *s)
+{
+	size_t n = strlen(s);
+
+	db_bin_be32(b, (int32_t)n);
+	db_bin_put(b, s, n);
+}
+
+void db_bin_null(struct db_bin *b)
+{
+	db_bin_be32(b, -1);
+}
+
+void db_bin_i64(struct db_bin *b, int64_t v)
+{
+	db_bin_be32(b, 8);
+	db_bin_be64(b, v);
+}
+
+void db_bin_i32(struct db_bin *b, int32_t v)
+{
+	db_bin_be32(b, 4);
+	db_bin_be32(b, v);
+}
+
+void db_bin_ts(struct db_bin *b, int64_t usec)
+{
+	db_bin_i64(b, usec - DB_PG_EPOCH_USEC);
+}
+
+void db_bin_date(struct db_bin *b, int32_t day)
+{
+	db_bin_i32(b, day - DB_PG_EPOCH_DAYS);
+}
+
+void db_barr_start(struct db_barr *a, Oid array_type, Oid elem)
+{
+	db_bin_reset(&a->b);
+	a->array_type = array_type;
+	a->n = 0;
+	a->nulls = false;
+	db_bin_be32(&a->b, 1);		   /* ndim */
+	db_bin_be32(&a->b, 0);		   /* has nulls: patched */
+	db_bin_be32(&a->b, (int32_t)elem); /* element type */
+	db_bin_be32(&a->b, 0);		   /* length: patched */
+	db_bin_be32(&a->b, 1);		   /* lower bound */
+}
+
+void db_barr_finish(struct db_barr *a)
+{
+	if (a->b.oom || a->b.n < 20)
+		return;
+	for (int i = 0; i < 4; i++) {
+		a->b.p[4 + i] = (char)(i == 3 && a->nulls);
+		a->b.p[12 + i] = (char)((uint32_t)a->n >> (24 - 8 * i));
+	}
+}
+
+void db_barr_text(struct db_barr *a, const char *s)
+{
+	db_bin_text(&a->b, s);
+	a->n++;
+}
+
+void db_barr_null(struct db_barr *a)
+{
+	db_bin_null(&a->b);
+	a->nulls = true;
+	a->n++;
+}
+
+void db_barr_i64(struct db_barr *a, int64_t v)
+{
+	db_bin_i64(&a->b, v);
+	a->n++;
+}
+
+void db_barr_i32(struct db_barr *a, int32_t v)
+{
+	db_bin_i32(&a->b, v);
+	a->n++;
+}
+
+void db_barr_ts(struct db_barr *a, int64_t usec)
+{
+	db_bin_ts(&a->b, usec);
+	a->n++;
+}
+
+void db_barr_date(struct db_barr *a, int32_t day)
+{
+	db_bin_date(&a->b, day);
+	a->n++;
 }

@@ -131,4 +131,74 @@ void db_util_time_param(int64_t usec, char *buf, size_t len);
 /* Formats v as decimal text into buf (24 bytes). */
 void db_util_i64_param(int64_t v, char *buf, size_t len);
 
+/* Binary values ----------------------------------------------------------
+ * PostgreSQL's binary forms (its types' send and receive functions), for
+ * binary COPY and for array parameters the server reads without parsing
+ * text: integers big-endian, timestamptz as µs and date as days since
+ * 2000-01-01. */
+
+#define DB_PG_EPOCH_USEC INT64_C(946684800000000) /* 2000-01-01 in Unix µs */
+#define DB_PG_EPOCH_DAYS 10957			  /* 2000-01-01 in Unix days */
+
+#define DB_OID_INT8	       20
+#define DB_OID_INT2	       21
+#define DB_OID_INT4	       23
+#define DB_OID_TEXT	       25
+#define DB_OID_DATE	       1082
+#define DB_OID_TIMESTAMPTZ     1184
+#define DB_OID_TID	       27
+#define DB_OID_XID	       28
+#define DB_OID_INT4_ARR	       1007
+#define DB_OID_TEXT_ARR	       1009
+#define DB_OID_INT8_ARR	       1016
+#define DB_OID_DATE_ARR	       1182
+#define DB_OID_TIMESTAMPTZ_ARR 1185
+
+/* A growable byte buffer, kept NUL-terminated; oom latches. */
+struct db_bin {
+	char *p;
+	size_t n, cap;
+	bool oom;
+};
+
+void db_bin_put(struct db_bin *b, const void *data, size_t len);
+void db_bin_str(struct db_bin *b, const char *s); /* without its NUL */
+void db_bin_reset(struct db_bin *b);		  /* empty, memory kept */
+void db_bin_release(struct db_bin *b);		  /* empty, memory freed */
+void db_bin_be16(struct db_bin *b, int16_t v);
+void db_bin_be32(struct db_bin *b, int32_t v);
+void db_bin_be64(struct db_bin *b, int64_t v);
+
+/* One value as binary COPY and binary arrays hold it: its length, then its
+ * binary form (a NULL is the length -1 alone). A time is UTC µs since
+ * 1970, a day days since 1970-01-01. */
+void db_bin_text(struct db_bin *b, const char *s);
+void db_bin_null(struct db_bin *b);
+void db_bin_i64(struct db_bin *b, int64_t v);
+void db_bin_i32(struct db_bin *b, int32_t v);
+void db_bin_ts(struct db_bin *b, int64_t usec);
+void db_bin_date(struct db_bin *b, int32_t day);
+
+/* A one-dimensional array in array_recv's form: ndim, a has-null flag and
+ * the element type, the dimension's length and lower bound, then the
+ * elements as above. db_barr_start, the elements (each counted in n; set
+ * nulls for a NULL one), then db_barr_finish, which writes the count and
+ * the flag into the header. array_type is the array's own type, for a
+ * caller that names its parameters' types. */
+struct db_barr {
+	struct db_bin b;
+	Oid array_type;
+	int32_t n;
+	bool nulls;
+};
+
+void db_barr_start(struct db_barr *a, Oid array_type, Oid elem);
+void db_barr_finish(struct db_barr *a);
+void db_barr_text(struct db_barr *a, const char *s);
+void db_barr_null(struct db_barr *a);
+void db_barr_i64(struct db_barr *a, int64_t v);
+void db_barr_i32(struct db_barr *a, int32_t v);
+void db_barr_ts(struct db_barr *a, int64_t usec);
+void db_barr_date(struct db_barr *a, int32_t day);
+
 #endif

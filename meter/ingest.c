@@ -46,8 +46,6 @@
 
 #define ING_HOUR_USEC	  INT64_C(3600000000)
 #define ING_DAY_USEC	  INT64_C(86400000000)
-#define ING_PG_EPOCH_USEC INT64_C(946684800000000) /* 2000-01-01 in Unix µs */
-#define ING_PG_EPOCH_DAYS 10957			   /* 2000-01-01 in Unix days */
 #define ING_ZONE_MAX	  128
 #define ING_ZONE_DAYS_MAX 4000 /* days kept per zone in the cache */
 #define ING_PARTS_MAX	  4096 /* partition days remembered */
@@ -119,120 +117,19 @@ static bool ing_grow(void *pp, size_t *cap, size_t need, size_t elem)
 	return true;
 }
 
-/* A growable byte buffer; oom latches. */
-struct ing_buf {
-	char *p;
-	size_t n, cap;
-	bool oom;
-};
-
-static void buf_put(struct ing_buf *b, const void *data, size_t len)
-{
-	if (b->oom)
-		return;
-	if (!ing_grow(&b->p, &b->cap, b->n + len + 1, 1)) {
-		b->oom = true;
-		return;
-	}
-	memcpy(b->p + b->n, data, len);
-	b->n += len;
-	b->p[b->n] = '\0';
-}
-
-static void buf_str(struct ing_buf *b, const char *s)
-{
-	buf_put(b, s, strlen(s));
-}
-
-static void buf_reset(struct ing_buf *b)
-{
-	b->n = 0;
-	b->oom = false;
-	if (b->p)
-		b->p[0] = '\0';
-}
-
-static void buf_release(struct ing_buf *b)
-{
-	free(b->p);
-	memset(b, 0, sizeof(*b));
-}
-
-static void buf_be16(struct ing_buf *b, int16_t v)
-{
-	uint16_t u = (uint16_t)v;
-	unsigned char x[2] = {(unsigned char)(u >> 8), (unsigned char)u};
-
-	buf_put(b, x, 2);
-}
-
-static void buf_be32(struct ing_buf *b, int32_t v)
-{
-	uint32_t u = (uint32_t)v;
-	unsigned char x[4] = {(unsigned char)(u >> 24), (unsigned char)(u >> 16),
-			      (unsigned char)(u >> 8), (unsigned char)u};
-
-	buf_put(b, x, 4);
-}
-
-static void buf_be64(struct ing_buf *b, int64_t v)
-{
-	uint64_t u = (uint64_t)v;
-	unsigned char x[8];
-
-	for (int i = 0; i < 8; i++)
-		x[i] = (unsigned char)(u >> (56 - 8 * i));
-	buf_put(b, x, 8);
-}
-
 /* Binary COPY (PostgreSQL's "PGCOPY" format): header, tuples, trailer. */
-static void copy_header(struct ing_buf *b)
+static void copy_header(struct db_bin *b)
 {
 	static const char sig[11] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', '\377', '\r', '\n', '\0'};
 
-	buf_put(b, sig, sizeof(sig));
-	buf_be32(b, 0); /* flags */
-	buf_be32(b, 0); /* header extension */
+	db_bin_put(b, sig, sizeof(sig));
+	db_bin_be32(b, 0); /* flags */
+	db_bin_be32(b, 0); /* header extension */
 }
 
-static void copy_trailer(struct ing_buf *b)
+static void copy_trailer(struct db_bin *b)
 {
-	buf_be16(b, -1);
-}
-
-static void copy_text(struct ing_buf *b, const char *s)
-{
-	size_t n = strlen(s);
-
-	buf_be32(b, (int32_t)n);
-	buf_put(b, s, n);
-}
-
-static void copy_null(struct ing_buf *b)
-{
-	buf_be32(b, -1);
-}
-
-static void copy_i64(struct ing_buf *b, int64_t v)
-{
-	buf_be32(b, 8);
-	buf_be64(b, v);
-}
-
-static void copy_i32(struct ing_buf *b, int32_t v)
-{
-	buf_be32(b, 4);
-	buf_be32(b, v);
-}
-
-static void copy_ts(struct ing_buf *b, int64_t usec)
-{
-	copy_i64(b, usec - ING_PG_EPOCH_USEC);
-}
-
-static void copy_date(struct ing_buf *b, int32_t day)
-{
-	copy_i32(b, day - ING_PG_EPOCH_DAYS);
+	db_bin_be16(b, -1);
 }
 
 /* floor(a / b) for b > 0. */
@@ -254,40 +151,40 @@ static void ing_fmt_day(int32_t day, char *buf, size_t len)
 }
 
 /* Text array literals for parameters: {"a","b"} or {1,2}. */
-static void arr_open(struct ing_buf *b)
+static void arr_open(struct db_bin *b)
 {
-	buf_reset(b);
-	buf_str(b, "{");
+	db_bin_reset(b);
+	db_bin_str(b, "{");
 }
 
-static void arr_sep(struct ing_buf *b)
+static void arr_sep(struct db_bin *b)
 {
 	if (b->n > 1)
-		buf_str(b, ",");
+		db_bin_str(b, ",");
 }
 
-static void arr_text(struct ing_buf *b, const char *s)
+static void arr_text(struct db_bin *b, const char *s)
 {
 	arr_sep(b);
-	buf_str(b, "\"");
+	db_bin_str(b, "\"");
 	for (const char *p = s; *p; p++) {
 		if (*p == '"' || *p == '\\')
-			buf_put(b, "\\", 1);
-		buf_put(b, p, 1);
+			db_bin_put(b, "\\", 1);
+		db_bin_put(b, p, 1);
 	}
-	buf_str(b, "\"");
+	db_bin_str(b, "\"");
 }
 
-static void arr_i64(struct ing_buf *b, int64_t v)
+static void arr_i64(struct db_bin *b, int64_t v)
 {
 	char t[24];
 
 	snprintf(t, sizeof(t), "%" PRId64, v);
 	arr_sep(b);
-	buf_str(b, t);
+	db_bin_str(b, t);
 }
 
-static void arr_time(struct ing_buf *b, int64_t usec)
+static void arr_time(struct db_bin *b, int64_t usec)
 {
 	char t[128];
 
@@ -295,82 +192,14 @@ static void arr_time(struct ing_buf *b, int64_t usec)
 	arr_text(b, t);
 }
 
-static void arr_close(struct ing_buf *b)
+static void arr_close(struct db_bin *b)
 {
-	buf_str(b, "}");
+	db_bin_str(b, "}");
 }
 
-/* Binary array parameters (array_recv's format): the server reads them
- * without parsing text. Header: ndim, has-null flag, element type, then
- * length and lower bound of the one dimension; elements as in binary COPY. */
-#define OID_INT8	    20
-#define OID_INT2	    21
-#define OID_INT4	    23
-#define OID_TEXT	    25
-#define OID_DATE	    1082
-#define OID_TIMESTAMPTZ	    1184
-#define OID_TID		    27
-#define OID_XID		    28
-#define OID_TEXT_ARR	    1009
-#define OID_INT8_ARR	    1016
-#define OID_DATE_ARR	    1182
-#define OID_TIMESTAMPTZ_ARR 1185
-#define ING_NARR	    5 /* the most array parameters of one statement (the ledger) */
-
-struct ing_barr {
-	struct ing_buf b;
-	Oid array_type;
-	int32_t n;
-	bool nulls;
-};
-
-static void barr_start(struct ing_barr *a, Oid array_type, Oid elem)
-{
-	buf_reset(&a->b);
-	a->array_type = array_type;
-	a->n = 0;
-	a->nulls = false;
-	buf_be32(&a->b, 1);		/* ndim */
-	buf_be32(&a->b, 0);		/* has nulls: patched */
-	buf_be32(&a->b, (int32_t)elem); /* element type */
-	buf_be32(&a->b, 0);		/* length: patched */
-	buf_be32(&a->b, 1);		/* lower bound */
-}
-
-/* Patches the header; after the last element. */
-static void barr_finish(struct ing_barr *a)
-{
-	if (a->b.oom || a->b.n < 20)
-		return;
-	for (int i = 0; i < 4; i++) {
-		a->b.p[4 + i] = (char)(i == 3 && a->nulls);
-		a->b.p[12 + i] = (char)((uint32_t)a->n >> (24 - 8 * i));
-	}
-}
-
-static void barr_text(struct ing_barr *a, const char *s)
-{
-	copy_text(&a->b, s);
-	a->n++;
-}
-
-static void barr_i64(struct ing_barr *a, int64_t v)
-{
-	copy_i64(&a->b, v);
-	a->n++;
-}
-
-static void barr_date(struct ing_barr *a, int32_t day)
-{
-	copy_date(&a->b, day);
-	a->n++;
-}
-
-static void barr_ts(struct ing_barr *a, int64_t usec)
-{
-	copy_ts(&a->b, usec);
-	a->n++;
-}
+/* Binary array parameters (db_barr, array_recv's format): the server
+ * reads them without parsing text. */
+#define ING_NARR 5 /* the most array parameters of one statement (the ledger) */
 
 /* One array parameter of rows of a composite type (sql/0009_ingest_rows.sql):
  * array_recv's header with the type's oid, then per element its length and
@@ -378,22 +207,22 @@ static void barr_ts(struct ing_barr *a, int64_t usec)
  * oid and the value as in binary COPY. PostgreSQL expands such an array in
  * one pass, where one array per column costs a pass per column. */
 struct ing_rows {
-	struct ing_barr a;
+	struct db_barr a;
 	size_t row_at; /* where the open row's length goes */
 	int32_t ncols, want;
 };
 
 static void rows_start(struct ing_rows *r, Oid row_type)
 {
-	barr_start(&r->a, 0, row_type);
+	db_barr_start(&r->a, 0, row_type);
 }
 
 /* Opens a row of ncols columns. */
 static void row_open(struct ing_rows *r, int32_t ncols)
 {
 	r->row_at = r->a.b.n;
-	buf_be32(&r->a.b, 0); /* length: patched by row_close */
-	buf_be32(&r->a.b, ncols);
+	db_bin_be32(&r->a.b, 0); /* length: patched by row_close */
+	db_bin_be32(&r->a.b, ncols);
 	r->ncols = 0;
 	r->want = ncols;
 }
@@ -412,45 +241,45 @@ static void row_close(struct ing_rows *r)
 
 static void row_col(struct ing_rows *r, Oid type)
 {
-	buf_be32(&r->a.b, (int32_t)type);
+	db_bin_be32(&r->a.b, (int32_t)type);
 	r->ncols++;
 }
 
 static void row_text(struct ing_rows *r, const char *s)
 {
-	row_col(r, OID_TEXT);
-	copy_text(&r->a.b, s);
+	row_col(r, DB_OID_TEXT);
+	db_bin_text(&r->a.b, s);
 }
 
 /* A NULL of column type type. */
 static void row_null(struct ing_rows *r, Oid type)
 {
 	row_col(r, type);
-	copy_null(&r->a.b);
+	db_bin_null(&r->a.b);
 }
 
 static void row_i64(struct ing_rows *r, int64_t v)
 {
-	row_col(r, OID_INT8);
-	copy_i64(&r->a.b, v);
+	row_col(r, DB_OID_INT8);
+	db_bin_i64(&r->a.b, v);
 }
 
 static void row_i32(struct ing_rows *r, int32_t v)
 {
-	row_col(r, OID_INT4);
-	copy_i32(&r->a.b, v);
+	row_col(r, DB_OID_INT4);
+	db_bin_i32(&r->a.b, v);
 }
 
 static void row_ts(struct ing_rows *r, int64_t usec)
 {
-	row_col(r, OID_TIMESTAMPTZ);
-	copy_ts(&r->a.b, usec);
+	row_col(r, DB_OID_TIMESTAMPTZ);
+	db_bin_ts(&r->a.b, usec);
 }
 
 static void row_date(struct ing_rows *r, int32_t day)
 {
-	row_col(r, OID_DATE);
-	copy_date(&r->a.b, day);
+	row_col(r, DB_OID_DATE);
+	db_bin_date(&r->a.b, day);
 }
 
 static void row_tid(struct ing_rows *r, uint32_t block, uint16_t offset)
@@ -459,15 +288,15 @@ static void row_tid(struct ing_rows *r, uint32_t block, uint16_t offset)
 			      (unsigned char)(block >> 8),  (unsigned char)block,
 			      (unsigned char)(offset >> 8), (unsigned char)offset};
 
-	row_col(r, OID_TID);
-	buf_be32(&r->a.b, 6);
-	buf_put(&r->a.b, x, 6);
+	row_col(r, DB_OID_TID);
+	db_bin_be32(&r->a.b, 6);
+	db_bin_put(&r->a.b, x, 6);
 }
 
 static void row_xid(struct ing_rows *r, uint32_t xid)
 {
-	row_col(r, OID_XID);
-	copy_i32(&r->a.b, (int32_t)xid); /* xid_recv: 4 bytes, unsigned */
+	row_col(r, DB_OID_XID);
+	db_bin_i32(&r->a.b, (int32_t)xid); /* xid_recv: 4 bytes, unsigned */
 }
 
 /* ---- the object and its caches --------------------------------------------- */
@@ -736,15 +565,15 @@ struct ing_call {
 	size_t nholds, holds_cap;
 	bool *batch_accepted;
 
-	struct ing_barr arr[ING_NARR]; /* binary array parameters */
+	struct db_barr arr[ING_NARR];  /* binary array parameters */
 	struct ing_rows meter_rows[2]; /* meter rows to update, to insert */
 	int64_t meter_want[2];	       /* how many of each */
 	struct ing_rows usage_rows;    /* usage rows to add */
 	struct ing_ahour *ahour;       /* their money per account and hour */
 	size_t nahour, ahour_cap;
-	Oid meter_type, usage_type;		   /* the row types of sql/0009_ingest_rows.sql */
-	struct ing_buf samples;			   /* binary COPY of samples */
-	struct ing_buf a1, a2, a3, a4, a5, a6, a7; /* array literals */
+	Oid meter_type, usage_type;		  /* the row types of sql/0009_ingest_rows.sql */
+	struct db_bin samples;			  /* binary COPY of samples */
+	struct db_bin a1, a2, a3, a4, a5, a6, a7; /* array literals */
 
 	struct ingest_stats st;
 };
@@ -835,21 +664,21 @@ static enum meter_rc ing_q(struct ing_call *c, const char *what, const char *sql
 static void ing_arrays(struct ing_call *c, int n, const Oid *types)
 {
 	for (int i = 0; i < n; i++) {
-		Oid elem = OID_TEXT;
+		Oid elem = DB_OID_TEXT;
 		switch (types[i]) {
-		case OID_INT8_ARR:
-			elem = OID_INT8;
+		case DB_OID_INT8_ARR:
+			elem = DB_OID_INT8;
 			break;
-		case OID_DATE_ARR:
-			elem = OID_DATE;
+		case DB_OID_DATE_ARR:
+			elem = DB_OID_DATE;
 			break;
-		case OID_TIMESTAMPTZ_ARR:
-			elem = OID_TIMESTAMPTZ;
+		case DB_OID_TIMESTAMPTZ_ARR:
+			elem = DB_OID_TIMESTAMPTZ;
 			break;
 		default:
 			break;
 		}
-		barr_start(&c->arr[i], types[i], elem);
+		db_barr_start(&c->arr[i], types[i], elem);
 	}
 }
 
@@ -866,7 +695,7 @@ static enum meter_rc ing_qa_fmt(struct ing_call *c, const char *what, const char
 	if (out)
 		*out = NULL;
 	for (int i = 0; i < n; i++) {
-		barr_finish(&c->arr[i]);
+		db_barr_finish(&c->arr[i]);
 		if (c->arr[i].b.oom) {
 			snprintf(c->err, c->errlen, "%s: out of memory", what);
 			return METER_ENOMEM;
@@ -900,7 +729,7 @@ static enum meter_rc ing_qrows(struct ing_call *c, struct ing_rows *rec, const c
 
 	if (out)
 		*out = NULL;
-	barr_finish(&rec->a);
+	db_barr_finish(&rec->a);
 	if (rec->a.b.oom) {
 		snprintf(c->err, c->errlen, "%s: out of memory", what);
 		return METER_ENOMEM;
@@ -913,7 +742,7 @@ static enum meter_rc ing_qrows(struct ing_call *c, struct ing_rows *rec, const c
 /* Sends buf through COPY ... FROM STDIN (sql), to its end: the server may
  * still be writing the rows when this returns; ing_copy_result waits. */
 static enum meter_rc ing_copy_send(struct ing_call *c, const char *what, const char *sql,
-				   const struct ing_buf *buf)
+				   const struct db_bin *buf)
 {
 	PGresult *res = NULL;
 	enum meter_rc rc = METER_OK;
@@ -987,13 +816,13 @@ static enum meter_rc ing_i64(const PGresult *res, int row, int col, int64_t *out
 	if (PQfformat(res, col) == 0)
 		return parse_int64(p, INT64_MIN, INT64_MAX, out);
 	switch (PQftype(res, col)) {
-	case OID_INT2:
+	case DB_OID_INT2:
 		*out = (int16_t)ing_be(p, 2);
 		return len == 2 ? METER_OK : METER_EINVAL;
-	case OID_INT4:
+	case DB_OID_INT4:
 		*out = (int32_t)ing_be(p, 4);
 		return len == 4 ? METER_OK : METER_EINVAL;
-	case OID_INT8:
+	case DB_OID_INT8:
 		*out = (int64_t)ing_be(p, 8);
 		return len == 8 ? METER_OK : METER_EINVAL;
 	default:
@@ -1009,12 +838,12 @@ static enum meter_rc ing_ts(const PGresult *res, int row, int col, int64_t *usec
 	int64_t v;
 
 	if (PQgetisnull(res, row, col) || PQfformat(res, col) != 1 ||
-	    PQftype(res, col) != OID_TIMESTAMPTZ || PQgetlength(res, row, col) != 8)
+	    PQftype(res, col) != DB_OID_TIMESTAMPTZ || PQgetlength(res, row, col) != 8)
 		return METER_EINVAL;
 	v = (int64_t)ing_be(PQgetvalue(res, row, col), 8);
-	if (v <= INT64_MIN + ING_PG_EPOCH_USEC || v >= INT64_MAX - ING_PG_EPOCH_USEC)
+	if (v <= INT64_MIN + DB_PG_EPOCH_USEC || v >= INT64_MAX - DB_PG_EPOCH_USEC)
 		return METER_ERANGE;
-	*usec = v + ING_PG_EPOCH_USEC;
+	*usec = v + DB_PG_EPOCH_USEC;
 	return METER_OK;
 }
 
@@ -1861,13 +1690,13 @@ static enum meter_rc ing_read_meters(struct ing_call *c)
 	int n;
 	size_t asked = 0;
 
-	static const Oid types[1] = {OID_TEXT_ARR};
+	static const Oid types[1] = {DB_OID_TEXT_ARR};
 
 	ing_arrays(c, 1, types);
 	for (size_t i = 0; i < c->nsbx; i++) {
 		if (c->sbx[i].found) /* from the cache */
 			continue;
-		barr_text(&c->arr[0], c->sbx[i].id);
+		db_barr_text(&c->arr[0], c->sbx[i].id);
 		asked++;
 	}
 	if (asked == 0)
@@ -2035,7 +1864,7 @@ static size_t ing_acc_slot(const uint32_t *tab, size_t cap, const char *const *a
  * when not answered); METER_OK when read. */
 static enum meter_rc ing_cache_generations(struct ing_call *c, size_t n, int64_t *cur)
 {
-	static const Oid types[1] = {OID_TEXT_ARR};
+	static const Oid types[1] = {DB_OID_TEXT_ARR};
 	size_t cap = 16, nacc = 0;
 	const char **acc = malloc(n * sizeof(*acc));
 	uint32_t *idx = malloc(n * sizeof(*idx)), *tab;
@@ -2059,7 +1888,7 @@ static enum meter_rc ing_cache_generations(struct ing_call *c, size_t n, int64_t
 			acc[nacc] = a;
 			gen[nacc] = -1; /* not answered: nothing taken */
 			tab[h] = (uint32_t)++nacc;
-			barr_text(&c->arr[0], a);
+			db_barr_text(&c->arr[0], a);
 		}
 		idx[i] = tab[h] - 1;
 	}
@@ -2309,7 +2138,7 @@ static void ing_find_head(struct ing_call *c, struct ing_sbx *sb)
  * (ing_find_head). */
 static enum meter_rc ing_load_events(struct ing_call *c)
 {
-	static const Oid types[3] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR};
+	static const Oid types[3] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_TIMESTAMPTZ_ARR};
 	char hi_s[64];
 	const char *window[1] = {hi_s};
 	PGresult *res = NULL;
@@ -2341,9 +2170,9 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 		return METER_OK;
 	ing_arrays(c, 3, types);
 	for (size_t i = 0; i < c->nsbx; i++) {
-		barr_text(&c->arr[0], c->sbx[i].account);
-		barr_text(&c->arr[1], c->sbx[i].id);
-		barr_ts(&c->arr[2], c->sbx[i].ev_from);
+		db_barr_text(&c->arr[0], c->sbx[i].account);
+		db_barr_text(&c->arr[1], c->sbx[i].id);
+		db_barr_ts(&c->arr[2], c->sbx[i].ev_from);
 	}
 	parse_format_time(hi, hi_s, sizeof(hi_s));
 	rc = ing_qa(c, "lifecycle events", SQL_EVENTS, 3, 1, window, PGRES_TUPLES_OK, &res);
@@ -2764,18 +2593,18 @@ static enum meter_rc ing_price_subs(struct ing_call *c, uint32_t x, int64_t *tot
 static void ing_copy_sample(struct ing_call *c, const struct ing_sbx *sb,
 			    const struct usage_sample *u, const char *host_id)
 {
-	struct ing_buf *b = &c->samples;
+	struct db_bin *b = &c->samples;
 
-	buf_be16(b, 9);
-	copy_text(b, sb->account);
-	copy_text(b, sb->id);
-	copy_ts(b, u->at_usec);
-	copy_text(b, sandbox_state_name(u->state));
-	copy_i64(b, u->cpu_usec);
-	copy_i64(b, u->memory_mib);
-	copy_i64(b, u->storage_mib);
-	copy_i32(b, u->vcpus);
-	copy_text(b, host_id);
+	db_bin_be16(b, 9);
+	db_bin_text(b, sb->account);
+	db_bin_text(b, sb->id);
+	db_bin_ts(b, u->at_usec);
+	db_bin_text(b, sandbox_state_name(u->state));
+	db_bin_i64(b, u->cpu_usec);
+	db_bin_i64(b, u->memory_mib);
+	db_bin_i64(b, u->storage_mib);
+	db_bin_i32(b, u->vcpus);
+	db_bin_text(b, host_id);
 }
 
 /* The arithmetic of one sandbox: its samples in time order. */
@@ -2883,13 +2712,13 @@ static void ing_meter_row(struct ing_call *c, struct ing_rows *r, const struct i
 	row_i64(r, sb->cum[1]);
 	row_i64(r, sb->cum[2]);
 	if (sb->cached)
-		row_null(r, OID_TID);
+		row_null(r, DB_OID_TID);
 	else
 		row_tid(r, sb->tid_block, sb->tid_offset);
 	if (sb->roll.day != ING_DAY_NONE)
 		row_date(r, sb->roll.day);
 	else
-		row_null(r, OID_DATE);
+		row_null(r, DB_OID_DATE);
 	row_i64(r, sb->roll.running_usec);
 	row_i64(r, sb->roll.cpu_used_mcus);
 	row_i64(r, sb->roll.cpu_billed_mcus);
@@ -2897,12 +2726,12 @@ static void ing_meter_row(struct ing_call *c, struct ing_rows *r, const struct i
 	if (sb->roll.month != ING_DAY_NONE)
 		row_date(r, sb->roll.month);
 	else
-		row_null(r, OID_DATE);
+		row_null(r, DB_OID_DATE);
 	row_i64(r, sb->roll.month_micros);
 	if (sb->roll.day != ING_DAY_NONE && sb->roll.day_end != ING_TIME_NONE)
 		row_ts(r, sb->roll.day_end);
 	else
-		row_null(r, OID_TIMESTAMPTZ);
+		row_null(r, DB_OID_TIMESTAMPTZ);
 	row_xid(r, sb->xmin);
 	row_close(r);
 }
@@ -2943,7 +2772,7 @@ static enum meter_rc ing_build_rows(struct ing_call *c)
  * (retry, reading) when one is not. */
 static enum meter_rc ing_check_cached(struct ing_call *c)
 {
-	static const Oid types[3] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_INT8_ARR};
+	static const Oid types[3] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_INT8_ARR};
 	PGresult *res = NULL;
 	int64_t want = 0, got = -1;
 	enum meter_rc rc;
@@ -2953,9 +2782,9 @@ static enum meter_rc ing_check_cached(struct ing_call *c)
 		const struct ing_sbx *sb = &c->sbx[i];
 		if (!sb->cached || sb->changed)
 			continue;
-		barr_text(&c->arr[0], sb->account);
-		barr_text(&c->arr[1], sb->id);
-		barr_i64(&c->arr[2], sb->xmin);
+		db_barr_text(&c->arr[0], sb->account);
+		db_barr_text(&c->arr[1], sb->id);
+		db_barr_i64(&c->arr[2], sb->xmin);
 		want++;
 	}
 	if (want == 0)
@@ -3058,13 +2887,13 @@ static enum meter_rc ing_sum_account_hours(struct ing_call *c)
 /* Adds the sums of ing_sum_account_hours to usage_account_hourly. */
 static enum meter_rc ing_write_account_hourly(struct ing_call *c)
 {
-	static const Oid types[3] = {OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR, OID_INT8_ARR};
+	static const Oid types[3] = {DB_OID_TEXT_ARR, DB_OID_TIMESTAMPTZ_ARR, DB_OID_INT8_ARR};
 
 	ing_arrays(c, 3, types);
 	for (size_t i = 0; i < c->nahour; i++) {
-		barr_text(&c->arr[0], c->ahour[i].account);
-		barr_ts(&c->arr[1], c->ahour[i].hour);
-		barr_i64(&c->arr[2], c->ahour[i].micros);
+		db_barr_text(&c->arr[0], c->ahour[i].account);
+		db_barr_ts(&c->arr[1], c->ahour[i].hour);
+		db_barr_i64(&c->arr[2], c->ahour[i].micros);
 	}
 	return ing_qa(c, "usage_account_hourly", SQL_ACCOUNT_HOURLY, 3, 0, NULL, PGRES_COMMAND_OK,
 		      NULL);
@@ -3088,7 +2917,7 @@ static void ing_usage_rows(struct ing_call *c)
 		if (sb->key[0])
 			row_text(rec, sb->key);
 		else
-			row_null(rec, OID_TEXT);
+			row_null(rec, DB_OID_TEXT);
 		row_date(rec, r->day);
 		row_i64(rec, r->q.running_usec);
 		row_i64(rec, r->q.paused_usec);
@@ -3134,8 +2963,8 @@ static enum meter_rc ing_write_usage(struct ing_call *c)
 /* The ledger through meter_ledger_spend (after a conflict). */
 static enum meter_rc ing_ledger_function(struct ing_call *c)
 {
-	static const Oid types[5] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR,
-				     OID_INT8_ARR};
+	static const Oid types[5] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_TEXT_ARR,
+				     DB_OID_DATE_ARR, DB_OID_INT8_ARR};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 	int64_t outrun;
@@ -3143,11 +2972,11 @@ static enum meter_rc ing_ledger_function(struct ing_call *c)
 	ing_arrays(c, 5, types);
 	for (size_t i = 0; i < c->nspend; i++) {
 		const struct ing_sbx *sb = &c->sbx[c->spend[i].sbx];
-		barr_text(&c->arr[0], sb->account);
-		barr_text(&c->arr[1], sb->key);
-		barr_text(&c->arr[2], sb->id);
-		barr_date(&c->arr[3], c->spend[i].day);
-		barr_i64(&c->arr[4], c->spend[i].micros);
+		db_barr_text(&c->arr[0], sb->account);
+		db_barr_text(&c->arr[1], sb->key);
+		db_barr_text(&c->arr[2], sb->id);
+		db_barr_date(&c->arr[3], c->spend[i].day);
+		db_barr_i64(&c->arr[4], c->spend[i].micros);
 	}
 	rc = ing_qa(c, "ledger spend", SQL_LEDGER, 5, 0, NULL, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
@@ -3237,7 +3066,8 @@ static int ing_hold_cmp(const void *x, const void *y)
  * meter_ledger_spend, which locks the holds it reads. */
 static enum meter_rc ing_read_holds(struct ing_call *c)
 {
-	static const Oid types[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR, OID_TEXT_ARR};
+	static const Oid types[4] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_DATE_ARR,
+				     DB_OID_TEXT_ARR};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 	int n;
@@ -3245,10 +3075,10 @@ static enum meter_rc ing_read_holds(struct ing_call *c)
 	ing_arrays(c, 4, types);
 	for (size_t i = 0; i < c->nspend; i++) {
 		const struct ing_sbx *sb = &c->sbx[c->spend[i].sbx];
-		barr_text(&c->arr[0], sb->account);
-		barr_text(&c->arr[1], sb->id);
-		barr_date(&c->arr[2], c->spend[i].day);
-		barr_text(&c->arr[3], sb->key);
+		db_barr_text(&c->arr[0], sb->account);
+		db_barr_text(&c->arr[1], sb->id);
+		db_barr_date(&c->arr[2], c->spend[i].day);
+		db_barr_text(&c->arr[3], sb->key);
 	}
 	/* Binary results: no number formatted and parsed again. */
 	rc = ing_qa_fmt(c, "open holds", SQL_HOLDS_OPEN, 4, 0, NULL, 1, PGRES_TUPLES_OK, &res);
@@ -3314,7 +3144,8 @@ static enum meter_rc ing_consume(struct ing_spend *sp, struct ing_hold *h, size_
  * one's spent. Returns how many. */
 static size_t ing_kdays_param(struct ing_call *c, bool covered)
 {
-	static const Oid types[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_DATE_ARR, OID_INT8_ARR};
+	static const Oid types[4] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_DATE_ARR,
+				     DB_OID_INT8_ARR};
 	size_t n = 0;
 
 	ing_arrays(c, 4, types);
@@ -3324,10 +3155,10 @@ static size_t ing_kdays_param(struct ing_call *c, bool covered)
 		const struct ing_sbx *sb = &c->sbx[sp->sbx];
 		if (covered && d->covered == 0)
 			continue;
-		barr_text(&c->arr[0], sb->account);
-		barr_text(&c->arr[1], sb->key);
-		barr_date(&c->arr[2], sp->day);
-		barr_i64(&c->arr[3], covered ? d->covered : d->spent);
+		db_barr_text(&c->arr[0], sb->account);
+		db_barr_text(&c->arr[1], sb->key);
+		db_barr_date(&c->arr[2], sp->day);
+		db_barr_i64(&c->arr[3], covered ? d->covered : d->spent);
 		n++;
 	}
 	return n;
@@ -3337,7 +3168,8 @@ static size_t ing_kdays_param(struct ing_call *c, bool covered)
  * METER_ECONFLICT when a hold changed since it was read. */
 static enum meter_rc ing_write_holds(struct ing_call *c)
 {
-	static const Oid htypes[4] = {OID_TEXT_ARR, OID_INT8_ARR, OID_INT8_ARR, OID_INT8_ARR};
+	static const Oid htypes[4] = {DB_OID_TEXT_ARR, DB_OID_INT8_ARR, DB_OID_INT8_ARR,
+				      DB_OID_INT8_ARR};
 	PGresult *res = NULL;
 	int64_t want = 0, got;
 	enum meter_rc rc;
@@ -3347,10 +3179,10 @@ static enum meter_rc ing_write_holds(struct ing_call *c)
 		const struct ing_hold *h = &c->holds[j];
 		if (h->add == 0)
 			continue;
-		barr_text(&c->arr[0], c->sbx[c->spend[h->spend].sbx].account);
-		barr_i64(&c->arr[1], h->hold_id);
-		barr_i64(&c->arr[2], h->consumed);
-		barr_i64(&c->arr[3], h->add);
+		db_barr_text(&c->arr[0], c->sbx[c->spend[h->spend].sbx].account);
+		db_barr_i64(&c->arr[1], h->hold_id);
+		db_barr_i64(&c->arr[2], h->consumed);
+		db_barr_i64(&c->arr[3], h->add);
 		want++;
 	}
 	if (want > 0) {
@@ -3426,8 +3258,8 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
  * is. */
 static enum meter_rc ing_events_again(struct ing_call *c)
 {
-	static const Oid types[4] = {OID_TEXT_ARR, OID_TEXT_ARR, OID_TIMESTAMPTZ_ARR,
-				     OID_TIMESTAMPTZ_ARR};
+	static const Oid types[4] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_TIMESTAMPTZ_ARR,
+				     DB_OID_TIMESTAMPTZ_ARR};
 	PGresult *res;
 	enum meter_rc rc;
 	int64_t n;
@@ -3439,10 +3271,10 @@ static enum meter_rc ing_events_again(struct ing_call *c)
 		const struct ing_sbx *sb = &c->sbx[i];
 		if (sb->max_at <= sb->ev_from)
 			continue;
-		barr_text(&c->arr[0], sb->account);
-		barr_text(&c->arr[1], sb->id);
-		barr_ts(&c->arr[2], sb->ev_from);
-		barr_ts(&c->arr[3], sb->max_at);
+		db_barr_text(&c->arr[0], sb->account);
+		db_barr_text(&c->arr[1], sb->id);
+		db_barr_ts(&c->arr[2], sb->ev_from);
+		db_barr_ts(&c->arr[3], sb->max_at);
 	}
 	rc = ing_qa(c, "lifecycle events again", SQL_EVENTS_AGAIN, 4, 0, NULL, PGRES_TUPLES_OK,
 		    &res);
@@ -3619,7 +3451,7 @@ static enum meter_rc ing_compute(struct ing_call *c)
 {
 	enum meter_rc rc;
 
-	buf_reset(&c->samples);
+	db_bin_reset(&c->samples);
 	copy_header(&c->samples);
 	for (uint32_t x = 0; x < c->nsbx; x++) {
 		rc = ing_sandbox(c, x);
@@ -3815,18 +3647,18 @@ static void ing_call_release(struct ing_call *c)
 	free(c->ctmp);
 	free(c->ahour);
 	for (int i = 0; i < ING_NARR; i++)
-		buf_release(&c->arr[i].b);
-	buf_release(&c->meter_rows[0].a.b);
-	buf_release(&c->meter_rows[1].a.b);
-	buf_release(&c->usage_rows.a.b);
-	buf_release(&c->samples);
-	buf_release(&c->a1);
-	buf_release(&c->a2);
-	buf_release(&c->a3);
-	buf_release(&c->a4);
-	buf_release(&c->a5);
-	buf_release(&c->a6);
-	buf_release(&c->a7);
+		db_bin_release(&c->arr[i].b);
+	db_bin_release(&c->meter_rows[0].a.b);
+	db_bin_release(&c->meter_rows[1].a.b);
+	db_bin_release(&c->usage_rows.a.b);
+	db_bin_release(&c->samples);
+	db_bin_release(&c->a1);
+	db_bin_release(&c->a2);
+	db_bin_release(&c->a3);
+	db_bin_release(&c->a4);
+	db_bin_release(&c->a5);
+	db_bin_release(&c->a6);
+	db_bin_release(&c->a7);
 }
 
 enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct sample_batch *batches,

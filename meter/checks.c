@@ -356,10 +356,8 @@ static void batch_reset(struct batch *b)
 		it->nparts = 0;
 	}
 	db_check_read_release(b->rd, b->n);
-	for (int i = 0; i < DB_BATCH_NARR; i++) {
+	for (int i = 0; i < DB_BATCH_NARR; i++)
 		db_arr_release(&b->arrs[i]);
-		db_arr_init(&b->arrs[i]);
-	}
 	b->nrows = 0;
 }
 
@@ -1130,8 +1128,7 @@ static struct flight *flight_new(struct item **items, size_t n)
 	f->x.differ = calloc(nrows_max, sizeof(*f->x.differ));
 	f->x.differ_day = calloc(nrows_max, sizeof(*f->x.differ_day));
 	f->x.differ_ids = calloc(nrows_max, sizeof(*f->x.differ_ids));
-	for (int i = 0; i < DB_BATCH_NARR; i++)
-		db_arr_init(&f->b.arrs[i]);
+	db_checks_arrs_init(f->b.arrs);
 	if (!f->items || !f->b.rd || !f->b.rows || !f->x.expect || !f->x.delta || !f->x.keys ||
 	    !f->x.differ || !f->x.differ_day || !f->x.differ_ids) {
 		flight_free(f);
@@ -1294,8 +1291,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 	b.in = calloc(n, sizeof(*b.in));
 	b.rd = calloc(n, sizeof(*b.rd));
 	b.rows = calloc(n * LEDGER_PARTS_MAX, sizeof(*b.rows));
-	for (int i = 0; i < DB_BATCH_NARR; i++)
-		db_arr_init(&b.arrs[i]);
+	db_checks_arrs_init(b.arrs);
 	if (!b.in || !b.rd || !b.rows) {
 		for (size_t i = 0; i < n; i++)
 			set_unavailable(items[i], "out of memory");

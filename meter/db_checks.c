@@ -254,12 +254,15 @@ static enum meter_rc wait_ready(PGconn *conn, int64_t deadline_ms)
 }
 
 /* One statement of a pipeline: a prepared statement's name, or SQL text
- * (sql) without parameters. */
+ * (sql) without parameters. A parameter is text, or binary (an array:
+ * arrs_params) where formats says so, of the length lengths gives. */
 struct pipe_q {
 	const char *stmt;
 	const char *sql;
 	int n;
 	const char *const *params;
+	const int *lengths;
+	const int *formats;
 };
 
 static void copy_state(const PGresult *res, char *sqlstate)
@@ -327,8 +330,8 @@ static enum meter_rc pipe_run(PGconn *conn, const struct pipe_q *qs, int nq, PGr
 		return METER_EDB;
 	for (int i = 0; i < nq; i++) {
 		int ok = qs[i].stmt
-			     ? PQsendQueryPrepared(conn, qs[i].stmt, qs[i].n, qs[i].params, NULL,
-						   NULL, 0)
+			     ? PQsendQueryPrepared(conn, qs[i].stmt, qs[i].n, qs[i].params,
+						   qs[i].lengths, qs[i].formats, 0)
 			     : PQsendQueryParams(conn, qs[i].sql, 0, NULL, NULL, NULL, NULL, 0);
 		if (!ok) {
 			rc = METER_EDB;
@@ -404,15 +407,18 @@ static bool col_i64(const PGresult *res, int row, int col, int64_t *v)
 	return true;
 }
 
-/* Closes arr[0..n) and points params[0..n) at them; false when one ran out
- * of memory. */
-static bool arrs_params(struct db_arr *arr, int n, const char **params)
+/* Closes arr[0..n) and makes them the binary parameters params[0..n)
+ * (their lengths and formats alike); false when one ran out of memory or
+ * was given an element of another type. */
+static bool arrs_params(struct db_arr *arr, int n, const char **params, int *lengths, int *formats)
 {
 	for (int i = 0; i < n; i++) {
 		db_arr_close(&arr[i]);
-		if (arr[i].oom)
+		if (arr[i].oom || arr[i].a.b.n > INT32_MAX)
 			return false;
-		params[i] = arr[i].buf;
+		params[i] = arr[i].a.b.p;
+		lengths[i] = (int)arr[i].a.b.n;
+		formats[i] = 1;
 	}
 	return true;
 }
@@ -448,19 +454,20 @@ enum meter_rc db_checks_read(PGconn *conn, const struct db_check_in *in, size_t 
 	struct db_arr arr[4];
 	char now_s[40], end_s[40];
 	const char *p_read[5], *p_prices[2];
+	int len_read[5] = {0}, fmt_read[5] = {0};
 	struct pipe_q qs[3];
 	PGresult *res[3] = {NULL, NULL, NULL};
 	enum meter_rc rc;
 
 	for (int i = 0; i < 4; i++)
-		db_arr_init(&arr[i]);
+		db_arr_init(&arr[i], DB_ARR_TEXT);
 	memset(rows, 0, n * sizeof(*rows));
 	arr_from_in(&arr[0], in, n, IN_OP);
 	arr_from_in(&arr[1], in, n, IN_KEY);
 	arr_from_in(&arr[2], in, n, IN_SANDBOX);
 	arr_from_in(&arr[3], in, n, IN_IDEM);
 	rc = METER_ENOMEM;
-	if (!arrs_params(arr, 4, p_read))
+	if (!arrs_params(arr, 4, p_read, len_read, fmt_read))
 		goto out;
 	db_util_time_param(now_usec, now_s, sizeof(now_s));
 	db_util_time_param(max_end_usec, end_s, sizeof(end_s));
@@ -468,7 +475,8 @@ enum meter_rc db_checks_read(PGconn *conn, const struct db_check_in *in, size_t 
 	p_prices[0] = now_s;
 	p_prices[1] = end_s;
 	qs[0] = (struct pipe_q){.sql = "BEGIN"};
-	qs[1] = (struct pipe_q){.stmt = "chk_read", .n = 5, .params = p_read};
+	qs[1] = (struct pipe_q){
+	    .stmt = "chk_read", .n = 5, .params = p_read, .lengths = len_read, .formats = fmt_read};
 	qs[2] = (struct pipe_q){.stmt = "chk_prices", .n = 2, .params = p_prices};
 	rc = pipe_run(conn, qs, 3, res, deadline_ms, sqlstate);
 	if (rc != METER_OK)
@@ -605,13 +613,21 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 {
 	struct db_arr arr[4];
 	const char *params[4];
-	struct pipe_q qs[2] = {{.stmt = "chk_lock", .n = 4, .params = params},
-			       {.stmt = "chk_limits", .n = 2, .params = params}};
+	int lengths[4], formats[4];
+	struct pipe_q qs[2] = {
+	    {.stmt = "chk_lock", .n = 4, .params = params, .lengths = lengths, .formats = formats},
+	    {.stmt = "chk_limits",
+	     .n = 2,
+	     .params = params,
+	     .lengths = lengths,
+	     .formats = formats}};
 	PGresult *res[2] = {NULL, NULL};
 	enum meter_rc rc = METER_ENOMEM;
 
-	for (int i = 0; i < 4; i++)
-		db_arr_init(&arr[i]);
+	db_arr_init(&arr[0], DB_ARR_TEXT);
+	db_arr_init(&arr[1], DB_ARR_TEXT);
+	db_arr_init(&arr[2], DB_ARR_DATE);
+	db_arr_init(&arr[3], DB_ARR_INT8);
 	for (size_t i = 0; i < n; i++) {
 		db_arr_str(&arr[0], rows[i].account_id);
 		db_arr_str(&arr[1], rows[i].key_id);
@@ -622,7 +638,7 @@ enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 			db_arr_null(&arr[3]);
 		rows[i].found = false;
 	}
-	if (!arrs_params(arr, 4, params))
+	if (!arrs_params(arr, 4, params, lengths, formats))
 		goto out;
 	/* The locks, then the keys in a statement of its own (a snapshot
 	 * taken once the locks are held), in one round trip. */
@@ -670,8 +686,11 @@ out:
 enum meter_rc db_checks_apply(PGconn *conn, int64_t now_usec, struct db_arr *arrs,
 			      int64_t deadline_ms, char *sqlstate)
 {
+	enum { NREFUSED = DB_BATCH_NARR - DB_APPLY_NARR };
 	const char *params[DB_APPLY_NARR + 1];
-	const char *refused[DB_BATCH_NARR - DB_APPLY_NARR];
+	const char *refused[NREFUSED];
+	int len[DB_APPLY_NARR + 1] = {0}, fmt[DB_APPLY_NARR + 1] = {0};
+	int len_r[NREFUSED], fmt_r[NREFUSED];
 	char now_s[40];
 	struct pipe_q qs[3];
 	PGresult *res[3] = {NULL, NULL, NULL};
@@ -680,19 +699,20 @@ enum meter_rc db_checks_apply(PGconn *conn, int64_t now_usec, struct db_arr *arr
 
 	db_util_time_param(now_usec, now_s, sizeof(now_s));
 	params[0] = now_s;
-	for (int i = 0; i < DB_BATCH_NARR; i++) {
-		db_arr_close(&arrs[i]);
-		if (arrs[i].oom)
-			return METER_ENOMEM;
-		if (i < DB_APPLY_NARR)
-			params[i + 1] = arrs[i].buf;
-		else
-			refused[i - DB_APPLY_NARR] = arrs[i].buf;
-	}
+	if (!arrs_params(arrs, DB_APPLY_NARR, params + 1, len + 1, fmt + 1) ||
+	    !arrs_params(arrs + DB_APPLY_NARR, NREFUSED, refused, len_r, fmt_r))
+		return METER_ENOMEM;
 	if (arrs[DB_R_ACCOUNT].n > 0)
-		qs[nq++] = (struct pipe_q){
-		    .stmt = "chk_refused", .n = DB_BATCH_NARR - DB_APPLY_NARR, .params = refused};
-	qs[nq++] = (struct pipe_q){.stmt = "chk_apply", .n = DB_APPLY_NARR + 1, .params = params};
+		qs[nq++] = (struct pipe_q){.stmt = "chk_refused",
+					   .n = NREFUSED,
+					   .params = refused,
+					   .lengths = len_r,
+					   .formats = fmt_r};
+	qs[nq++] = (struct pipe_q){.stmt = "chk_apply",
+				   .n = DB_APPLY_NARR + 1,
+				   .params = params,
+				   .lengths = len,
+				   .formats = fmt};
 	qs[nq++] = (struct pipe_q){.sql = "COMMIT"};
 	rc = pipe_run(conn, qs, nq, res, deadline_ms, sqlstate);
 	for (int i = 0; i < nq; i++)
@@ -706,13 +726,18 @@ enum meter_rc db_checks_fast_send(PGconn *conn, int64_t now_usec, int64_t price_
 				  const struct db_fast_key *keys, size_t nkeys, struct db_arr *arrs)
 {
 	enum { FAST_OWN = 11 }; /* the function's own arrays before apply's */
+	static const enum db_arr_type own_types[FAST_OWN] = {
+	    DB_ARR_INT4, DB_ARR_INT8, DB_ARR_INT8, DB_ARR_INT8, DB_ARR_TEXT, DB_ARR_TEXT,
+	    DB_ARR_INT8, DB_ARR_TEXT, DB_ARR_TEXT, DB_ARR_TEXT, DB_ARR_TEXT};
+	enum { NPARAMS = 4 + FAST_OWN + DB_APPLY_NARR };
 	struct db_arr own[FAST_OWN];
-	const char *params[4 + FAST_OWN + DB_APPLY_NARR];
+	const char *params[NPARAMS];
+	int lengths[NPARAMS] = {0}, formats[NPARAMS] = {0};
 	char now_s[40], ver_s[24], engine_s[24], ticket_s[24];
 	enum meter_rc rc = METER_ENOMEM;
 
 	for (int i = 0; i < FAST_OWN; i++)
-		db_arr_init(&own[i]);
+		db_arr_init(&own[i], own_types[i]);
 	for (int i = 0; i < ticket->nafter; i++)
 		db_arr_i64(&own[0], ticket->after[i]);
 	for (size_t i = 0; i < nexpect; i++) {
@@ -735,9 +760,8 @@ enum meter_rc db_checks_fast_send(PGconn *conn, int64_t now_usec, int64_t price_
 	/* The refused checks' keys: meter_checks_fast takes them without the
 	 * row version (the batch read none). */
 	for (int i = 0; i < 3; i++) {
-		db_arr_close(&arrs[DB_R_ACCOUNT + i]);
 		own[8 + i] = arrs[DB_R_ACCOUNT + i];
-		db_arr_init(&arrs[DB_R_ACCOUNT + i]);
+		db_arr_init(&arrs[DB_R_ACCOUNT + i], DB_ARR_TEXT);
 	}
 	db_util_time_param(now_usec, now_s, sizeof(now_s));
 	db_util_i64_param(price_version, ver_s, sizeof(ver_s));
@@ -747,8 +771,9 @@ enum meter_rc db_checks_fast_send(PGconn *conn, int64_t now_usec, int64_t price_
 	params[1] = ver_s;
 	params[2] = engine_s;
 	params[3] = ticket_s;
-	if (!arrs_params(own, FAST_OWN, params + 4) ||
-	    !arrs_params(arrs, DB_APPLY_NARR, params + 4 + FAST_OWN))
+	if (!arrs_params(own, FAST_OWN, params + 4, lengths + 4, formats + 4) ||
+	    !arrs_params(arrs, DB_APPLY_NARR, params + 4 + FAST_OWN, lengths + 4 + FAST_OWN,
+			 formats + 4 + FAST_OWN))
 		goto out;
 	rc = METER_EDB;
 	/* One statement and a sync: an implicit transaction of its own,
@@ -759,8 +784,7 @@ enum meter_rc db_checks_fast_send(PGconn *conn, int64_t now_usec, int64_t price_
 	 * to come, so the engine can send the next batch then. */
 	if (PQpipelineStatus(conn) == PQ_PIPELINE_OFF && !PQenterPipelineMode(conn))
 		goto out;
-	if (!PQsendQueryPrepared(conn, "chk_fast", 4 + FAST_OWN + DB_APPLY_NARR, params, NULL, NULL,
-				 0) ||
+	if (!PQsendQueryPrepared(conn, "chk_fast", NPARAMS, params, lengths, formats, 0) ||
 	    !PQsendFlushRequest(conn) || !PQpipelineSync(conn))
 		goto out;
 	rc = METER_OK;
@@ -994,100 +1018,155 @@ enum meter_rc db_checks_outrun(PGconn *conn, int64_t now_usec, int64_t grace_s, 
 	return sweep_exec(conn, "leases outrun", sql_outrun, now_usec, ints, 2, taken);
 }
 
-/* Array literals ---------------------------------------------------------- */
+/* Array parameters ------------------------------------------------------- */
 
-void db_arr_init(struct db_arr *a)
+/* Each type's array and element type oids. */
+static const Oid arr_oids[][2] = {
+    [DB_ARR_TEXT] = {DB_OID_TEXT_ARR, DB_OID_TEXT},
+    [DB_ARR_INT8] = {DB_OID_INT8_ARR, DB_OID_INT8},
+    [DB_ARR_INT4] = {DB_OID_INT4_ARR, DB_OID_INT4},
+    [DB_ARR_DATE] = {DB_OID_DATE_ARR, DB_OID_DATE},
+    [DB_ARR_TIMESTAMPTZ] = {DB_OID_TIMESTAMPTZ_ARR, DB_OID_TIMESTAMPTZ},
+};
+
+void db_arr_init(struct db_arr *a, enum db_arr_type type)
 {
 	memset(a, 0, sizeof(*a));
+	a->type = type;
 }
 
 void db_arr_release(struct db_arr *a)
 {
-	free(a->buf);
-	db_arr_init(a);
+	db_bin_release(&a->a.b);
+	db_arr_init(a, a->type);
 }
 
-static void arr_put(struct db_arr *a, const char *s, size_t len)
+/* True when an element may be appended (the header written first). */
+static bool arr_open(struct db_arr *a)
 {
-	if (a->oom)
-		return;
-	if (a->len + len + 1 > a->cap) {
-		size_t cap = a->cap ? a->cap : 256;
-		char *nb;
-
-		while (cap < a->len + len + 1)
-			cap *= 2;
-		nb = realloc(a->buf, cap);
-		if (!nb) {
-			a->oom = true;
-			return;
-		}
-		a->buf = nb;
-		a->cap = cap;
+	if (a->closed || a->oom)
+		return false;
+	if (!a->started) {
+		db_barr_start(&a->a, arr_oids[a->type][0], arr_oids[a->type][1]);
+		a->started = true;
 	}
-	memcpy(a->buf + a->len, s, len);
-	a->len += len;
-	a->buf[a->len] = '\0';
+	return true;
 }
 
-/* Starts an element: "{" before the first, "," before the others. */
-static void arr_sep(struct db_arr *a)
+/* An element the array's type cannot take: a bug of the caller's. */
+static void arr_wrong(struct db_arr *a, const char *what)
 {
-	arr_put(a, a->n == 0 ? "{" : ",", 1);
-	a->n++;
+	log_error("checks: %s in an array of type %u", what, (unsigned)arr_oids[a->type][1]);
+	a->oom = true;
 }
 
 void db_arr_close(struct db_arr *a)
 {
 	if (a->closed)
 		return;
-	if (a->n == 0)
-		arr_put(a, "{", 1);
-	arr_put(a, "}", 1);
+	if (arr_open(a))
+		db_barr_finish(&a->a);
+	if (a->a.b.oom)
+		a->oom = true;
 	a->closed = true;
+}
+
+/* "YYYY-MM-DD" as days since 1970-01-01; false when it is not a date. */
+static bool arr_day(const char *s, int32_t *day)
+{
+	int64_t y, m, d, days, yy, mm, dd;
+
+	if (strlen(s) != 10 || s[4] != '-' || s[7] != '-')
+		return false;
+	for (int i = 0; i < 10; i++)
+		if (i != 4 && i != 7 && (s[i] < '0' || s[i] > '9'))
+			return false;
+	y = (s[0] - '0') * 1000 + (s[1] - '0') * 100 + (s[2] - '0') * 10 + (s[3] - '0');
+	m = (s[5] - '0') * 10 + (s[6] - '0');
+	d = (s[8] - '0') * 10 + (s[9] - '0');
+	if (m < 1 || m > 12 || d < 1 || d > 31)
+		return false;
+	days = parse_days_from_civil(y, m, d);
+	parse_civil_from_days(days, &yy, &mm, &dd);
+	if (yy != y || mm != m || dd != d) /* the 30th of February */
+		return false;
+	*day = (int32_t)days;
+	return true;
 }
 
 void db_arr_str(struct db_arr *a, const char *s)
 {
+	int32_t day;
+
 	if (!s) {
 		db_arr_null(a);
 		return;
 	}
-	arr_sep(a);
-	arr_put(a, "\"", 1);
-	for (const char *p = s; *p; p++) {
-		const char *run = p;
-
-		while (*p && *p != '"' && *p != '\\')
-			p++;
-		arr_put(a, run, (size_t)(p - run));
-		if (!*p)
-			break;
-		arr_put(a, "\\", 1);
-		arr_put(a, p, 1);
+	if (!arr_open(a))
+		return;
+	if (a->type == DB_ARR_TEXT) {
+		db_barr_text(&a->a, s);
+	} else if (a->type == DB_ARR_DATE && arr_day(s, &day)) {
+		db_barr_date(&a->a, day);
+	} else {
+		arr_wrong(a, "a string");
+		return;
 	}
-	arr_put(a, "\"", 1);
+	a->n++;
 }
 
 void db_arr_null(struct db_arr *a)
 {
-	arr_sep(a);
-	arr_put(a, "NULL", 4);
+	if (!arr_open(a))
+		return;
+	db_barr_null(&a->a);
+	a->n++;
 }
 
 void db_arr_i64(struct db_arr *a, int64_t v)
 {
-	char buf[24];
-
-	arr_sep(a);
-	db_util_i64_param(v, buf, sizeof(buf));
-	arr_put(a, buf, strlen(buf));
+	if (!arr_open(a))
+		return;
+	if (a->type == DB_ARR_INT8) {
+		db_barr_i64(&a->a, v);
+	} else if (a->type == DB_ARR_INT4 && v >= INT32_MIN && v <= INT32_MAX) {
+		db_barr_i32(&a->a, (int32_t)v);
+	} else {
+		arr_wrong(a, "an integer");
+		return;
+	}
+	a->n++;
 }
 
 void db_arr_time(struct db_arr *a, int64_t usec)
 {
-	char buf[40];
+	if (!arr_open(a))
+		return;
+	if (a->type != DB_ARR_TIMESTAMPTZ) {
+		arr_wrong(a, "a time");
+		return;
+	}
+	db_barr_ts(&a->a, usec);
+	a->n++;
+}
 
-	db_util_time_param(usec, buf, sizeof(buf));
-	db_arr_str(a, buf);
+void db_checks_arrs_init(struct db_arr *arrs)
+{
+	static const enum db_arr_type types[DB_BATCH_NARR] = {
+	    [DB_L_DAY] = DB_ARR_DATE,
+	    [DB_L_HELD] = DB_ARR_INT8,
+	    [DB_L_LIMIT] = DB_ARR_INT8,
+	    [DB_I_STATUS] = DB_ARR_INT4,
+	    [DB_C_VCPUS] = DB_ARR_INT4,
+	    [DB_C_MEMORY] = DB_ARR_INT8,
+	    [DB_C_MAX_COST] = DB_ARR_INT8,
+	    [DB_C_LEASE_END] = DB_ARR_TIMESTAMPTZ,
+	    [DB_W_LEASE_END] = DB_ARR_TIMESTAMPTZ,
+	    [DB_H_DAY] = DB_ARR_DATE,
+	    [DB_H_AMOUNT] = DB_ARR_INT8,
+	    [DB_H_LEASE_END] = DB_ARR_TIMESTAMPTZ,
+	}; /* the rest text (DB_ARR_TEXT is 0) */
+
+	for (int i = 0; i < DB_BATCH_NARR; i++)
+		db_arr_init(&arrs[i], types[i]);
 }

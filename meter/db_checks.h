@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "db_util.h"
 #include "ledger.h"
 #include "money.h"
 #include "parse.h"
@@ -117,22 +118,33 @@ struct db_ledger_row {
 METER_MUSTCHECK enum meter_rc db_checks_lock(PGconn *conn, struct db_ledger_row *rows, size_t n,
 					     int64_t deadline_ms, char *sqlstate);
 
-/* Text arrays for meter_checks_apply: the caller appends elements with
- * db_checks_arr_* and hands them over. */
+/* The element types of the engine's array parameters. */
+enum db_arr_type { DB_ARR_TEXT = 0, DB_ARR_INT8, DB_ARR_INT4, DB_ARR_DATE, DB_ARR_TIMESTAMPTZ };
+
+/* An array parameter of the engine's statements (meter_checks_apply's and
+ * the others'), sent in PostgreSQL's binary form (db_barr), which the
+ * server reads without parsing text: the caller appends elements with
+ * db_arr_* and hands it over. An element of a form its type cannot take
+ * (a bug) fails it as oom does, with an error logged. */
 struct db_arr {
-	char *buf; /* "{...}" once closed */
-	size_t len, cap;
+	struct db_barr a;
+	enum db_arr_type type;
 	size_t n; /* elements */
+	bool started;
 	bool closed;
-	bool oom;
+	bool oom; /* out of memory, or an element its type cannot take */
 };
 
-void db_arr_init(struct db_arr *a);
+/* An empty array of type's elements. */
+void db_arr_init(struct db_arr *a, enum db_arr_type type);
+/* Frees a's memory and empties it; its type stays. */
 void db_arr_release(struct db_arr *a);
-/* Appends s quoted (NULL appends SQL NULL). */
+/* Appends s (NULL appends SQL NULL): a text element, or a date one from
+ * "YYYY-MM-DD". */
 void db_arr_str(struct db_arr *a, const char *s);
-/* Ends the literal ("{}" when empty); nothing may be appended after. */
+/* Ends the array; nothing may be appended after. */
 void db_arr_close(struct db_arr *a);
+/* An int8 element, or an int4 one (a value beyond int4 fails the array). */
 void db_arr_i64(struct db_arr *a, int64_t v);
 void db_arr_null(struct db_arr *a);
 /* A timestamptz element from UTC µs. */
@@ -183,6 +195,9 @@ enum db_apply_arr {
 	DB_R_XMIN,
 	DB_BATCH_NARR
 };
+
+/* Initialises arrs[0..DB_BATCH_NARR), each of its parameter's type. */
+void db_checks_arrs_init(struct db_arr *arrs);
 
 /* Runs meter_checks_apply with arrs[0..DB_APPLY_NARR) and COMMITs, in one
  * round trip. On METER_OK the batch is durable (synchronous_commit on).

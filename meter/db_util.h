@@ -1,10 +1,12 @@
 /* meter: small helpers shared by the db_* query files: run a parameterised
- * statement, read typed columns, and transactions.
+ * statement, read typed columns, transactions, and values in PostgreSQL's
+ * binary forms (binary COPY, array parameters).
  *
  * Parameters are always sent separately from the SQL text (no quoting by
  * hand) and are never logged: they may hold names or hashes. Times cross
- * the boundary as text going in (RFC 3339, exact to the µs) and as bigint
- * µs since the epoch coming out (DB_USEC below), never as floating point. */
+ * the boundary going in as text (RFC 3339, exact to the µs) or binary µs,
+ * and coming out as bigint µs since the epoch (DB_USEC below), never as
+ * floating point. */
 #ifndef METER_DB_UTIL_H
 #define METER_DB_UTIL_H
 

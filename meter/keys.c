@@ -27,16 +27,16 @@ static enum meter_rc keys_random(unsigned char *buf, size_t n)
 static enum meter_rc keys_new_id(const char *prefix, char *out, size_t outlen)
 {
 	unsigned char b[8];
-	size_t plen = strlen(prefix);
+	char hex[2 * sizeof(b) + 1];
 	enum meter_rc rc;
 
-	if (outlen < plen + 2 * sizeof(b) + 1)
+	if (outlen < strlen(prefix) + sizeof(hex))
 		return METER_EINVAL;
 	rc = keys_random(b, sizeof(b));
 	if (rc != METER_OK)
 		return rc;
-	memcpy(out, prefix, plen);
-	keys_hex(b, sizeof(b), out + plen);
+	keys_hex(b, sizeof(b), hex);
+	snprintf(out, outlen, "%s%s", prefix, hex);
 	return METER_OK;
 }
 

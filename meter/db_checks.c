@@ -423,7 +423,7 @@ static bool arrs_params(struct db_arr *arr, int n, const char **params, int *len
 	return true;
 }
 
-/* An id array literal element list from in[]; field picks the string. */
+/* The elements of a text array from in[]; field picks the string. */
 enum in_field { IN_OP, IN_KEY, IN_SANDBOX, IN_IDEM };
 
 static void arr_from_in(struct db_arr *a, const struct db_check_in *in, size_t n, enum in_field f)

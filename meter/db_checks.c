@@ -1041,9 +1041,19 @@ void db_arr_release(struct db_arr *a)
 	db_arr_init(a, a->type);
 }
 
+/* An element the array's type cannot take, or one after its end: a bug of
+ * the caller's, which fails the array. */
+static void arr_wrong(struct db_arr *a, const char *what)
+{
+	log_error("checks: %s in an array of type %u", what, (unsigned)arr_oids[a->type][1]);
+	a->oom = true;
+}
+
 /* True when an element may be appended (the header written first). */
 static bool arr_open(struct db_arr *a)
 {
+	if (a->closed && !a->oom)
+		arr_wrong(a, "an element after the end");
 	if (a->closed || a->oom)
 		return false;
 	if (!a->started) {
@@ -1051,13 +1061,6 @@ static bool arr_open(struct db_arr *a)
 		a->started = true;
 	}
 	return true;
-}
-
-/* An element the array's type cannot take: a bug of the caller's. */
-static void arr_wrong(struct db_arr *a, const char *what)
-{
-	log_error("checks: %s in an array of type %u", what, (unsigned)arr_oids[a->type][1]);
-	a->oom = true;
 }
 
 void db_arr_close(struct db_arr *a)

@@ -2,7 +2,8 @@
  * the bytes of PostgreSQL's binary array form for each element type, a
  * NULL element's flag, an empty array, and the elements an array's type
  * cannot take (a date that is not one, an int4 beyond its range, another
- * type's value), which fail the array rather than send something else.
+ * type's value, anything after its end), which fail the array rather than
+ * send something else.
  * The integration tests hold the server to reading them. */
 #include <stdint.h>
 #include <string.h>
@@ -141,6 +142,15 @@ static void test_refused(void)
 	db_arr_init(&a, DB_ARR_DATE);
 	db_arr_time(&a, 0);
 	CHECK(a.oom);
+	db_arr_release(&a);
+	/* Nor may anything follow its end. */
+	db_arr_init(&a, DB_ARR_TEXT);
+	db_arr_str(&a, "x");
+	db_arr_close(&a);
+	CHECK(!a.oom);
+	db_arr_str(&a, "y");
+	CHECK(a.oom);
+	CHECK_I64((int64_t)a.n, 1);
 	db_arr_release(&a);
 }
 

@@ -191,14 +191,6 @@ static const char long_history[] =
     " BEGIN UPDATE sandbox_meter SET last_state = 'running',"
     " last_sampled_at = now() + interval '4 s' WHERE sandbox_id = sb; END $$;";
 
-static long long sql_int(PGconn *conn, const char *sql)
-{
-	char v[32];
-
-	testdb_query_text(conn, sql, v, sizeof(v));
-	return v[0] ? strtoll(v, NULL, 10) : -1;
-}
-
 /* The pages an event of sb at `at` (an SQL expression) read; checks the
  * row it left against the reference. */
 static long long event_pages(PGconn *conn, const char *sb, const char *type, const char *at)
@@ -210,7 +202,7 @@ static long long event_pages(PGconn *conn, const char *sb, const char *type, con
 		 "SELECT pg_temp.pages(format('SELECT * FROM meter_sandbox_event(%%L, %%L,"
 		 " %%L, 3)', '%s', '%s', %s))",
 		 sb, type, at);
-	pages = sql_int(conn, sql);
+	pages = testdb_query_int(conn, sql);
 	snprintf(sql, sizeof(sql),
 		 "SELECT state || ' ' || state_since FROM sandboxes WHERE sandbox_id = '%s'", sb);
 	testdb_query_text(conn, sql, row, sizeof(row));
@@ -242,7 +234,7 @@ static long long resumes(PGconn *conn, const char *sb)
 		 "SELECT count(*) FROM webhook_outbox WHERE payload->>'sandbox_id' = '%s'"
 		 " AND payload->>'reason' = 'resumed_without_wake'",
 		 sb);
-	return sql_int(conn, sql);
+	return testdb_query_int(conn, sql);
 }
 
 /* A sample that finds sb running while it is recorded paused since
@@ -261,14 +253,14 @@ static long long paused_running(PGconn *conn, const char *sb)
 	CHECK_STR(testdb_exec_state(conn, sql), "00000");
 	snprintf(sql, sizeof(sql), "SELECT pg_temp.pages('SELECT pg_temp.sample_running(''%s'')')",
 		 sb);
-	pages = sql_int(conn, sql);
+	pages = testdb_query_int(conn, sql);
 	snprintf(sql, sizeof(sql),
 		 "SELECT count(*) FROM webhook_outbox o JOIN holds h"
 		 " ON 'paused-running/' || h.hold_id = o.dedup_key"
 		 " WHERE h.sandbox_id = '%s' AND h.lease_starts_at ="
 		 " (SELECT max(lease_starts_at) FROM holds WHERE sandbox_id = '%s')",
 		 sb, sb);
-	CHECK_I64(sql_int(conn, sql), 1);
+	CHECK_I64(testdb_query_int(conn, sql), 1);
 	return pages;
 }
 
@@ -324,10 +316,10 @@ static void test_long_history(PGconn *conn)
 	snprintf(sql, sizeof(sql), long_history, CYCLES, CYCLES);
 	CHECK_STR(testdb_exec_state(conn, sql), "00000");
 	/* What reading the whole history takes. */
-	all = sql_int(conn,
-		      "SELECT pg_temp.pages('SELECT count(*) FROM lifecycle_events"
-		      " WHERE sandbox_id = ''long''')"
-		      " + pg_temp.pages('SELECT count(*) FROM holds WHERE sandbox_id = ''long''')");
+	all = testdb_query_int(
+	    conn, "SELECT pg_temp.pages('SELECT count(*) FROM lifecycle_events"
+		  " WHERE sandbox_id = ''long''')"
+		  " + pg_temp.pages('SELECT count(*) FROM holds WHERE sandbox_id = ''long''')");
 	fprintf(stderr, "the whole history: %lld pages\n", all);
 	CHECK(all > 4 * MORE_PAGES);
 	pair_events(conn, settled, 2);

@@ -55,14 +55,6 @@ static int64_t inverse(int64_t a, int64_t m)
 	return (int64_t)(t0 < 0 ? t0 + m : t0);
 }
 
-static long long sql_int(PGconn *conn, const char *sql)
-{
-	char v[32];
-
-	testdb_query_text(conn, sql, v, sizeof(v));
-	return v[0] ? strtoll(v, NULL, 10) : -1;
-}
-
 int main(void)
 {
 	struct testdb db = {0};
@@ -102,12 +94,12 @@ int main(void)
 		    sql, sizeof(sql),
 		    "SELECT meter_share_up(%lld, %lld * interval '1 us', %lld * interval '1 us')",
 		    (long long)a, (long long)t, (long long)PART);
-		CHECK_I64(sql_int(db.conn, sql), want);
+		CHECK_I64(testdb_query_int(db.conn, sql), want);
 		snprintf(
 		    sql, sizeof(sql),
 		    "SELECT meter_tail_keep(%lld, %lld * interval '1 us', %lld * interval '1 us')",
 		    (long long)a, (long long)t, (long long)PART);
-		CHECK_I64(sql_int(db.conn, sql), want + 1);
+		CHECK_I64(testdb_query_int(db.conn, sql), want + 1);
 
 		/* A pause at part start + t: the one-hold settlement keeps the
 		 * share of the unmetered tail (nothing metered), and a micro. */
@@ -142,21 +134,22 @@ int main(void)
 		    " '2026-11-30 00:00:00.000001+00' + %lld * interval '1 us', 'settled')).kept"
 		    " FROM holds WHERE sandbox_id = 'p%zu'",
 		    (long long)t, i);
-		CHECK_I64(sql_int(db.conn, sql), want + 1);
+		CHECK_I64(testdb_query_int(db.conn, sql), want + 1);
 		snprintf(sql, sizeof(sql),
 			 "SELECT amount_micros FROM holds WHERE sandbox_id = 'p%zu'", i);
-		CHECK_I64(sql_int(db.conn, sql), want + 1);
+		CHECK_I64(testdb_query_int(db.conn, sql), want + 1);
 
 		/* The lease-end sweep: metered up to part end - t, so t is
 		 * the tail. */
-		CHECK_I64(sql_int(db.conn, "SELECT meter_holds_expire("
-					   "'2026-12-01 00:00:01+00', 10)"),
+		CHECK_I64(testdb_query_int(db.conn, "SELECT meter_holds_expire("
+						    "'2026-12-01 00:00:01+00', 10)"),
 			  1);
 		snprintf(sql, sizeof(sql),
 			 "SELECT amount_micros FROM holds WHERE sandbox_id = 'e%zu'", i);
-		CHECK_I64(sql_int(db.conn, sql), want + 1);
+		CHECK_I64(testdb_query_int(db.conn, sql), want + 1);
 		/* held is the two holds' remainders. */
-		CHECK_I64(sql_int(db.conn, "SELECT held_micros - (SELECT sum(amount_micros"
+		CHECK_I64(testdb_query_int(db.conn,
+					   "SELECT held_micros - (SELECT sum(amount_micros"
 					   " - consumed_micros) FROM holds WHERE status = 'open')"
 					   " FROM key_day_ledger"),
 			  0);

@@ -89,15 +89,6 @@ static const char invariant_sql[] =
     " WHERE h.account_id = l.account_id AND h.key_id = l.key_id AND h.day = l.day"
     " AND h.status = 'open')";
 
-/* The value of a one-row integer query; -1 when NULL or on failure. */
-static long long sql_int(PGconn *conn, const char *sql)
-{
-	char v[32];
-
-	testdb_query_text(conn, sql, v, sizeof(v));
-	return v[0] ? strtoll(v, NULL, 10) : -1;
-}
-
 /* Milliseconds on the monotonic clock. */
 static long long mono_ms(void)
 {
@@ -212,19 +203,22 @@ static void test_outrun_stale_statistics(void)
 	/* The old plans ran for seconds to minutes: given up at 5 s. */
 	CHECK_STR(testdb_exec_state(db.conn, "SET statement_timeout = 5000"), "00000");
 	t0 = mono_ms();
-	n = sql_int(db.conn, "SELECT meter_leases_outrun(" NOW " + interval '1 h', 0, 100)");
+	n = testdb_query_int(db.conn,
+			     "SELECT meter_leases_outrun(" NOW " + interval '1 h', 0, 100)");
 	took = mono_ms() - t0;
 	fprintf(stderr, "outrun over 3,000 watched leases on stale statistics: %lld ms\n", took);
 	CHECK_I64(n, 0);
-	CHECK_I64(sql_int(db.conn, "SELECT count(*) FROM lease_watch"), 3000);
+	CHECK_I64(testdb_query_int(db.conn, "SELECT count(*) FROM lease_watch"), 3000);
 	CHECK(took < 400); /* about 10 ms; the scans per lease took seconds */
 	CHECK_STR(
 	    testdb_exec_state(db.conn, "UPDATE holds SET status = 'released', settled_at = " NOW),
 	    "00000");
-	CHECK_I64(sql_int(db.conn, "SELECT meter_leases_outrun(" NOW " + interval '1 h', 0, 100)"),
+	CHECK_I64(testdb_query_int(db.conn,
+				   "SELECT meter_leases_outrun(" NOW " + interval '1 h', 0, 100)"),
 		  100);
-	CHECK_I64(sql_int(db.conn, "SELECT count(*) FROM lease_watch"), 2900);
-	CHECK_I64(sql_int(db.conn, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+	CHECK_I64(testdb_query_int(db.conn, "SELECT count(*) FROM lease_watch"), 2900);
+	CHECK_I64(testdb_query_int(db.conn,
+				   "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
 				   " AND payload->>'reason' = 'lease_ended'"),
 		  100);
 	testdb_drop(&db);
@@ -277,20 +271,21 @@ static void test_host_past_partitions(void)
 		" VALUES ('h1', " NOW " - interval '1 min');"
 		"ANALYZE;"),
 	    "00000");
-	CHECK(sql_int(db.conn, "SELECT count(*) FROM pg_inherits"
-			       " WHERE inhparent = 'samples'::regclass") >= 200);
+	CHECK(testdb_query_int(db.conn, "SELECT count(*) FROM pg_inherits"
+					" WHERE inhparent = 'samples'::regclass") >= 200);
 	CHECK_STR(testdb_exec_state(db.conn, "BEGIN"), "00000");
 	snprintf(sql, sizeof(sql), ask, NOW " - interval '5 min'");
-	CHECK_I64(sql_int(db.conn, sql), 1);
+	CHECK_I64(testdb_query_int(db.conn, sql), 1);
 	/* The partitions of samples this transaction has locked: the day's
 	 * (and none other). */
-	CHECK(sql_int(db.conn, "SELECT count(*) FROM pg_locks l JOIN pg_inherits i"
-			       " ON i.inhrelid = l.relation WHERE l.pid = pg_backend_pid()"
-			       " AND i.inhparent = 'samples'::regclass") <= 1);
+	CHECK(testdb_query_int(db.conn, "SELECT count(*) FROM pg_locks l JOIN pg_inherits i"
+					" ON i.inhrelid = l.relation WHERE l.pid = pg_backend_pid()"
+					" AND i.inhparent = 'samples'::regclass") <= 1);
 	CHECK_STR(testdb_exec_state(db.conn, "COMMIT"), "00000");
 	snprintf(sql, sizeof(sql), ask, NOW);
-	CHECK_I64(sql_int(db.conn, sql), 0);
-	CHECK_I64(sql_int(db.conn, "SELECT meter_host_past('acc', 'p1', " NOW
+	CHECK_I64(testdb_query_int(db.conn, sql), 0);
+	CHECK_I64(testdb_query_int(db.conn,
+				   "SELECT meter_host_past('acc', 'p1', " NOW
 				   " - interval '9 min', " NOW " - interval '5 min')::int"),
 		  0);
 	testdb_drop(&db);
@@ -307,7 +302,8 @@ int main(void)
 		CHECK(0);
 		return check_done();
 	}
-	open_before = sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'open'");
+	open_before =
+	    testdb_query_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'open'");
 	CHECK(open_before > HOLDS); /* the day parts */
 	testdb_query_text(set.conn, state_sql, a, sizeof(a));
 	testdb_query_text(one.conn, state_sql, b, sizeof(b));
@@ -326,20 +322,20 @@ int main(void)
 	n = expire_while_locked(set.conn, locker, 300, &took);
 	CHECK_I64(n, MAX);
 	CHECK(took >= 300);
-	CHECK_I64(sql_int(set.conn, invariant_sql), 0);
+	CHECK_I64(testdb_query_int(set.conn, invariant_sql), 0);
 	total = most = n;
 	calls = 1;
 	PQfinish(locker);
 
 	/* The set: bounded calls until nothing is due. */
 	do {
-		n = sql_int(set.conn, "SELECT meter_holds_expire(" NOW ", 500)");
+		n = testdb_query_int(set.conn, "SELECT meter_holds_expire(" NOW ", 500)");
 		CHECK(n >= 0 && n <= MAX);
 		if (n > most)
 			most = n;
 		total += n > 0 ? n : 0;
 		calls++;
-		CHECK_I64(sql_int(set.conn, invariant_sql), 0);
+		CHECK_I64(testdb_query_int(set.conn, invariant_sql), 0);
 	} while (n > 0 && calls < 100);
 	CHECK_I64(total, open_before);
 	CHECK_I64(most, MAX);
@@ -363,21 +359,22 @@ int main(void)
 		      "    WHERE EXCLUDED.day > w.day;"
 		      "  END IF; END LOOP; END $$"),
 		  "00000");
-	CHECK_I64(sql_int(one.conn, invariant_sql), 0);
+	CHECK_I64(testdb_query_int(one.conn, invariant_sql), 0);
 	/* settled_at is now() of each transaction: compared apart. */
 	testdb_query_text(set.conn, state_sql, a, sizeof(a));
 	testdb_query_text(one.conn, state_sql, b, sizeof(b));
 	CHECK_STR(a, b);
-	CHECK_I64(sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'released'"
-				    " AND settled_at IS NOT NULL"),
-		  sql_int(one.conn, "SELECT count(*) FROM holds WHERE status = 'released'"));
+	CHECK_I64(
+	    testdb_query_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'released'"
+				       " AND settled_at IS NOT NULL"),
+	    testdb_query_int(one.conn, "SELECT count(*) FROM holds WHERE status = 'released'"));
 	/* The three kinds all happened. */
-	kept = sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'open'"
-				 " AND settles_at IS NOT NULL");
+	kept = testdb_query_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'open'"
+					  " AND settles_at IS NOT NULL");
 	CHECK(kept > HOLDS / 2);
-	CHECK(sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'released'") >
+	CHECK(testdb_query_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'released'") >
 	      HOLDS / 4);
-	CHECK(sql_int(set.conn, "SELECT count(*) FROM lease_watch") >= HOLDS);
+	CHECK(testdb_query_int(set.conn, "SELECT count(*) FROM lease_watch") >= HOLDS);
 
 	/* The tail sweep: metered sandboxes' kept holds close once metering
 	 * passes their end; the never metered ones wait for the grace. */
@@ -388,11 +385,11 @@ int main(void)
 	total = 0;
 	calls = 0;
 	do {
-		n = sql_int(set.conn, "SELECT meter_holds_settle(" NOW ", 3600, 500)");
+		n = testdb_query_int(set.conn, "SELECT meter_holds_settle(" NOW ", 3600, 500)");
 		CHECK(n >= 0 && n <= MAX);
 		total += n > 0 ? n : 0;
 		calls++;
-		CHECK_I64(sql_int(set.conn, invariant_sql), 0);
+		CHECK_I64(testdb_query_int(set.conn, invariant_sql), 0);
 	} while (n > 0 && calls < 100);
 	CHECK(total > MAX);
 	CHECK_STR(testdb_exec_state(
@@ -406,9 +403,10 @@ int main(void)
 	testdb_query_text(set.conn, state_sql, a, sizeof(a));
 	testdb_query_text(one.conn, state_sql, b, sizeof(b));
 	CHECK_STR(a, b);
-	CHECK_I64(total, sql_int(one.conn, "SELECT count(*) FROM holds WHERE status = 'settled'"));
+	CHECK_I64(total, testdb_query_int(one.conn,
+					  "SELECT count(*) FROM holds WHERE status = 'settled'"));
 	/* The never metered keep their whole remainder, as held. */
-	CHECK(sql_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'open'") > 0);
+	CHECK(testdb_query_int(set.conn, "SELECT count(*) FROM holds WHERE status = 'open'") > 0);
 
 	testdb_drop(&set);
 	testdb_drop(&one);

@@ -255,3 +255,11 @@ void testdb_query_text(PGconn *conn, const char *sql, char *out, size_t len)
 		fprintf(stderr, "query failed: %s: %s", sql, PQresultErrorMessage(res));
 	PQclear(res);
 }
+
+long long testdb_query_int(PGconn *conn, const char *sql)
+{
+	char v[32];
+
+	testdb_query_text(conn, sql, v, sizeof(v));
+	return v[0] ? strtoll(v, NULL, 10) : -1;
+}

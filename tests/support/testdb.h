@@ -27,4 +27,7 @@ const char *testdb_exec_state(PGconn *conn, const char *sql);
  * the query fails or returns another number of rows (then printed). */
 void testdb_query_text(PGconn *conn, const char *sql, char *out, size_t len);
 
+/* The value of a one-row integer query; -1 when NULL or on failure. */
+long long testdb_query_int(PGconn *conn, const char *sql);
+
 #endif

@@ -407,8 +407,9 @@ out:
 
 /* Counts what is not delivered yet into the gauges, at most every
  * WEBHOOK_BACKLOG_MS (*last_ms: clock_mono_ms() of the last count, 0 before the
- * first). A failure leaves the gauges as they were; the next delivery
- * finds out about the connection. */
+ * first). A failure leaves the gauges as they were; a lost connection is
+ * left to the caller to make again (in a process with no URL, this count
+ * is the only statement that finds it lost). */
 static void count_backlog(PGconn *conn, int64_t *last_ms)
 {
 	PGresult *res = NULL;
@@ -474,18 +475,21 @@ static void *deliver_main(void *arg)
 			 * wait for a process that has one). */
 			n = w->url[0] ? deliver_round(w, conn) : 0;
 		} while (n > 0 && !is_stopping(w));
-		if (n >= 0) {
+		if (n >= 0 && PQstatus(conn) == CONNECTION_OK) {
 			failures = 0;
 			continue;
 		}
 		/* A statement failed (an event claimed and not recorded is
-		 * sent again once its claim lapses: at least once): wait
-		 * longer each time, never spin. */
+		 * sent again once its claim lapses: at least once), or the
+		 * connection was lost (a restart: with no URL, only the count
+		 * sees it, and the gauges would stay as they were for good):
+		 * wait longer each time, never spin, and connect again. */
 		backoff = failures < 5 ? (int64_t)200 << failures : 5000;
 		failures++;
 		if (PQstatus(conn) != CONNECTION_OK) {
 			PQfinish(conn);
 			conn = NULL;
+			counted_ms = 0; /* counted again once connected */
 		}
 	}
 	if (conn)

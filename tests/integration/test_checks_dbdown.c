@@ -4,7 +4,8 @@
  * metering_unavailable, quickly and without a hold; once the cluster is back
  * the same meterd process decides checks again by itself, and /readyz and
  * the checks agree: ready means the next check is decided, and a decided
- * check means ready, and the other routes follow within a second. */
+ * check means ready, and the other routes follow within a second; the
+ * webhook's backlog gauges are counted again. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -226,6 +227,30 @@ int main(void)
 	}
 
 	PQreset(t.db.conn);
+	/* The webhook's backlog gauges of this meterd, which has no webhook
+	 * URL and counts the outbox on a connection of its own, come back
+	 * after the restarts: an event made 100 s ago shows as pending, with
+	 * its age (they stayed as before the first restart, for good, when
+	 * the count was the one statement that found its connection lost). */
+	{
+		char sql[512];
+		long long pending = -1, oldest = -1;
+
+		snprintf(sql, sizeof(sql),
+			 "INSERT INTO webhook_outbox (account_id, key_id, type, dedup_key, payload,"
+			 " created_at) VALUES ('%s', '%s', 'spend_limit_crossed', 'dbdown-1', '{}',"
+			 " now() - interval '100 seconds')",
+			 acc, key);
+		CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+		for (int waited = 0; waited <= 20000 && (pending != 1 || oldest < 100);
+		     waited += 200) {
+			cu_sleep_ms(200);
+			pending = apitest_metric(&t, 0, "meter_webhook_pending_events");
+			oldest = apitest_metric(&t, 0, "meter_webhook_oldest_pending_seconds");
+		}
+		CHECK_I64(pending, 1);
+		CHECK(oldest >= 100 && oldest < 200);
+	}
 	/* up-1 and its wake, back-N, restarted-1 and its wake, one a round,
 	 * read-only-2. */
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds"), 7);

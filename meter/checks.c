@@ -1333,6 +1333,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 		}
 		if (rc == METER_OK) {
 			batch_learn(e, &b);
+			metrics_counter_add(CHECK_BATCHES, "path=\"classic\"", 1);
 			break;
 		}
 		if (rc == METER_EIO || !bt->conn || PQstatus(bt->conn) != CONNECTION_OK ||
@@ -1627,7 +1628,6 @@ static void *batcher_main(void *arg)
 			if (bt->conn && !db_checks_fast_idle(bt->conn))
 				conn_drop(bt, "not idle before a classic batch");
 			batch_run(bt, w.classic, w.nclassic);
-			metrics_counter_add(CHECK_BATCHES, "path=\"classic\"", 1);
 			log_debug("checks: classic batch of %zu decided in %lld ms", w.nclassic,
 				  (long long)(clock_mono_ms() - t0));
 			finish_all(w.classic, w.nclassic);
@@ -1818,7 +1818,7 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 	    CHECK_BATCHES, METRICS_COUNTER,
 	    "Check batches, by path: fast (decided on what the engine knew, one round"
 	    " trip, committed), fast_differed (a ledger row was not as expected: nothing"
-	    " written, decided again), classic (read, lock, decide, write).");
+	    " written, decided again), classic (read, lock, decide, write; committed).");
 	/* Each series from the start, at 0: a rate or an alert on one sees
 	 * a value rather than no series. */
 	metrics_counter_add(CHECK_BATCHES, "path=\"fast\"", 0);

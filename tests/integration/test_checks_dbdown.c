@@ -17,6 +17,8 @@
 
 #include "checks_util.h"
 
+#define CLASSIC "meter_check_batches_total{path=\"classic\"}"
+
 static char pg_dir[512];
 static int pg_port;
 
@@ -88,6 +90,7 @@ int main(void)
 	const char *bin = getenv("METER_BIN_DIR");
 	double t0;
 	int recovered = 0;
+	long long classic;
 
 	snprintf(pg_dir, sizeof(pg_dir), "%s/test-dbdown-pg-%d", bin ? bin : "/tmp", (int)getpid());
 	snprintf(url_file, sizeof(url_file), "%s.url", pg_dir);
@@ -108,18 +111,25 @@ int main(void)
 	apitest_resp_release(&r);
 
 	/* Stop the database under the running server. */
+	classic = apitest_metric(&t, 0, CLASSIC);
 	CHECK(pg("stop", NULL) == 0);
 	for (int i = 0; i < 5; i++) {
+		/* The wake first: the check that comes after a backoff is
+		 * the one that reaches the engine's batcher, and a wake goes
+		 * the classic way. */
+		CHECK_I64(cu_wake(&t, 0, "up-1", 60, NULL, &r), 503);
+		apitest_resp_release(&r);
 		snprintf(sb, sizeof(sb), "down-%d", i);
 		t0 = now_s();
 		CHECK_I64(cu_create(&t, 0, key, sb, 1, 1024, 600, NULL, &r), 503);
 		CHECK_STR(apitest_error_code(&r), "metering_unavailable");
 		CHECK(now_s() - t0 < 6.0); /* fails fast, never hangs */
 		apitest_resp_release(&r);
-		CHECK_I64(cu_wake(&t, 0, "up-1", 60, NULL, &r), 503);
-		apitest_resp_release(&r);
-		cu_sleep_ms(200);
+		cu_sleep_ms(250);
 	}
+	/* Classic batches met the database down, and none was decided: none
+	 * counted. */
+	CHECK_I64(apitest_metric(&t, 0, CLASSIC), classic);
 
 	/* Back: the same process recovers on its own (backoff at most 5 s). */
 	CHECK(pg("start", "/dev/null") == 0);
@@ -149,8 +159,10 @@ int main(void)
 	cu_sleep_ms(500);
 	CHECK_I64(cu_create(&t, 0, key, "restarted-1", 1, 1024, 600, NULL, &r), 200);
 	apitest_resp_release(&r);
+	classic = apitest_metric(&t, 0, CLASSIC);
 	CHECK_I64(cu_wake(&t, 0, "restarted-1", 600, NULL, &r), 200);
 	apitest_resp_release(&r);
+	CHECK_I64(apitest_metric(&t, 0, CLASSIC), classic + 1); /* one decided */
 
 	/* Down for 4 s with checks and /readyz asked all along: the engine
 	 * and the pool each back off for seconds, out of step. Once the

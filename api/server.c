@@ -25,6 +25,7 @@
 
 #define CONNECTION_MEMORY_LIMIT (64 * 1024) /* headers and MHD's buffers */
 #define SWEEP_INTERVAL_MS	250
+#define SLOW_CUT		"meter_http_slow_requests_cut_total" /* counter */
 /* No route takes more than a few query parameters. */
 #define QUERY_PARAMS_MAX 64
 
@@ -178,7 +179,7 @@ static void *sweeper_main(void *arg)
 				cut++;
 		}
 		if (cut) {
-			metrics_counter_add("meter_http_slow_requests_cut_total", NULL, cut);
+			metrics_counter_add(SLOW_CUT, NULL, cut);
 			log_info("http: %u connections cut off: no whole request within %lld s "
 				 "(request_timeout_s)",
 				 cut, (long long)(srv->request_timeout_usec / 1000000));
@@ -1087,6 +1088,10 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 	unsigned flags;
 	int port, gai;
 
+	metrics_describe(SLOW_CUT, METRICS_COUNTER,
+			 "Connections cut off for not delivering a whole request within "
+			 "request_timeout_s.");
+	metrics_counter_add(SLOW_CUT, NULL, 0); /* listed from the start, at 0 */
 	if (config_listen_split(cfg->listen, host, sizeof(host), &port) != METER_OK) {
 		snprintf(err, errlen, "bad listen address \"%s\"", cfg->listen);
 		return METER_EINVAL;

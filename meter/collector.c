@@ -129,7 +129,8 @@ static void collector_describe(void)
 			 "Samples dropped from the backlog or refused; caught up from the "
 			 "cumulative counters by later samples.");
 	metrics_describe("meter_collector_db_errors_total", METRICS_COUNTER,
-			 "Collector rounds whose ingestion failed for the database.");
+			 "Collector ingestion attempts that failed for the database (while it "
+			 "fails, the rounds kept are tried again every second).");
 	metrics_describe("meter_collector_source_errors_total", METRICS_COUNTER,
 			 "Source reads that failed, by source.");
 	metrics_describe("meter_agent_scrape_errors_total", METRICS_COUNTER,

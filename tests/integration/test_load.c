@@ -844,6 +844,9 @@ int main(void)
 	for (int i = 0; i < SLOW_TOTAL; i++)
 		if (slows[i].fd >= 0)
 			close(slows[i].fd);
+	/* Counted: at least the header and body tricklers were cut. */
+	CHECK(apitest_metric(&t, 0, "meter_http_slow_requests_cut_total") >=
+	      SLOW_HEADERS + SLOW_BODIES);
 
 	/* 6. Slow readers of a large export. */
 	phase("slow export readers");

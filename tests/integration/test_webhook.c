@@ -1494,7 +1494,9 @@ int main(void)
 		    "\nmeter_webhook_deliveries_total{outcome=\"failed\"} 0\n",
 		    "\nmeter_check_batches_total{path=\"fast\"} 0\n",
 		    "\nmeter_check_batches_total{path=\"fast_differed\"} 0\n",
-		    "\nmeter_check_batches_total{path=\"classic\"} 0\n"};
+		    "\nmeter_check_batches_total{path=\"classic\"} 0\n",
+		    "\nmeter_http_slow_requests_cut_total 0\n",
+		    "\n# HELP meter_http_slow_requests_cut_total Connections cut off"};
 
 		CHECK(apitest_call(&t, i, "GET", "/metrics", NULL, NULL, &r) == 0);
 		CHECK_I64(r.status, 200);

@@ -291,7 +291,32 @@ enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char 
 
 		lineno++;
 		if (!strchr(line, '\n') && !feof(f)) {
-			snprintf(err, errlen, "%s:%d: line too long", path, lineno);
+			/* Longer than any option's line: the rest of a comment
+			 * is skipped; an option's value is too long for it. */
+			const struct opt *o = NULL;
+			int c;
+
+			while ((c = fgetc(f)) != EOF && c != '\n')
+				;
+			s = line + strspn(line, " \t");
+			if (*s == '#')
+				continue;
+			eq = strchr(s, '=');
+			if (eq) {
+				*eq = '\0';
+				name = trim(s);
+				o = opt_find(name, strlen(name));
+			}
+			if (o && o->kind != OPT_INT && o->kind != OPT_BOOL)
+				snprintf(err, errlen,
+					 "%s:%d: %s: value too long (at most %zu bytes)", path,
+					 lineno, o->name, o->size - 1);
+			else if (o)
+				snprintf(err, errlen, "%s:%d: %s: value too long", path, lineno,
+					 o->name);
+			else
+				snprintf(err, errlen, "%s:%d: line too long (no option's line is)",
+					 path, lineno);
 			rc = METER_ERANGE;
 			goto out;
 		}

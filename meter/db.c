@@ -309,6 +309,28 @@ static bool db_url_ports_match(const PQconninfoOption *opts)
 	return !port || !*port || db_url_count(port) == 1 || db_url_count(port) == hosts;
 }
 
+/* True when a URL (postgresql:// or postgres://) has at most one '@'
+ * before its query: the one that ends its user name and password. libpq
+ * ends them at the first '@', so a second one, of a password not written
+ * %40, leaves the rest of the password in the host or the database name,
+ * which libpq's errors quote when it connects ("could not translate host
+ * name"). Any other string is true. */
+static bool db_url_one_at(const char *url)
+{
+	const char *p;
+	int ats = 0;
+
+	if (strncmp(url, "postgresql://", 13) == 0)
+		p = url + 13;
+	else if (strncmp(url, "postgres://", 11) == 0)
+		p = url + 11;
+	else
+		return true;
+	for (; *p && *p != '?'; p++)
+		ats += *p == '@';
+	return ats <= 1;
+}
+
 bool db_url_ok(const char *url, char *err, size_t errlen)
 {
 	char *perr = NULL;
@@ -318,6 +340,12 @@ bool db_url_ok(const char *url, char *err, size_t errlen)
 	/* perr may quote the URL, password and all: not shown. */
 	if (!ok)
 		(void)snprintf(err, errlen, "not a PostgreSQL URL libpq reads");
+	if (ok && !db_url_one_at(url)) {
+		(void)snprintf(err, errlen,
+			       "a second '@' before the query: write an '@' of the user, "
+			       "password or database as %%40");
+		ok = false;
+	}
 	for (PQconninfoOption *o = opts; ok && o->keyword; o++) {
 		if (!o->val)
 			continue;

@@ -161,6 +161,39 @@ static void test_errors(void)
 		CHECK(config_set(&c, "database_url", big, err, sizeof(err)) == METER_ERANGE);
 		CHECK(strstr(err, "ppppp") == NULL);
 	}
+	/* A file's line longer than any option's: a comment is skipped; an
+	 * option is named with its bound, and its value not echoed. */
+	{
+		static char text[2 * CONFIG_STR_MAX + 200];
+		int n;
+
+		n = snprintf(text, sizeof(text), "# %0*d\nhttp_threads = 5\n", CONFIG_STR_MAX + 200,
+			     0);
+		CHECK(n > 0 && (size_t)n < sizeof(text));
+		write_file(text);
+		config_init(&c);
+		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_OK);
+		CHECK_I64(c.http_threads, 5);
+		unlink(tmpfile_path);
+		n = snprintf(text, sizeof(text), "listen = 127.0.0.1:1\n database_url = %0*d\n",
+			     CONFIG_STR_MAX + 200, 0);
+		CHECK(n > 0 && (size_t)n < sizeof(text));
+		write_file(text);
+		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_ERANGE);
+		CHECK_STR(err + strlen(tmpfile_path),
+			  ":2: database_url: value too long (at most 1023 bytes)");
+		unlink(tmpfile_path);
+		n = snprintf(text, sizeof(text), "http_threads = %0*d\n", CONFIG_STR_MAX + 200, 0);
+		write_file(text);
+		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_ERANGE);
+		CHECK_STR(err + strlen(tmpfile_path), ":1: http_threads: value too long");
+		unlink(tmpfile_path);
+		n = snprintf(text, sizeof(text), "%0*d = 1\n", CONFIG_STR_MAX + 200, 0);
+		write_file(text);
+		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_ERANGE);
+		CHECK_STR(err + strlen(tmpfile_path), ":1: line too long (no option's line is)");
+		unlink(tmpfile_path);
+	}
 }
 
 /* A secret given as a flag is applied, then overwritten in argv (a command
@@ -303,6 +336,15 @@ static void test_urls(void)
 	    {"hostaddr=127.0.0.1,127.0.0.2 port=1,2", true},
 	    {"hostaddr=127.0.0.1,127.0.0.2 host=a port=1", false},
 	    {"hostaddr=127.0.0.1 host=a port=1,2", false},
+	    /* A second '@' before the query: a password's, not written %40,
+	     * whose rest libpq would read as the host or the database. */
+	    {"postgresql://u:pwSE@CRET@127.0.0.1:5432/db", false},
+	    {"postgres://u:pw@h/d@b", false},
+	    {"postgresql://u:pwSE%40CRET@127.0.0.1:5432/db", true},
+	    {"postgresql://u:pw@h/d%40b", true},
+	    {"postgresql://h/db?user=u@example", true},
+	    {"postgresql://u:pw@h/db?user=u@example", true},
+	    {"host=h user=u@example password=pw@x", true},
 	};
 	static const struct {
 		const char *url;
@@ -336,6 +378,8 @@ static void test_urls(void)
 	CHECK_STR(err, "sslmode: not a value libpq takes");
 	CHECK(!db_url_ok("host=h port=99999", err, sizeof(err)));
 	CHECK_STR(err, "port: not a port number (1 to 65535)");
+	CHECK(!db_url_ok("postgresql://u:pwSE@CRET@h/db", err, sizeof(err)));
+	CHECK(strstr(err, "CRET") == NULL && strstr(err, "%40") != NULL);
 	for (size_t i = 0; i < sizeof(http) / sizeof(http[0]); i++) {
 		err[0] = '\0';
 		if (url_http_ok(http[i].url, err, sizeof(err)) != http[i].ok)

@@ -85,8 +85,10 @@ const char *parse_arg_shown(const char *a, char *out, size_t len)
 		snprintf(out, len, "\"%.*s\"", (int)(n > 64 ? 64 : n), a);
 	} else if (strpbrk(a, "=:@")) {
 		snprintf(out, len, "(not shown: it may hold a password)");
+	} else if (strlen(a) >= PARSE_ARG_SHOWN_MAX) {
+		snprintf(out, len, "(not shown: it may be a secret)");
 	} else {
-		snprintf(out, len, "\"%.64s\"", a);
+		snprintf(out, len, "\"%s\"", a);
 	}
 	return out;
 }

@@ -41,11 +41,17 @@ bool parse_json_error_is_nul(const char *text);
 
 #define PARSE_ID_MAX 64
 
+/* Arguments this long or longer are not shown: as long as a token or
+ * secret may be (each is at least 32 bytes). */
+#define PARSE_ARG_SHOWN_MAX 32
+
 /* How a command line's argument a is named in an error message, written
  * to out (len bytes) and returned: an option ("--name=value") by its name
- * alone; any other argument holding '=', ':' or '@' (a "key=value"
- * connection string or a URL: how a password is given) by a note that it
- * is not shown; anything else as it is. At most 64 bytes of a are kept. */
+ * alone (at most 64 bytes of it); any other argument holding '=', ':' or
+ * '@' (a "key=value" connection string or a URL: how a password is given),
+ * or of PARSE_ARG_SHOWN_MAX bytes or more (a token that came apart from its
+ * flag: "--operator-token= TOKEN"), by a note that it is not shown;
+ * anything else as it is. */
 const char *parse_arg_shown(const char *a, char *out, size_t len);
 
 /* Checks len bytes of text meant to be shown to people (an account's

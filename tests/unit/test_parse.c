@@ -302,6 +302,12 @@ static void test_arg_shown(void)
 	CHECK(strstr(parse_arg_shown("postgresql://m:PW@h/x", out, sizeof(out)), "PW") == NULL);
 	CHECK(strstr(parse_arg_shown("m:PW", out, sizeof(out)), "PW") == NULL);
 	CHECK(strstr(parse_arg_shown("PW@h", out, sizeof(out)), "PW") == NULL);
+	/* A token apart from its flag ("--operator-token= TOKEN"): at 32
+	 * bytes, as short as a token may be, not shown; at 31, shown. */
+	CHECK(strstr(parse_arg_shown("0123456789abcdef0123456789ABCDEF", out, sizeof(out)),
+		     "0123") == NULL);
+	CHECK_STR(parse_arg_shown("0123456789abcdef0123456789ABCDE", out, sizeof(out)),
+		  "\"0123456789abcdef0123456789ABCDE\"");
 }
 
 /* parse_format_time against the C library's calendar (gmtime_r and

@@ -184,11 +184,13 @@ static void test_errors(void)
 			  ":2: database_url: value too long (at most 1023 bytes)");
 		unlink(tmpfile_path);
 		n = snprintf(text, sizeof(text), "http_threads = %0*d\n", CONFIG_STR_MAX + 200, 0);
+		CHECK(n > 0 && (size_t)n < sizeof(text));
 		write_file(text);
 		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_ERANGE);
 		CHECK_STR(err + strlen(tmpfile_path), ":1: http_threads: value too long");
 		unlink(tmpfile_path);
 		n = snprintf(text, sizeof(text), "%0*d = 1\n", CONFIG_STR_MAX + 200, 0);
+		CHECK(n > 0 && (size_t)n < sizeof(text));
 		write_file(text);
 		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_ERANGE);
 		CHECK_STR(err + strlen(tmpfile_path), ":1: line too long (no option's line is)");

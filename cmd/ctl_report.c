@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "agent_doc.h"
@@ -30,17 +31,37 @@ static const char usage_text[] =
     "TIME is RFC 3339 on a whole UTC hour (2026-11-01T00:00:00Z); the range is\n"
     "[from, to), at most 400 days. Day rows are the key's calendar days.\n";
 
-/* Opens the output: FILE, or stdout when path is NULL. */
-static FILE *open_output(const char *cmd, const char *path)
+/* Opens the output: FILE, or stdout when path is NULL. *st: what was
+ * opened (zeroed for stdout, or when it cannot be told), for
+ * remove_incomplete. */
+static FILE *open_output(const char *cmd, const char *path, struct stat *st)
 {
 	FILE *f;
 
+	memset(st, 0, sizeof(*st));
 	if (!path)
 		return stdout;
 	f = fopen(path, "w");
 	if (!f)
 		ctl_fail(cmd, "cannot write %s", path);
+	else if (fstat(fileno(f), st) != 0)
+		memset(st, 0, sizeof(*st));
 	return f;
+}
+
+/* Removes an incomplete output, when path still names the regular file
+ * written (st): never what it leads to otherwise (a pipe, a device such
+ * as /dev/stdout or /dev/full, a symbolic link, or a file put there since),
+ * which is not this command's to remove. */
+static void remove_incomplete(const char *cmd, const char *path, const struct stat *st)
+{
+	struct stat now;
+
+	if (!path || !S_ISREG(st->st_mode) || lstat(path, &now) != 0 || !S_ISREG(now.st_mode) ||
+	    now.st_dev != st->st_dev || now.st_ino != st->st_ino)
+		return;
+	if (unlink(path) != 0)
+		ctl_fail(cmd, "could not remove the incomplete %s", path);
 }
 
 /* Says that writing the output failed (errno e), and so when its reader
@@ -126,6 +147,7 @@ static int report_usage(int argc, char **argv)
 	PGconn *conn = NULL;
 	const char *url, *out_path;
 	char err[512], buf[65536];
+	struct stat out_st;
 	bool progress;
 	FILE *out = NULL;
 	int status = 1, write_errno = 0;
@@ -219,7 +241,7 @@ static int report_usage(int argc, char **argv)
 		ctl_fail(cmd, "%s", err);
 		goto out;
 	}
-	out = open_output(cmd, out_path);
+	out = open_output(cmd, out_path, &out_st);
 	if (!out)
 		goto out;
 	for (;;) {
@@ -248,8 +270,8 @@ out:
 	export_close(cur);
 	if (out && close_output(cmd, out, out_path, write_errno))
 		status = 1;
-	if (status != 0 && out && out_path && unlink(out_path) != 0)
-		ctl_fail(cmd, "could not remove the incomplete %s", out_path);
+	if (status != 0 && out)
+		remove_incomplete(cmd, out_path, &out_st);
 	if (conn)
 		PQfinish(conn);
 	return status;
@@ -272,6 +294,7 @@ static int report_statement(int argc, char **argv)
 	int year, month, status = 1;
 	bool html;
 	FILE *out = NULL;
+	struct stat out_st;
 	enum meter_rc rc;
 
 	const int parsed = ctl_args_exit(
@@ -304,7 +327,7 @@ static int report_statement(int argc, char **argv)
 		ctl_fail(cmd, "%s", err);
 		goto out;
 	}
-	out = open_output(cmd, args[3].s);
+	out = open_output(cmd, args[3].s, &out_st);
 	if (out) {
 		rc = html ? statement_write_html(&s, out) : statement_write_csv(&s, out);
 		status = rc == METER_OK ? 0 : 1;
@@ -313,6 +336,8 @@ static int report_statement(int argc, char **argv)
 out:
 	if (out && close_output(cmd, out, args[3].s, 0))
 		status = 1;
+	if (status != 0 && out)
+		remove_incomplete(cmd, args[3].s, &out_st);
 	if (conn)
 		PQfinish(conn);
 	return status;

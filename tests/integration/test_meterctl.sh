@@ -129,4 +129,29 @@ expect "report usage, reader gone" "$status" 1
 expect "report usage, reader gone: stderr" "$(cat /tmp/meterctl-err.$$)" \
 	"meterctl report usage: writing standard output failed: its reader closed it, so the output is incomplete"
 rm -f /tmp/meterctl-err.$$
+# An incomplete -o FILE: a regular file meterctl wrote is removed; what
+# else the path names (a symbolic link, a device: here to and a copy of
+# /dev/full, which refuses every write) is left as it is.
+dir=$(mktemp -d /tmp/meterctl-out.XXXXXX)
+rep="report usage --account acc_rep --from 2026-11-01T00:00:00Z --to 2026-11-02T00:00:00Z"
+for r in "$rep" "report statement --account acc_rep --month 2026-11"; do
+	# (No byte may be written: the write fails with EFBIG, not SIGXFSZ.)
+	# shellcheck disable=SC2086
+	(trap '' XFSZ; ulimit -f 0; $ctl $r --database-url "$url" -o "$dir/out") \
+		2>/dev/null && status=0 || status=$?
+	expect "'meterctl ${r%% --*}' to a file it cannot write whole" "$status" 1
+	[[ -e $dir/out ]] && fail "${r%% --*}: the incomplete file was left" || ok
+done
+ln -s /dev/full "$dir/link"
+# shellcheck disable=SC2086
+$ctl $rep --database-url "$url" -o "$dir/link" 2>/dev/null && status=0 || status=$?
+expect "report usage to a link to /dev/full" "$status" 1
+[[ -L $dir/link ]] && ok || fail "report usage removed the symbolic link it wrote through"
+if mknod "$dir/full" c 1 7 2>/dev/null; then
+	# shellcheck disable=SC2086
+	$ctl $rep --database-url "$url" -o "$dir/full" 2>/dev/null && status=0 || status=$?
+	expect "report usage to a device" "$status" 1
+	[[ -c $dir/full ]] && ok || fail "report usage removed the device it wrote to"
+fi
+rm -rf "$dir"
 finish

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "migrate.h"
 #include "parse.h"
 
 void ctl_fail(const char *cmd, const char *fmt, ...)
@@ -172,4 +173,49 @@ const char *ctl_database_url(const char *cmd, const char *flag_value)
 		return NULL;
 	}
 	return url;
+}
+
+PGconn *ctl_db_connect(const char *cmd, const char *url)
+{
+	char err[512], why[200], elsewhere[256] = "";
+	PGconn *conn = NULL;
+	int have = -1, want = migrate_latest();
+	enum meter_rc rc;
+
+	if (db_connect(url, &conn, err, sizeof(err)) != METER_OK) {
+		ctl_fail(cmd, "cannot connect to the database: %s", err);
+		return NULL;
+	}
+	rc = migrate_verify(conn, &have, why, sizeof(why));
+	if (rc == METER_OK && have == 0)
+		rc = migrate_elsewhere(conn, elsewhere, sizeof(elsewhere));
+	if (rc == METER_OK && have == want)
+		return conn;
+	if (rc == METER_ECONFLICT)
+		ctl_fail(cmd, "%s: the database was migrated by another build", why);
+	else if (rc == METER_ENOMEM)
+		ctl_fail(cmd, "%s", why);
+	else if (rc != METER_OK)
+		ctl_fail(cmd, "cannot read the database's schema version");
+	else if (elsewhere[0])
+		ctl_fail(
+		    cmd,
+		    "meter's tables are in schema \"%s\", not in \"%s\" (METER_DATABASE_SCHEMA):"
+		    " set it to %s",
+		    elsewhere, db_schema(), elsewhere);
+	else if (have == 0)
+		ctl_fail(cmd, "schema \"%s\" of the database is not migrated: run meterctl migrate",
+			 db_schema());
+	else if (have < want)
+		ctl_fail(cmd,
+			 "the database's schema is at version %d and this meterctl needs %d: run "
+			 "meterctl migrate",
+			 have, want);
+	else
+		ctl_fail(cmd,
+			 "the database's schema is at version %d, past this meterctl's %d: use the "
+			 "meterctl that migrated it",
+			 have, want);
+	PQfinish(conn);
+	return NULL;
 }

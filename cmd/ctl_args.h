@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <libpq-fe.h>
+
 enum ctl_arg_kind {
 	CTL_ARG_FLAG, /* no value */
 	CTL_ARG_INT,  /* a whole decimal number in [min, max] */
@@ -58,5 +60,12 @@ const char *ctl_secret_value(char *value);
 /* The database URL: --database-url when given (s non-NULL), else
  * METER_DATABASE_URL; NULL (after a line on stderr) when neither is set. */
 const char *ctl_database_url(const char *cmd, const char *flag_value);
+
+/* A connection to url whose schema (METER_DATABASE_SCHEMA) is the one this
+ * binary's migrations make; NULL after one line on stderr saying why not:
+ * the database cannot be reached, is not migrated (or its tables are in
+ * another schema), is behind (run meterctl migrate) or ahead of this
+ * binary, or was migrated by another build. */
+PGconn *ctl_db_connect(const char *cmd, const char *url);
 
 #endif

@@ -101,19 +101,6 @@ static int ctl_print_commit(const char *cmd, PGconn *conn, json_t *o)
 	return 0;
 }
 
-/* Connects to the database of url; NULL after a message. */
-static PGconn *ctl_connect(const char *cmd, const char *url)
-{
-	char err[512];
-	PGconn *conn = NULL;
-
-	if (db_connect(url, &conn, err, sizeof(err)) != METER_OK) {
-		ctl_fail(cmd, "cannot connect to the database: %s", err);
-		return NULL;
-	}
-	return conn;
-}
-
 static int ctl_account_create(int argc, char **argv)
 {
 	static const char cmd[] = "account create";
@@ -151,7 +138,7 @@ static int ctl_account_create(int argc, char **argv)
 	url = ctl_database_url(cmd, args[1].s);
 	if (!url)
 		return 2;
-	conn = ctl_connect(cmd, url);
+	conn = ctl_db_connect(cmd, url);
 	if (!conn || !ctl_tx(cmd, conn, "BEGIN"))
 		goto out;
 	rc = db_account_create(conn, args[0].s, &acc);
@@ -221,7 +208,7 @@ static int ctl_key_create(int argc, char **argv)
 		ctl_fail(cmd, "cannot draw a random secret");
 		goto out;
 	}
-	conn = ctl_connect(cmd, url);
+	conn = ctl_db_connect(cmd, url);
 	if (!conn || !ctl_tx(cmd, conn, "BEGIN"))
 		goto out;
 	rc = db_key_create(conn, args[0].s, hash, args[1].s, args[2].seen, args[2].i, args[3].s,
@@ -285,7 +272,7 @@ static int ctl_key_revoke(int argc, char **argv)
 	url = ctl_database_url(cmd, args[2].s);
 	if (!url)
 		return 2;
-	conn = ctl_connect(cmd, url);
+	conn = ctl_db_connect(cmd, url);
 	if (!conn)
 		goto out;
 	rc = db_key_revoke(conn, args[0].s, args[1].s, &key, &already);

@@ -216,10 +216,9 @@ static int report_usage(int argc, char **argv)
 	out_path = args[7].s;
 	progress = out_path && isatty(STDERR_FILENO);
 
-	if (db_connect(url, &conn, err, sizeof(err)) != METER_OK) {
-		ctl_fail(cmd, "%s", err);
+	conn = ctl_db_connect(cmd, url);
+	if (!conn)
 		goto out;
-	}
 	/* An account, key or sandbox that does not exist is an error, as it
 	 * is for the statement and the API's export: never a header alone
 	 * that looks like an idle account. */
@@ -318,10 +317,9 @@ static int report_statement(int argc, char **argv)
 	url = ctl_database_url(cmd, args[4].s);
 	if (!url)
 		return 2;
-	if (db_connect(url, &conn, err, sizeof(err)) != METER_OK) {
-		ctl_fail(cmd, "%s", err);
+	conn = ctl_db_connect(cmd, url);
+	if (!conn)
 		goto out;
-	}
 	rc = statement_build(conn, args[0].s, year, month, &s, err, sizeof(err));
 	if (rc != METER_OK) {
 		ctl_fail(cmd, "%s", err);

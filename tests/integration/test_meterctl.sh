@@ -154,4 +154,38 @@ if mknod "$dir/full" c 1 7 2>/dev/null; then
 	[[ -c $dir/full ]] && ok || fail "report usage removed the device it wrote to"
 fi
 rm -rf "$dir"
+
+# A database whose schema is not the one this meterctl's migrations make:
+# status 1 and one line saying what to do, before anything is read or made.
+bare=$(make_db meterctl_bare)
+cleanup_fns+=("drop_db meterctl_bare")
+behind=$(make_db meterctl_behind)
+cleanup_fns+=("drop_db meterctl_behind")
+$ctl migrate --database-url "$behind" >/dev/null 2>&1
+psql "$behind" -Atq -c "DELETE FROM schema_migrations
+	WHERE version = (SELECT max(version) FROM schema_migrations)"
+for c in "account create --name x" "key create --account acc_rep --role read_only" \
+	"$rep" "report statement --account acc_rep --month 2026-11"; do
+	for db in "bare:is not migrated: run meterctl migrate" \
+		"behind:this meterctl needs * run meterctl migrate" \
+		"other:meter's tables are in schema \"public\", not in \"other\""; do
+		case ${db%%:*} in
+		bare) u=$bare schema=public ;;
+		behind) u=$behind schema=public ;;
+		other) u=$url schema=other ;;
+		esac
+		# shellcheck disable=SC2086
+		out=$(METER_DATABASE_SCHEMA=$schema $ctl $c --database-url "$u" 2>/tmp/meterctl-err.$$) &&
+			status=0 || status=$?
+		expect "'meterctl ${c%% --*}' on a ${db%%:*} database" "$status" 1
+		expect "stdout of 'meterctl ${c%% --*}' on a ${db%%:*} database" "$out" ""
+		# shellcheck disable=SC2053
+		[[ $(cat /tmp/meterctl-err.$$) == "meterctl ${c%% --*}: "*${db#*:}* &&
+			$(wc -l </tmp/meterctl-err.$$) -eq 1 ]] && ok ||
+			fail "'meterctl ${c%% --*}' on a ${db%%:*} database said '$(cat /tmp/meterctl-err.$$)'"
+	done
+done
+rm -f /tmp/meterctl-err.$$
+expect "accounts made in the bare database" \
+	"$(psql "$bare" -Atq -c "SELECT count(*) FROM pg_tables WHERE tablename = 'accounts'")" 0
 finish

@@ -756,28 +756,20 @@ out:
 
 /* ---- arguments ---------------------------------------------------------- */
 
-struct sim_int_opt {
-	const char *name;
-	int64_t min, max;
-	int64_t *value;
-};
-
-static void sim_usage(void)
-{
-	printf("usage: meterctl simulate --hosts N --sandboxes-per-host M --seed S\n"
-	       "         (--listen HOST:PORT [--urls-file F] |\n"
-	       "          --push URL [--token T] [--steps K] [--period-s P])\n"
-	       "         [--start RFC3339] [--speed X] [--key-ids k1,k2,...] [--duration-s D]\n"
-	       "\n"
-	       "A fleet of N simulated host agents with M sandboxes each, deterministic for a\n"
-	       "seed. --listen serves GET /hosts/h<i>/v1/usage (optionally ?at=RFC3339); port 0\n"
-	       "picks a free port, printed on start. --urls-file writes the agents' URLs.\n"
-	       "--push POSTs every host's document at start + k x P simulated seconds to URL\n"
-	       "with the bearer token (--token, else $METER_AGENT_TOKEN), retrying until\n"
-	       "accepted. Simulated time runs at X times wall time from --start (default\n"
-	       "now, speed 1; speed 0: a frozen clock, or no pacing when pushing). Runs until\n"
-	       "SIGINT/SIGTERM, --duration-s or --steps.\n");
-}
+static const char sim_usage[] =
+    "usage: meterctl simulate --hosts N --sandboxes-per-host M --seed S\n"
+    "         (--listen HOST:PORT [--urls-file F] |\n"
+    "          --push URL [--token T] [--steps K] [--period-s P])\n"
+    "         [--start RFC3339] [--speed X] [--key-ids k1,k2,...] [--duration-s D]\n"
+    "\n"
+    "A fleet of N simulated host agents with M sandboxes each, deterministic for a\n"
+    "seed. --listen serves GET /hosts/h<i>/v1/usage (optionally ?at=RFC3339); port 0\n"
+    "picks a free port, printed on start. --urls-file writes the agents' URLs.\n"
+    "--push POSTs every host's document at start + k x P simulated seconds to URL\n"
+    "with the bearer token (--token, else $METER_AGENT_TOKEN), retrying until\n"
+    "accepted. Simulated time runs at X times wall time from --start (default\n"
+    "now, speed 1; speed 0: a frozen clock, or no pacing when pushing). Runs until\n"
+    "SIGINT/SIGTERM, --duration-s or --steps.\n";
 
 /* Splits --key-ids into s->keys. */
 static int sim_parse_keys(struct sim *s, const char *text)
@@ -818,92 +810,71 @@ static int sim_parse_keys(struct sim *s, const char *text)
  * -1 after --help). */
 static int sim_parse_args(int argc, char **argv, struct sim_opts *o)
 {
-	const struct sim_int_opt ints[] = {
-	    {"hosts", 1, SIM_HOSTS_MAX, &o->hosts},
-	    {"sandboxes-per-host", 1, SAMPLE_BATCH_MAX, &o->per_host},
-	    {"seed", 0, INT64_MAX, &o->seed},
-	    {"speed", 0, SIM_SPEED_MAX, &o->speed},
-	    {"period-s", 1, 86400, &o->period_s},
-	    {"steps", 1, INT64_C(1000000000), &o->steps},
-	    {"duration-s", 1, INT64_C(31536000), &o->duration_s},
+	enum {
+		HOSTS,
+		PER_HOST,
+		SEED,
+		SPEED,
+		PERIOD_S,
+		STEPS,
+		DURATION_S,
+		LISTEN,
+		START,
+		URLS_FILE,
+		KEY_IDS,
+		PUSH,
+		TOKEN,
+		NOPTS
 	};
-	struct {
-		const char *name;
-		const char **value;
-	} strs[] = {
-	    {"listen", &o->listen},   {"start", &o->start}, {"urls-file", &o->urls_file},
-	    {"key-ids", &o->key_ids}, {"push", &o->push},   {"token", &o->token},
+	struct ctl_arg args[NOPTS] = {
+	    [HOSTS] = {.name = "hosts",
+		       .kind = CTL_ARG_INT,
+		       .required = true,
+		       .min = 1,
+		       .max = SIM_HOSTS_MAX},
+	    [PER_HOST] = {.name = "sandboxes-per-host",
+			  .kind = CTL_ARG_INT,
+			  .required = true,
+			  .min = 1,
+			  .max = SAMPLE_BATCH_MAX},
+	    [SEED] = {.name = "seed", .kind = CTL_ARG_INT, .max = INT64_MAX, .i = 1},
+	    [SPEED] = {.name = "speed", .kind = CTL_ARG_INT, .max = SIM_SPEED_MAX, .i = 1},
+	    [PERIOD_S] = {.name = "period-s", .kind = CTL_ARG_INT, .min = 1, .max = 86400, .i = 10},
+	    [STEPS] = {.name = "steps", .kind = CTL_ARG_INT, .min = 1, .max = INT64_C(1000000000)},
+	    [DURATION_S] = {.name = "duration-s",
+			    .kind = CTL_ARG_INT,
+			    .min = 1,
+			    .max = INT64_C(31536000)},
+	    [LISTEN] = {.name = "listen", .kind = CTL_ARG_STR},
+	    [START] = {.name = "start", .kind = CTL_ARG_STR},
+	    [URLS_FILE] = {.name = "urls-file", .kind = CTL_ARG_STR},
+	    [KEY_IDS] = {.name = "key-ids", .kind = CTL_ARG_STR},
+	    [PUSH] = {.name = "push", .kind = CTL_ARG_STR},
+	    [TOKEN] = {.name = "token", .kind = CTL_ARG_STR},
 	};
-	bool seen_hosts = false, seen_per_host = false;
 
-	memset(o, 0, sizeof(*o));
-	o->seed = 1;
-	o->speed = 1;
-	o->period_s = 10;
-	for (int i = 1; i < argc; i++) {
-		const char *arg = argv[i], *eq, *value;
-		size_t nlen;
-		bool found = false;
-
-		if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-			sim_usage();
-			return -1;
-		}
-		if (strncmp(arg, "--", 2) != 0) {
-			char shown[80];
-
-			sim_fail("unexpected argument %s",
-				 parse_arg_shown(arg, shown, sizeof(shown)));
-			return 2;
-		}
-		arg += 2;
-		eq = strchr(arg, '=');
-		nlen = eq ? (size_t)(eq - arg) : strlen(arg);
-		if (eq) {
-			value = eq + 1;
-		} else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
-			value = argv[++i];
-		} else {
-			sim_fail("--%.*s: missing value", (int)(nlen > 64 ? 64 : nlen), arg);
-			return 2;
-		}
-		for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]) && !found; k++) {
-			if (strlen(ints[k].name) != nlen || strncmp(arg, ints[k].name, nlen) != 0)
-				continue;
-			found = true;
-			if (parse_int64(value, ints[k].min, ints[k].max, ints[k].value) !=
-			    METER_OK) {
-				sim_fail("--%s: expected a whole number from %" PRId64
-					 " to %" PRId64 ", got \"%.64s\"",
-					 ints[k].name, ints[k].min, ints[k].max, value);
-				return 2;
-			}
-			if (strcmp(ints[k].name, "hosts") == 0)
-				seen_hosts = true;
-			if (strcmp(ints[k].name, "sandboxes-per-host") == 0)
-				seen_per_host = true;
-		}
-		for (size_t k = 0; k < sizeof(strs) / sizeof(strs[0]) && !found; k++) {
-			if (strlen(strs[k].name) != nlen || strncmp(arg, strs[k].name, nlen) != 0)
-				continue;
-			found = true;
-			if (!*value) {
-				sim_fail("--%s: empty value", strs[k].name);
-				return 2;
-			}
-			*strs[k].value = strcmp(strs[k].name, "token") == 0
-					     ? ctl_secret_value((char *)value)
-					     : value;
-		}
-		if (!found) {
-			sim_fail("unknown option --%.*s", (int)(nlen > 64 ? 64 : nlen), arg);
-			return 2;
-		}
-	}
-	if (!seen_hosts || !seen_per_host) {
-		sim_fail("--hosts and --sandboxes-per-host are required");
+	switch (ctl_args_parse("simulate", sim_usage, args, NOPTS, argc, argv)) {
+	case CTL_ARGS_OK:
+		break;
+	case CTL_ARGS_HELP:
+		return -1;
+	default:
 		return 2;
 	}
+	memset(o, 0, sizeof(*o));
+	o->hosts = args[HOSTS].i;
+	o->per_host = args[PER_HOST].i;
+	o->seed = args[SEED].i;
+	o->speed = args[SPEED].i;
+	o->period_s = args[PERIOD_S].i;
+	o->steps = args[STEPS].i;
+	o->duration_s = args[DURATION_S].i;
+	o->listen = args[LISTEN].s;
+	o->start = args[START].s;
+	o->urls_file = args[URLS_FILE].s;
+	o->key_ids = args[KEY_IDS].s;
+	o->push = args[PUSH].s;
+	o->token = args[TOKEN].s;
 	if (o->hosts * o->per_host > SIM_TOTAL_MAX) {
 		sim_fail("--hosts x --sandboxes-per-host: more than %" PRId64 " sandboxes",
 			 SIM_TOTAL_MAX);

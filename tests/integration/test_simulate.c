@@ -683,6 +683,9 @@ static void test_bad_arguments(void)
 	    {"--hosts", "2", "--sandboxes-per-host", "2", "--listen", NULL},
 	    {"--hosts", "2", "--sandboxes-per-host", "2", "--push", "http://127.0.0.1:1/x",
 	     "--token", "a b", NULL},
+	    /* Each option once, as every meterctl command takes it. */
+	    {"--hosts", "2", "--sandboxes-per-host", "2", "--listen", "127.0.0.1:0", "--seed", "1",
+	     "--seed", "2", NULL},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

@@ -122,7 +122,8 @@ static void collector_describe(void)
 	metrics_describe("meter_collector_rounds_total", METRICS_COUNTER,
 			 "Collector rounds run (sources read, batches ingested or kept).");
 	metrics_describe("meter_collector_round_seconds", METRICS_GAUGE,
-			 "Duration of the last collector round, seconds.");
+			 "Duration of the last collector round's reads of its sources, seconds "
+			 "(ingestion runs apart from them).");
 	metrics_describe("meter_collector_backlog_samples", METRICS_GAUGE,
 			 "Samples read but not yet ingested (kept while the database is down).");
 	metrics_describe("meter_collector_dropped_samples_total", METRICS_COUNTER,
@@ -137,7 +138,8 @@ static void collector_describe(void)
 			 "Failed host agent reads (timeouts, connection and HTTP errors, bad "
 			 "documents), by host.");
 	metrics_describe("meter_agent_polls_total", METRICS_COUNTER,
-			 "Host agent requests by result.");
+			 "Host agents by the result of their turn in a round: ok and failed "
+			 "were requested; skipped were not, waiting out a backoff.");
 }
 
 /* Moves batch *b (its items) to the end of l; b is left empty. */

@@ -481,6 +481,7 @@ struct headers_scan {
 	int encodings;
 	int hosts;
 	int authorizations;
+	const char *blank_name; /* the first header name holding a space or tab */
 };
 
 static enum MHD_Result headers_one(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -489,6 +490,8 @@ static enum MHD_Result headers_one(void *cls, enum MHD_ValueKind kind, const cha
 	struct headers_scan *f = cls;
 
 	(void)kind;
+	if (key && !f->blank_name && key[strcspn(key, " \t")])
+		f->blank_name = key;
 	if (key && strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
 		f->hosts++;
 	if (key && strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0)
@@ -529,7 +532,11 @@ static void reply_closes(struct http_req *req)
  * Authorization line: credentials that are not one (libmicrohttpd gives
  * the first, and a proxy in front may have added or checked another).
  * Before all of these, a head that holds a NUL byte (head_nul) is 400
- * too: its parts are not what they seem, framing included. */
+ * too: its parts are not what they seem, framing included; and so is a
+ * header name with a blank in it (RFC 9112, 5.1, which says to refuse
+ * it): libmicrohttpd keeps "Content-Length : 5" as a header named
+ * "Content-Length ", which frames nothing here, where a proxy in front
+ * may have read it as the body's length. */
 static bool headers_refused(struct http_req *req, const char *url)
 {
 	struct headers_scan f = {0};
@@ -542,6 +549,12 @@ static bool headers_refused(struct http_req *req, const char *url)
 		      "line go on to the next (obsolete line folding)";
 		http_safe_name(nul_in, name);
 		field = name;
+	} else if (f.blank_name) {
+		why = "a header's name may not hold a space or tab (none goes before its colon)";
+		http_safe_name(f.blank_name, name); /* byte for byte, up to its bound */
+		if (strcspn(f.blank_name, " \t") < sizeof(name))
+			name[strcspn(f.blank_name, " \t")] = '\0';
+		field = name[0] ? name : "headers";
 	} else if (f.lengths_differ) {
 		why = "Content-Length is given more than once, with different values";
 	} else if (f.lengths > 0 && f.encodings > 0) {
@@ -631,12 +644,23 @@ static bool route_request(struct http_req *req, const char *url)
 		/* HTTP allows leading zeros here; parse_int64 does not. */
 		while (clen[0] == '0' && clen[1] >= '0' && clen[1] <= '9')
 			clen++;
-		if (parse_int64(clen, 0, INT64_MAX, &n) != METER_OK) {
-			http_reply_error(req, 400, "invalid_request", "bad Content-Length", NULL);
+		switch (parse_int64(clen, 0, INT64_MAX, &n)) {
+		case METER_OK:
+			if ((uint64_t)n > req->body_max)
+				req->body_too_large = true;
+			break;
+		case METER_ERANGE:
+			/* Digits past 64 signed bits, which libmicrohttpd took
+			 * (up to 2^64 - 1): over every cap. */
+			if (clen[0] != '-') {
+				req->body_too_large = true;
+				break;
+			}
+			/* fall through */
+		default:
+			http_reply_error(req, 400, "invalid_request", "bad Content-Length",
+					 json_pack("{s:s}", "field", "Content-Length"));
 			return false;
-		}
-		if ((uint64_t)n > req->body_max) {
-			req->body_too_large = true;
 		}
 	}
 	return true;

@@ -665,12 +665,12 @@ static void test_unknown_key_body(void)
 	free(chunk);
 }
 
-/* A body declared over the cap with Expect: 100-continue, by a caller whose
- * key is looked up (not in the key cache, or unknown): the final answer
- * comes at once, never a 100 Continue that would have the client send it
- * all (10 MB here) to be dropped. */
-static void expect_early(const char *method, const char *path, const char *token, int want,
-			 const char *code)
+/* A body declared over the cap (length bytes) with Expect: 100-continue, by
+ * a caller whose key is looked up (not in the key cache, or unknown): the
+ * final answer comes at once, never a 100 Continue that would have the
+ * client send it all (10 MB here) to be dropped. */
+static void expect_early(const char *method, const char *path, const char *token,
+			 const char *length, int want, const char *code)
 {
 	char head[512], first[16] = "";
 	struct rawhttp_resp rr;
@@ -682,9 +682,9 @@ static void expect_early(const char *method, const char *path, const char *token
 		return;
 	n = snprintf(head, sizeof(head),
 		     "%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-		     "Content-Type: application/json\r\nContent-Length: 10000000\r\n"
+		     "Content-Type: application/json\r\nContent-Length: %s\r\n"
 		     "Expect: 100-continue\r\n\r\n",
-		     method, path, token);
+		     method, path, token, length);
 	CHECK(rawhttp_send(fd, head, (size_t)n, 5000) == 0);
 	pfd = (struct pollfd){.fd = fd, .events = POLLIN};
 	if (poll(&pfd, 1, 5000) == 1)
@@ -761,11 +761,15 @@ static void test_expect_over_cap(void)
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, fresh, tok_fresh) == 0);
 	snprintf(path, sizeof(path), "/v1/keys/%s/limits", fresh);
 	/* Allowed: 413 (the route takes 64 KiB). Unknown: 401. */
-	expect_early("PUT", path, tok_fresh, 413, "\"payload_too_large\"");
-	expect_early("PUT", path, unknown, 401, "\"unauthorized\"");
-	expect_early("POST", "/v1/accounts", unknown, 401, "\"unauthorized\"");
+	expect_early("PUT", path, tok_fresh, "10000000", 413, "\"payload_too_large\"");
+	expect_early("PUT", path, unknown, "10000000", 401, "\"unauthorized\"");
+	expect_early("POST", "/v1/accounts", unknown, "10000000", 401, "\"unauthorized\"");
 	/* A route the key may not call: its refusal. */
-	expect_early("POST", "/v1/checks/create", tok_fresh, 403, "\"forbidden\"");
+	expect_early("POST", "/v1/checks/create", tok_fresh, "10000000", 403, "\"forbidden\"");
+	/* Lengths past 64 signed bits, which libmicrohttpd takes up to
+	 * 2^64 - 1: over the cap as well. */
+	expect_early("PUT", path, tok_fresh, "9223372036854775808", 413, "\"payload_too_large\"");
+	expect_early("PUT", path, tok_fresh, "18446744073709551615", 413, "\"payload_too_large\"");
 }
 
 int main(void)
@@ -919,7 +923,7 @@ int main(void)
 	 * for the connection's timeout. Refused at once by this service's code
 	 * (its error names the field), and the connection closed, so nothing
 	 * past the headers is read. Chunks alone are read as they are. */
-	for (int way = 0; way < 6; way++) {
+	for (int way = 0; way < 8; way++) {
 		static const char *const codings[] = {"gzip", "chunked, chunked", "chunked "};
 		struct rawhttp_resp rr;
 		char inner[256], body[320], framing[96], req[1024], id[80];
@@ -939,10 +943,18 @@ int main(void)
 			k = snprintf(body, sizeof(body), "5\r\n{\"a\":\r\n0\r\n\r\n%s", inner);
 			snprintf(framing, sizeof(framing),
 				 "Content-Length: %d\r\nTransfer-Encoding: chunked\r\n", k);
-		} else {
+		} else if (way < 6) {
 			k = snprintf(body, sizeof(body), "5\r\n{\"a\":\r\n0\r\n\r\n%s", inner);
 			snprintf(framing, sizeof(framing), "Transfer-Encoding: %s\r\n",
 				 codings[way - 3]);
+		} else if (way == 6) {
+			/* A blank before the colon: libmicrohttpd names the
+			 * header "Content-Length " and frames no body by it. */
+			k = snprintf(body, sizeof(body), "{\"a\":1}%s", inner);
+			snprintf(framing, sizeof(framing), "Content-Length : 7\r\n");
+		} else {
+			k = snprintf(body, sizeof(body), "5\r\n{\"a\":\r\n0\r\n\r\n%s", inner);
+			snprintf(framing, sizeof(framing), "Transfer-Encoding\t: chunked\r\n");
 		}
 		n = snprintf(req, sizeof(req),
 			     "POST /v1/accounts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
@@ -951,9 +963,9 @@ int main(void)
 		CHECK(m > 0 && k > 0 && n > 0 && (size_t)n < sizeof(req));
 		CHECK(rawhttp_request(t.servers[0].port, req, (size_t)n, 5000, &rr) == 0);
 		CHECK_I64(rr.status, 400);
-		CHECK(rr.body &&
-		      strstr(rr.body, way < 3 ? "\"field\":\"Content-Length\""
-					      : "\"field\":\"Transfer-Encoding\"") != NULL);
+		CHECK(rr.body && strstr(rr.body, way < 3 || way == 6
+						     ? "\"field\":\"Content-Length\""
+						     : "\"field\":\"Transfer-Encoding\"") != NULL);
 		CHECK(rr.head && rawhttp_header(&rr, "X-Request-Id", id, sizeof(id)) != NULL);
 		CHECK(rr.closed);
 		rawhttp_resp_release(&rr);

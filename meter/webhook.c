@@ -518,8 +518,10 @@ enum meter_rc webhook_start(const struct webhook_options *opt, struct webhook **
 	if (w->opt.poll_ms <= 0)
 		w->opt.poll_ms = 500;
 	metrics_describe(DELIVERIES, METRICS_COUNTER,
-			 "Webhook POSTs by this process, by outcome: delivered (a 2xx answer) or "
-			 "failed (any other answer or none; retried).");
+			 "Webhook delivery attempts by this process, by outcome: delivered (a 2xx "
+			 "answer) or failed (any other answer or none; retried). An attempt "
+			 "libcurl sends again on a new connection, after a kept one closed "
+			 "unanswered, counts once.");
 	/* Both series from the start, at 0, with a URL or without. */
 	metrics_counter_add(DELIVERIES, "outcome=\"delivered\"", 0);
 	metrics_counter_add(DELIVERIES, "outcome=\"failed\"", 0);

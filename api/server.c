@@ -629,15 +629,6 @@ static bool route_request(struct http_req *req, const char *url)
 	}
 	req->route = route;
 	req->body_max = route->max_body;
-	if (strcmp(route->method, "GET") != 0 && strcmp(route->method, "HEAD") != 0) {
-		/* No route that changes anything takes query parameters: one
-		 * that is there was meant for something else, so the change
-		 * is refused rather than made without it. */
-		static const char *const none[] = {NULL};
-
-		if (!http_query_allowed(req, none))
-			return false;
-	}
 	clen = http_header(req, MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (clen) {
 		int64_t n;
@@ -706,13 +697,29 @@ static void reply_too_large(struct http_req *req)
 
 /* Runs req's handler once the whole request is in and its caller is
  * allowed, or answers 413 when the body was over the route's cap. */
+/* Calls req's handler, its credentials accepted. No route that changes
+ * anything takes query parameters: one that is there was meant for
+ * something else, so the change is refused (400 naming it) rather than
+ * made without it. Decided here, after the credentials, so that a caller
+ * without them, or with a read-only key, gets their refusal first, as on
+ * the read routes, whose handlers check their own parameters. */
+static void call_handler(struct http_req *req)
+{
+	static const char *const none[] = {NULL};
+
+	if (strcmp(req->route->method, "GET") != 0 && strcmp(req->route->method, "HEAD") != 0 &&
+	    !http_query_allowed(req, none))
+		return;
+	req->route->handler(req);
+}
+
 static void run_handler(struct http_req *req)
 {
 	req->handled = true;
 	if (req->body_too_large)
 		reply_too_large(req);
 	else
-		req->route->handler(req);
+		call_handler(req);
 }
 
 /* Runs on a lane's workers: each request's handler (its credentials first
@@ -750,7 +757,7 @@ static void *work_main(void *arg)
 			if (auth_finish(req) && req->route->lane != ROUTE_LANE_HTTP)
 				run_handler(req);
 		} else {
-			req->route->handler(req);
+			call_handler(req);
 		}
 		/* A worker's handler answers: it never parks the request itself. */
 		req->suspended = false;

@@ -275,6 +275,49 @@ static const char *token_for(const struct route *route)
 	return t.agent_token;
 }
 
+/* A query parameter on a route that changes anything is refused (400
+ * naming it), but only once the credentials are taken: none is 401 and a
+ * read_only key 403 read_only_key, as without the parameter. */
+static void test_query_after_credentials(void)
+{
+	int covered = 0;
+
+	for (size_t i = 0; i < routes_count; i++) {
+		const struct {
+			const char *token;
+			long status;
+			const char *code;
+		} calls[] = {
+		    {NULL, 401, "unauthorized"},
+		    {tr, 403, "read_only_key"},
+		    {token_for(&routes[i]), 400, "invalid_request"},
+		};
+		char path[512];
+
+		if (!mutating(&routes[i]) || routes[i].roles == ROLE_PUBLIC)
+			continue;
+		covered++;
+		fill_path(&routes[i], path, sizeof(path));
+		snprintf(path + strlen(path), sizeof(path) - strlen(path), "?x=1");
+		for (size_t c = 0; c < sizeof(calls) / sizeof(calls[0]); c++) {
+			struct apitest_resp r;
+
+			apitest_call(&t, 0, routes[i].method, path, calls[c].token,
+				     body_for(&routes[i]), &r);
+			remember(&r);
+			if (r.status != calls[c].status)
+				fprintf(stderr, "%s %s (call %zu): %ld %s\n", routes[i].method,
+					path, c, r.status, r.body);
+			CHECK_I64(r.status, calls[c].status);
+			CHECK_STR(apitest_error_code(&r), calls[c].code);
+			if (c == 2)
+				CHECK(r.body && strstr(r.body, "\"field\":\"x\"") != NULL);
+			apitest_resp_release(&r);
+		}
+	}
+	CHECK(covered >= 4);
+}
+
 /* Every route, walked from the routing table: a method its path does not
  * take is 405 with Allow naming the route's, before any credentials; a
  * body over its cap (any body where it takes none) is 413 naming the cap,
@@ -677,6 +720,7 @@ int main(void)
 		return 1;
 	setup();
 	test_read_only_mutations();
+	test_query_after_credentials();
 	test_other_account();
 	test_unauthenticated();
 	test_roles();

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db_accounts.h"
 #include "db_util.h"
 #include "money.h"
 
@@ -226,6 +227,11 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 	snprintf(s.account_name, sizeof(s.account_name), "%s", PQgetvalue(res, 0, 0));
 	if (get_i64(res, 0, 1, &s.free_sandbox_hours) != METER_OK)
 		goto db_error;
+	/* The usage no key claims is no customer's: the free hours are a new
+	 * account's, and its statement shows the operator the whole of it as
+	 * due. */
+	if (strcmp(account_id, DB_ACCOUNT_UNATTRIBUTED) == 0)
+		s.free_sandbox_hours = 0;
 	PQclear(res);
 
 	res = PQexecParams(conn,

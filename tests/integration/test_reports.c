@@ -286,6 +286,15 @@ static void test_statement(PGconn *c)
 	CHECK_I64(strlen(s.account_name), 400);
 	statement_release(&s);
 
+	/* The unattributed account is no customer: no free hours, all due. */
+	CHECK(statement_build(c, "unattributed", 2026, 11, &s, err, sizeof(err)) == METER_OK);
+	CHECK_I64(s.n, 1);
+	CHECK_I64(s.free_sandbox_hours, 0);
+	CHECK_I64(s.total.total_micros, 7 + 8);
+	CHECK_I64(s.total.credit_micros, 0);
+	CHECK_I64(s.total.due_micros, 7 + 8);
+	statement_release(&s);
+
 	CHECK(statement_build(c, "acc_none", 2026, 11, &s, err, sizeof(err)) == METER_ENOTFOUND);
 	CHECK(statement_parse_month("2026-11", &y, &m) == METER_OK && y == 2026 && m == 11);
 	CHECK(statement_parse_month("2026-13", &y, &m) == METER_EINVAL);

@@ -1,6 +1,8 @@
 /* meter: PostgreSQL connections. */
 #include "db.h"
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +51,9 @@ static void db_mask(char *s, const char *secret)
 
 /* meter's schema (db_set_schema). */
 static char db_schema_buf[DB_SCHEMA_MAX + 1] = "public";
+
+/* Whether a connection found the server's fsync off, and said so. */
+static atomic_bool db_fsync_off_warned;
 
 bool db_schema_name_ok(const char *name)
 {
@@ -192,20 +197,31 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 	 *   than running it;
 	 * - a commit durable before it returns: synchronous_commit off or
 	 *   local is raised to on (a stronger setting, such as remote_apply,
-	 *   stays), so that nothing answered can be lost in a crash. */
+	 *   stays), so that nothing answered can be lost in a crash. The
+	 *   server's fsync, which no session can change, is read too: off,
+	 *   a commit is not on disk when it returns, and a crash of the
+	 *   server's host may lose what was answered; warned about once. */
 	res = PQexec(conn, "SET TimeZone = 'UTC'; SET DateStyle = ISO, YMD;"
 			   " SET timezone_abbreviations = 'Default';"
 			   " SET statement_timeout = 0; SET lock_timeout = 0;"
 			   " SET idle_in_transaction_session_timeout = 0;"
 			   " SET default_transaction_isolation = 'read committed'; SET jit = off;"
-			   " SELECT set_config('synchronous_commit', 'on', false)"
-			   " WHERE current_setting('synchronous_commit') IN ('off', 'local')");
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		db_copy_line(err, errlen, PQerrorMessage(conn));
+			   " SELECT current_setting('fsync'), CASE WHEN"
+			   " current_setting('synchronous_commit') IN ('off', 'local') THEN"
+			   " set_config('synchronous_commit', 'on', false) END");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		db_copy_line(err, errlen,
+			     PQresultStatus(res) != PGRES_TUPLES_OK ? PQerrorMessage(conn)
+								    : "no session settings read");
 		PQclear(res);
 		rc = METER_EDB;
 		goto out;
 	}
+	if (strcmp(PQgetvalue(res, 0, 0), "off") == 0 &&
+	    !atomic_exchange(&db_fsync_off_warned, true))
+		log_warn("database: the server runs with fsync off: a commit is not on disk when "
+			 "it returns, and a crash of the server's host may lose checks already "
+			 "answered (set fsync = on in postgresql.conf)");
 	PQclear(res);
 	*out = conn;
 	conn = NULL;

@@ -360,6 +360,20 @@ kill -0 "$pid" && ok || fail "meterd died during the outage"
 kill -TERM "$pid"
 wait "$pid" || true
 pid=
+# A server with fsync off: its commits are not on disk when they return.
+# Served (nothing a session can change), and said once in the log; with
+# fsync on, as above, never.
+grep -q "fsync off" "$work/meterd-schema.log" "$work/meterd-outage.log" &&
+	fail "warned of fsync off with it on" || ok
+psql "$own_url" -Atq -c "ALTER SYSTEM SET fsync = off" -c "SELECT pg_reload_conf()" >/dev/null
+fsync_off() { [[ $(psql "$own_url" -Atq -c "SHOW fsync") == off ]]; }
+wait_for 10 fsync_off && ok || fail "fsync not off after the reload"
+start_meterd "$work/meterd-fsync.log" --database-url "$own_url" --collector off
+wait_for 15 ready && ok || fail "not ready with fsync off"
+expect "fsync-off warnings" "$(grep -c "the server runs with fsync off" "$work/meterd-fsync.log")" 1
+kill -TERM "$pid"
+wait "$pid" || true
+pid=
 bash "$here/../../scripts/pg.sh" destroy
 rm -rf "$work"
 finish

@@ -700,16 +700,28 @@ static void reply_too_large(struct http_req *req)
 /* Calls req's handler, its credentials accepted. No route that changes
  * anything takes query parameters: one that is there was meant for
  * something else, so the change is refused (400 naming it) rather than
- * made without it. Decided here, after the credentials, so that a caller
- * without them, or with a read-only key, gets their refusal first, as on
- * the read routes, whose handlers check their own parameters. */
+ * made without it. Nor an Idempotency-Key header, which many APIs read: a
+ * client that sends one believes its retries safe, where no route reads
+ * it (a check takes its key in the body, and no other route keeps one).
+ * Decided here, after the credentials, so that a caller without them, or
+ * with a read-only key, gets their refusal first, as on the read routes,
+ * whose handlers check their own parameters. */
 static void call_handler(struct http_req *req)
 {
 	static const char *const none[] = {NULL};
 
-	if (strcmp(req->route->method, "GET") != 0 && strcmp(req->route->method, "HEAD") != 0 &&
-	    !http_query_allowed(req, none))
-		return;
+	if (strcmp(req->route->method, "GET") != 0 && strcmp(req->route->method, "HEAD") != 0) {
+		if (!http_query_allowed(req, none))
+			return;
+		if (http_header(req, "Idempotency-Key")) {
+			http_reply_error(req, 400, "invalid_request",
+					 "an Idempotency-Key header is not read: a check takes its "
+					 "key in the body, as idempotency_key, and no other route "
+					 "keeps one",
+					 json_pack("{s:s}", "field", "Idempotency-Key"));
+			return;
+		}
+	}
 	req->route->handler(req);
 }
 

@@ -318,6 +318,52 @@ static void test_query_after_credentials(void)
 	CHECK(covered >= 4);
 }
 
+/* An Idempotency-Key header, which no route reads (a check's key is in its
+ * body), is refused on every route that changes anything, by a caller it
+ * allows: a client that sends one believes its retries safe. Nothing is
+ * made: the same request without it is then answered as a first one. */
+static void test_idempotency_header(void)
+{
+	static const char *const header[] = {"Idempotency-Key: retry-1", NULL};
+	int covered = 0;
+
+	for (size_t i = 0; i < routes_count; i++) {
+		struct apitest_resp r;
+		struct apitest_req rq = {.method = routes[i].method,
+					 .token = token_for(&routes[i]),
+					 .body = body_for(&routes[i]),
+					 .headers = header};
+		char path[512];
+
+		if (!mutating(&routes[i]) || routes[i].roles == ROLE_PUBLIC)
+			continue;
+		covered++;
+		fill_path(&routes[i], path, sizeof(path));
+		rq.path = path;
+		rq.body_len = rq.body ? strlen(rq.body) : 0;
+		apitest_do(&t, 0, &rq, &r);
+		remember(&r);
+		if (r.status != 400)
+			fprintf(stderr, "Idempotency-Key on %s %s: %ld %s\n", routes[i].method,
+				path, r.status, r.body);
+		CHECK_I64(r.status, 400);
+		CHECK_STR(apitest_error_code(&r), "invalid_request");
+		CHECK(r.body && strstr(r.body, "\"field\":\"Idempotency-Key\"") != NULL);
+		apitest_resp_release(&r);
+	}
+	CHECK(covered >= 4);
+	/* The create it refused made no sandbox. */
+	{
+		char sql[256];
+
+		snprintf(sql, sizeof(sql),
+			 "SELECT count(*) FROM sandboxes WHERE account_id = '%s'"
+			 " AND sandbox_id = 'sbx_new'",
+			 acc);
+		CHECK_I64(testdb_query_int(t.db.conn, sql), 0);
+	}
+}
+
 /* Every route, walked from the routing table: a method its path does not
  * take is 405 with Allow naming the route's, before any credentials; a
  * body over its cap (any body where it takes none) is 413 naming the cap,
@@ -721,6 +767,7 @@ int main(void)
 	setup();
 	test_read_only_mutations();
 	test_query_after_credentials();
+	test_idempotency_header();
 	test_other_account();
 	test_unauthenticated();
 	test_roles();

@@ -394,6 +394,24 @@ void h_dash_sign_out(struct http_req *req)
 /* The cell of what k's limit leaves of its day (GET /v1/keys's
  * day_remaining_micros), with an id a test can find; for a revoked key,
  * none: its checks are refused whatever its limit leaves. */
+/* A sandbox's id in a table cell, linked to its page: "." and "..", ids
+ * metering may meet though no create makes them, are not, since a browser
+ * reads them in a path as dot segments (escaped too) and opens another
+ * page; the title says where to read them instead. */
+static void sandbox_cell(struct html *h, const char *sandbox_id)
+{
+	if (strcmp(sandbox_id, ".") == 0 || strcmp(sandbox_id, "..") == 0) {
+		html_printf(h,
+			    "<td><span title=\"a browser cannot open this id's page: read it with "
+			    "GET /v1/sandboxes/%s, its path sent as it is\">%s</span></td>",
+			    sandbox_id, sandbox_id);
+		return;
+	}
+	html_raw(h, "<td><a href=\"/dashboard/sandboxes/");
+	html_url_component(h, sandbox_id);
+	html_printf(h, "\">%s</a></td>", sandbox_id);
+}
+
 static void key_remaining(struct html *h, const struct db_key *k)
 {
 	html_printf(h, "<td class=\"n\" id=\"remaining-%s\">", k->key_id);
@@ -511,13 +529,10 @@ void h_dash_overview(struct http_req *req)
 		     "<tr><th>Sandbox</th><th>Key</th><th>State</th><th class=\"n\">Cost today</th>"
 		     "</tr></thead><tbody>");
 	for (size_t i = 0; i < ntop; i++) {
-		html_raw(&h, "<tr><td><a href=\"/dashboard/sandboxes/");
-		html_url_component(&h, top[i].sandbox_id);
-		html_printf(&h,
-			    "\">%s</a></td><td>%s</td><td class=\"state-%s\">%s</td><td "
-			    "class=\"n\">",
-			    top[i].sandbox_id, top[i].key_id[0] ? top[i].key_id : "—", top[i].state,
-			    top[i].state);
+		html_raw(&h, "<tr>");
+		sandbox_cell(&h, top[i].sandbox_id);
+		html_printf(&h, "<td>%s</td><td class=\"state-%s\">%s</td><td class=\"n\">",
+			    top[i].key_id[0] ? top[i].key_id : "—", top[i].state, top[i].state);
 		html_dollars(&h, top[i].total_micros);
 		html_raw(&h, "</td></tr>");
 	}
@@ -635,16 +650,16 @@ void h_dash_sandboxes(struct http_req *req)
 		    (long long)total);
 	for (size_t i = 0; i < n; i++) {
 		const struct db_dash_sandbox *r = &rows[i];
-		html_raw(&h, "<tr><td><a href=\"/dashboard/sandboxes/");
-		html_url_component(&h, r->sandbox_id);
+		html_raw(&h, "<tr>");
+		sandbox_cell(&h, r->sandbox_id);
 		html_printf(
 		    &h,
-		    "\">%s</a></td><td>%s</td><td class=\"state-%s\">%s</td><td "
+		    "<td>%s</td><td class=\"state-%s\">%s</td><td "
 		    "class=\"n\">%lld</td><td class=\"n\">%lld</td><td class=\"n\">%lld</td>"
 		    "<td class=\"n\">%lld</td><td class=\"n\">",
-		    r->sandbox_id, r->key_id[0] ? r->key_id : "—", r->state, r->state,
-		    (long long)r->vcpus, (long long)r->memory_mib,
-		    (long long)r->used_millicores_today, (long long)r->billed_millicores_today);
+		    r->key_id[0] ? r->key_id : "—", r->state, r->state, (long long)r->vcpus,
+		    (long long)r->memory_mib, (long long)r->used_millicores_today,
+		    (long long)r->billed_millicores_today);
 		html_dollars(&h, r->cost_today_micros);
 		html_raw(&h, "</td><td class=\"n\">");
 		html_dollars(&h, r->cost_month_micros);

@@ -608,6 +608,37 @@ static void test_row_start_inlined(void)
 	CHECK_STR(got, "t");
 }
 
+/* Sandboxes named "." and "..", which metering may meet though no create
+ * makes them: the dashboard's list shows them without a link (a browser
+ * would read the path's dot segments and open another page), and links
+ * the rest. */
+static void test_dot_ids_on_dashboard(void)
+{
+	char accd[65], kd[65], td[APITEST_TOKEN_MAX], sql[1024], hdr[512];
+	const char *cookies[] = {hdr, NULL};
+	struct apitest_req rq = {
+	    .method = "GET", .path = "/dashboard/sandboxes?sort=id", .headers = cookies};
+	struct apitest_resp r;
+
+	CHECK(apitest_create_account(&t, "Dots", accd) == 0);
+	CHECK(apitest_create_key(&t, accd, "read_only", -1, NULL, kd, td) == 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state)"
+		 " VALUES ('%s', '.', '%s', 1, 512, 'running'), ('%s', '..', '%s', 1, 512,"
+		 " 'running'), ('%s', 'sbx_d', '%s', 1, 512, 'running')",
+		 accd, kd, accd, kd, accd, kd);
+	sql_exec(sql);
+	CHECK(apitest_sign_in(&t, td, hdr, sizeof(hdr)) == 0);
+	CHECK(apitest_do(&t, 0, &rq, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK(r.body && strstr(r.body, "href=\"/dashboard/sandboxes/sbx_d\">sbx_d</a>") != NULL);
+	CHECK(r.body && strstr(r.body, "href=\"/dashboard/sandboxes/.\"") == NULL);
+	CHECK(r.body && strstr(r.body, "href=\"/dashboard/sandboxes/..\"") == NULL);
+	CHECK(r.body && strstr(r.body, "GET /v1/sandboxes/..,") != NULL);
+	CHECK(r.body && strstr(r.body, "GET /v1/sandboxes/.,") != NULL);
+	apitest_resp_release(&r);
+}
+
 int main(void)
 {
 	/* libpq sends the first two after the options meterd connects with,
@@ -629,6 +660,7 @@ int main(void)
 	test_row_start_inlined();
 	test_usage_repeated_midnight();
 	test_cpu_split_agrees();
+	test_dot_ids_on_dashboard();
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

@@ -405,9 +405,11 @@ enum meter_rc statement_write_html(const struct statement *s, FILE *f)
 	      "dl{display:grid;grid-template-columns:max-content auto;gap:2px 1em}"
 	      "@media print{body{margin:0}}</style></head><body>\n<h1>Statement ",
 	      f);
-	fprintf(f, "%04d-%02d</h1>\n<p>Account ", s->year, s->month);
+	/* The name is free text: isolated (<bdi>), so that a right-to-left
+	 * mark in it reorders nothing around it, the account's id included. */
+	fprintf(f, "%04d-%02d</h1>\n<p>Account <bdi>", s->year, s->month);
 	put_html(f, s->account_name);
-	fputs(" (<code>", f);
+	fputs("</bdi> (<code>", f);
 	put_html(f, s->account_id);
 	fputs("</code>)</p>\n<dl><dt>Gross cost</dt><dd>", f);
 	put_dollars(f, s->total.total_micros);

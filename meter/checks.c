@@ -193,6 +193,23 @@ static void set_unavailable(struct item *it, const char *why)
 	set_error(it, 503, "metering_unavailable", why, NULL);
 }
 
+/* The database cancelled the item's batch at its statement (or lock)
+ * timeout, a ledger row held by a slow writer: nothing of it was kept.
+ * Said as every other route says it, with the reason and the timeout. */
+static void set_timed_out(struct item *it, const char *sqlstate, int64_t timeout_ms)
+{
+	bool lock = strcmp(sqlstate, "55P03") == 0;
+	char msg[200];
+
+	snprintf(msg, sizeof(msg),
+		 "the metering database did not answer within the %s timeout (%lld ms), and "
+		 "nothing was held: send the check again",
+		 lock ? "lock" : "statement", (long long)timeout_ms);
+	set_error(it, 503, "metering_unavailable", msg,
+		  json_pack("{s:s,s:I}", "reason", lock ? "lock_timeout" : "statement_timeout",
+			    "timeout_ms", (json_int_t)timeout_ms));
+}
+
 /* The connection broke while the item's batch was in the database: it
  * may have committed, its hold in place. Not a refusal: the caller learns
  * the decision by sending the check again with the same idempotency key
@@ -1264,7 +1281,7 @@ static enum landing flight_land(struct batcher *bt, struct flight *f)
 		log_error("checks: fast batch of %zu failed (SQLSTATE %s)", f->n, sqlstate);
 		batch_reset(&f->b);
 		for (size_t i = 0; i < f->n; i++)
-			set_unavailable(f->items[i], "the metering database is unreachable");
+			set_timed_out(f->items[i], sqlstate, e->opt.statement_timeout_ms);
 		return LAND_DONE;
 	}
 	/* Something else than assumed (MTR01: a key, the price book, a
@@ -1382,6 +1399,9 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 			for (size_t i = 0; i < n; i++)
 				if (in_doubt)
 					set_in_doubt(items[i]);
+				else if (db_checks_timed_out(sqlstate))
+					set_timed_out(items[i], sqlstate,
+						      e->opt.statement_timeout_ms);
 				else
 					set_unavailable(items[i],
 							"the metering database is unreachable");

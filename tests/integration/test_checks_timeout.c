@@ -2,7 +2,8 @@
  * whole, at once. The key's ledger row is held by a transaction of the
  * test's own for longer than meterd's db_statement_timeout_ms (500 ms):
  * eight concurrent creates on that key all answer 503
- * metering_unavailable within about two timeouts (the batch that waited
+ * metering_unavailable, with the reason statement_timeout as other routes
+ * give it, within about two timeouts (the batch that waited
  * first, then the one queued behind it), not one timeout per check as when
  * such a batch was rerun check by check while every other key's checks
  * queued behind it. Once the row is let go, checks are decided again by
@@ -240,6 +241,7 @@ int main(void)
 	for (int i = 0; i < NCALLS; i++) {
 		CHECK_I64(calls[i].status, 503);
 		CHECK_STR(calls[i].code, "metering_unavailable");
+		CHECK_STR(calls[i].reason, "statement_timeout");
 	}
 	/* Two timeouts and some; check by check it was over four seconds. */
 	printf("8 checks on a held row answered in %.2f s\n", took);

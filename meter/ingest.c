@@ -1193,26 +1193,35 @@ static const char SQL_SAMPLES_COPY[] =
  * rows meanwhile. */
 #define ING_USAGE_UNNEST " unnest($1::meter_ingest_usage[]) AS s"
 
-static const char SQL_USAGE_UPDATE[] =
-    "UPDATE usage_hourly AS u SET"
-    " running_usec = u.running_usec + s.ru, paused_usec = u.paused_usec + s.pu,"
-    " cpu_used_mcus = u.cpu_used_mcus + s.cu, cpu_billed_mcus = u.cpu_billed_mcus + s.cb,"
-    " memory_mibus = u.memory_mibus + s.mm, storage_mibus = u.storage_mibus + s.sm,"
-    " cpu_micros = u.cpu_micros + s.cm, memory_micros = u.memory_micros + s.mmi,"
-    " storage_micros = u.storage_micros + s.smi, total_micros = u.total_micros + s.tm,"
-    " cpu_cum_micros = s.cc, memory_cum_micros = s.mc, storage_cum_micros = s.sc,"
-    " updated_at = now()"
-    " FROM" ING_USAGE_UNNEST " WHERE u.account_id = s.a AND u.sandbox_id = s.sb AND u.hour = s.hour"
-    " AND u.price_version = s.ver AND u.day = s.day";
-
-static const char SQL_USAGE_INSERT[] =
-    "INSERT INTO usage_hourly (account_id, sandbox_id, hour, price_version, key_id, day,"
+/* Each usage row of the call added to its stored row, or inserted: one
+ * statement, whose conflicts are found by the primary key's index, a probe
+ * a row. It was an UPDATE joining the rows to usage_hourly, then an INSERT
+ * of those it missed; the planner misjudged that join's size (one row, for
+ * five columns' selectivities multiplied) and, for a call of some 20,000
+ * rows in an hour where the account had 185,000, joined through the
+ * (account_id, hour) index, comparing every row of the call with every row
+ * of the hour: past every statement timeout, at every retry, so the
+ * document was never ingested. (The rows of a call are one a key.) */
+static const char SQL_USAGE_UPSERT[] =
+    "INSERT INTO usage_hourly AS u (account_id, sandbox_id, hour, price_version, key_id, day,"
     " running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus, storage_mibus,"
     " cpu_micros, memory_micros, storage_micros, total_micros, cpu_cum_micros,"
     " memory_cum_micros, storage_cum_micros)"
     " SELECT s.a, s.sb, s.hour, s.ver, s.k, s.day, s.ru, s.pu, s.cu, s.cb, s.mm, s.sm, s.cm,"
     " s.mmi, s.smi, s.tm, s.cc, s.mc, s.sc FROM" ING_USAGE_UNNEST
-    " ON CONFLICT ON CONSTRAINT usage_hourly_pkey DO NOTHING";
+    " ON CONFLICT ON CONSTRAINT usage_hourly_pkey DO UPDATE SET"
+    " running_usec = u.running_usec + EXCLUDED.running_usec,"
+    " paused_usec = u.paused_usec + EXCLUDED.paused_usec,"
+    " cpu_used_mcus = u.cpu_used_mcus + EXCLUDED.cpu_used_mcus,"
+    " cpu_billed_mcus = u.cpu_billed_mcus + EXCLUDED.cpu_billed_mcus,"
+    " memory_mibus = u.memory_mibus + EXCLUDED.memory_mibus,"
+    " storage_mibus = u.storage_mibus + EXCLUDED.storage_mibus,"
+    " cpu_micros = u.cpu_micros + EXCLUDED.cpu_micros,"
+    " memory_micros = u.memory_micros + EXCLUDED.memory_micros,"
+    " storage_micros = u.storage_micros + EXCLUDED.storage_micros,"
+    " total_micros = u.total_micros + EXCLUDED.total_micros,"
+    " cpu_cum_micros = EXCLUDED.cpu_cum_micros, memory_cum_micros = EXCLUDED.memory_cum_micros,"
+    " storage_cum_micros = EXCLUDED.storage_cum_micros, updated_at = now()";
 
 /* The call's money per account and UTC hour added to the overview's rollup:
  * the sums are made in C (ing_write_account_hourly), so the usage rows are
@@ -2938,23 +2947,13 @@ static void ing_usage_rows(struct ing_call *c)
 
 static enum meter_rc ing_write_usage(struct ing_call *c)
 {
-	PGresult *res = NULL;
-	int64_t updated;
 	enum meter_rc rc;
 
 	if (c->nrows == 0)
 		return METER_OK;
 	c->st.usage_rows = c->nrows;
-	rc = ing_qrows(c, &c->usage_rows, "update usage_hourly", SQL_USAGE_UPDATE, PGRES_COMMAND_OK,
-		       &res);
-	if (rc != METER_OK)
-		return rc;
-	if (parse_int64(PQcmdTuples(res), 0, INT64_MAX, &updated) != METER_OK)
-		updated = 0;
-	PQclear(res);
-	if ((size_t)updated != c->nrows)
-		rc = ing_qrows(c, &c->usage_rows, "insert usage_hourly", SQL_USAGE_INSERT,
-			       PGRES_COMMAND_OK, NULL);
+	rc = ing_qrows(c, &c->usage_rows, "write usage_hourly", SQL_USAGE_UPSERT, PGRES_COMMAND_OK,
+		       NULL);
 	if (rc == METER_OK)
 		rc = ing_write_account_hourly(c);
 	return rc;

@@ -452,6 +452,56 @@ static void test_many_rows(void)
 	    q64("SELECT sum(total_micros) FROM usage_hourly WHERE sandbox_id LIKE 's_rows_%%'"));
 }
 
+/* Calls that add to usage rows of an hour where the account has many
+ * others: each row of a call is added to its own stored row (found by the
+ * primary key) or inserted, the others left as they were. The statement
+ * was once an UPDATE joined to usage_hourly, which the planner could run
+ * through the (account_id, hour) index, comparing every row of the call
+ * with every row of the hour: 20,000 rows over 185,000 ran past every
+ * timeout (that size takes minutes to set up here, so it is not repeated;
+ * see the commit). */
+static void test_full_hour(void)
+{
+	enum { OLD = 2000, NEW = 500 };
+	struct sample_batch b;
+	struct ingest_stats st;
+	int64_t t0 = T("2026-07-01T10:00:00Z");
+	char id[32];
+
+	fprintf(stderr, "calls in a full hour\n");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state)"
+	     " SELECT 'unattributed', 's_full_' || g, NULL, 1, 512, 'running'"
+	     " FROM generate_series(1, 2000) g");
+	exec("INSERT INTO usage_hourly (account_id, sandbox_id, hour, price_version, key_id, day,"
+	     " running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus,"
+	     " storage_mibus, cpu_micros, memory_micros, storage_micros, total_micros,"
+	     " cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
+	     " SELECT 'unattributed', 's_full_' || g, '2026-07-01T10:00:00Z', 1, NULL,"
+	     " '2026-07-01', 1, 0, 1, 1, 1, 0, 1, 1, 0, 2, 1, 1, 0"
+	     " FROM generate_series(1, 2000) g");
+	for (int k = 0; k < 3; k++) {
+		batch(&b, "h_full");
+		for (int i = 0; i < NEW; i++) {
+			snprintf(id, sizeof(id), "s_full_new_%d", i);
+			add(&b, id, NULL, t0 + k * 10 * SEC, 'r', k * SEC, 512, 0, 1);
+		}
+		/* The second call inserts the rows, the third adds to them. */
+		st = run1(&b);
+		CHECK_I64(st.usage_rows, k ? NEW : 0);
+	}
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id LIKE 's_full_new_%%'"),
+		  NEW);
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly"
+		      " WHERE sandbox_id LIKE 's_full_new_%%'"),
+		  (int64_t)NEW * 20 * SEC);
+	CHECK_I64(q64("SELECT sum(cpu_used_mcus) FROM usage_hourly"
+		      " WHERE sandbox_id LIKE 's_full_new_%%'"),
+		  (int64_t)NEW * 2 * SEC * 1000);
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE account_id = 'unattributed'"
+		      " AND hour = '2026-07-01T10:00:00Z' AND running_usec = 1"),
+		  OLD);
+}
+
 /* A stop reported by a sample is final as one reported by an event: the
  * samples after it, running or not, in the same call or a later one, bill
  * nothing. */
@@ -2201,6 +2251,7 @@ int main(void)
 	test_gap();
 	test_long_gap();
 	test_many_rows();
+	test_full_hour();
 	test_stop_sample_final();
 	test_events();
 	test_events_edges();

@@ -695,8 +695,6 @@ static void reply_too_large(struct http_req *req)
 			 json_pack("{s:I}", "max_bytes", (json_int_t)req->body_max));
 }
 
-/* Runs req's handler once the whole request is in and its caller is
- * allowed, or answers 413 when the body was over the route's cap. */
 /* Calls req's handler, its credentials accepted. No route that changes
  * anything takes query parameters: one that is there was meant for
  * something else, so the change is refused (400 naming it) rather than
@@ -725,6 +723,8 @@ static void call_handler(struct http_req *req)
 	req->route->handler(req);
 }
 
+/* Runs req's handler once the whole request is in and its caller is
+ * allowed, or answers 413 when the body was over the route's cap. */
 static void run_handler(struct http_req *req)
 {
 	req->handled = true;

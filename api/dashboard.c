@@ -391,9 +391,6 @@ void h_dash_sign_out(struct http_req *req)
 		log_warn("could not clear the session cookie");
 }
 
-/* The cell of what k's limit leaves of its day (GET /v1/keys's
- * day_remaining_micros), with an id a test can find; for a revoked key,
- * none: its checks are refused whatever its limit leaves. */
 /* A sandbox's id in a table cell, linked to its page: "." and "..", ids
  * metering may meet though no create makes them, are not, since a browser
  * reads them in a path as dot segments (escaped too) and opens another
@@ -412,6 +409,9 @@ static void sandbox_cell(struct html *h, const char *sandbox_id)
 	html_printf(h, "\">%s</a></td>", sandbox_id);
 }
 
+/* The cell of what k's limit leaves of its day (GET /v1/keys's
+ * day_remaining_micros), with an id a test can find; for a revoked key,
+ * none: its checks are refused whatever its limit leaves. */
 static void key_remaining(struct html *h, const struct db_key *k)
 {
 	html_printf(h, "<td class=\"n\" id=\"remaining-%s\">", k->key_id);

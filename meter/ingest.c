@@ -1182,26 +1182,22 @@ static const char SQL_SAMPLES_COPY[] =
     "COPY samples (account_id, sandbox_id, sampled_at, state, cpu_usec, memory_mib,"
     " storage_mib, vcpus, host_id) FROM STDIN (FORMAT binary)";
 
-/* Usage rows: what exists gets the new quantities and money added (a plain
- * UPDATE: no conflict machinery, no coercion of the key columns), then, when
- * some did not exist, all are offered to an INSERT that skips those already
- * there through the primary key (one index probe each, whatever the
- * planner makes of the table; the anti-join used before was seen running
- * for over a minute, CPU-bound, on calls of 50,000 rows, until the
- * statement timeout).
- * The sandboxes' meter rows are locked, so no other writer touches these
+/* Usage rows: each row of the call is added to its stored row, or
+ * inserted, in one INSERT ... ON CONFLICT whose conflicts are found by the
+ * primary key's index, one probe a row, whatever the planner makes of the
+ * table. It was a plain UPDATE joined to usage_hourly (no conflict
+ * machinery: about 2 µs a sample less, BENCHMARKS.md), then an INSERT of
+ * the rows it missed; the planner misjudged that join's size (one row, five
+ * columns' selectivities multiplied) and, for a call of 20,000 rows in an
+ * hour where the account had 185,000, joined through the (account_id, hour)
+ * index, comparing every row of the call with every row of the hour: past
+ * every statement timeout, at every retry, so the document was never
+ * ingested. (An anti-join used before that was seen running for over a
+ * minute on calls of 50,000 rows.) The rows of a call are one a key, and
+ * the sandboxes' meter rows are locked, so no other writer touches these
  * rows meanwhile. */
 #define ING_USAGE_UNNEST " unnest($1::meter_ingest_usage[]) AS s"
 
-/* Each usage row of the call added to its stored row, or inserted: one
- * statement, whose conflicts are found by the primary key's index, a probe
- * a row. It was an UPDATE joining the rows to usage_hourly, then an INSERT
- * of those it missed; the planner misjudged that join's size (one row, for
- * five columns' selectivities multiplied) and, for a call of some 20,000
- * rows in an hour where the account had 185,000, joined through the
- * (account_id, hour) index, comparing every row of the call with every row
- * of the hour: past every statement timeout, at every retry, so the
- * document was never ingested. (The rows of a call are one a key.) */
 static const char SQL_USAGE_UPSERT[] =
     "INSERT INTO usage_hourly AS u (account_id, sandbox_id, hour, price_version, key_id, day,"
     " running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus, storage_mibus,"

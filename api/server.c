@@ -550,10 +550,12 @@ static bool headers_refused(struct http_req *req, const char *url)
 		http_safe_name(nul_in, name);
 		field = name;
 	} else if (f.blank_name) {
+		size_t cut = strcspn(f.blank_name, " \t");
+
 		why = "a header's name may not hold a space or tab (none goes before its colon)";
 		http_safe_name(f.blank_name, name); /* byte for byte, up to its bound */
-		if (strcspn(f.blank_name, " \t") < sizeof(name))
-			name[strcspn(f.blank_name, " \t")] = '\0';
+		if (cut < sizeof(name))
+			name[cut] = '\0';
 		field = name[0] ? name : "headers";
 	} else if (f.lengths_differ) {
 		why = "Content-Length is given more than once, with different values";

@@ -306,10 +306,15 @@ static bool cg_has(int dfd, const char *name)
 
 static enum cgroup_version cg_detect_at(int dfd)
 {
-	if (cg_has(dfd, "cgroup.controllers") || cg_has(dfd, "cpu.stat"))
+	/* v1's cpu controller has a cpu.stat too (throttling counts, no
+	 * usage_usec), beside cpuacct.usage where the two are mounted
+	 * together; v2 has no cpuacct files and v1 no cgroup.controllers. */
+	if (cg_has(dfd, "cgroup.controllers"))
 		return CGROUP_V2;
 	if (cg_has(dfd, "cpuacct.usage"))
 		return CGROUP_V1;
+	if (cg_has(dfd, "cpu.stat"))
+		return CGROUP_V2;
 	return CGROUP_UNKNOWN;
 }
 

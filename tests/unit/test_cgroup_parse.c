@@ -218,8 +218,14 @@ static void test_v1(void)
 	expect(&b, "sbx_d", 2, SAMPLE_UNKNOWN, 0);
 	sample_batch_release(&b);
 
-	/* cpu and cpuacct mounted together, as many distributions do. */
+	/* cpu and cpuacct mounted together, as many distributions do: the
+	 * cpu controller's v1 cpu.stat (no usage_usec) beside cpuacct.usage
+	 * is still v1. */
+	put("fs2/cpu,cpuacct/pool/cpu.stat", "nr_periods 0\nnr_throttled 0\nthrottled_time 0\n");
+	put("fs2/cpu,cpuacct/pool/cpuacct.usage", "7000\n");
+	put("fs2/cpu,cpuacct/pool/sbx_a/cpu.stat", "nr_periods 0\nnr_throttled 0\n");
 	put("fs2/cpu,cpuacct/pool/sbx_a/cpuacct.usage", "3000\n");
+	put("fs2/cpu,cpuacct/pool/sbx_b/cpu.stat", "nr_periods 0\nnr_throttled 0\n");
 	put("fs2/cpu,cpuacct/pool/sbx_b/cpuacct.usage", "4000\n");
 	put("fs2/memory/pool/sbx_a/memory.limit_in_bytes", "1073741824\n");
 	CHECK(cgroup_detect(at("fs2/cpu,cpuacct/pool")) == CGROUP_V1);

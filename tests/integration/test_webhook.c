@@ -1649,6 +1649,7 @@ int main(void)
 
 		for (int i = 0; i < nreqs; i++) {
 			char hdrs[320];
+			int w;
 			json_t *b = json_loads(reqs[i].body, 0, NULL);
 			json_t *data = json_object_get(b, "data");
 			bool own = json_is_object(data) && json_object_size(data) == 0;
@@ -1661,9 +1662,10 @@ int main(void)
 			json_decref(b);
 			if (own)
 				continue;
-			snprintf(hdrs, sizeof(hdrs),
-				 "Meter-Event-Id: %s\r\nMeter-Signature: %s\r\n", reqs[i].event_id,
-				 reqs[i].signature);
+			w = snprintf(hdrs, sizeof(hdrs),
+				     "Meter-Event-Id: %s\r\nMeter-Signature: %s\r\n",
+				     reqs[i].event_id, reqs[i].signature);
+			CHECK(w > 0 && (size_t)w < sizeof(hdrs));
 			CHECK(apitest_webhook_conforms(hdrs, reqs[i].body));
 			held++;
 		}

@@ -203,14 +203,63 @@ static enum meter_rc watch_init(struct http_server *srv)
 	return METER_OK;
 }
 
+/* libmicrohttpd's diagnostics, each kind (its format string, a literal)
+ * logged at most once every MHD_LOG_EVERY_USEC: a client can make one a
+ * connection (each refused over the per-IP limit, each gone before its
+ * answer), thousands a second. Kinds past MHD_LOG_KINDS are not limited. */
+#define MHD_LOG_KINDS	   32
+#define MHD_LOG_EVERY_USEC (10 * 1000000LL)
+
+static struct {
+	pthread_mutex_t lock;
+	struct {
+		const char *fmt;
+		int64_t logged_usec;
+		unsigned long long more; /* not logged since */
+	} kind[MHD_LOG_KINDS];
+} mhd_log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Whether a diagnostic of format fmt is logged now; *more gets how many
+ * of it were not logged since the last one that was. */
+static bool mhd_log_take(const char *fmt, int64_t now, unsigned long long *more)
+{
+	bool take = true;
+
+	*more = 0;
+	pthread_mutex_lock(&mhd_log.lock);
+	for (size_t i = 0; i < MHD_LOG_KINDS; i++) {
+		if (mhd_log.kind[i].fmt && mhd_log.kind[i].fmt != fmt)
+			continue;
+		if (!mhd_log.kind[i].fmt) {
+			mhd_log.kind[i].fmt = fmt;
+		} else if (now - mhd_log.kind[i].logged_usec < MHD_LOG_EVERY_USEC) {
+			mhd_log.kind[i].more++;
+			take = false;
+			break;
+		}
+		mhd_log.kind[i].logged_usec = now;
+		*more = mhd_log.kind[i].more;
+		mhd_log.kind[i].more = 0;
+		break;
+	}
+	pthread_mutex_unlock(&mhd_log.lock);
+	return take;
+}
+
 /* libmicrohttpd's own diagnostics go to our log; fmt is its printf format. */
 __attribute__((format(printf, 2, 0))) static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
+	unsigned long long more;
 	char line[512];
 
 	(void)cls;
+	if (!mhd_log_take(fmt, clock_mono_usec(), &more))
+		return;
 	vsnprintf(line, sizeof(line), fmt, ap);
-	log_warn("http: %s", line);
+	if (more)
+		log_warn("http: %s (and %llu more like it since the last one logged)", line, more);
+	else
+		log_warn("http: %s", line);
 }
 
 /* True when the path of uri (as sent, before the query) has an escaped

@@ -95,6 +95,31 @@ pid=
 expect "exit status after SIGTERM" "$status" 0
 grep -q "meterd stopped" "$work/meterd.log" && ok || fail "no clean-stop line"
 
+# A client refused over the per-IP limit again and again (each refusal a
+# diagnostic of libmicrohttpd's) does not fill the log: one line of each
+# kind every 10 s, and the server still serves another address.
+METER_DATABASE_URL=$url start_meterd "$work/perip.log" --per-ip-connections 3 --collector off
+pport=${base##*:}
+held=()
+for _ in 1 2 3; do
+	exec {fd}<>"/dev/tcp/127.0.0.1/$pport"
+	held+=("$fd")
+done
+refused() { grep -c "connection limit" "$work/perip.log"; }
+refused_once() { [[ $(refused) -ge 1 ]]; }
+curl -s -o /dev/null -m 1 "http://127.0.0.1:$pport/healthz" || true
+wait_for 5 refused_once || fail "no line for a refused connection"
+for _ in $(seq 300); do
+	exec {fd}<>"/dev/tcp/127.0.0.1/$pport" && exec {fd}>&- || true
+done
+expect "healthz from another address meanwhile" \
+	"$(http_status --interface 127.0.0.2 "http://127.0.0.1:$pport/healthz")" 200
+expect "lines for 301 refused connections" "$(refused)" 1
+for fd in "${held[@]}"; do exec {fd}>&-; done
+kill -TERM "$pid"
+wait "$pid" || fail "meterd with a per-IP limit did not stop cleanly"
+pid=
+
 # A second SIGTERM while a request is still under way (a readiness check
 # waiting at a locked table) stops it at once, with status 1.
 METER_DATABASE_URL=$url start_meterd "$work/again.log"

@@ -448,6 +448,12 @@ struct ing_sbx {
 	int64_t stop_at; /* its first stopped event (final), INT64_MAX if none */
 	int64_t head_at; /* its running event before its first sample, INT64_MAX if none */
 	int64_t ev_from; /* where its events were read from (ing_load_events) */
+	/* Some sample of it takes its state from the events (a cgroup's). */
+	bool by_events;
+	/* For those: the state of its last running or paused event before the
+	 * events read (has_base false when there is none). */
+	bool has_base;
+	enum sandbox_state base_state;
 };
 
 struct ing_piece {
@@ -971,6 +977,8 @@ static enum meter_rc ing_prepare(struct ing_call *c)
 			sb = &c->sbx[x];
 			if (!sb->doc_key[0] && s->key_id[0])
 				sb->doc_key = s->key_id;
+			if (s->state_from_events)
+				sb->by_events = true;
 			if (s->u.at_usec < sb->min_at)
 				sb->min_at = s->u.at_usec;
 			if (s->u.at_usec > sb->max_at)
@@ -1119,6 +1127,22 @@ static const char SQL_EVENTS[] =
     " UNION ALL " SQL_EVENTS_OF("stopped", "")
     " ORDER BY 1, 2, 4";
 /* clang-format on */
+
+/* Of each sandbox ($1, $2), its latest running and paused events before
+ * $3: the later one's type (a tie in time goes to the one recorded last,
+ * as SQL_EVENTS orders them). A range of the (account, sandbox, type, at)
+ * index each, read from its end. */
+#define SQL_EVENT_BEFORE_OF(type)                                                                  \
+	" LEFT JOIN LATERAL (SELECT e.at, e.event_id FROM lifecycle_events e"                      \
+	"  WHERE e.account_id = q.a AND e.sandbox_id = q.s AND e.type = '" type "'"                \
+	"   AND e.at < q.f ORDER BY e.at DESC LIMIT 1)"
+static const char SQL_EVENTS_BEFORE[] =
+    "SELECT q.s, CASE WHEN p.at IS NULL OR (r.at, r.event_id) > (p.at, p.event_id)"
+    " THEN 'running' ELSE 'paused' END"
+    " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)" SQL_EVENT_BEFORE_OF(
+	"running") " r ON true" SQL_EVENT_BEFORE_OF("paused") " p ON true"
+							      " WHERE r.at IS NOT NULL OR p.at IS "
+							      "NOT NULL";
 
 /* The events that settle holds (meter_event_settle), counted again once
  * the call holds its key-days' ledger rows (ing_events_again): for each
@@ -2127,10 +2151,69 @@ static void ing_find_head(struct ing_call *c, struct ing_sbx *sb)
 			return;
 		}
 	}
-	while (k < end && c->events[k].at < sb->min_at)
-		k++;
+	for (; k < end && c->events[k].at < sb->min_at; k++) {
+		if (c->events[k].state == SANDBOX_STOPPED)
+			continue;
+		sb->has_base = true;
+		sb->base_state = c->events[k].state;
+	}
 	sb->ev_n -= k - sb->ev_off;
 	sb->ev_off = sb->ev_pos = k;
+}
+
+/* For each sandbox whose samples take their state from the events (a
+ * cgroup's) and whose events were read from its last metered sample on:
+ * the state its events before that sample give (base_state), the latest
+ * running or paused one, as SQL_EVENTS orders them. Its sample there took
+ * the state of the events known then; one recorded since, dated before it
+ * (a pause the control plane reported late), is the state its next
+ * interval starts in, as the sandbox's own word on it would be. */
+static enum meter_rc ing_load_bases(struct ing_call *c)
+{
+	static const Oid types[3] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_TIMESTAMPTZ_ARR};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	bool any = false;
+	int n;
+
+	for (size_t i = 0; i < c->nsbx && !any; i++) {
+		const struct ing_sbx *sb = &c->sbx[i];
+		any = sb->by_events && sb->had_meter && sb->max_at > sb->ev_from &&
+		      sb->ev_from != ING_EVENTS_EVER_USEC;
+	}
+	if (!any)
+		return METER_OK;
+	ing_arrays(c, 3, types);
+	for (size_t i = 0; i < c->nsbx; i++) {
+		const struct ing_sbx *sb = &c->sbx[i];
+		if (!sb->by_events || !sb->had_meter || sb->max_at <= sb->ev_from ||
+		    sb->ev_from == ING_EVENTS_EVER_USEC)
+			continue;
+		db_barr_text(&c->arr[0], sb->account);
+		db_barr_text(&c->arr[1], sb->id);
+		db_barr_ts(&c->arr[2], sb->ev_from);
+	}
+	rc = ing_qa(c, "lifecycle events before", SQL_EVENTS_BEFORE, 3, 0, NULL, PGRES_TUPLES_OK,
+		    &res);
+	if (rc != METER_OK)
+		return rc;
+	n = PQntuples(res);
+	for (int r = 0; r < n; r++) {
+		long x = ing_find(c, PQgetvalue(res, r, 0));
+		enum sandbox_state st;
+
+		if (x < 0)
+			continue;
+		if (sandbox_state_parse(PQgetvalue(res, r, 1), &st) != METER_OK) {
+			snprintf(c->err, c->errlen, "lifecycle_events: bad row");
+			rc = METER_EINVAL;
+			break;
+		}
+		c->sbx[x].has_base = true;
+		c->sbx[x].base_state = st;
+	}
+	PQclear(res);
+	return rc;
 }
 
 /* Reads the lifecycle events after each sandbox's watermark (or its first
@@ -2162,6 +2245,7 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 			from = sb->created_usec;
 		sb->ev_off = sb->ev_n = sb->ev_pos = 0;
 		sb->stop_at = sb->head_at = INT64_MAX;
+		sb->has_base = false;
 		sb->ev_from = from;
 		if (sb->max_at <= from)
 			continue;
@@ -2220,6 +2304,7 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 	}
 	for (size_t i = 0; i < c->nsbx; i++)
 		ing_find_head(c, &c->sbx[i]);
+	rc = ing_load_bases(c);
 out:
 	PQclear(res);
 	return rc;
@@ -2612,6 +2697,52 @@ static void ing_copy_sample(struct ing_call *c, const struct ing_sbx *sb,
 	db_bin_text(b, host_id);
 }
 
+/* Of a sample cur of sb whose source does not know the state (a cgroup's),
+ * after prev (NULL for its first): the state the lifecycle events give at
+ * its time, walking the events its interval will take from the state it
+ * starts in. That start is prev's, but for the first interval of the call
+ * after a sample metered before, which starts in the state of the events
+ * before that sample (base_state: one recorded late counts), and for a
+ * first sample with no interval, which is in that state, running when
+ * there is none. Returns the prev to bill the interval from: prev itself,
+ * or a copy in *start of another state. */
+static const struct usage_sample *ing_state_by_events(const struct ing_call *c,
+						      const struct ing_sbx *sb,
+						      const struct usage_sample *prev,
+						      struct usage_sample *start,
+						      struct usage_sample *cur)
+{
+	enum sandbox_state st;
+	int64_t t;
+
+	if (!prev) {
+		st = sb->has_base ? sb->base_state : SANDBOX_RUNNING;
+		t = cur->at_usec;
+	} else {
+		st = prev->state;
+		t = prev->at_usec;
+		if (sb->has_base && prev->at_usec <= sb->ev_from && st != SANDBOX_STOPPED &&
+		    sb->base_state != st) {
+			*start = *prev;
+			start->state = sb->base_state;
+			st = start->state;
+			prev = start;
+		}
+	}
+	if (t < sb->created_usec)
+		t = sb->created_usec;
+	if (sb->stop_at <= t)
+		st = SANDBOX_STOPPED;
+	for (size_t k = sb->ev_pos; k < sb->ev_off + sb->ev_n && c->events[k].at < cur->at_usec;
+	     k++) {
+		if (sb->stop_at < c->events[k].at)
+			continue;
+		st = sb->stop_at <= c->events[k].at ? SANDBOX_STOPPED : c->events[k].state;
+	}
+	cur->state = st;
+	return prev;
+}
+
 /* The arithmetic of one sandbox: its samples in time order. */
 static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 {
@@ -2620,7 +2751,7 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 
 	for (size_t i = sb->first; i < sb->first + sb->n; i++) {
 		const struct ing_item *it = &c->items[i];
-		struct usage_sample cur = it->s->u, head;
+		struct usage_sample cur = it->s->u, head, start;
 		const struct usage_sample *prev = sb->has_prev ? &sb->last : NULL;
 		unsigned flags = 0;
 		int64_t micros = 0;
@@ -2637,11 +2768,6 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 			c->st.ignored++;
 			continue;
 		}
-		/* A stop is final, reported by an event or by a sample: what
-		 * a later sample says of a stopped sandbox is not billed (it
-		 * cannot run again: a wake of it is refused). */
-		if (sb->has_prev && sb->last.state == SANDBOX_STOPPED)
-			cur.state = SANDBOX_STOPPED;
 		/* Started by a running event before this, its first sample:
 		 * billed from there as from a reading of the VM's counter
 		 * at 0, at this sample's sizes. */
@@ -2652,6 +2778,13 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 			head.cpu_usec = 0;
 			prev = &head;
 		}
+		if (it->s->state_from_events)
+			prev = ing_state_by_events(c, sb, prev, &start, &cur);
+		/* A stop is final, reported by an event or by a sample: what
+		 * a later sample says of a stopped sandbox is not billed (it
+		 * cannot run again: a wake of it is refused). */
+		if (sb->has_prev && sb->last.state == SANDBOX_STOPPED)
+			cur.state = SANDBOX_STOPPED;
 		if (prev) {
 			rc = ing_interval_subs(c, sb, prev, &cur, &flags);
 			if (rc == METER_OK)

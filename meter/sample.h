@@ -7,6 +7,7 @@
 #ifndef METER_SAMPLE_H
 #define METER_SAMPLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,10 @@ struct meter_sample {
 	/* u.at_usec: when sampled (UTC µs); u.vcpus 0 and u.memory_mib or
 	 * u.storage_mib SAMPLE_UNKNOWN when the source does not know them. */
 	struct usage_sample u;
+	/* The source does not know the sandbox's state (a cgroup exists
+	 * whether its VM runs or is paused): ingestion takes the state the
+	 * lifecycle events give at u.at_usec, running when there is none. */
+	bool state_from_events;
 };
 
 struct sample_batch {

@@ -422,6 +422,7 @@ enum meter_rc cgroup_read_all(const char *root, const char *host_id, int64_t now
 		memcpy(s.sandbox_id, e->d_name, strlen(e->d_name) + 1);
 		s.u.at_usec = now_usec;
 		s.u.state = SANDBOX_RUNNING;
+		s.state_from_events = true;
 		s.u.vcpus = 0;
 		s.u.memory_mib = SAMPLE_UNKNOWN;
 		s.u.storage_mib = SAMPLE_UNKNOWN;

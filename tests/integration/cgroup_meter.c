@@ -90,7 +90,7 @@ int main(int argc, char **argv)
 	/* What the cgroup says about the sandbox's size. */
 	CHECK_I64(a.u.memory_mib, mem >= 0 ? mem : SAMPLE_UNKNOWN);
 	CHECK_I64(b.u.memory_mib, a.u.memory_mib);
-	CHECK(a.u.state == SANDBOX_RUNNING);
+	CHECK(a.state_from_events);
 	/* Unknowns are filled as ingestion fills them from the sandbox record. */
 	if (a.u.vcpus == 0)
 		a.u.vcpus = b.u.vcpus = (int32_t)vcpus;

@@ -148,6 +148,28 @@ static void add(struct sample_batch *b, const char *sandbox, const char *key, in
 		b->sampled_at_usec = at;
 }
 
+/* Appends a sample as a cgroup gives it: its CPU counter alone, the sizes
+ * unknown and the state left to the lifecycle events. */
+static void add_cgroup(struct sample_batch *b, const char *sandbox, int64_t at, int64_t cpu_usec)
+{
+	struct meter_sample s;
+
+	memset(&s, 0, sizeof(s));
+	snprintf(s.sandbox_id, sizeof(s.sandbox_id), "%s", sandbox);
+	s.u.at_usec = at;
+	s.u.state = SANDBOX_RUNNING;
+	s.state_from_events = true;
+	s.u.cpu_usec = cpu_usec;
+	s.u.memory_mib = SAMPLE_UNKNOWN;
+	s.u.storage_mib = SAMPLE_UNKNOWN;
+	if (sample_batch_push(b, &s) != METER_OK) {
+		fprintf(stderr, "sample_batch_push failed\n");
+		exit(1);
+	}
+	if (at > b->sampled_at_usec)
+		b->sampled_at_usec = at;
+}
+
 static void batch(struct sample_batch *b, const char *host)
 {
 	sample_batch_init(b);
@@ -603,6 +625,71 @@ static void test_events_edges(void)
 	CHECK_I64(usum("e_final", "paused_usec"), 0);
 	CHECK_I64(usum("e_final", "total_micros"),
 		  micros(50 * 5 * SEC, 25000, DIV_CPU) + micros(1024 * 5 * SEC, 7500, DIV_MIB));
+}
+
+/* A cgroup says nothing of its VM's state (a paused VM keeps its cgroup):
+ * its samples take the state the lifecycle events give. A pause and a
+ * resume bill storage between them, whether the samples come one a call
+ * or all in one; a pause recorded after samples past it were metered
+ * starts the next interval paused; a pause before the first sample makes
+ * that sample paused. The samples are stored in that state. */
+static void test_cgroup_state(void)
+{
+	static const char *const both[] = {"c_pause", "c_one"};
+	struct sample_batch b;
+	int64_t t0 = T("2026-11-30T05:30:00Z");
+	int64_t billed = 50 * 30 * SEC, mem = 2048 * 30 * SEC, sto = 5120 * 20 * SEC;
+	char states[256];
+
+	fprintf(stderr, "cgroup samples: the state from the events\n");
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) VALUES"
+	     " ('acct_1', 'c_pause', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
+	     " ('acct_1', 'c_one', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
+	     " ('acct_1', 'c_late', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
+	     " ('acct_1', 'c_first', 'key_a', 2, 2048, 5120, 'running', " MADE ")");
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 'c_pause', 'paused', '2026-11-30T05:30:15Z'),"
+	     " ('acct_1', 'c_pause', 'running', '2026-11-30T05:30:35Z'),"
+	     " ('acct_1', 'c_one', 'paused', '2026-11-30T05:30:15Z'),"
+	     " ('acct_1', 'c_one', 'running', '2026-11-30T05:30:35Z'),"
+	     " ('acct_1', 'c_first', 'paused', '2026-11-30T05:29:55Z')");
+	batch(&b, "cg1");
+	for (int i = 0; i <= 5; i++)
+		add_cgroup(&b, "c_one", t0 + i * 10 * SEC, 0);
+	run1(&b);
+	for (int i = 0; i <= 5; i++) {
+		if (i == 3)
+			exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at)"
+			     " VALUES ('acct_1', 'c_late', 'paused', '2026-11-30T05:30:05Z')");
+		batch(&b, "cg1");
+		add_cgroup(&b, "c_pause", t0 + i * 10 * SEC, 0);
+		if (i <= 4)
+			add_cgroup(&b, "c_late", t0 + i * 10 * SEC, 0);
+		if (i <= 1)
+			add_cgroup(&b, "c_first", t0 + i * 10 * SEC, 0);
+		run1(&b);
+	}
+	for (size_t i = 0; i < 2; i++) {
+		check_totals(both[i], 30, 20, 0, billed, mem, sto, micros(billed, 25000, DIV_CPU),
+			     micros(mem, 7500, DIV_MIB), micros(sto, 100, DIV_MIB));
+		qtext(states, sizeof(states),
+		      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
+		      " WHERE sandbox_id = '%s'",
+		      both[i]);
+		CHECK_STR(states, "running,running,paused,paused,running,running");
+	}
+	/* The late pause: [0, 20) was metered running before it came. */
+	CHECK_I64(usum("c_late", "running_usec"), 20 * SEC);
+	CHECK_I64(usum("c_late", "paused_usec"), 20 * SEC);
+	CHECK_I64(usum("c_late", "storage_mibus"), 5120 * 20 * SEC);
+	qtext(states, sizeof(states),
+	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
+	      " WHERE sandbox_id = 'c_first'");
+	CHECK_STR(states, "paused,paused");
+	CHECK_I64(usum("c_first", "running_usec"), 0);
+	CHECK_I64(usum("c_first", "paused_usec"), 10 * SEC);
+	CHECK_I64(usum("c_first", "total_micros"), micros(5120 * 10 * SEC, 100, DIV_MIB));
 }
 
 /* More CPU than vcpus × Δwall: capped, counted. */
@@ -2255,6 +2342,7 @@ int main(void)
 	test_stop_sample_final();
 	test_events();
 	test_events_edges();
+	test_cgroup_state();
 	test_cap();
 	test_duplicate_batch();
 	test_out_of_order();

@@ -1136,13 +1136,15 @@ static const char SQL_EVENTS[] =
 	" LEFT JOIN LATERAL (SELECT e.at, e.event_id FROM lifecycle_events e"                      \
 	"  WHERE e.account_id = q.a AND e.sandbox_id = q.s AND e.type = '" type "'"                \
 	"   AND e.at < q.f ORDER BY e.at DESC LIMIT 1)"
+/* clang-format off */
 static const char SQL_EVENTS_BEFORE[] =
     "SELECT q.s, CASE WHEN p.at IS NULL OR (r.at, r.event_id) > (p.at, p.event_id)"
     " THEN 'running' ELSE 'paused' END"
-    " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)" SQL_EVENT_BEFORE_OF(
-	"running") " r ON true" SQL_EVENT_BEFORE_OF("paused") " p ON true"
-							      " WHERE r.at IS NOT NULL OR p.at IS "
-							      "NOT NULL";
+    " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"
+    SQL_EVENT_BEFORE_OF("running") " r ON true"
+    SQL_EVENT_BEFORE_OF("paused") " p ON true"
+    " WHERE r.at IS NOT NULL OR p.at IS NOT NULL";
+/* clang-format on */
 
 /* The events that settle holds (meter_event_settle), counted again once
  * the call holds its key-days' ledger rows (ing_events_again): for each

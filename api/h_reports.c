@@ -214,13 +214,16 @@ static void stream_free(void *cls)
 }
 
 /* Sets the reply of the parked request and wakes it, unless shut-down
- * already answered it. Takes resp (may be NULL: then an error reply). */
-static void stream_reply(struct stream *st, struct MHD_Response *resp)
+ * already answered it. Takes resp (may be NULL: then an error reply, for
+ * why: 500 when memory ran out, else the database's). */
+static void stream_reply(struct stream *st, struct MHD_Response *resp, enum meter_rc why)
 {
 	pthread_mutex_lock(&st->lock);
 	if (st->req) {
 		if (resp)
 			http_reply_response(st->req, 200, resp);
+		else if (why == METER_ENOMEM)
+			http_reply_error(st->req, 500, "internal", "internal error", NULL);
 		else if (!hutil_reply_timeout(st->req, st->p.lock_timeout_ms, "retry"))
 			http_reply_error(st->req, 503, "metering_unavailable",
 					 "the database is unreachable", NULL);
@@ -246,7 +249,7 @@ static bool stream_filters_known(struct stream *st, PGconn *conn)
 	if (rc == METER_OK)
 		return true;
 	if (rc != METER_ENOTFOUND) {
-		stream_reply(st, NULL);
+		stream_reply(st, NULL, rc);
 		return false;
 	}
 	pthread_mutex_lock(&st->lock);
@@ -277,18 +280,21 @@ static void *stream_produce(void *arg)
 	struct export_cursor *cur = NULL;
 	struct MHD_Response *resp;
 	PGconn *conn = NULL;
+	enum meter_rc why;
 	char err[512];
 
-	if (db_connect(st->db_url, &conn, err, sizeof(err)) != METER_OK) {
+	why = db_connect(st->db_url, &conn, err, sizeof(err));
+	if (why != METER_OK) {
 		log_warn("export could not start: %s", err);
-		stream_reply(st, NULL);
+		stream_reply(st, NULL, why);
 		goto out;
 	}
 	if (!stream_filters_known(st, conn))
 		goto out;
-	if (export_open(conn, &st->p, &cur, err, sizeof(err)) != METER_OK) {
+	why = export_open(conn, &st->p, &cur, err, sizeof(err));
+	if (why != METER_OK) {
 		log_warn("export could not start: %s", err);
-		stream_reply(st, NULL);
+		stream_reply(st, NULL, why);
 		goto out;
 	}
 	pthread_mutex_lock(&st->lock);
@@ -297,14 +303,14 @@ static void *stream_produce(void *arg)
 	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read, st,
 						 stream_free);
 	if (!resp) {
-		stream_reply(st, NULL);
+		stream_reply(st, NULL, METER_ENOMEM);
 		goto out;
 	}
 	pthread_mutex_lock(&streams_lock);
 	st->refs++; /* the response's */
 	pthread_mutex_unlock(&streams_lock);
 	export_headers(resp, st->p.format, st->disp);
-	stream_reply(st, resp);
+	stream_reply(st, resp, METER_OK);
 	for (;;) {
 		size_t n = 0;
 		enum meter_rc rc = export_next(cur, st->next_buf, sizeof(st->next_buf), &n);
@@ -371,7 +377,7 @@ static void stream_start(struct http_req *req)
 	if (r == 0)
 		return;
 	log_warn("export could not start: no thread");
-	stream_reply(st, NULL);
+	stream_reply(st, NULL, METER_ENOMEM);
 	pthread_mutex_lock(&streams_lock);
 	exports_running--;
 	pthread_cond_broadcast(&streams_gone);
@@ -611,6 +617,11 @@ static void statement_reply(struct http_req *req, bool html)
 	db_pool_release(req->app->pool, conn, rc == METER_EDB && db_conn_failed(conn));
 	if (rc == METER_ENOTFOUND) {
 		http_reply_error(req, 404, "not_found", "no such account", NULL);
+		return;
+	}
+	if (rc == METER_ENOMEM) {
+		log_error("request %s: statement: out of memory", req->request_id);
+		http_reply_error(req, 500, "internal", "internal error", NULL);
 		return;
 	}
 	if (rc != METER_OK) {

@@ -71,6 +71,12 @@ void h_samples_push(struct http_req *req)
 		return;
 	}
 	rc = agent_doc_parse(req->body, req->body_len, clock_real_usec(), &b, err, sizeof(err));
+	if (rc == METER_ENOMEM) {
+		/* Not the document's fault: a 400 would have it dropped. */
+		log_error("request %s: samples: %s", req->request_id, err);
+		http_reply_error(req, 500, "internal", "internal error", NULL);
+		goto out;
+	}
 	if (rc != METER_OK) {
 		samples_bad(req, err);
 		goto out;

@@ -46,6 +46,7 @@ struct http_req {
 	size_t body_len;
 	size_t body_max;
 	bool body_too_large;
+	bool body_no_memory;  /* with body_too_large: dropped for want of memory */
 	bool path_escape_bad; /* %00 or %2F in the path (as sent) */
 	/* Where the request target ends as a C string, as libmicrohttpd
 	 * handed it over before touching it (server.c's head check). */

@@ -724,7 +724,13 @@ static void take_body(struct http_req *req, const char *data, size_t len)
 	}
 	grown = realloc(req->body, req->body_len + len + 1);
 	if (!grown) {
-		req->body_too_large = true; /* answered as too large: nothing better to do */
+		/* The rest is read and dropped, as past the cap, but answered
+		 * 500: a client told 413 would not send it again. */
+		req->body_too_large = true;
+		req->body_no_memory = true;
+		free(req->body);
+		req->body = NULL;
+		req->body_len = 0;
 		return;
 	}
 	memcpy(grown + req->body_len, data, len);
@@ -733,11 +739,17 @@ static void take_body(struct http_req *req, const char *data, size_t len)
 	req->body[req->body_len] = '\0';
 }
 
-/* 413 payload_too_large: the body is over the route's cap. */
+/* 413 payload_too_large: the body is over the route's cap (or 500 when
+ * memory ran out while it was read). */
 static void reply_too_large(struct http_req *req)
 {
 	char msg[96];
 
+	if (req->body_no_memory) {
+		log_error("request %s: out of memory reading its body", req->request_id);
+		http_reply_error(req, 500, "internal", "internal error", NULL);
+		return;
+	}
 	if (req->body_max == 0)
 		snprintf(msg, sizeof(msg), "this route takes no request body");
 	else

@@ -234,6 +234,7 @@ enum meter_rc export_open(PGconn *conn, const struct export_params *p, struct ex
 			PQclear(res);
 		if (p->lock_timeout_ms > 0)
 			export_lock_reset(conn);
+		snprintf(err, errlen, "out of memory");
 		return METER_ENOMEM;
 	}
 	c->conn = conn;

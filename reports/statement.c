@@ -244,6 +244,7 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 	s.n = (size_t)PQntuples(res);
 	s.lines = calloc(s.n ? s.n : 1, sizeof(*s.lines));
 	if (!s.lines) {
+		snprintf(err, errlen, "out of memory");
 		rc = METER_ENOMEM;
 		goto out;
 	}

@@ -120,6 +120,58 @@ kill -TERM "$pid"
 wait "$pid" || fail "meterd with a per-IP limit did not stop cleanly"
 pid=
 
+# Memory that runs out is the server's fault, never the client's: 500, not
+# 413 or 400, which would have a host agent drop its document. The
+# sanitizers' allocator is told to fail every allocation over 8 MiB (so
+# this runs only in a sanitizer build): a body that grows past it, and a
+# 5 MB document whose 60,000 samples need about 11 MB; and a statement of
+# 40,000 lines (about 9 MB), which answered 503 "the database is
+# unreachable" and logged a message never written.
+if ldd "$bin/meterd" | grep -q libasan; then
+	psql "$url" -Atq -c "INSERT INTO sandboxes (account_id, sandbox_id, vcpus, memory_mib,
+		state, created_at) SELECT 'unattributed', 'oom' || i, 1, 1, 'running',
+		'2026-11-01T00:00:00Z' FROM generate_series(1, 40000) i" \
+		-c "INSERT INTO usage_hourly (account_id, sandbox_id, hour, day, price_version,
+		running_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus, total_micros)
+		SELECT 'unattributed', 'oom' || i, '2026-11-02T00:00:00Z', '2026-11-02', 1,
+		1000000, 0, 50000000, 1000000, 0 FROM generate_series(1, 40000) i" >/dev/null
+	ASAN_OPTIONS=$ASAN_OPTIONS:allocator_may_return_null=1:max_allocation_size_mb=8 \
+		METER_DATABASE_URL=$url METER_AGENT_TOKEN=agent-oom-0123456789abcdefghijklmn \
+		METER_OPERATOR_TOKEN=op-oom-0123456789abcdefghijklmnopq \
+		start_meterd "$work/oom.log" --collector off
+	auth="Authorization: Bearer agent-oom-0123456789abcdefghijklmn"
+	head -c 9000000 /dev/zero | tr '\0' ' ' >"$work/big-body"
+	code=$(curl -s -o "$work/oom-body.json" -w '%{http_code}' -X POST -H "$auth" \
+		-H 'Content-Type: application/json' --data-binary @"$work/big-body" \
+		"$base/v1/samples")
+	expect "a body past the memory there is" "$code" 500
+	expect "its error" "$(jq -r .error.code "$work/oom-body.json")" internal
+	{
+		printf '{"host_id":"h1","sampled_at":"2026-11-30T00:00:00Z","sandboxes":['
+		for i in $(seq 60000); do
+			((i > 1)) && printf ','
+			printf '{"sandbox_id":"s%d","state":"running","vcpus":1,"memory_mib":1,"cpu_usec":0}' "$i"
+		done
+		printf ']}'
+	} >"$work/many.json"
+	code=$(curl -s -o "$work/oom-doc.json" -w '%{http_code}' -X POST -H "$auth" \
+		-H 'Content-Type: application/json' --data-binary @"$work/many.json" \
+		"$base/v1/samples")
+	expect "a document whose samples do not fit in memory" "$code" 500
+	expect "its error" "$(jq -r .error.code "$work/oom-doc.json")" internal
+	code=$(curl -s -o "$work/oom-statement.json" -w '%{http_code}' \
+		-H "Authorization: Bearer op-oom-0123456789abcdefghijklmnopq" \
+		"$base/v1/reports/statement.csv?month=2026-11&account_id=unattributed")
+	expect "a statement that does not fit in memory" "$code" 500
+	expect "its error" "$(jq -r .error.code "$work/oom-statement.json")" internal
+	grep -q "statement: out of memory" "$work/oom.log" && ok ||
+		fail "no log line for the statement out of memory"
+	expect "healthz after running out" "$(http_status "$base/healthz")" 200
+	kill -TERM "$pid"
+	wait "$pid" || fail "meterd out of memory did not stop cleanly"
+	pid=
+fi
+
 # A second SIGTERM while a request is still under way (a readiness check
 # waiting at a locked table) stops it at once, with status 1.
 METER_DATABASE_URL=$url start_meterd "$work/again.log"

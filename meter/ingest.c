@@ -2166,10 +2166,10 @@ static void ing_find_head(struct ing_call *c, struct ing_sbx *sb)
 /* For each sandbox whose samples take their state from the events (a
  * cgroup's) and whose events were read from its last metered sample on:
  * the state its events before that sample give (base_state), the latest
- * running or paused one, as SQL_EVENTS orders them. Its sample there took
- * the state of the events known then; one recorded since, dated before it
- * (a pause the control plane reported late), is the state its next
- * interval starts in, as the sandbox's own word on it would be. */
+ * running or paused one, as SQL_EVENTS orders them, one recorded since
+ * that sample was metered (a pause the control plane reported late)
+ * included. With the events read, they are all its events up to its
+ * newest sample (ing_state_by_events). */
 static enum meter_rc ing_load_bases(struct ing_call *c)
 {
 	static const Oid types[3] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_TIMESTAMPTZ_ARR};
@@ -2699,50 +2699,34 @@ static void ing_copy_sample(struct ing_call *c, const struct ing_sbx *sb,
 	db_bin_text(b, host_id);
 }
 
-/* Of a sample cur of sb whose source does not know the state (a cgroup's),
- * after prev (NULL for its first): the state the lifecycle events give at
- * its time, walking the events its interval will take from the state it
- * starts in. That start is prev's, but for the first interval of the call
- * after a sample metered before, which starts in the state of the events
- * before that sample (base_state: one recorded late counts), and for a
- * first sample with no interval, which is in that state, running when
- * there is none. Returns the prev to bill the interval from: prev itself,
- * or a copy in *start of another state. */
-static const struct usage_sample *ing_state_by_events(const struct ing_call *c,
-						      const struct ing_sbx *sb,
-						      const struct usage_sample *prev,
-						      struct usage_sample *start,
-						      struct usage_sample *cur)
+/* Of a sample cur of sb whose source does not know the state (a cgroup's):
+ * the state the lifecycle events give at its time, an event at that time
+ * included (as it sets the state from there on), all of them: those
+ * before the ones read (base_state), then the ones read; running when
+ * there is none. An event before the sandbox's create counts as at it; a
+ * stop is final. Only the events decide it, not the sample before, so it
+ * is the same whether the samples come in one call or in several, and
+ * whatever another host (an agent) said before. The interval up to cur is
+ * billed from the sample before, in its state, as any interval is: a pause
+ * recorded after a sample past it was metered makes the next sample
+ * paused. */
+static void ing_state_by_events(const struct ing_call *c, const struct ing_sbx *sb,
+				struct usage_sample *cur)
 {
-	enum sandbox_state st;
-	int64_t t;
+	enum sandbox_state st = sb->has_base ? sb->base_state : SANDBOX_RUNNING;
 
-	if (!prev) {
-		st = sb->has_base ? sb->base_state : SANDBOX_RUNNING;
-		t = cur->at_usec;
-	} else {
-		st = prev->state;
-		t = prev->at_usec;
-		if (sb->has_base && prev->at_usec <= sb->ev_from && st != SANDBOX_STOPPED &&
-		    sb->base_state != st) {
-			*start = *prev;
-			start->state = sb->base_state;
-			st = start->state;
-			prev = start;
-		}
+	for (size_t k = sb->ev_off; k < sb->ev_off + sb->ev_n; k++) {
+		int64_t at = c->events[k].at;
+
+		if (at < sb->created_usec)
+			at = sb->created_usec;
+		if (at > cur->at_usec)
+			break;
+		st = c->events[k].state;
 	}
-	if (t < sb->created_usec)
-		t = sb->created_usec;
-	if (sb->stop_at <= t)
+	if (sb->stop_at <= cur->at_usec)
 		st = SANDBOX_STOPPED;
-	for (size_t k = sb->ev_pos; k < sb->ev_off + sb->ev_n && c->events[k].at < cur->at_usec;
-	     k++) {
-		if (sb->stop_at < c->events[k].at)
-			continue;
-		st = sb->stop_at <= c->events[k].at ? SANDBOX_STOPPED : c->events[k].state;
-	}
 	cur->state = st;
-	return prev;
 }
 
 /* The arithmetic of one sandbox: its samples in time order. */
@@ -2753,7 +2737,7 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 
 	for (size_t i = sb->first; i < sb->first + sb->n; i++) {
 		const struct ing_item *it = &c->items[i];
-		struct usage_sample cur = it->s->u, head, start;
+		struct usage_sample cur = it->s->u, head;
 		const struct usage_sample *prev = sb->has_prev ? &sb->last : NULL;
 		unsigned flags = 0;
 		int64_t micros = 0;
@@ -2781,7 +2765,7 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 			prev = &head;
 		}
 		if (it->s->state_from_events)
-			prev = ing_state_by_events(c, sb, prev, &start, &cur);
+			ing_state_by_events(c, sb, &cur);
 		/* A stop is final, reported by an event or by a sample: what
 		 * a later sample says of a stopped sandbox is not billed (it
 		 * cannot run again: a wake of it is refused). */

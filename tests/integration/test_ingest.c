@@ -631,8 +631,11 @@ static void test_events_edges(void)
  * its samples take the state the lifecycle events give. A pause and a
  * resume bill storage between them, whether the samples come one a call
  * or all in one; a pause recorded after samples past it were metered
- * starts the next interval paused; a pause before the first sample makes
- * that sample paused. The samples are stored in that state. */
+ * makes the next sample paused; a pause before the first sample makes
+ * that sample paused, and one at a sample's time that sample. A sandbox
+ * that moves from an agent's host (which said running after the pause: a
+ * wake with no event) to a cgroup's is billed the same in one call or in
+ * several. The samples are stored in those states. */
 static void test_cgroup_state(void)
 {
 	static const char *const both[] = {"c_pause", "c_one"};
@@ -647,17 +650,36 @@ static void test_cgroup_state(void)
 	     " ('acct_1', 'c_pause', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
 	     " ('acct_1', 'c_one', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
 	     " ('acct_1', 'c_late', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
-	     " ('acct_1', 'c_first', 'key_a', 2, 2048, 5120, 'running', " MADE ")");
+	     " ('acct_1', 'c_first', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
+	     " ('acct_1', 'c_at', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
+	     " ('acct_1', 'c_move', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
+	     " ('acct_1', 'c_move1', 'key_a', 2, 2048, 5120, 'running', " MADE ")");
 	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
 	     " ('acct_1', 'c_pause', 'paused', '2026-11-30T05:30:15Z'),"
 	     " ('acct_1', 'c_pause', 'running', '2026-11-30T05:30:35Z'),"
 	     " ('acct_1', 'c_one', 'paused', '2026-11-30T05:30:15Z'),"
 	     " ('acct_1', 'c_one', 'running', '2026-11-30T05:30:35Z'),"
-	     " ('acct_1', 'c_first', 'paused', '2026-11-30T05:29:55Z')");
+	     " ('acct_1', 'c_first', 'paused', '2026-11-30T05:29:55Z'),"
+	     " ('acct_1', 'c_at', 'paused', '2026-11-30T05:30:10Z'),"
+	     " ('acct_1', 'c_move', 'paused', '2026-11-30T05:30:10Z'),"
+	     " ('acct_1', 'c_move1', 'paused', '2026-11-30T05:30:10Z')");
 	batch(&b, "cg1");
 	for (int i = 0; i <= 5; i++)
 		add_cgroup(&b, "c_one", t0 + i * 10 * SEC, 0);
 	run1(&b);
+	/* The move in one call: the agent's host, then the cgroup's. */
+	{
+		struct sample_batch two[2];
+
+		batch(&two[0], "ag1");
+		add(&two[0], "c_move1", NULL, t0, 'r', 0, 2048, 5120, 2);
+		add(&two[0], "c_move1", NULL, t0 + 20 * SEC, 'r', 0, 2048, 5120, 2);
+		batch(&two[1], "cg1");
+		add_cgroup(&two[1], "c_move1", t0 + 30 * SEC, 0);
+		run(two, 2);
+		sample_batch_release(&two[0]);
+		sample_batch_release(&two[1]);
+	}
 	for (int i = 0; i <= 5; i++) {
 		if (i == 3)
 			exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at)"
@@ -668,6 +690,17 @@ static void test_cgroup_state(void)
 			add_cgroup(&b, "c_late", t0 + i * 10 * SEC, 0);
 		if (i <= 1)
 			add_cgroup(&b, "c_first", t0 + i * 10 * SEC, 0);
+		if (i <= 2)
+			add_cgroup(&b, "c_at", t0 + i * 10 * SEC, 0);
+		run1(&b);
+	}
+	/* The move in three calls. */
+	for (int i = 0; i < 3; i++) {
+		batch(&b, i < 2 ? "ag1" : "cg1");
+		if (i < 2)
+			add(&b, "c_move", NULL, t0 + i * 20 * SEC, 'r', 0, 2048, 5120, 2);
+		else
+			add_cgroup(&b, "c_move", t0 + 30 * SEC, 0);
 		run1(&b);
 	}
 	for (size_t i = 0; i < 2; i++) {
@@ -679,10 +712,35 @@ static void test_cgroup_state(void)
 		      both[i]);
 		CHECK_STR(states, "running,running,paused,paused,running,running");
 	}
-	/* The late pause: [0, 20) was metered running before it came. */
-	CHECK_I64(usum("c_late", "running_usec"), 20 * SEC);
-	CHECK_I64(usum("c_late", "paused_usec"), 20 * SEC);
-	CHECK_I64(usum("c_late", "storage_mibus"), 5120 * 20 * SEC);
+	/* The late pause: [0, 30) was metered running, up to the sample
+	 * after it came. */
+	CHECK_I64(usum("c_late", "running_usec"), 30 * SEC);
+	CHECK_I64(usum("c_late", "paused_usec"), 10 * SEC);
+	CHECK_I64(usum("c_late", "storage_mibus"), 5120 * 10 * SEC);
+	qtext(states, sizeof(states),
+	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
+	      " WHERE sandbox_id = 'c_late'");
+	CHECK_STR(states, "running,running,running,paused,paused");
+	qtext(states, sizeof(states),
+	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
+	      " WHERE sandbox_id = 'c_at'");
+	CHECK_STR(states, "running,paused,paused");
+	CHECK_I64(usum("c_at", "running_usec"), 10 * SEC);
+	CHECK_I64(usum("c_at", "paused_usec"), 10 * SEC);
+	/* The move: [0, 10) running, [10, 20) paused by the event, [20, 30)
+	 * from the agent's running sample (the wake it saw), the cgroup's
+	 * sample paused as the events say. */
+	for (int i = 0; i < 2; i++) {
+		const char *m = i ? "c_move1" : "c_move";
+
+		CHECK_I64(usum(m, "running_usec"), 20 * SEC);
+		CHECK_I64(usum(m, "paused_usec"), 10 * SEC);
+		qtext(states, sizeof(states),
+		      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
+		      " WHERE sandbox_id = '%s'",
+		      m);
+		CHECK_STR(states, "running,running,paused");
+	}
 	qtext(states, sizeof(states),
 	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
 	      " WHERE sandbox_id = 'c_first'");

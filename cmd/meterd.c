@@ -278,7 +278,8 @@ int main(int argc, char **argv)
 					    .batchers = (int)cfg.check_connections,
 					    .clock_offset_s = cfg.clock_offset_s,
 					    .sweeper = true,
-					    .lease_grace_s = cfg.lease_grace_s};
+					    .lease_grace_s = cfg.lease_grace_s,
+					    .sample_retention_days = cfg.sample_retention_days};
 		if (checks_engine_start(&co, &checks) != METER_OK) {
 			log_error("meterd: cannot start the check engine");
 			goto out;

@@ -31,9 +31,11 @@
 #define TZ_CACHE	  64
 #define SWEEP_INTERVAL_MS 1000
 #define SWEEP_MAX	  100 /* holds a sweep settles at once: it holds their ledger rows meanwhile */
-#define SWEEP_REST_MAX_MS 1000 /* the longest rest after a whole sweep */
-#define FAST_ATTEMPTS	  2    /* a fast batch decided again on the figures it met */
-#define PIPELINE_MAX	  2    /* fast batches in flight on one connection (see batcher_may_send) */
+#define SWEEP_REST_MAX_MS 1000		/* the longest rest after a whole sweep */
+#define RETAIN_EVERY_MS	  (3600 * 1000) /* the samples' retention, once an hour */
+#define RETAIN_RETRY_MS	  (60 * 1000)	/* ... or a minute after it could not be done */
+#define FAST_ATTEMPTS	  2		/* a fast batch decided again on the figures it met */
+#define PIPELINE_MAX	  2 /* fast batches in flight on one connection (see batcher_may_send) */
 #define CHECK_BATCHES	  "meter_check_batches_total" /* counter, by path */
 /* Price-book versions read for this long ahead of a batch, so that the
  * engine knows them for any lease it may decide later. */
@@ -1704,12 +1706,14 @@ static enum meter_rc sweep_stop_tails(PGconn *conn, struct ingest *ing, struct s
  * kept for an unmetered tail, once metered (or lease_grace_s after the
  * event or lease end when no sample will come: sql/0014's
  * meter_tail_done); then sends hold_outrun for the ended leases whose
- * sandbox is still running on them lease_grace_s after their end. */
+ * sandbox is still running on them lease_grace_s after their end. And,
+ * once it is connected and then every hour, drops the raw samples past
+ * sample_retention_days (ingest_drop_old_samples). */
 static void *sweeper_main(void *arg)
 {
 	struct checks_engine *e = arg;
 	PGconn *conn = NULL;
-	int64_t next_connect = 0;
+	int64_t next_connect = 0, next_retain = 0;
 	int failures = 0;
 	struct ingest_opts io;
 	struct ingest *ing;
@@ -1792,6 +1796,21 @@ static void *sweeper_main(void *arg)
 									       : SWEEP_REST_MAX_MS))
 					break;
 			}
+		}
+		if (e->opt.sample_retention_days > 0 && PQstatus(conn) == CONNECTION_OK &&
+		    clock_mono_ms() >= next_retain) {
+			int64_t dropped;
+			enum meter_rc rc =
+			    ingest_drop_old_samples(conn, e->opt.sample_retention_days, &dropped);
+
+			next_retain =
+			    clock_mono_ms() +
+			    (rc == METER_OK && dropped >= 0 ? RETAIN_EVERY_MS : RETAIN_RETRY_MS);
+			if (dropped > 0)
+				log_info("samples: %lld daily partitions of days more than %lld "
+					 "before today dropped (sample_retention_days)",
+					 (long long)dropped,
+					 (long long)e->opt.sample_retention_days);
 		}
 		if (PQstatus(conn) != CONNECTION_OK) {
 			PQfinish(conn);

@@ -77,12 +77,13 @@ typedef void (*checks_done_fn)(void *arg, const struct checks_answer *answer);
 struct checks_options {
 	const char *database_url; /* borrowed for the engine's life */
 	int64_t statement_timeout_ms;
-	int batch_max;		/* checks decided in one transaction */
-	int batchers;		/* batches in flight at once, each on its own connection */
-	int64_t clock_offset_s; /* TEST ONLY: shifts the engine's clock */
-	bool sweeper;		/* run the lease-end sweeper thread */
-	int64_t lease_grace_s;	/* run past lease end this long: hold_outrun; and
-				 * a tail's hold kept this long with no sample coming */
+	int batch_max;		       /* checks decided in one transaction */
+	int batchers;		       /* batches in flight at once, each on its own connection */
+	int64_t clock_offset_s;	       /* TEST ONLY: shifts the engine's clock */
+	bool sweeper;		       /* run the lease-end sweeper thread */
+	int64_t lease_grace_s;	       /* run past lease end this long: hold_outrun; and
+					* a tail's hold kept this long with no sample coming */
+	int64_t sample_retention_days; /* the sweeper drops older samples; 0: never */
 };
 
 struct checks_engine;

@@ -86,6 +86,9 @@ static const struct opt opts[] = {
     INT_OPT("lease_grace_s", lease_grace_s, 0, 86400,
 	    "seconds a sandbox may run past its lease end before hold_outrun is sent, and"
 	    " a pause or stop keeps its unmetered tail's hold with no later sample"),
+    INT_OPT("sample_retention_days", sample_retention_days, 0, 36500,
+	    "UTC days of raw samples kept before today's (older daily partitions are dropped;"
+	    " 0 = kept for ever)"),
     INT_OPT("clock_offset_s", clock_offset_s, -3153600000, 3153600000,
 	    "TEST ONLY: seconds added to the check engine's clock (0 in production)"),
     STR_OPT("webhook_url", webhook_url, false,
@@ -130,6 +133,7 @@ void config_init(struct meter_config *cfg)
 	cfg->check_batch_max = 256;
 	cfg->check_connections = 1;
 	cfg->lease_grace_s = 30;
+	cfg->sample_retention_days = 400;
 	cfg->webhook_concurrency = 4;
 	cfg->collector = true;
 	cfg->api = true;

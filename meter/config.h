@@ -37,6 +37,7 @@ struct meter_config {
 	int64_t lease_grace_s;		   /* run past lease end this long: hold_outrun;
 					    * a tail's hold kept this long unmetered */
 	int64_t clock_offset_s;		   /* TEST ONLY: shifts the check engine's clock */
+	int64_t sample_retention_days;	   /* raw samples' days kept; 0 = for ever */
 	char webhook_url[CONFIG_STR_MAX];  /* control plane's webhook; empty = none */
 	char webhook_secret[256];	   /* secret: HMAC key of Meter-Signature */
 	int64_t webhook_concurrency;	   /* events POSTed at once by this process */

@@ -3862,3 +3862,42 @@ out:
 	ing_call_release(&c);
 	return rc;
 }
+
+enum meter_rc ingest_drop_old_samples(PGconn *conn, int64_t keep_days, int64_t *dropped)
+{
+	static const char what[] = "sample retention";
+	char days[24];
+	const char *params[1] = {days};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+
+	*dropped = -1;
+	snprintf(days, sizeof(days), "%lld", (long long)keep_days);
+	rc = db_util_begin(conn);
+	if (rc != METER_OK)
+		return rc;
+	rc = db_util_exec(conn, what, "SET LOCAL lock_timeout = '1s'", 0, NULL, NULL, NULL);
+	/* meter_ensure_sample_partitions's lock ("meter_sp"). */
+	if (rc == METER_OK)
+		rc = db_util_exec(conn, what,
+				  "SELECT pg_try_advisory_xact_lock(7882834701841298288)", 0, NULL,
+				  &res, NULL);
+	if (rc == METER_OK && db_util_bool(res, 0, 0)) {
+		PQclear(res);
+		res = NULL;
+		rc = db_util_exec(conn, what,
+				  "SELECT meter_drop_sample_partitions("
+				  "(now() AT TIME ZONE 'UTC')::date - $1::integer)",
+				  1, params, &res, NULL);
+		if (rc == METER_OK)
+			rc = db_util_i64(res, 0, 0, dropped, NULL);
+	}
+	PQclear(res);
+	if (rc == METER_OK)
+		rc = db_util_commit(conn);
+	if (rc != METER_OK) {
+		db_util_rollback(conn);
+		*dropped = -1;
+	}
+	return rc;
+}

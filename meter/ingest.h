@@ -167,4 +167,17 @@ METER_MUSTCHECK enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn,
 					     const struct sample_batch *batches, size_t n,
 					     struct ingest_stats *stats, char *err, size_t errlen);
 
+/* Retention: drops the raw samples of the UTC days more than keep_days
+ * before today's (the database's clock), their daily partitions whole and
+ * samples_default's rows (meter_drop_sample_partitions), in a transaction
+ * of its own on conn (idle). The usage they were metered into is kept.
+ * Dropping a partition locks the samples table for a moment, so it waits
+ * for a lock at most 1 s (an ingestion writing samples), and it takes the
+ * lock that makes partitions: *dropped is -1 when another process held it
+ * (doing the same, or making a day's partition), else how many were
+ * dropped. METER_EDB when it failed (a lock not had in time included);
+ * nothing is dropped then. */
+METER_MUSTCHECK enum meter_rc ingest_drop_old_samples(PGconn *conn, int64_t keep_days,
+						      int64_t *dropped);
+
 #endif

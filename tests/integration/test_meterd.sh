@@ -172,6 +172,37 @@ if ldd "$bin/meterd" | grep -q libasan; then
 	pid=
 fi
 
+# Retention: the sweeper drops the samples of days past
+# sample_retention_days (a partition 45 days old, a row of 2001 outside
+# every partition) and keeps the rest (10 days old, today).
+psql "$url" -Atq -c "INSERT INTO sandboxes (account_id, sandbox_id, vcpus, memory_mib, state,
+		created_at) VALUES ('unattributed', 'ret1', 1, 1, 'running', '2000-01-01T00:00:00Z')" \
+	-c "SELECT meter_ensure_sample_partitions(d - 45, d - 45), meter_ensure_sample_partitions(d - 10, d)
+		FROM (SELECT (now() AT TIME ZONE 'UTC')::date AS d) t" \
+	-c "INSERT INTO samples (account_id, sandbox_id, sampled_at, state, cpu_usec, memory_mib,
+		storage_mib, vcpus, host_id)
+		SELECT 'unattributed', 'ret1', x, 'running', 0, 1, 0, 1, 'h-ret'
+		FROM unnest(ARRAY[timestamptz '2001-01-01T00:00:00Z', now() - interval '45 days',
+		now() - interval '10 days', now()]) x" >/dev/null
+parts() {
+	psql "$url" -Atq -c "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'samples'::regclass AND c.relname = 'samples_' ||
+		to_char((now() AT TIME ZONE 'UTC')::date - $1, 'YYYYMMDD')"
+}
+expect "the partition of 45 days ago before" "$(parts 45)" 1
+METER_DATABASE_URL=$url start_meterd "$work/retain.log" --collector off \
+	--sample-retention-days 30
+old_gone() { [[ $(parts 45) == 0 ]]; }
+wait_for 15 old_gone && ok || fail "the partition of 45 days ago is still there"
+expect "the partition of 10 days ago" "$(parts 10)" 1
+expect "today's" "$(parts 0)" 1
+expect "samples left" "$(psql "$url" -Atq -c "SELECT count(*) FROM samples WHERE sandbox_id = 'ret1'")" 2
+grep -q "samples: 1 daily partitions of days more than 30 before today dropped" \
+	"$work/retain.log" && ok || fail "no line for the partitions dropped"
+kill -TERM "$pid"
+wait "$pid" || fail "meterd with retention did not stop cleanly"
+pid=
+
 # A second SIGTERM while a request is still under way (a readiness check
 # waiting at a locked table) stops it at once, with status 1.
 METER_DATABASE_URL=$url start_meterd "$work/again.log"

@@ -2249,7 +2249,9 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 		sb->stop_at = sb->head_at = INT64_MAX;
 		sb->has_base = false;
 		sb->ev_from = from;
-		if (sb->max_at <= from)
+		/* Nothing new to meter; but a cgroup's first sample takes
+		 * its state from the events before it and at its time. */
+		if (sb->max_at <= from && !(fresh && sb->by_events))
 			continue;
 		if (from < sb->created_usec || fresh)
 			sb->ev_from = ING_EVENTS_EVER_USEC;
@@ -2441,13 +2443,16 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 	 * one is billed, whatever later samples or events say. Nothing before
 	 * the sandbox's create is billed either (an agent's clock behind, a
 	 * stale first reading): the interval starts there, and the events
-	 * before it count as at it. */
+	 * before it count as at it, so an interval that ends by then leaves
+	 * them to the next (or one call and several would differ). */
 	t = prev->at_usec;
 	if (t < sb->created_usec)
 		t = sb->created_usec;
 	if (sb->stop_at <= t)
 		st = SANDBOX_STOPPED;
-	while (sb->ev_pos < sb->ev_off + sb->ev_n && c->events[sb->ev_pos].at < cur->at_usec) {
+	while (sb->ev_pos < sb->ev_off + sb->ev_n &&
+	       (c->events[sb->ev_pos].at > sb->created_usec ? c->events[sb->ev_pos].at
+							    : sb->created_usec) < cur->at_usec) {
 		const struct ing_event *e = &c->events[sb->ev_pos++];
 		if (sb->stop_at < e->at)
 			continue;

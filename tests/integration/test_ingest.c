@@ -653,7 +653,10 @@ static void test_cgroup_state(void)
 	     " ('acct_1', 'c_first', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
 	     " ('acct_1', 'c_at', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
 	     " ('acct_1', 'c_move', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
-	     " ('acct_1', 'c_move1', 'key_a', 2, 2048, 5120, 'running', " MADE ")");
+	     " ('acct_1', 'c_move1', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
+	     " ('acct_1', 'c_pre', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z'),"
+	     " ('acct_1', 'c_pre1', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z'),"
+	     " ('acct_1', 'c_made', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:00Z')");
 	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
 	     " ('acct_1', 'c_pause', 'paused', '2026-11-30T05:30:15Z'),"
 	     " ('acct_1', 'c_pause', 'running', '2026-11-30T05:30:35Z'),"
@@ -662,7 +665,10 @@ static void test_cgroup_state(void)
 	     " ('acct_1', 'c_first', 'paused', '2026-11-30T05:29:55Z'),"
 	     " ('acct_1', 'c_at', 'paused', '2026-11-30T05:30:10Z'),"
 	     " ('acct_1', 'c_move', 'paused', '2026-11-30T05:30:10Z'),"
-	     " ('acct_1', 'c_move1', 'paused', '2026-11-30T05:30:10Z')");
+	     " ('acct_1', 'c_move1', 'paused', '2026-11-30T05:30:10Z'),"
+	     " ('acct_1', 'c_pre', 'paused', '2026-11-30T05:30:10Z'),"
+	     " ('acct_1', 'c_pre1', 'paused', '2026-11-30T05:30:10Z'),"
+	     " ('acct_1', 'c_made', 'paused', '2026-11-30T05:29:55Z')");
 	batch(&b, "cg1");
 	for (int i = 0; i <= 5; i++)
 		add_cgroup(&b, "c_one", t0 + i * 10 * SEC, 0);
@@ -692,6 +698,26 @@ static void test_cgroup_state(void)
 			add_cgroup(&b, "c_first", t0 + i * 10 * SEC, 0);
 		if (i <= 2)
 			add_cgroup(&b, "c_at", t0 + i * 10 * SEC, 0);
+		run1(&b);
+	}
+	/* Created at 25 s, paused at 10 s (so from 25 s), sampled at 0, 20
+	 * and 40 s: in one call, and in two cut after 20 s. */
+	batch(&b, "cg1");
+	for (int i = 0; i < 3; i++)
+		add_cgroup(&b, "c_pre1", t0 + i * 20 * SEC, 0);
+	run1(&b);
+	batch(&b, "cg1");
+	add_cgroup(&b, "c_pre", t0, 0);
+	add_cgroup(&b, "c_pre", t0 + 20 * SEC, 0);
+	run1(&b);
+	batch(&b, "cg1");
+	add_cgroup(&b, "c_pre", t0 + 40 * SEC, 0);
+	run1(&b);
+	/* Created at 0 s, paused before: a first sample at its create alone
+	 * in its call is paused. */
+	for (int i = 0; i < 3; i++) {
+		batch(&b, "cg1");
+		add_cgroup(&b, "c_made", t0 + i * 10 * SEC, 0);
 		run1(&b);
 	}
 	/* The move in three calls. */
@@ -727,6 +753,19 @@ static void test_cgroup_state(void)
 	CHECK_STR(states, "running,paused,paused");
 	CHECK_I64(usum("c_at", "running_usec"), 10 * SEC);
 	CHECK_I64(usum("c_at", "paused_usec"), 10 * SEC);
+	for (int i = 0; i < 2; i++) {
+		const char *m = i ? "c_pre1" : "c_pre";
+
+		CHECK_I64(usum(m, "running_usec"), 0);
+		CHECK_I64(usum(m, "paused_usec"), 15 * SEC);
+		CHECK_I64(usum(m, "total_micros"), micros(5120 * 15 * SEC, 100, DIV_MIB));
+	}
+	qtext(states, sizeof(states),
+	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
+	      " WHERE sandbox_id = 'c_made'");
+	CHECK_STR(states, "paused,paused,paused");
+	CHECK_I64(usum("c_made", "running_usec"), 0);
+	CHECK_I64(usum("c_made", "paused_usec"), 20 * SEC);
 	/* The move: [0, 10) running, [10, 20) paused by the event, [20, 30)
 	 * from the agent's running sample (the wake it saw), the cgroup's
 	 * sample paused as the events say. */

@@ -1800,12 +1800,14 @@ static void *sweeper_main(void *arg)
 		if (e->opt.sample_retention_days > 0 && PQstatus(conn) == CONNECTION_OK &&
 		    clock_mono_ms() >= next_retain) {
 			int64_t dropped;
-			enum meter_rc rc =
-			    ingest_drop_old_samples(conn, e->opt.sample_retention_days, &dropped);
+			bool more;
+			enum meter_rc rc = ingest_drop_old_samples(
+			    conn, e->opt.sample_retention_days, &dropped, &more);
 
-			next_retain =
-			    clock_mono_ms() +
-			    (rc == METER_OK && dropped >= 0 ? RETAIN_EVERY_MS : RETAIN_RETRY_MS);
+			/* Again in a minute while old rows are left. */
+			next_retain = clock_mono_ms() + (rc == METER_OK && dropped >= 0 && !more
+							     ? RETAIN_EVERY_MS
+							     : RETAIN_RETRY_MS);
 			if (dropped > 0)
 				log_info("samples: %lld daily partitions of days more than %lld "
 					 "before today dropped (sample_retention_days)",

@@ -3868,16 +3868,35 @@ out:
 	return rc;
 }
 
-enum meter_rc ingest_drop_old_samples(PGconn *conn, int64_t keep_days, int64_t *dropped)
+enum meter_rc ingest_drop_old_samples(PGconn *conn, int64_t keep_days, int64_t *dropped, bool *more)
 {
 	static const char what[] = "sample retention";
-	char days[24];
-	const char *params[1] = {days};
+	char days[24], batch[24];
+	const char *params[2] = {days, batch};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 
 	*dropped = -1;
+	*more = false;
 	snprintf(days, sizeof(days), "%lld", (long long)keep_days);
+	snprintf(batch, sizeof(batch), "%d", INGEST_RETAIN_BATCH);
+	for (int i = 0; i < INGEST_RETAIN_BATCHES; i++) {
+		int64_t n = 0;
+
+		rc = db_util_exec(conn, what,
+				  "SELECT meter_drop_default_samples("
+				  "(now() AT TIME ZONE 'UTC')::date - $1::integer, $2::integer)",
+				  2, params, &res, NULL);
+		if (rc == METER_OK)
+			rc = db_util_i64(res, 0, 0, &n, NULL);
+		PQclear(res);
+		res = NULL;
+		if (rc != METER_OK)
+			return rc;
+		*more = n >= INGEST_RETAIN_BATCH;
+		if (!*more)
+			break;
+	}
 	rc = db_util_begin(conn);
 	if (rc != METER_OK)
 		return rc;

@@ -168,16 +168,20 @@ METER_MUSTCHECK enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn,
 					     struct ingest_stats *stats, char *err, size_t errlen);
 
 /* Retention: drops the raw samples of the UTC days more than keep_days
- * before today's (the database's clock), their daily partitions whole and
- * samples_default's rows (meter_drop_sample_partitions), in a transaction
- * of its own on conn (idle). The usage they were metered into is kept.
- * Dropping a partition locks the samples table for a moment, so it waits
- * for a lock at most 1 s (an ingestion writing samples), and it takes the
- * lock that makes partitions: *dropped is -1 when another process held it
- * (doing the same, or making a day's partition), else how many were
- * dropped. METER_EDB when it failed (a lock not had in time included);
- * nothing is dropped then. */
+ * before today's (the database's clock) on conn (idle). The usage they
+ * were metered into is kept. First samples_default's old rows (those dated
+ * outside every partition), INGEST_RETAIN_BATCH a statement and at most
+ * INGEST_RETAIN_BATCHES statements (*more: some are left); then the old
+ * daily partitions whole (meter_drop_sample_partitions), in a transaction
+ * of their own. Dropping a partition locks the samples table until that
+ * commits, so it waits for the lock at most 1 s (an ingestion writing
+ * samples), and it takes the lock that makes partitions: *dropped is -1
+ * when another process held it (doing the same, or making a day's
+ * partition), else how many were dropped. METER_EDB when a step failed (a
+ * lock not had in time included); no partition is dropped then. */
+#define INGEST_RETAIN_BATCH   10000
+#define INGEST_RETAIN_BATCHES 20
 METER_MUSTCHECK enum meter_rc ingest_drop_old_samples(PGconn *conn, int64_t keep_days,
-						      int64_t *dropped);
+						      int64_t *dropped, bool *more);
 
 #endif

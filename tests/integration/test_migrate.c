@@ -778,8 +778,27 @@ static void test_partitions(PGconn *conn)
 	CHECK_STR(buf, "4");
 	query_value(conn, "SELECT meter_drop_sample_partitions('2100-01-01')", buf, sizeof(buf));
 	CHECK_STR(buf, "2");
+	/* The default partition's rows go apart (sql/0055), a batch at a
+	 * time, the oldest first. */
+	query_value(conn, "SELECT count(*) FROM samples", buf, sizeof(buf));
+	CHECK_STR(buf, "1");
+	CHECK_STR(sample_insert(conn, "1998-01-01T12:00:00Z"), "00000");
+	query_value(conn, "SELECT meter_drop_default_samples('2099-01-01', 10)", buf, sizeof(buf));
+	CHECK_STR(buf, "1");
+	sample_partition(conn, "2099-01-01T12:00:00Z", buf, sizeof(buf));
+	CHECK_STR(buf, "samples_default");
+	CHECK_STR(sample_insert(conn, "1997-01-01T12:00:00Z"), "00000");
+	CHECK_STR(sample_insert(conn, "1996-01-01T12:00:00Z"), "00000");
+	query_value(conn, "SELECT meter_drop_default_samples('2100-01-01', 2)", buf, sizeof(buf));
+	CHECK_STR(buf, "2");
+	sample_partition(conn, "2099-01-01T12:00:00Z", buf, sizeof(buf));
+	CHECK_STR(buf, "samples_default");
+	query_value(conn, "SELECT meter_drop_default_samples('2100-01-01', 2)", buf, sizeof(buf));
+	CHECK_STR(buf, "1");
 	query_value(conn, "SELECT count(*) FROM samples", buf, sizeof(buf));
 	CHECK_STR(buf, "0");
+	CHECK_STR(testdb_exec_state(conn, "SELECT meter_drop_default_samples('2100-01-01', 0)"),
+		  "22023");
 
 	/* A schema named after the role, made after migrating, comes first
 	 * in the default search_path ("$user", public): a new day's

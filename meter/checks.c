@@ -25,18 +25,19 @@
 #include "log.h"
 #include "metrics.h"
 
-#define BACKOFF_MIN_MS	  100
-#define BACKOFF_MAX_MS	  5000
-#define BATCH_ATTEMPTS	  8 /* redo of a batch that met a concurrent writer */
-#define TZ_CACHE	  64
-#define SWEEP_INTERVAL_MS 1000
-#define SWEEP_MAX	  100 /* holds a sweep settles at once: it holds their ledger rows meanwhile */
-#define SWEEP_REST_MAX_MS 1000		/* the longest rest after a whole sweep */
-#define RETAIN_EVERY_MS	  (3600 * 1000) /* the samples' retention, once an hour */
-#define RETAIN_RETRY_MS	  (60 * 1000)	/* ... or a minute after it could not be done */
-#define FAST_ATTEMPTS	  2		/* a fast batch decided again on the figures it met */
-#define PIPELINE_MAX	  2 /* fast batches in flight on one connection (see batcher_may_send) */
-#define CHECK_BATCHES	  "meter_check_batches_total" /* counter, by path */
+#define BACKOFF_MIN_MS	   100
+#define BACKOFF_MAX_MS	   5000
+#define BATCH_ATTEMPTS	   8 /* redo of a batch that met a concurrent writer */
+#define TZ_CACHE	   64
+#define SWEEP_INTERVAL_MS  1000
+#define SWEEP_MAX	   100 /* holds a sweep settles at once: it holds their ledger rows meanwhile */
+#define SWEEP_REST_MAX_MS  1000		 /* the longest rest after a whole sweep */
+#define SWEEP_READ_ONLY_MS 30000	 /* between sweeps of a database that takes no writes */
+#define RETAIN_EVERY_MS	   (3600 * 1000) /* the samples' retention, once an hour */
+#define RETAIN_RETRY_MS	   (60 * 1000)	 /* ... or a minute after it could not be done */
+#define FAST_ATTEMPTS	   2		 /* a fast batch decided again on the figures it met */
+#define PIPELINE_MAX	   2 /* fast batches in flight on one connection (see batcher_may_send) */
+#define CHECK_BATCHES	   "meter_check_batches_total" /* counter, by path */
 /* Price-book versions read for this long ahead of a batch, so that the
  * engine knows them for any lease it may decide later. */
 #define PRICES_AHEAD_USEC ((CHECKS_LEASE_SECONDS_MAX + INT64_C(3600)) * 1000000)
@@ -1715,6 +1716,7 @@ static void *sweeper_main(void *arg)
 	PGconn *conn = NULL;
 	int64_t next_connect = 0, next_retain = 0;
 	int failures = 0;
+	bool read_only = false;
 	struct ingest_opts io;
 	struct ingest *ing;
 	struct sample_batch tails;
@@ -1765,6 +1767,7 @@ static void *sweeper_main(void *arg)
 		 * until it commits: after a whole one, the sweeper rests as
 		 * long as it took, so the checks of a key with many ended
 		 * leases get its row at least half the time. */
+		db_util_failed_clear();
 		{
 			static const char *const what[] = {
 			    "stops' stretches found to meter", "holds settled at lease end",
@@ -1797,6 +1800,23 @@ static void *sweeper_main(void *arg)
 					break;
 			}
 		}
+		/* A database that takes no writes (a standby, or one whose
+		 * default_transaction_read_only is on: /readyz says 503) fails
+		 * every step, each logged: not every second, but every
+		 * SWEEP_READ_ONLY_MS, and said once. */
+		if (strcmp(db_util_failed_state(), "25006") == 0) {
+			if (!read_only)
+				log_warn("checks: the database takes no writes (a standby?): the "
+					 "sweeper tries again every %d s",
+					 SWEEP_READ_ONLY_MS / 1000);
+			read_only = true;
+			if (!sweeper_pause(e, SWEEP_READ_ONLY_MS))
+				break;
+			continue;
+		}
+		if (read_only)
+			log_info("checks: the database takes writes again: the sweeper runs");
+		read_only = false;
 		if (e->opt.sample_retention_days > 0 && PQstatus(conn) == CONNECTION_OK &&
 		    clock_mono_ms() >= next_retain) {
 			int64_t dropped;

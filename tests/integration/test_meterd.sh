@@ -203,6 +203,24 @@ kill -TERM "$pid"
 wait "$pid" || fail "meterd with retention did not stop cleanly"
 pid=
 
+# A database that takes no writes (default_transaction_read_only, as a
+# standby): not ready, and the sweeper, whose every step fails there, says
+# so once and tries again every 30 s instead of logging each step every
+# second.
+ro_url=$(make_db meterd_ro)
+cleanup_fns+=("drop_db meterd_ro")
+"$bin/meterctl" migrate --database-url "$ro_url" >/dev/null
+psql "$ro_url" -Atq -c "ALTER DATABASE t_meterd_ro_$$ SET default_transaction_read_only = on"
+METER_DATABASE_URL=$ro_url start_meterd "$work/ro.log" --collector off
+expect "readyz on a read-only database" "$(http_status "$base/readyz")" 503
+sleep 4
+expect "the sweeper's word of it" "$(grep -c "the database takes no writes" "$work/ro.log")" 1
+ro_failures=$(grep -c "read-only transaction" "$work/ro.log")
+((ro_failures <= 6)) && ok || fail "$ro_failures failed sweeper statements logged in 4 s"
+kill -TERM "$pid"
+wait "$pid" || fail "meterd on a read-only database did not stop cleanly"
+pid=
+
 # A second SIGTERM while a request is still under way (a readiness check
 # waiting at a locked table) stops it at once, with status 1.
 METER_DATABASE_URL=$url start_meterd "$work/again.log"

@@ -152,22 +152,8 @@ static void add(struct sample_batch *b, const char *sandbox, const char *key, in
  * unknown and the state left to the lifecycle events. */
 static void add_cgroup(struct sample_batch *b, const char *sandbox, int64_t at, int64_t cpu_usec)
 {
-	struct meter_sample s;
-
-	memset(&s, 0, sizeof(s));
-	snprintf(s.sandbox_id, sizeof(s.sandbox_id), "%s", sandbox);
-	s.u.at_usec = at;
-	s.u.state = SANDBOX_RUNNING;
-	s.state_from_events = true;
-	s.u.cpu_usec = cpu_usec;
-	s.u.memory_mib = SAMPLE_UNKNOWN;
-	s.u.storage_mib = SAMPLE_UNKNOWN;
-	if (sample_batch_push(b, &s) != METER_OK) {
-		fprintf(stderr, "sample_batch_push failed\n");
-		exit(1);
-	}
-	if (at > b->sampled_at_usec)
-		b->sampled_at_usec = at;
+	add(b, sandbox, NULL, at, 'r', cpu_usec, SAMPLE_UNKNOWN, SAMPLE_UNKNOWN, 0);
+	b->items[b->n - 1].state_from_events = true;
 }
 
 static void batch(struct sample_batch *b, const char *host)

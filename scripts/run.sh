@@ -99,8 +99,12 @@ stop_pid meterd
 stop_pid simulate
 fleet=(--hosts 4 --sandboxes-per-host 25 --seed 2026 --key-ids "$DEMO_FLEET_KEYS")
 
+# meterd warns of a METER_ variable that names none of its options: the
+# scripts' own (the embedded cluster's) are not passed on.
+meterd=(env -u METER_PG_DIR -u METER_PG_PORT "$build/meterd")
+
 # 1. meterd without sources takes the fleet's last 24 hours by push.
-nohup "$build/meterd" --listen "$listen" >>"$run/meterd.log" 2>&1 &
+nohup "${meterd[@]}" --listen "$listen" >>"$run/meterd.log" 2>&1 &
 echo $! >"$run/meterd.pid"
 ready() { curl -fsS "http://$listen/readyz" >/dev/null 2>&1; }
 for _ in $(seq 100); do ready && break; sleep 0.1; done
@@ -119,7 +123,7 @@ nohup "$build/meterctl" simulate "${fleet[@]}" --listen 127.0.0.1:0 \
 echo $! >"$run/simulate.pid"
 for _ in $(seq 100); do [[ -s $run/agents.txt ]] && break; sleep 0.1; done
 stop_pid meterd
-nohup "$build/meterd" --listen "$listen" --agents-file "$run/agents.txt" \
+nohup "${meterd[@]}" --listen "$listen" --agents-file "$run/agents.txt" \
 	--collector-period-s 10 >>"$run/meterd.log" 2>&1 &
 echo $! >"$run/meterd.pid"
 for _ in $(seq 100); do ready && break; sleep 0.1; done

@@ -2253,7 +2253,10 @@ static enum meter_rc ing_load_events(struct ing_call *c)
 		 * its state from the events before it and at its time. */
 		if (sb->max_at <= from && !(fresh && sb->by_events))
 			continue;
-		if (from < sb->created_usec || fresh)
+		/* From the start when the sandbox's metered sample is at its
+		 * create (or before): the events before the create count as
+		 * at it, and none has been used yet. */
+		if (from <= sb->created_usec || fresh)
 			sb->ev_from = ING_EVENTS_EVER_USEC;
 		any = true;
 		if (sb->max_at > hi)

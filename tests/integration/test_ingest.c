@@ -642,7 +642,9 @@ static void test_cgroup_state(void)
 	     " ('acct_1', 'c_move1', 'key_a', 2, 2048, 5120, 'running', " MADE "),"
 	     " ('acct_1', 'c_pre', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z'),"
 	     " ('acct_1', 'c_pre1', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z'),"
-	     " ('acct_1', 'c_made', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:00Z')");
+	     " ('acct_1', 'c_made', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:00Z'),"
+	     " ('acct_1', 'a_pre', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z'),"
+	     " ('acct_1', 'a_pre1', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z')");
 	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
 	     " ('acct_1', 'c_pause', 'paused', '2026-11-30T05:30:15Z'),"
 	     " ('acct_1', 'c_pause', 'running', '2026-11-30T05:30:35Z'),"
@@ -654,7 +656,9 @@ static void test_cgroup_state(void)
 	     " ('acct_1', 'c_move1', 'paused', '2026-11-30T05:30:10Z'),"
 	     " ('acct_1', 'c_pre', 'paused', '2026-11-30T05:30:10Z'),"
 	     " ('acct_1', 'c_pre1', 'paused', '2026-11-30T05:30:10Z'),"
-	     " ('acct_1', 'c_made', 'paused', '2026-11-30T05:29:55Z')");
+	     " ('acct_1', 'c_made', 'paused', '2026-11-30T05:29:55Z'),"
+	     " ('acct_1', 'a_pre', 'paused', '2026-11-30T05:30:10Z'),"
+	     " ('acct_1', 'a_pre1', 'paused', '2026-11-30T05:30:10Z')");
 	batch(&b, "cg1");
 	for (int i = 0; i <= 5; i++)
 		add_cgroup(&b, "c_one", t0 + i * 10 * SEC, 0);
@@ -698,6 +702,21 @@ static void test_cgroup_state(void)
 	run1(&b);
 	batch(&b, "cg1");
 	add_cgroup(&b, "c_pre", t0 + 40 * SEC, 0);
+	run1(&b);
+	/* An agent's running samples at 0, 25 (the create) and 35 s, the
+	 * pause before the create: [25, 35) is paused, in one call and in
+	 * two cut at the create. */
+	batch(&b, "ag1");
+	add(&b, "a_pre1", NULL, t0, 'r', 0, 2048, 5120, 2);
+	add(&b, "a_pre1", NULL, t0 + 25 * SEC, 'r', 0, 2048, 5120, 2);
+	add(&b, "a_pre1", NULL, t0 + 35 * SEC, 'r', 0, 2048, 5120, 2);
+	run1(&b);
+	batch(&b, "ag1");
+	add(&b, "a_pre", NULL, t0, 'r', 0, 2048, 5120, 2);
+	add(&b, "a_pre", NULL, t0 + 25 * SEC, 'r', 0, 2048, 5120, 2);
+	run1(&b);
+	batch(&b, "ag1");
+	add(&b, "a_pre", NULL, t0 + 35 * SEC, 'r', 0, 2048, 5120, 2);
 	run1(&b);
 	/* Created at 0 s, paused before: a first sample at its create alone
 	 * in its call is paused. */
@@ -745,6 +764,12 @@ static void test_cgroup_state(void)
 		CHECK_I64(usum(m, "running_usec"), 0);
 		CHECK_I64(usum(m, "paused_usec"), 15 * SEC);
 		CHECK_I64(usum(m, "total_micros"), micros(5120 * 15 * SEC, 100, DIV_MIB));
+	}
+	for (int i = 0; i < 2; i++) {
+		const char *m = i ? "a_pre1" : "a_pre";
+
+		CHECK_I64(usum(m, "running_usec"), 0);
+		CHECK_I64(usum(m, "paused_usec"), 10 * SEC);
 	}
 	qtext(states, sizeof(states),
 	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"

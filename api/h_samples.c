@@ -83,7 +83,8 @@ void h_samples_push(struct http_req *req)
 	}
 	ing = samples_ingest(req->app->cfg);
 	if (!ing) {
-		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		log_error("request %s: samples: out of memory", req->request_id);
+		http_reply_error(req, 500, "internal", "internal error", NULL);
 		goto out;
 	}
 	if (db_pool_acquire(req->app->pool, SAMPLES_POOL_WAIT_MS, &conn) != METER_OK) {
@@ -106,6 +107,12 @@ void h_samples_push(struct http_req *req)
 		    "the document's sandboxes changed under it at every try (lifecycle "
 		    "events, another writer): nothing of it was ingested; send it again",
 		    json_pack("{s:s}", "reason", "contention"));
+		break;
+	case METER_ENOMEM:
+		/* Nothing was written; the service's fault, not the document's. */
+		log_error("request %s: samples: document of host %s not ingested: %s",
+			  req->request_id, b.host_id, err);
+		http_reply_error(req, 500, "internal", "internal error", NULL);
 		break;
 	case METER_EINVAL:
 	case METER_ERANGE:

@@ -124,7 +124,8 @@ pid=
 # 413 or 400, which would have a host agent drop its document. The
 # sanitizers' allocator is told to fail every allocation over 8 MiB (so
 # this runs only in a sanitizer build): a body that grows past it, and a
-# 5 MB document whose 60,000 samples need about 11 MB; and a statement of
+# 5 MB document whose 60,000 samples need about 11 MB, and half of it,
+# whose ingestion needs more than 8 MiB at once; and a statement of
 # 40,000 lines (about 9 MB), which answered 503 "the database is
 # unreachable" and logged a message never written.
 if ldd "$bin/meterd" | grep -q libasan; then
@@ -159,6 +160,14 @@ if ldd "$bin/meterd" | grep -q libasan; then
 		"$base/v1/samples")
 	expect "a document whose samples do not fit in memory" "$code" 500
 	expect "its error" "$(jq -r .error.code "$work/oom-doc.json")" internal
+	# Half as many fit, but ingesting them does not.
+	head -c "$(($(stat -c %s "$work/many.json") / 2))" "$work/many.json" |
+		sed 's/,{[^}]*$/]}/' >"$work/half.json"
+	code=$(curl -s -o "$work/oom-ingest.json" -w '%{http_code}' -X POST -H "$auth" \
+		-H 'Content-Type: application/json' --data-binary @"$work/half.json" \
+		"$base/v1/samples")
+	expect "a document that cannot be ingested in memory" "$code" 500
+	expect "its error" "$(jq -r .error.code "$work/oom-ingest.json")" internal
 	code=$(curl -s -o "$work/oom-statement.json" -w '%{http_code}' \
 		-H "Authorization: Bearer op-oom-0123456789abcdefghijklmnopq" \
 		"$base/v1/reports/statement.csv?month=2026-11&account_id=unattributed")

@@ -2134,16 +2134,19 @@ static bool ing_event_counted(const struct ing_sbx *sb, enum sandbox_state state
  * sample. The control plane reports the sandbox running when it starts,
  * so a running event first (a time at or after its create, counting an
  * earlier one as at it) starts billing there, from a CPU counter of 0
- * (ing_sandbox). With any other first event, or none, or a first sample
- * at the create, billing starts at the first sample, and the events before
- * that sample are not used (but for a stop among them, which is final:
- * stop_at). So each interval is billed the same whether its samples came
- * in one call or in several. */
+ * (ing_sandbox). With any other first event, or none, billing starts at
+ * the first sample, and the events before that sample are not used (but
+ * for a stop among them, which is final: stop_at). A first sample at or
+ * before the create keeps them all: those dated before the create count
+ * as at it, at or after that sample, as when they are read again in a
+ * later call (ing_load_events reads such a sandbox's events from the
+ * start). So each interval is billed the same whether its samples came in
+ * one call or in several. */
 static void ing_find_head(struct ing_call *c, struct ing_sbx *sb)
 {
 	size_t k = sb->ev_off, end = sb->ev_off + sb->ev_n;
 
-	if (sb->had_meter || sb->made || sb->min_at < sb->created_usec)
+	if (sb->had_meter || sb->made || sb->min_at <= sb->created_usec)
 		return;
 	if (k < end && c->events[k].at < sb->min_at && c->events[k].state == SANDBOX_RUNNING) {
 		int64_t at =

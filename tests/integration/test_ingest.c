@@ -644,7 +644,9 @@ static void test_cgroup_state(void)
 	     " ('acct_1', 'c_pre1', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z'),"
 	     " ('acct_1', 'c_made', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:00Z'),"
 	     " ('acct_1', 'a_pre', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z'),"
-	     " ('acct_1', 'a_pre1', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z')");
+	     " ('acct_1', 'a_pre1', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z'),"
+	     " ('acct_1', 'a_at', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z'),"
+	     " ('acct_1', 'a_at1', 'key_a', 2, 2048, 5120, 'running', '2026-11-30T05:30:25Z')");
 	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
 	     " ('acct_1', 'c_pause', 'paused', '2026-11-30T05:30:15Z'),"
 	     " ('acct_1', 'c_pause', 'running', '2026-11-30T05:30:35Z'),"
@@ -658,7 +660,9 @@ static void test_cgroup_state(void)
 	     " ('acct_1', 'c_pre1', 'paused', '2026-11-30T05:30:10Z'),"
 	     " ('acct_1', 'c_made', 'paused', '2026-11-30T05:29:55Z'),"
 	     " ('acct_1', 'a_pre', 'paused', '2026-11-30T05:30:10Z'),"
-	     " ('acct_1', 'a_pre1', 'paused', '2026-11-30T05:30:10Z')");
+	     " ('acct_1', 'a_pre1', 'paused', '2026-11-30T05:30:10Z'),"
+	     " ('acct_1', 'a_at', 'paused', '2026-11-30T05:30:10Z'),"
+	     " ('acct_1', 'a_at1', 'paused', '2026-11-30T05:30:10Z')");
 	batch(&b, "cg1");
 	for (int i = 0; i <= 5; i++)
 		add_cgroup(&b, "c_one", t0 + i * 10 * SEC, 0);
@@ -718,6 +722,19 @@ static void test_cgroup_state(void)
 	batch(&b, "ag1");
 	add(&b, "a_pre", NULL, t0 + 35 * SEC, 'r', 0, 2048, 5120, 2);
 	run1(&b);
+	/* The same with the first sample at the create (25, 35 and 45 s):
+	 * the pause counts as at it, in one call and in two. */
+	batch(&b, "ag1");
+	for (int i = 0; i < 3; i++)
+		add(&b, "a_at1", NULL, t0 + (25 + i * 10) * SEC, 'r', 0, 2048, 5120, 2);
+	run1(&b);
+	batch(&b, "ag1");
+	add(&b, "a_at", NULL, t0 + 25 * SEC, 'r', 0, 2048, 5120, 2);
+	run1(&b);
+	batch(&b, "ag1");
+	add(&b, "a_at", NULL, t0 + 35 * SEC, 'r', 0, 2048, 5120, 2);
+	add(&b, "a_at", NULL, t0 + 45 * SEC, 'r', 0, 2048, 5120, 2);
+	run1(&b);
 	/* Created at 0 s, paused before: a first sample at its create alone
 	 * in its call is paused. */
 	for (int i = 0; i < 3; i++) {
@@ -767,9 +784,14 @@ static void test_cgroup_state(void)
 	}
 	for (int i = 0; i < 2; i++) {
 		const char *m = i ? "a_pre1" : "a_pre";
+		const char *a = i ? "a_at1" : "a_at";
 
 		CHECK_I64(usum(m, "running_usec"), 0);
 		CHECK_I64(usum(m, "paused_usec"), 10 * SEC);
+		/* [25, 35) paused by the pause at the create, [35, 45) as the
+		 * agent's sample at 35 s says. */
+		CHECK_I64(usum(a, "running_usec"), 10 * SEC);
+		CHECK_I64(usum(a, "paused_usec"), 10 * SEC);
 	}
 	qtext(states, sizeof(states),
 	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
@@ -1320,8 +1342,9 @@ static void test_head(void)
 		  3);
 
 	/* A first sample at the create: billed from it, the events before
-	 * it (a pause, or a running event then a pause) unused, as when its
-	 * samples come one a call. */
+	 * the create (a pause, or a running event then a pause) counting as
+	 * at it, so the interval starts paused, as when its samples come one
+	 * a call (the CPU the agent saw then is not billed). */
 	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
 	     " storage_mib, state, created_at) SELECT 'acct_1', s, 'key_a', 2, 2048, 0,"
 	     " 'running', '2026-11-30T09:00:10Z' FROM unnest(ARRAY['s_hd_eq', 's_hd_eq2']) AS s");
@@ -1335,10 +1358,21 @@ static void test_head(void)
 	add(&b, "s_hd_eq2", "key_a", t0, 'r', 3 * SEC, 2048, 0, 2);
 	add(&b, "s_hd_eq2", "key_a", t0 + 10 * SEC, 'r', 4 * SEC, 2048, 0, 2);
 	run1(&b);
-	check_totals("s_hd_eq", 10, 0, 1000 * SEC, 1000 * SEC, 2048 * 10 * SEC, 0,
-		     micros(1000 * SEC, 25000, DIV_CPU), micros(2048 * 10 * SEC, 7500, DIV_MIB), 0);
-	check_totals("s_hd_eq2", 10, 0, 1000 * SEC, 1000 * SEC, 2048 * 10 * SEC, 0,
-		     micros(1000 * SEC, 25000, DIV_CPU), micros(2048 * 10 * SEC, 7500, DIV_MIB), 0);
+	check_totals("s_hd_eq", 0, 10, 0, 0, 0, 0, 0, 0, 0);
+	check_totals("s_hd_eq2", 0, 10, 0, 0, 0, 0, 0, 0, 0);
+	/* The same one sample a call. */
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) VALUES ('acct_1', 's_hd_eq3', 'key_a', 2, 2048, 0,"
+	     " 'running', '2026-11-30T09:00:10Z')");
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 's_hd_eq3', 'running', '2026-11-30T09:00:00Z'),"
+	     " ('acct_1', 's_hd_eq3', 'paused', '2026-11-30T09:00:05Z')");
+	for (int i = 0; i < 2; i++) {
+		batch(&b, "h_hd");
+		add(&b, "s_hd_eq3", "key_a", t0 + i * 10 * SEC, 'r', (3 + i) * SEC, 2048, 0, 2);
+		run1(&b);
+	}
+	check_totals("s_hd_eq3", 0, 10, 0, 0, 0, 0, 0, 0, 0);
 }
 
 /* The sweeper's readings at a stop no sample will meter (sql/0048), as

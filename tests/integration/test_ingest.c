@@ -191,6 +191,17 @@ static int64_t usum(const char *sandbox, const char *col)
 		   sandbox);
 }
 
+/* A sandbox's stored sample states in time order, comma-separated, into
+ * buf. */
+static const char *states_of(char *buf, size_t len, const char *sandbox)
+{
+	qtext(buf, len,
+	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
+	      " WHERE sandbox_id = '%s'",
+	      sandbox);
+	return buf;
+}
+
 /* A usage_hourly column of one row (hour, day; version 1 unless given). */
 static int64_t urow(const char *sandbox, const char *hour, const char *day, const char *col)
 {
@@ -754,25 +765,17 @@ static void test_cgroup_state(void)
 	for (size_t i = 0; i < 2; i++) {
 		check_totals(both[i], 30, 20, 0, billed, mem, sto, micros(billed, 25000, DIV_CPU),
 			     micros(mem, 7500, DIV_MIB), micros(sto, 100, DIV_MIB));
-		qtext(states, sizeof(states),
-		      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
-		      " WHERE sandbox_id = '%s'",
-		      both[i]);
-		CHECK_STR(states, "running,running,paused,paused,running,running");
+		CHECK_STR(states_of(states, sizeof(states), both[i]),
+			  "running,running,paused,paused,running,running");
 	}
 	/* The late pause: [0, 30) was metered running, up to the sample
 	 * after it came. */
 	CHECK_I64(usum("c_late", "running_usec"), 30 * SEC);
 	CHECK_I64(usum("c_late", "paused_usec"), 10 * SEC);
 	CHECK_I64(usum("c_late", "storage_mibus"), 5120 * 10 * SEC);
-	qtext(states, sizeof(states),
-	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
-	      " WHERE sandbox_id = 'c_late'");
-	CHECK_STR(states, "running,running,running,paused,paused");
-	qtext(states, sizeof(states),
-	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
-	      " WHERE sandbox_id = 'c_at'");
-	CHECK_STR(states, "running,paused,paused");
+	CHECK_STR(states_of(states, sizeof(states), "c_late"),
+		  "running,running,running,paused,paused");
+	CHECK_STR(states_of(states, sizeof(states), "c_at"), "running,paused,paused");
 	CHECK_I64(usum("c_at", "running_usec"), 10 * SEC);
 	CHECK_I64(usum("c_at", "paused_usec"), 10 * SEC);
 	for (int i = 0; i < 2; i++) {
@@ -793,10 +796,7 @@ static void test_cgroup_state(void)
 		CHECK_I64(usum(a, "running_usec"), 10 * SEC);
 		CHECK_I64(usum(a, "paused_usec"), 10 * SEC);
 	}
-	qtext(states, sizeof(states),
-	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
-	      " WHERE sandbox_id = 'c_made'");
-	CHECK_STR(states, "paused,paused,paused");
+	CHECK_STR(states_of(states, sizeof(states), "c_made"), "paused,paused,paused");
 	CHECK_I64(usum("c_made", "running_usec"), 0);
 	CHECK_I64(usum("c_made", "paused_usec"), 20 * SEC);
 	/* The move: [0, 10) running, [10, 20) paused by the event, [20, 30)
@@ -807,16 +807,9 @@ static void test_cgroup_state(void)
 
 		CHECK_I64(usum(m, "running_usec"), 20 * SEC);
 		CHECK_I64(usum(m, "paused_usec"), 10 * SEC);
-		qtext(states, sizeof(states),
-		      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
-		      " WHERE sandbox_id = '%s'",
-		      m);
-		CHECK_STR(states, "running,running,paused");
+		CHECK_STR(states_of(states, sizeof(states), m), "running,running,paused");
 	}
-	qtext(states, sizeof(states),
-	      "SELECT string_agg(state::text, ',' ORDER BY sampled_at) FROM samples"
-	      " WHERE sandbox_id = 'c_first'");
-	CHECK_STR(states, "paused,paused");
+	CHECK_STR(states_of(states, sizeof(states), "c_first"), "paused,paused");
 	CHECK_I64(usum("c_first", "running_usec"), 0);
 	CHECK_I64(usum("c_first", "paused_usec"), 10 * SEC);
 	CHECK_I64(usum("c_first", "total_micros"), micros(5120 * 10 * SEC, 100, DIV_MIB));

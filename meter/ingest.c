@@ -3843,7 +3843,9 @@ enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn, const struct samp
 			c.locking = true;
 			ing_reset_try(&c);
 			c.st.retries++;
-			log_info("ingest: retrying (%s)", err);
+			log_info("ingest: a concurrent writer came first; trying again "
+				 "with the sandboxes locked (%s)",
+				 err);
 			err[0] = '\0'; /* a failure of this try says why itself */
 		}
 		rc = ing_try(&c);

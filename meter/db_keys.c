@@ -296,11 +296,19 @@ static const char sql_limits_rows[] =
     "  THEN now() ELSE l.updated_at END";
 
 /* The key row, after the ledger rows, while its zone is still the one read
- * ($6): no row when another change of the zone committed meanwhile. */
+ * ($6): no row when another change of the zone committed meanwhile. The
+ * zone is written only when it changes ($7): a key kept in a name the zone
+ * domain no longer takes (EST, which sql/0047 left) still has its limit
+ * changed, as the README says a request naming its own zone does. */
 static const char sql_limits_key[] =
     "UPDATE api_keys SET time_zone = $3,"
     " daily_limit_micros = CASE WHEN $4::boolean THEN $5::bigint ELSE daily_limit_micros END"
-    " WHERE account_id = $1 AND key_id = $2 AND time_zone = $6 RETURNING 1";
+    " WHERE account_id = $1 AND key_id = $2 AND time_zone = $6 AND $7::boolean RETURNING 1";
+static const char sql_limits_key_same_zone[] =
+    "UPDATE api_keys SET"
+    " daily_limit_micros = CASE WHEN $4::boolean THEN $5::bigint ELSE daily_limit_micros END"
+    " WHERE account_id = $1 AND key_id = $2 AND time_zone = $6 AND $3::text = $6::text"
+    " AND NOT $7::boolean RETURNING 1";
 
 /* The key's open holds, read after the ledger rows are held: every hold of
  * a check that took one of them first has committed. (meter_key_open_holds
@@ -353,9 +361,12 @@ static enum meter_rc limits_attempt(PGconn *conn, const char *account_id, const 
 			goto out;
 	}
 	{
-		const char *p[] = {acc, key_id, tz, set_limit ? "t" : "f", limit, old_tz};
+		const char *p[] = {
+		    acc, key_id, tz, set_limit ? "t" : "f", limit, old_tz, changing ? "t" : "f"};
 
-		rc = db_util_exec(conn, "key limits", sql_limits_key, 6, p, &res, state);
+		rc = db_util_exec(conn, "key limits",
+				  changing ? sql_limits_key : sql_limits_key_same_zone, 7, p, &res,
+				  state);
 		if (rc != METER_OK) {
 			if (strncmp(state, "23", 2) == 0 || strncmp(state, "22", 2) == 0)
 				rc = METER_EINVAL;

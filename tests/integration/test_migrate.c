@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "db.h"
+#include "db_keys.h"
 #include "db_util.h"
 #include "migrate.h"
 #include "testdb.h"
@@ -475,6 +476,41 @@ static const char *migration_sql(const char *name)
 	return "";
 }
 
+/* A key 0047 left in EST (key_tz_4) has its limit changed by a request that
+ * names no zone, as any key's is (naming EST is refused, as naming any such
+ * name is); one naming a place moves it there. */
+static void test_kept_zone_limits(PGconn *conn)
+{
+	struct db_key k;
+	struct db_key_tz_busy busy;
+	char v[128];
+
+	CHECK_I64(db_key_set_limits(conn, "acct_tz", "key_tz_4", true, true, 1500, NULL, &k, &busy),
+		  METER_OK);
+	CHECK_I64(db_key_set_limits(conn, NULL, "key_tz_4", true, false, 0, "EST", &k, &busy),
+		  METER_EINVAL);
+	query_value(conn,
+		    "SELECT time_zone || ' ' || COALESCE(daily_limit_micros::text, 'none')"
+		    " FROM api_keys WHERE key_id = 'key_tz_4'",
+		    v, sizeof(v));
+	CHECK_STR(v, "EST 1500");
+	CHECK_I64(db_key_set_limits(conn, NULL, "key_tz_4", true, false, 0, NULL, &k, &busy),
+		  METER_OK);
+	CHECK(!k.has_limit && strcmp(k.time_zone, "EST") == 0);
+	CHECK_I64(db_key_set_limits(conn, NULL, "key_tz_4", true, true, 1500, NULL, &k, &busy),
+		  METER_OK);
+	CHECK_I64(db_key_set_limits(conn, NULL, "key_tz_4", false, false, 0, "America/New_York", &k,
+				    &busy),
+		  METER_OK);
+	CHECK_I64(db_key_set_limits(conn, NULL, "key_tz_4", false, false, 0, "EST", &k, &busy),
+		  METER_EINVAL);
+	query_value(conn,
+		    "SELECT time_zone || ' ' || COALESCE(daily_limit_micros::text, 'none')"
+		    " FROM api_keys WHERE key_id = 'key_tz_4'",
+		    v, sizeof(v));
+	CHECK_STR(v, "America/New_York 1500");
+}
+
 /* Keys stored in CET, EET, MET or WET before sql/0047 (then taken, and read
  * by AT TIME ZONE as fixed offsets) move to the zones those names link to,
  * whose days keep summer time; keys in the names that are fixed offsets
@@ -518,6 +554,7 @@ static void test_zone_abbreviations(PGconn *conn)
 	CHECK_STR(testdb_exec_state(conn, "UPDATE api_keys SET time_zone = 'CET'"
 					  " WHERE key_id = 'key_tz_0'"),
 		  "23514");
+	test_kept_zone_limits(conn);
 }
 
 /* Schema names database_schema takes, and those it does not. */

@@ -476,6 +476,15 @@ static const char *migration_sql(const char *name)
 	return "";
 }
 
+/* key_tz_4's zone and limit, as "EST 1500" or "EST none". */
+static void kept_zone_key(PGconn *conn, char *v, size_t vlen)
+{
+	query_value(conn,
+		    "SELECT time_zone || ' ' || COALESCE(daily_limit_micros::text, 'none')"
+		    " FROM api_keys WHERE key_id = 'key_tz_4'",
+		    v, vlen);
+}
+
 /* A key 0047 left in EST (key_tz_4) has its limit changed by a request that
  * names no zone, as any key's is (naming EST is refused, as naming any such
  * name is); one naming a place moves it there. */
@@ -489,10 +498,7 @@ static void test_kept_zone_limits(PGconn *conn)
 		  METER_OK);
 	CHECK_I64(db_key_set_limits(conn, NULL, "key_tz_4", true, false, 0, "EST", &k, &busy),
 		  METER_EINVAL);
-	query_value(conn,
-		    "SELECT time_zone || ' ' || COALESCE(daily_limit_micros::text, 'none')"
-		    " FROM api_keys WHERE key_id = 'key_tz_4'",
-		    v, sizeof(v));
+	kept_zone_key(conn, v, sizeof(v));
 	CHECK_STR(v, "EST 1500");
 	CHECK_I64(db_key_set_limits(conn, NULL, "key_tz_4", true, false, 0, NULL, &k, &busy),
 		  METER_OK);
@@ -504,10 +510,7 @@ static void test_kept_zone_limits(PGconn *conn)
 		  METER_OK);
 	CHECK_I64(db_key_set_limits(conn, NULL, "key_tz_4", false, false, 0, "EST", &k, &busy),
 		  METER_EINVAL);
-	query_value(conn,
-		    "SELECT time_zone || ' ' || COALESCE(daily_limit_micros::text, 'none')"
-		    " FROM api_keys WHERE key_id = 'key_tz_4'",
-		    v, sizeof(v));
+	kept_zone_key(conn, v, sizeof(v));
 	CHECK_STR(v, "America/New_York 1500");
 }
 

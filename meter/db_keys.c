@@ -299,7 +299,7 @@ static const char sql_limits_rows[] =
  * ($6): no row when another change of the zone committed meanwhile. The
  * zone is written only when it changes ($7): a key kept in a name the zone
  * domain no longer takes (EST, which sql/0047 left) still has its limit
- * changed, as the README says a request naming its own zone does. */
+ * changed by a request that names no zone. */
 static const char sql_limits_key[] =
     "UPDATE api_keys SET time_zone = $3,"
     " daily_limit_micros = CASE WHEN $4::boolean THEN $5::bigint ELSE daily_limit_micros END"

@@ -27,6 +27,7 @@
 #include "keys.h"
 #include "log.h"
 #include "routes.h"
+#include "schema_gate.h"
 #include "session.h"
 
 #define AUTH_CACHE_SLOTS    512		     /* direct-mapped by key id */
@@ -281,6 +282,19 @@ static enum auth_key_result auth_session(struct http_req *req, bool may_wait, st
 
 /* Decides req's credentials (auth_begin, auth_finish); may_wait: the
  * database may be asked. */
+/* 503: a key or session could not be looked up. While the schema is not
+ * this binary's (schema_gate.h), that is why, and what to do is said. */
+static void reply_down(struct http_req *req)
+{
+	char why[SCHEMA_WHY_MAX], msg[SCHEMA_WHY_MAX + 64];
+
+	if (schema_gate_open(why, sizeof(why)))
+		snprintf(msg, sizeof(msg), "credentials cannot be checked now");
+	else
+		snprintf(msg, sizeof(msg), "credentials cannot be checked now: %s", why);
+	http_reply_error(req, 503, "metering_unavailable", msg, NULL);
+}
+
 static enum auth_step auth_run(struct http_req *req, bool may_wait)
 {
 	const char *h = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -306,8 +320,7 @@ static enum auth_step auth_run(struct http_req *req, bool may_wait)
 		}
 		if (rc == AUTH_KEY_DOWN) {
 			memset(a, 0, sizeof(*a));
-			http_reply_error(req, 503, "metering_unavailable",
-					 "credentials cannot be checked now", NULL);
+			reply_down(req);
 			return AUTH_REFUSED;
 		}
 		if (rc != AUTH_KEY_OK) {
@@ -357,8 +370,7 @@ static enum auth_step auth_run(struct http_req *req, bool may_wait)
 		if (rc == AUTH_KEY_LOOKUP)
 			return AUTH_LOOKUP; /* a was cleared: no role until decided */
 		if (rc == AUTH_KEY_DOWN) {
-			http_reply_error(req, 503, "metering_unavailable",
-					 "credentials cannot be checked now", NULL);
+			reply_down(req);
 			return AUTH_REFUSED;
 		}
 		if (rc != AUTH_KEY_OK) {

@@ -6,6 +6,7 @@
 #include "app.h"
 #include "dbpool.h"
 #include "metrics.h"
+#include "schema_gate.h"
 
 void h_metrics(struct http_req *req)
 {
@@ -16,6 +17,11 @@ void h_metrics(struct http_req *req)
 			 "1 when the last attempt to reach the database from the request pool "
 			 "worked.");
 	metrics_gauge_set("meter_db_up", NULL, db_pool_up(req->app->pool) ? 1 : 0);
+	metrics_describe("meter_schema_current", METRICS_GAUGE,
+			 "1 when the database's schema, as last read, is the one this meterd's "
+			 "migrations make; 0 while it is not, and requests that need the "
+			 "database are answered 503.");
+	metrics_gauge_set("meter_schema_current", NULL, schema_gate_open(NULL, 0) ? 1 : 0);
 	if (metrics_render(&text, &len) != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 		return;

@@ -19,8 +19,8 @@
 #include "h_sandboxes.h"
 #include "h_usage.h"
 #include "h_util.h"
-#include "migrate.h"
 #include "openapi.h"
+#include "schema_gate.h"
 
 #define READY_TIMEOUT_MS 1000
 
@@ -50,11 +50,10 @@ enum meter_rc app_db_ping(const struct app *app, int timeout_ms)
  * it, or run on SQL this binary was not tested with). */
 static void h_readyz(struct http_req *req)
 {
-	int want = migrate_latest(), have = -1;
+	struct schema_state st;
 	bool read_only = false;
 	PGconn *conn = NULL;
 	enum meter_rc rc;
-	char msg[600], why[200], elsewhere[256] = "";
 
 	if (app_db_ping(req->app, READY_TIMEOUT_MS) != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
@@ -62,8 +61,8 @@ static void h_readyz(struct http_req *req)
 	}
 	if (!hutil_db_acquire(req, &conn))
 		return;
-	rc = migrate_verify(conn, &have, why, sizeof(why));
-	if (rc == METER_OK) {
+	rc = schema_read(conn, &st);
+	if (rc == METER_OK && st.matches) {
 		/* A database that takes no writes (a standby, or
 		 * default_transaction_read_only) would refuse every check. */
 		PGresult *res = NULL;
@@ -74,42 +73,24 @@ static void h_readyz(struct http_req *req)
 			    strcmp(PQgetvalue(res, 0, 0), "on") == 0;
 		PQclear(res);
 	}
-	/* Not migrated here, but meter's tables are in another schema: a
-	 * migration would start an empty set beside them (and refuses to). */
-	if (rc == METER_OK && have == 0)
-		rc = migrate_elsewhere(conn, elsewhere, sizeof(elsewhere));
 	hutil_db_release(req, conn);
-	if (rc == METER_ECONFLICT || rc == METER_ENOMEM) {
-		snprintf(msg, sizeof(msg), "%s%s", why,
-			 rc == METER_ECONFLICT ? ": the database was migrated by another build"
-					       : "");
-		http_reply_error(req, 503, "metering_unavailable", msg, NULL);
+	if (rc == METER_ENOMEM) {
+		http_reply_error(req, 503, "metering_unavailable", st.why, NULL);
 		return;
 	}
 	if (rc != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
 		return;
 	}
-	if (elsewhere[0]) {
-		snprintf(msg, sizeof(msg),
-			 "meter's tables are in schema \"%s\", not in \"%s\" (database_schema):"
-			 " set it to %s",
-			 elsewhere, db_schema(), elsewhere);
-		http_reply_error(req, 503, "metering_unavailable", msg,
-				 json_pack("{s:I, s:I}", "schema_version", (json_int_t)have,
-					   "binary_schema_version", (json_int_t)want));
-		return;
-	}
-	if (have != want) {
-		snprintf(msg, sizeof(msg),
-			 have < want ? "the database's schema is at version %d, this meterd needs "
-				       "%d: run meterctl migrate"
-				     : "the database's schema is at version %d, newer than this "
-				       "meterd's %d: run the newer meterd",
-			 have, want);
-		http_reply_error(req, 503, "metering_unavailable", msg,
-				 json_pack("{s:I, s:I}", "schema_version", (json_int_t)have,
-					   "binary_schema_version", (json_int_t)want));
+	/* The gate that holds the other routes back takes this reading as its
+	 * newest: a schema put right is served from this answer on. */
+	schema_gate_note(&st);
+	if (!st.matches) {
+		http_reply_error(
+		    req, 503, "metering_unavailable", st.why,
+		    st.versions ? json_pack("{s:I, s:I}", "schema_version", (json_int_t)st.have,
+					    "binary_schema_version", (json_int_t)st.want)
+				: NULL);
 		return;
 	}
 	if (read_only) {
@@ -123,14 +104,27 @@ static void h_readyz(struct http_req *req)
 }
 
 const struct route routes[] = {
-    {.method = "GET", .path = "/healthz", .roles = ROLE_PUBLIC, .handler = h_healthz},
+    {.method = "GET",
+     .path = "/healthz",
+     .roles = ROLE_PUBLIC,
+     .handler = h_healthz,
+     .any_schema = true},
     {.method = "GET",
      .path = "/readyz",
      .roles = ROLE_PUBLIC,
      .handler = h_readyz,
-     .lane = ROUTE_LANE_WRITE},
-    {.method = "GET", .path = "/v1/openapi.json", .roles = ROLE_PUBLIC, .handler = h_openapi},
-    {.method = "GET", .path = "/metrics", .roles = ROLE_PUBLIC, .handler = h_metrics},
+     .lane = ROUTE_LANE_WRITE,
+     .any_schema = true},
+    {.method = "GET",
+     .path = "/v1/openapi.json",
+     .roles = ROLE_PUBLIC,
+     .handler = h_openapi,
+     .any_schema = true},
+    {.method = "GET",
+     .path = "/metrics",
+     .roles = ROLE_PUBLIC,
+     .handler = h_metrics,
+     .any_schema = true},
     /* Push ingestion: an agent document can be far above 64 KiB. */
     {.method = "POST",
      .path = "/v1/samples",
@@ -139,16 +133,26 @@ const struct route routes[] = {
      .handler = h_samples_push,
      .lane = ROUTE_LANE_WRITE},
     /* The dashboard: pages a signed-in browser opens with its session. */
-    {.method = "GET", .path = "/dashboard", .roles = ROLE_PUBLIC, .handler = h_dash_root},
+    {.method = "GET",
+     .path = "/dashboard",
+     .roles = ROLE_PUBLIC,
+     .handler = h_dash_root,
+     .any_schema = true},
     {.method = "GET",
      .path = "/dashboard/style.css",
      .roles = ROLE_PUBLIC,
-     .handler = h_dash_style},
-    {.method = "GET", .path = "/favicon.ico", .roles = ROLE_PUBLIC, .handler = h_dash_favicon},
+     .handler = h_dash_style,
+     .any_schema = true},
+    {.method = "GET",
+     .path = "/favicon.ico",
+     .roles = ROLE_PUBLIC,
+     .handler = h_dash_favicon,
+     .any_schema = true},
     {.method = "GET",
      .path = "/dashboard/sign-in",
      .roles = ROLE_PUBLIC,
-     .handler = h_dash_sign_in_form},
+     .handler = h_dash_sign_in_form,
+     .any_schema = true},
     {.method = "POST",
      .path = "/dashboard/sign-in",
      .roles = ROLE_PUBLIC,
@@ -158,7 +162,8 @@ const struct route routes[] = {
     {.method = "POST",
      .path = "/dashboard/sign-out",
      .roles = ROLE_PUBLIC,
-     .handler = h_dash_sign_out},
+     .handler = h_dash_sign_out,
+     .any_schema = true},
     {.method = "GET",
      .path = "/dashboard/",
      .roles = ROLE_FULL | ROLE_READ_ONLY | ROLE_OPERATOR,

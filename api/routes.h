@@ -38,6 +38,11 @@ struct route {
 	/* Where the handler runs; ROUTE_LANE_HTTP (0) unless it waits on
 	 * PostgreSQL. Only handlers that run there may park the request. */
 	enum route_lane lane;
+	/* Answers whatever the database's schema is (it does not use the
+	 * database, or reads the schema itself): the schema gate
+	 * (schema_gate.h) does not hold it back. Every other route is
+	 * answered 503 while the schema is not this binary's. */
+	bool any_schema;
 };
 
 extern const struct route routes[];

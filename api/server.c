@@ -22,6 +22,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "routes.h"
+#include "schema_gate.h"
 
 #define CONNECTION_MEMORY_LIMIT (64 * 1024) /* headers and MHD's buffers */
 #define SWEEP_INTERVAL_MS	250
@@ -766,11 +767,18 @@ static void reply_too_large(struct http_req *req)
  * it (a check takes its key in the body, and no other route keeps one).
  * Decided here, after the credentials, so that a caller without them, or
  * with a read-only key, gets their refusal first, as on the read routes,
- * whose handlers check their own parameters. */
+ * whose handlers check their own parameters. First of all, a route that
+ * uses the database is answered 503 while its schema is not this
+ * binary's (schema_gate.h): the request is not worked on at all. */
 static void call_handler(struct http_req *req)
 {
 	static const char *const none[] = {NULL};
+	char why[SCHEMA_WHY_MAX];
 
+	if (!req->route->any_schema && !schema_gate_open(why, sizeof(why))) {
+		http_reply_error(req, 503, "metering_unavailable", why, NULL);
+		return;
+	}
 	if (strcmp(req->route->method, "GET") != 0 && strcmp(req->route->method, "HEAD") != 0) {
 		if (!http_query_allowed(req, none))
 			return;

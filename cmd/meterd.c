@@ -28,6 +28,7 @@
 #include "dbpool.h"
 #include "log.h"
 #include "parse.h"
+#include "schema_gate.h"
 #include "server.h"
 #include "session.h"
 #include "url.h"
@@ -212,6 +213,13 @@ int main(int argc, char **argv)
 	}
 	app.cfg = &cfg;
 	app.pool = pool;
+	/* Before anything that works on the database: until the gate has
+	 * read the schema and found it this binary's, nothing does. */
+	if (schema_gate_start(cfg.database_url, cfg.db_statement_timeout_ms) != METER_OK) {
+		log_error("meterd: cannot start the schema gate");
+		goto out;
+	}
+	(void)schema_gate_wait(2000); /* the database down: the gate reads it once it is up */
 	/* libcurl's global state, before any thread uses it (the collector's
 	 * agent polling, the webhook deliverer). */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -369,6 +377,7 @@ out:
 	collector_stop(collector);
 	checks_engine_stop(checks);
 	webhook_stop(webhook);
+	schema_gate_stop();
 	if (srv && !http_server_drained(srv, 2000))
 		log_warn("stopping with requests still under way");
 	http_server_stop(srv);

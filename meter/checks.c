@@ -24,6 +24,7 @@
 #include "ledger.h"
 #include "log.h"
 #include "metrics.h"
+#include "schema_gate.h"
 
 #define BACKOFF_MIN_MS	   100
 #define BACKOFF_MAX_MS	   5000
@@ -1753,7 +1754,10 @@ static void *sweeper_main(void *arg)
 				failures = 0;
 			}
 		}
-		if (!conn)
+		/* Nothing swept on a schema not this binary's (schema_gate.h):
+		 * its statements would fail there every second, or do what
+		 * they were not written for. */
+		if (!conn || !schema_gate_open(NULL, 0))
 			continue;
 		/* The four steps in turn (a stop's stretch metered before
 		 * the settling step closes its hold), each again while it took a whole

@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "parse.h"
 #include "sample.h"
+#include "schema_gate.h"
 #include "source_agents.h"
 #include "source_cgroup.h"
 
@@ -49,6 +50,7 @@ struct collector {
 	size_t nagents;
 	bool cgroup_failing;
 	atomic_bool db_down_logged; /* ingestion runs on several threads */
+	atomic_bool schema_logged;
 
 	/* Two threads: the poller reads the sources every period into
 	 * pending; the ingester takes everything pending (several rounds at
@@ -286,13 +288,22 @@ static int batch_time_cmp(const void *x, const void *y)
 static bool collector_ingest(struct collector *c, struct batch_list *l)
 {
 	struct ingest_stats st;
-	char err[512];
+	char err[512], why[SCHEMA_WHY_MAX];
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 	bool ok = true;
 
 	if (l->n == 0)
 		return true;
+	/* On a schema not this binary's (schema_gate.h), kept as while the
+	 * database is down. */
+	if (!schema_gate_open(why, sizeof(why))) {
+		if (!c->schema_logged)
+			log_warn("collector: keeping %zu samples: %s", l->samples, why);
+		c->schema_logged = true;
+		return false;
+	}
+	c->schema_logged = false;
 	rc = db_pool_acquire(c->pool, COLLECTOR_DB_WAIT_MS, &conn);
 	if (rc != METER_OK) {
 		if (!c->db_down_logged)

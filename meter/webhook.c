@@ -18,6 +18,7 @@
 #include "keys.h"
 #include "log.h"
 #include "metrics.h"
+#include "schema_gate.h"
 
 struct xfer;
 
@@ -469,6 +470,8 @@ static void *deliver_main(void *arg)
 			}
 		}
 		backoff = 0;
+		if (!schema_gate_open(NULL, 0))
+			continue; /* on a schema not this binary's (schema_gate.h) */
 		do {
 			count_backlog(conn, &counted_ms);
 			/* Without a URL this process only counts (its events

@@ -410,18 +410,50 @@ METER_PG_PORT=$(free_port)
 own_url=$(bash "$here/../../scripts/pg.sh" start)
 cleanup_fns+=("bash $here/../../scripts/pg.sh stop")
 
-# Not migrated: alive, not ready, until the schema is this binary's.
-start_meterd "$work/meterd-schema.log" --database-url "$own_url" --collector off
+# Not migrated: alive, not ready, until the schema is this binary's; and
+# no work done meanwhile (the schema gate): a request that needs the
+# database is answered 503 saying what to do, and the lease-end sweeper
+# does not run its statements (which would fail every second).
+op=op-schema-0123456789abcdefghijklmnop
+METER_OPERATOR_TOKEN=$op start_meterd "$work/meterd-schema.log" --database-url "$own_url" \
+	--collector off
+prices() { curl -s --max-time 5 -H "Authorization: Bearer $op" "$base/v1/prices" "$@"; }
 expect "readyz before migrating" "$(http_status "$base/readyz")" 503
 curl -s "$base/readyz" | grep -q '"schema_version":0,' && ok || fail "readyz names the schema"
+expect "a route that needs the database, before migrating" \
+	"$(prices -o /dev/null -w '%{http_code}')" 503
+prices | grep -q '"code":"metering_unavailable","message":"the database.s schema is at version 0, this meterd needs [0-9]*: run meterctl migrate"' &&
+	ok || fail "the 503 says what to do: $(prices)"
+curl -s "$base/metrics" | grep -qx 'meter_schema_current 0' && ok ||
+	fail "/metrics does not show the schema is not current"
+sleep 2.5
+grep -q "schema: the database's schema is at version 0" "$work/meterd-schema.log" && ok ||
+	fail "the gate's word not in the log"
+expect "sweeper statements failed before migrating" \
+	"$(grep -c 'does not exist' "$work/meterd-schema.log")" 0
 "$bin/meterctl" migrate --database-url "$own_url" >/dev/null
 expect "readyz once migrated" "$(http_status "$base/readyz")" 200
+expect "the route once migrated" "$(prices -o /dev/null -w '%{http_code}')" 200
+curl -s "$base/metrics" | grep -qx 'meter_schema_current 1' && ok ||
+	fail "/metrics does not show the schema is current"
+# Migrated past this binary while it runs (an old meterd left across an
+# upgrade): the gate reads it by itself within a second or so, no
+# readiness check needed, and opens again once put back.
 psql "$own_url" -Atq -c "INSERT INTO schema_migrations (version, name, sha256)
   VALUES (9999, '9999_future', repeat('0', 64))"
+gated() { [[ $(prices -o /dev/null -w '%{http_code}') == 503 ]]; }
+wait_for 5 gated && ok || fail "the route still served on a newer schema"
+prices | grep -q 'newer than this meterd.s [0-9]*: run the newer meterd' && ok ||
+	fail "the 503 says newer: $(prices)"
 expect "readyz on a newer schema" "$(http_status "$base/readyz")" 503
 curl -s "$base/readyz" | grep -q 'newer than this meterd' && ok || fail "readyz says newer"
+expect "healthz on a newer schema" "$(http_status "$base/healthz")" 200
 psql "$own_url" -Atq -c "DELETE FROM schema_migrations WHERE version = 9999"
+served() { [[ $(prices -o /dev/null -w '%{http_code}') == 200 ]]; }
+wait_for 5 served && ok || fail "the route not served again once the newer row was gone"
 expect "readyz once the newer row is gone" "$(http_status "$base/readyz")" 200
+grep -q "schema: the database's schema is this meterd's again" "$work/meterd-schema.log" &&
+	ok || fail "no word in the log of the gate opening again"
 # Migrated by another build: a migration's text differs from this
 # binary's, or one it records is not this binary's.
 read -r latest sha < <(psql "$own_url" -Atq -F ' ' -c "SELECT version, sha256
@@ -431,6 +463,8 @@ psql "$own_url" -Atq -c "UPDATE schema_migrations SET sha256 = repeat('0', 64)
 expect "readyz on a changed migration" "$(http_status "$base/readyz")" 503
 curl -s "$base/readyz" | grep -q 'changed after it was applied.*another build' && ok ||
 	fail "readyz says changed: $(curl -s "$base/readyz")"
+expect "a route that needs the database, on a changed migration" \
+	"$(prices -o /dev/null -w '%{http_code}')" 503
 psql "$own_url" -Atq -c "UPDATE schema_migrations SET sha256 = '$sha' WHERE version = $latest"
 expect "readyz with the hash back" "$(http_status "$base/readyz")" 200
 missing=$(psql "$own_url" -Atq -c "SELECT min(v) FROM generate_series(1, $latest) v

@@ -1,0 +1,229 @@
+/* meter: the schema gate (see schema_gate.h). */
+#include "schema_gate.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "db.h"
+#include "db_util.h"
+#include "log.h"
+#include "migrate.h"
+
+#define GATE_INTERVAL_MS 1000 /* between two readings, and two attempts to connect */
+
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cv;
+static pthread_t gate_thread;
+static bool gate_started, gate_stopping, gate_read;
+static struct schema_state gate_state;
+static char *gate_url;
+static int64_t gate_timeout_ms;
+
+enum meter_rc schema_read(PGconn *conn, struct schema_state *st)
+{
+	char why[200] = "", elsewhere[256] = "";
+	enum meter_rc rc;
+
+	*st = (struct schema_state){.have = -1, .want = migrate_latest()};
+	rc = migrate_verify(conn, &st->have, why, sizeof(why));
+	if (rc == METER_ECONFLICT) {
+		snprintf(st->why, sizeof(st->why), "%s: the database was migrated by another build",
+			 why);
+		return METER_OK;
+	}
+	if (rc == METER_ENOMEM) {
+		snprintf(st->why, sizeof(st->why), "%s", why);
+		return rc;
+	}
+	/* Not migrated here, but meter's tables are in another schema: a
+	 * migration would start an empty set beside them (and refuses to). */
+	if (rc == METER_OK && st->have == 0)
+		rc = migrate_elsewhere(conn, elsewhere, sizeof(elsewhere));
+	if (rc != METER_OK) {
+		snprintf(st->why, sizeof(st->why), "the database's schema cannot be read");
+		return METER_EDB;
+	}
+	st->versions = true;
+	if (elsewhere[0])
+		snprintf(st->why, sizeof(st->why),
+			 "meter's tables are in schema \"%s\", not in \"%s\" (database_schema):"
+			 " set it to %s",
+			 elsewhere, db_schema(), elsewhere);
+	else if (st->have < st->want)
+		snprintf(st->why, sizeof(st->why),
+			 "the database's schema is at version %d, this meterd needs %d: run "
+			 "meterctl migrate",
+			 st->have, st->want);
+	else if (st->have > st->want)
+		snprintf(st->why, sizeof(st->why),
+			 "the database's schema is at version %d, newer than this meterd's %d:"
+			 " run the newer meterd",
+			 st->have, st->want);
+	else
+		st->matches = true;
+	return METER_OK;
+}
+
+void schema_gate_note(const struct schema_state *st)
+{
+	bool was_read, was_open, changed;
+
+	pthread_mutex_lock(&gate_mu);
+	was_read = gate_read;
+	was_open = gate_state.matches;
+	changed = !was_read || was_open != st->matches ||
+		  (!st->matches && strcmp(gate_state.why, st->why) != 0);
+	gate_state = *st;
+	gate_read = true;
+	if (!was_read && gate_started)
+		pthread_cond_broadcast(&gate_cv); /* schema_gate_wait */
+	pthread_mutex_unlock(&gate_mu);
+	if (!changed || !gate_started)
+		return;
+	if (!st->matches)
+		log_warn("schema: %s; until then, requests that need the database are answered 503,"
+			 " and the lease-end sweeper, the webhook deliverer and the collector wait",
+			 st->why);
+	else if (was_read)
+		log_info("schema: the database's schema is this meterd's again (version %d):"
+			 " serving",
+			 st->have);
+	else
+		log_info("schema: the database's schema is this meterd's (version %d)", st->have);
+}
+
+bool schema_gate_open(char *why, size_t whylen)
+{
+	bool open;
+
+	pthread_mutex_lock(&gate_mu);
+	open = !gate_started || (gate_read && gate_state.matches);
+	if (!open && why && whylen)
+		snprintf(why, whylen, "%s",
+			 gate_read ? gate_state.why
+				   : "the database has not answered since meterd started,"
+				     " so its schema is not known yet");
+	pthread_mutex_unlock(&gate_mu);
+	return open;
+}
+
+bool schema_gate_wait(int64_t ms)
+{
+	struct timespec until = clock_mono_after_ms(ms);
+	bool read;
+
+	pthread_mutex_lock(&gate_mu);
+	while (gate_started && !gate_read && !gate_stopping)
+		if (pthread_cond_timedwait(&gate_cv, &gate_mu, &until) == ETIMEDOUT)
+			break;
+	read = gate_read;
+	pthread_mutex_unlock(&gate_mu);
+	return read;
+}
+
+/* Sleeps ms unless stopped; true when stopping. */
+static bool gate_nap(int64_t ms)
+{
+	struct timespec until = clock_mono_after_ms(ms);
+	bool stop;
+
+	pthread_mutex_lock(&gate_mu);
+	while (!gate_stopping)
+		if (pthread_cond_timedwait(&gate_cv, &gate_mu, &until) == ETIMEDOUT)
+			break;
+	stop = gate_stopping;
+	pthread_mutex_unlock(&gate_mu);
+	return stop;
+}
+
+/* Reads the schema every GATE_INTERVAL_MS on a connection of its own,
+ * connecting again after a failure. */
+static void *gate_main(void *arg)
+{
+	PGconn *conn = NULL;
+
+	(void)arg;
+	do {
+		struct schema_state st;
+		char err[256];
+		enum meter_rc rc;
+
+		if (!conn &&
+		    (db_connect(gate_url, &conn, err, sizeof(err)) != METER_OK ||
+		     db_util_session_timeouts(conn, "schema gate session", gate_timeout_ms,
+					      db_util_idle_tx_ms(gate_timeout_ms)) != METER_OK)) {
+			PQfinish(conn);
+			conn = NULL;
+			continue;
+		}
+		rc = schema_read(conn, &st);
+		if (rc == METER_OK) {
+			schema_gate_note(&st);
+		} else if (rc == METER_EDB) {
+			log_debug("schema gate: %s", st.why);
+			PQfinish(conn);
+			conn = NULL;
+		} else {
+			log_error("schema gate: %s", st.why);
+		}
+	} while (!gate_nap(GATE_INTERVAL_MS));
+	PQfinish(conn);
+	return NULL;
+}
+
+enum meter_rc schema_gate_start(const char *url, int64_t statement_timeout_ms)
+{
+	pthread_mutex_lock(&gate_mu);
+	if (gate_started) {
+		pthread_mutex_unlock(&gate_mu);
+		return METER_EINVAL;
+	}
+	gate_url = strdup(url ? url : "");
+	if (!gate_url) {
+		pthread_mutex_unlock(&gate_mu);
+		return METER_ENOMEM;
+	}
+	gate_timeout_ms = statement_timeout_ms;
+	gate_stopping = false;
+	gate_read = false;
+	if (clock_mono_cond_init(&gate_cv) != 0) {
+		free(gate_url);
+		gate_url = NULL;
+		pthread_mutex_unlock(&gate_mu);
+		return METER_EIO;
+	}
+	gate_started = true;
+	pthread_mutex_unlock(&gate_mu);
+	if (pthread_create(&gate_thread, NULL, gate_main, NULL) != 0) {
+		pthread_mutex_lock(&gate_mu);
+		gate_started = false;
+		pthread_cond_destroy(&gate_cv);
+		free(gate_url);
+		gate_url = NULL;
+		pthread_mutex_unlock(&gate_mu);
+		return METER_EIO;
+	}
+	return METER_OK;
+}
+
+void schema_gate_stop(void)
+{
+	pthread_mutex_lock(&gate_mu);
+	if (!gate_started || gate_stopping) {
+		pthread_mutex_unlock(&gate_mu);
+		return;
+	}
+	gate_stopping = true;
+	pthread_cond_signal(&gate_cv);
+	pthread_mutex_unlock(&gate_mu);
+	pthread_join(gate_thread, NULL);
+	pthread_mutex_lock(&gate_mu);
+	pthread_cond_destroy(&gate_cv);
+	free(gate_url);
+	gate_url = NULL;
+	pthread_mutex_unlock(&gate_mu);
+}

@@ -139,7 +139,9 @@ static enum auth_key_result auth_key(struct app *app, const char *token, bool ma
 		return AUTH_KEY_OK;
 	if (!may_wait)
 		return AUTH_KEY_LOOKUP;
-	if (db_pool_acquire(app->pool, AUTH_DB_WAIT_MS, &conn) != METER_OK)
+	/* Not looked up on a schema not this binary's (reply_down). */
+	if (!schema_gate_open(NULL, 0) ||
+	    db_pool_acquire(app->pool, AUTH_DB_WAIT_MS, &conn) != METER_OK)
 		return AUTH_KEY_DOWN;
 	rc = db_key_auth_get(conn, key_id, &row);
 	db_pool_release(app->pool, conn, db_conn_failed(conn));
@@ -268,7 +270,8 @@ static enum auth_key_result auth_session(struct http_req *req, bool may_wait, st
 		return AUTH_KEY_UNKNOWN;
 	if (!may_wait)
 		return AUTH_KEY_LOOKUP;
-	if (db_pool_acquire(req->app->pool, AUTH_DB_WAIT_MS, &conn) != METER_OK)
+	if (!schema_gate_open(NULL, 0) ||
+	    db_pool_acquire(req->app->pool, AUTH_DB_WAIT_MS, &conn) != METER_OK)
 		return AUTH_KEY_DOWN;
 	rc = db_key_auth_get(conn, a->key_id, &row);
 	db_pool_release(req->app->pool, conn, db_conn_failed(conn));
@@ -280,8 +283,6 @@ static enum auth_key_result auth_session(struct http_req *req, bool may_wait, st
 	return rc == METER_OK ? AUTH_KEY_OK : AUTH_KEY_DOWN;
 }
 
-/* Decides req's credentials (auth_begin, auth_finish); may_wait: the
- * database may be asked. */
 /* 503: a key or session could not be looked up. While the schema is not
  * this binary's (schema_gate.h), that is why, and what to do is said. */
 static void reply_down(struct http_req *req)
@@ -295,6 +296,8 @@ static void reply_down(struct http_req *req)
 	http_reply_error(req, 503, "metering_unavailable", msg, NULL);
 }
 
+/* Decides req's credentials (auth_begin, auth_finish); may_wait: the
+ * database may be asked. */
 static enum auth_step auth_run(struct http_req *req, bool may_wait)
 {
 	const char *h = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);

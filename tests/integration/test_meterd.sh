@@ -426,6 +426,10 @@ prices | grep -q '"code":"metering_unavailable","message":"the database.s schema
 	ok || fail "the 503 says what to do: $(prices)"
 curl -s "$base/metrics" | grep -qx 'meter_schema_current 0' && ok ||
 	fail "/metrics does not show the schema is not current"
+# An account key cannot be looked up on it: the 503 says why.
+curl -s -H "Authorization: Bearer key_x.abcdefghijklmnopqrstuvwxyz0123456789" \
+	"$base/v1/sandboxes" | grep -q '"message":"credentials cannot be checked now: the database.s schema is at version 0' &&
+	ok || fail "a key's 503 does not say why"
 sleep 2.5
 grep -q "schema: the database's schema is at version 0" "$work/meterd-schema.log" && ok ||
 	fail "the gate's word not in the log"

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,9 @@ static pthread_cond_t gate_cv;
 static pthread_t gate_thread;
 static bool gate_started, gate_stopping, gate_read;
 static struct schema_state gate_state;
+/* !gate_started || (gate_read && gate_state.matches), written under
+ * gate_mu: the open gate, asked on every request, takes no lock. */
+static atomic_bool gate_is_open = true;
 static char *gate_url;
 static int64_t gate_timeout_ms;
 
@@ -79,6 +83,7 @@ void schema_gate_note(const struct schema_state *st)
 		  (!st->matches && strcmp(gate_state.why, st->why) != 0);
 	gate_state = *st;
 	gate_read = true;
+	atomic_store(&gate_is_open, !gate_started || st->matches);
 	if (!was_read && gate_started)
 		pthread_cond_broadcast(&gate_cv); /* schema_gate_wait */
 	pthread_mutex_unlock(&gate_mu);
@@ -100,6 +105,8 @@ bool schema_gate_open(char *why, size_t whylen)
 {
 	bool open;
 
+	if (atomic_load(&gate_is_open))
+		return true;
 	pthread_mutex_lock(&gate_mu);
 	open = !gate_started || (gate_read && gate_state.matches);
 	if (!open && why && whylen)
@@ -197,10 +204,12 @@ enum meter_rc schema_gate_start(const char *url, int64_t statement_timeout_ms)
 		return METER_EIO;
 	}
 	gate_started = true;
+	atomic_store(&gate_is_open, false);
 	pthread_mutex_unlock(&gate_mu);
 	if (pthread_create(&gate_thread, NULL, gate_main, NULL) != 0) {
 		pthread_mutex_lock(&gate_mu);
 		gate_started = false;
+		atomic_store(&gate_is_open, true);
 		pthread_cond_destroy(&gate_cv);
 		free(gate_url);
 		gate_url = NULL;

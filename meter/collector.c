@@ -50,7 +50,7 @@ struct collector {
 	size_t nagents;
 	bool cgroup_failing;
 	atomic_bool db_down_logged; /* ingestion runs on several threads */
-	atomic_bool schema_logged;
+	bool schema_logged;	    /* the ingester thread's */
 
 	/* Two threads: the poller reads the sources every period into
 	 * pending; the ingester takes everything pending (several rounds at
@@ -288,22 +288,13 @@ static int batch_time_cmp(const void *x, const void *y)
 static bool collector_ingest(struct collector *c, struct batch_list *l)
 {
 	struct ingest_stats st;
-	char err[512], why[SCHEMA_WHY_MAX];
+	char err[512];
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 	bool ok = true;
 
 	if (l->n == 0)
 		return true;
-	/* On a schema not this binary's (schema_gate.h), kept as while the
-	 * database is down. */
-	if (!schema_gate_open(why, sizeof(why))) {
-		if (!c->schema_logged)
-			log_warn("collector: keeping %zu samples: %s", l->samples, why);
-		c->schema_logged = true;
-		return false;
-	}
-	c->schema_logged = false;
 	rc = db_pool_acquire(c->pool, COLLECTOR_DB_WAIT_MS, &conn);
 	if (rc != METER_OK) {
 		if (!c->db_down_logged)
@@ -571,7 +562,8 @@ static void *collector_ingest_main(void *arg)
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		size_t lost, dropped, stale;
-		bool ok;
+		char why[SCHEMA_WHY_MAX];
+		bool ok, gated;
 
 		if (failed && !c->stop_ingest) {
 			struct timespec until = clock_mono_after_ms(1000);
@@ -595,8 +587,14 @@ static void *collector_ingest_main(void *arg)
 		if (stale > 0)
 			metrics_counter_add("meter_samples_ignored_total", NULL, stale);
 		collector_dropped(c, lost, "out of memory");
-		ok = collector_ingest_split(c, &c->work);
-		if (!ok)
+		/* On a schema not this binary's (schema_gate.h), kept as
+		 * while the database is down, but not counted as its error. */
+		gated = !schema_gate_open(why, sizeof(why));
+		if (gated && !c->schema_logged)
+			log_warn("collector: keeping %zu samples: %s", c->work.samples, why);
+		c->schema_logged = gated;
+		ok = !gated && collector_ingest_split(c, &c->work);
+		if (!ok && !gated)
 			metrics_counter_add("meter_collector_db_errors_total", NULL, 1);
 		pthread_mutex_lock(&c->mu);
 		dropped = 0;

@@ -15,11 +15,16 @@
 #include "migrate.h"
 
 #define GATE_INTERVAL_MS 1000 /* between two readings, and two attempts to connect */
+/* The longest a reading waits for a lock (a session that locked
+ * schema_migrations): the gate stays as it was meanwhile. */
+#define GATE_LOCK_SQL "SET lock_timeout = 1000"
 
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv;
 static pthread_t gate_thread;
-static bool gate_started, gate_stopping, gate_read;
+static bool gate_started, gate_stopping, gate_read, gate_matched;
+static PGcancel *gate_cancel; /* the thread's connection's, for schema_gate_stop */
+static bool gate_reading;     /* a reading is under way on it */
 static struct schema_state gate_state;
 /* !gate_started || (gate_read && gate_state.matches), written under
  * gate_mu: the open gate, asked on every request, takes no lock. */
@@ -74,18 +79,19 @@ enum meter_rc schema_read(PGconn *conn, struct schema_state *st)
 
 void schema_gate_note(const struct schema_state *st)
 {
-	bool was_read, was_open, changed;
+	bool matched_before, was_open, changed;
 
 	pthread_mutex_lock(&gate_mu);
-	was_read = gate_read;
-	was_open = gate_state.matches;
-	changed = !was_read || was_open != st->matches ||
+	matched_before = gate_matched;
+	was_open = gate_read && gate_state.matches;
+	changed = !gate_read || was_open != st->matches ||
 		  (!st->matches && strcmp(gate_state.why, st->why) != 0);
+	if (!gate_read && gate_started)
+		pthread_cond_broadcast(&gate_cv); /* schema_gate_wait */
 	gate_state = *st;
 	gate_read = true;
+	gate_matched |= st->matches;
 	atomic_store(&gate_is_open, !gate_started || st->matches);
-	if (!was_read && gate_started)
-		pthread_cond_broadcast(&gate_cv); /* schema_gate_wait */
 	pthread_mutex_unlock(&gate_mu);
 	if (!changed || !gate_started)
 		return;
@@ -93,12 +99,10 @@ void schema_gate_note(const struct schema_state *st)
 		log_warn("schema: %s; until then, requests that need the database are answered 503,"
 			 " and the lease-end sweeper, the webhook deliverer and the collector wait",
 			 st->why);
-	else if (was_read)
-		log_info("schema: the database's schema is this meterd's again (version %d):"
-			 " serving",
-			 st->have);
 	else
-		log_info("schema: the database's schema is this meterd's (version %d)", st->have);
+		log_info("schema: the database's schema is this meterd's%s (version %d)%s",
+			 matched_before ? " again" : "", st->have,
+			 matched_before ? ": serving" : "");
 }
 
 bool schema_gate_open(char *why, size_t whylen)
@@ -147,8 +151,42 @@ static bool gate_nap(int64_t ms)
 	return stop;
 }
 
+/* Closes the thread's connection (NULL: none), and its cancel handle
+ * first, under the lock schema_gate_stop takes to use it. */
+static void gate_close(PGconn *conn)
+{
+	pthread_mutex_lock(&gate_mu);
+	PQfreeCancel(gate_cancel);
+	gate_cancel = NULL;
+	pthread_mutex_unlock(&gate_mu);
+	PQfinish(conn);
+}
+
+/* A connection for the thread, its statements limited in time and its
+ * cancel handle kept; NULL when none can be made now. */
+static PGconn *gate_connect(void)
+{
+	PGconn *conn = NULL;
+	PGcancel *cancel;
+	char err[256];
+
+	if (db_connect(gate_url, &conn, err, sizeof(err)) != METER_OK ||
+	    db_util_session_timeouts(conn, "schema gate session", gate_timeout_ms,
+				     db_util_idle_tx_ms(gate_timeout_ms)) != METER_OK ||
+	    db_util_exec(conn, "schema gate session", GATE_LOCK_SQL, 0, NULL, NULL, NULL) !=
+		METER_OK ||
+	    !(cancel = PQgetCancel(conn))) {
+		PQfinish(conn);
+		return NULL;
+	}
+	pthread_mutex_lock(&gate_mu);
+	gate_cancel = cancel;
+	pthread_mutex_unlock(&gate_mu);
+	return conn;
+}
+
 /* Reads the schema every GATE_INTERVAL_MS on a connection of its own,
- * connecting again after a failure. */
+ * connecting again after it broke. */
 static void *gate_main(void *arg)
 {
 	PGconn *conn = NULL;
@@ -156,29 +194,31 @@ static void *gate_main(void *arg)
 	(void)arg;
 	do {
 		struct schema_state st;
-		char err[256];
 		enum meter_rc rc;
 
-		if (!conn &&
-		    (db_connect(gate_url, &conn, err, sizeof(err)) != METER_OK ||
-		     db_util_session_timeouts(conn, "schema gate session", gate_timeout_ms,
-					      db_util_idle_tx_ms(gate_timeout_ms)) != METER_OK)) {
-			PQfinish(conn);
-			conn = NULL;
+		if (!conn && !(conn = gate_connect()))
 			continue;
-		}
+		pthread_mutex_lock(&gate_mu);
+		gate_reading = true;
+		pthread_mutex_unlock(&gate_mu);
 		rc = schema_read(conn, &st);
+		pthread_mutex_lock(&gate_mu);
+		gate_reading = false;
+		pthread_mutex_unlock(&gate_mu);
 		if (rc == METER_OK) {
 			schema_gate_note(&st);
-		} else if (rc == METER_EDB) {
+			continue;
+		}
+		if (rc == METER_EDB)
 			log_debug("schema gate: %s", st.why);
-			PQfinish(conn);
-			conn = NULL;
-		} else {
+		else
 			log_error("schema gate: %s", st.why);
+		if (PQstatus(conn) != CONNECTION_OK) {
+			gate_close(conn);
+			conn = NULL;
 		}
 	} while (!gate_nap(GATE_INTERVAL_MS));
-	PQfinish(conn);
+	gate_close(conn);
 	return NULL;
 }
 
@@ -228,6 +268,14 @@ void schema_gate_stop(void)
 	}
 	gate_stopping = true;
 	pthread_cond_signal(&gate_cv);
+	if (gate_cancel && gate_reading) {
+		/* A reading under way (at a lock, on a slow server) is not
+		 * waited for. */
+		char err[256];
+
+		if (!PQcancel(gate_cancel, err, sizeof(err)))
+			log_debug("schema gate: cancel: %s", err);
+	}
 	pthread_mutex_unlock(&gate_mu);
 	pthread_join(gate_thread, NULL);
 	pthread_mutex_lock(&gate_mu);

@@ -268,6 +268,33 @@ psql "$url" -Atq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 	WHERE application_name = 'meterd-test-locker'" >/dev/null
 wait "$waiter" 2>/dev/null || true
 wait "$locker" 2>/dev/null || true
+# One SIGTERM while only the schema gate's reading waits at that lock:
+# a clean stop at once, its reading cancelled, not one held for the
+# statement timeout (30 s here).
+METER_DATABASE_URL=$url start_meterd "$work/gate-stop.log" --collector off \
+	--db-statement-timeout-ms 30000
+PGAPPNAME=meterd-test-locker psql "$url" -Atq -c "BEGIN;
+	LOCK TABLE schema_migrations IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(20); COMMIT" \
+	>/dev/null 2>&1 &
+locker=$!
+wait_for 10 locked || fail "the table was not locked"
+gate_waiting() {
+	[[ $(psql "$url" -Atq -c "SELECT count(*) > 0 FROM pg_stat_activity
+		WHERE wait_event_type = 'Lock' AND application_name = 'meter'
+		AND query LIKE '%schema_migrations%'") == t ]]
+}
+wait_for 10 gate_waiting || fail "the gate's reading did not wait at the lock"
+kill -TERM "$pid"
+started=$(date +%s%N)
+status=0
+wait "$pid" || status=$?
+took_ms=$((($(date +%s%N) - started) / 1000000))
+pid=
+expect "exit status of a stop with the gate at a lock" "$status" 0
+((took_ms < 5000)) && ok || fail "a stop with the gate's reading at a lock took $took_ms ms"
+psql "$url" -Atq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	WHERE application_name = 'meterd-test-locker'" >/dev/null
+wait "$locker" 2>/dev/null || true
 
 # Secrets: a token given as a flag still works, is gone from the command
 # line (every local user can read one) and is warned about; and the process

@@ -74,3 +74,57 @@ bool ledger_max_cost_ok(int64_t lease_max_cost_micros, int64_t max_cost_micros)
 {
 	return lease_max_cost_micros <= max_cost_micros;
 }
+
+/* Whether hold h may consume piece p (see ledger_consume). */
+static bool ledger_eligible(const struct ledger_hold *h, const struct ledger_piece *p)
+{
+	return h->lease_starts_usec < p->end_usec && p->start_usec < h->settles_usec;
+}
+
+enum meter_rc ledger_consume(const struct ledger_piece *p, size_t np, struct ledger_hold *h,
+			     size_t nh, int64_t *covered_micros)
+{
+	int64_t covered = 0;
+	enum meter_rc rc;
+
+	for (size_t j = 0; j < nh; j++) {
+		if (h[j].amount_micros < 0 || h[j].consumed_micros < 0)
+			return METER_EINVAL;
+		h[j].add_micros = 0;
+	}
+	for (size_t i = 0; i < np; i++) {
+		int64_t left = p[i].micros;
+		size_t newest = nh;
+
+		if (left < 0)
+			return METER_EINVAL;
+		for (size_t j = 0; j < nh && left > 0; j++) {
+			int64_t rem, take;
+
+			if (!ledger_eligible(&h[j], &p[i]))
+				continue;
+			newest = j;
+			/* amount - consumed - add without overflow: add never
+			 * takes a hold past its amount but as the newest. */
+			rem = h[j].amount_micros > h[j].consumed_micros
+				  ? h[j].amount_micros - h[j].consumed_micros
+				  : 0;
+			rem = rem > h[j].add_micros ? rem - h[j].add_micros : 0;
+			take = rem < left ? rem : left;
+			h[j].add_micros += take;
+			left -= take;
+			rc = money_add(covered, take, &covered);
+			if (rc != METER_OK)
+				return rc;
+		}
+		/* Money left: the loop saw every hold, newest is the newest
+		 * eligible one (nh: none, the piece consumes nothing). */
+		if (left == 0 || newest == nh)
+			continue;
+		rc = money_add(h[newest].add_micros, left, &h[newest].add_micros);
+		if (rc != METER_OK)
+			return rc;
+	}
+	*covered_micros = covered;
+	return METER_OK;
+}

@@ -15,6 +15,7 @@
 #define METER_LEDGER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "money.h"
@@ -65,6 +66,44 @@ bool ledger_fits(const struct ledger_day *day, int64_t amount_micros);
  * that fit (held + amount <= limit <= INT64_MAX); without a limit a held
  * figure that would overflow is treated as not fitting. */
 bool ledger_place(struct ledger_day *const *days, const int64_t *amounts, int n, int *failed);
+
+/* A hold that no pause or stop is settling (ledger_hold.settles_usec). */
+#define LEDGER_SETTLES_NONE INT64_MAX
+
+/* One priced piece of a sandbox-day's metered usage. */
+struct ledger_piece {
+	int64_t start_usec; /* UTC µs, inclusive */
+	int64_t end_usec;   /* UTC µs, exclusive */
+	int64_t micros;	    /* its money, >= 0 */
+};
+
+/* An open hold of a sandbox-day as metering reads it. */
+struct ledger_hold {
+	int64_t hold_id;
+	int64_t amount_micros;	   /* >= 0 */
+	int64_t consumed_micros;   /* >= 0; may exceed the amount */
+	int64_t lease_starts_usec; /* UTC µs */
+	int64_t settles_usec; /* UTC µs of the event keeping its tail, else LEDGER_SETTLES_NONE */
+	int64_t add_micros;   /* out: consumption ledger_consume adds to it */
+};
+
+/* Consumes a sandbox-day's pieces p[0..np) (in time order) on its open holds
+ * h[0..nh) (oldest first: ascending hold_id). A piece [t0, t1) is for the
+ * holds eligible for it: lease started before t1, and no kept tail that
+ * ended by t0 (settles_usec > t0). Those cover it oldest first, each up to
+ * what it has left (amount - consumed - what earlier pieces added, floor
+ * 0); what is left over (outrun) is added to the newest eligible hold. A
+ * piece with no eligible hold consumes nothing. When every hold is
+ * eligible for every piece, this is the pieces' sum spent by the old rule
+ * (oldest first, the rest to the newest): a piece that outruns leaves
+ * every hold with nothing left, so the next goes to the newest too.
+ * Sets every h[j].add_micros and *covered_micros (what the holds had room
+ * for, at most the pieces' sum). METER_EINVAL for a negative amount,
+ * METER_ERANGE when a consumption or the sum overflows (h and *covered
+ * then unspecified). Pure: no I/O. */
+METER_MUSTCHECK enum meter_rc ledger_consume(const struct ledger_piece *p, size_t np,
+					     struct ledger_hold *h, size_t nh,
+					     int64_t *covered_micros);
 
 /* maxCostMicros (create only): the first lease's worst case may equal the
  * cap, not exceed it. */

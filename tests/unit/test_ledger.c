@@ -160,6 +160,166 @@ static void test_place(void)
 	}
 }
 
+/* An open hold for ledger_consume: no consumption yet, not settling. */
+static struct ledger_hold hold(int64_t id, int64_t amount, int64_t starts)
+{
+	return (struct ledger_hold){.hold_id = id,
+				    .amount_micros = amount,
+				    .lease_starts_usec = starts,
+				    .settles_usec = LEDGER_SETTLES_NONE};
+}
+
+/* The rule before leases' times counted: the whole sandbox-day's money on
+ * its holds oldest first, each up to what it has left, the rest to the
+ * newest. */
+static int64_t old_consume(int64_t money, struct ledger_hold *h, size_t n)
+{
+	int64_t covered = 0;
+
+	for (size_t j = 0; j < n; j++) {
+		int64_t rem = h[j].amount_micros > h[j].consumed_micros
+				  ? h[j].amount_micros - h[j].consumed_micros
+				  : 0;
+		int64_t take = rem < money ? rem : money;
+		h[j].add_micros = take;
+		money -= take;
+		covered += take;
+	}
+	if (n > 0)
+		h[n - 1].add_micros += money;
+	return covered;
+}
+
+/* A hold consumes only pieces of usage from its lease's time: not those
+ * that ended by its lease's start, nor those that began at or after its
+ * kept tail's end (settles_usec); the rest goes to the newest eligible. */
+static void test_consume_times(void)
+{
+	struct ledger_piece p[3];
+	struct ledger_hold h[3];
+	int64_t covered = -1;
+
+	/* Before the lease: skipped; ending just past its start: taken. */
+	h[0] = hold(1, 50, 100 * SEC);
+	p[0] = (struct ledger_piece){0, 100 * SEC, 30};
+	CHECK(ledger_consume(p, 1, h, 1, &covered) == METER_OK);
+	CHECK_I64(covered, 0);
+	CHECK_I64(h[0].add_micros, 0);
+	p[0].end_usec = 100 * SEC + 1;
+	CHECK(ledger_consume(p, 1, h, 1, &covered) == METER_OK);
+	CHECK_I64(covered, 30);
+	CHECK_I64(h[0].add_micros, 30);
+
+	/* The audit's wake: a paused stretch before the wake's lease and the
+	 * woken minute after it, in one call. The wake hold (91) takes only
+	 * its own 84, nothing outrun; the stretch has no hold. */
+	h[0] = hold(7, 91, 600 * SEC);
+	p[0] = (struct ledger_piece){300 * SEC, 600 * SEC, 25};
+	p[1] = (struct ledger_piece){600 * SEC, 660 * SEC, 84};
+	CHECK(ledger_consume(p, 2, h, 1, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 84);
+	CHECK_I64(covered, 84);
+
+	/* A kept tail (settles at 100 s) takes what came before its event,
+	 * nothing after it, not even as the only hold. */
+	h[0] = hold(1, 40, 0);
+	h[0].consumed_micros = 10;
+	h[0].settles_usec = 100 * SEC;
+	p[0] = (struct ledger_piece){50 * SEC, 100 * SEC, 20};
+	p[1] = (struct ledger_piece){100 * SEC, 200 * SEC, 25};
+	CHECK(ledger_consume(p, 2, h, 1, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 20);
+	CHECK_I64(covered, 20);
+	/* Beyond its amount before the event: the tail takes the rest. */
+	p[0].micros = 45;
+	CHECK(ledger_consume(p, 2, h, 1, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 45);
+	CHECK_I64(covered, 30);
+
+	/* Left over: to the newest eligible hold, not to a newer one whose
+	 * lease starts later. */
+	h[0] = hold(1, 10, 0);
+	h[1] = hold(2, 10, 0);
+	h[2] = hold(3, 100, 500 * SEC);
+	p[0] = (struct ledger_piece){0, 100 * SEC, 50};
+	CHECK(ledger_consume(p, 1, h, 3, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 10);
+	CHECK_I64(h[1].add_micros, 40);
+	CHECK_I64(h[2].add_micros, 0);
+	CHECK_I64(covered, 20);
+
+	/* A tail settled before the piece and a lease after it: no eligible
+	 * hold, nothing covered, nothing consumed. */
+	h[0] = hold(1, 100, 0);
+	h[0].settles_usec = 100 * SEC;
+	h[1] = hold(2, 100, 300 * SEC);
+	p[0] = (struct ledger_piece){100 * SEC, 300 * SEC, 70};
+	CHECK(ledger_consume(p, 1, h, 2, &covered) == METER_OK);
+	CHECK_I64(covered, 0);
+	CHECK_I64(h[0].add_micros, 0);
+	CHECK_I64(h[1].add_micros, 0);
+	/* No hold at all. */
+	CHECK(ledger_consume(p, 1, h, 0, &covered) == METER_OK);
+	CHECK_I64(covered, 0);
+
+	/* In time order, a piece's consumption is the next one's less: the
+	 * first piece outruns the only hold of its time, the second finds
+	 * that hold spent and goes to the lease started since. */
+	h[0] = hold(1, 30, 0);
+	h[1] = hold(2, 100, 150 * SEC);
+	p[0] = (struct ledger_piece){0, 100 * SEC, 50};
+	p[1] = (struct ledger_piece){100 * SEC, 200 * SEC, 40};
+	CHECK(ledger_consume(p, 2, h, 2, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 50);
+	CHECK_I64(h[1].add_micros, 40);
+	CHECK_I64(covered, 70);
+
+	/* Bad input and overflow. */
+	p[0] = (struct ledger_piece){0, SEC, -1};
+	CHECK(ledger_consume(p, 1, h, 2, &covered) == METER_EINVAL);
+	h[0] = hold(1, 0, 0);
+	p[0] = (struct ledger_piece){0, SEC, INT64_MAX};
+	p[1] = (struct ledger_piece){SEC, 2 * SEC, 1};
+	CHECK(ledger_consume(p, 2, h, 1, &covered) == METER_ERANGE);
+}
+
+/* When every hold's lease started before every piece and none is
+ * settling, the pieces come out as their sum did under the old rule. */
+static void test_consume_as_before(void)
+{
+	uint64_t x = 88172645463325252ULL;
+
+	for (int round = 0; round < 20000; round++) {
+		struct ledger_piece p[5];
+		struct ledger_hold h[4], old[4];
+		size_t np, nh;
+		int64_t covered = -1, sum = 0, t = 1000 * SEC;
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		np = 1 + x % 5;
+		nh = (x >> 8) % 5;
+		for (size_t j = 0; j < nh; j++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			h[j] = hold((int64_t)j + 1, (int64_t)(x % 200),
+				    (int64_t)((x >> 20) % 1000) * SEC);
+			h[j].consumed_micros = (int64_t)((x >> 40) % 250);
+			old[j] = h[j];
+		}
+		for (size_t i = 0; i < np; i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			p[i] = (struct ledger_piece){t, t + 10 * SEC, (int64_t)(x % 120)};
+			t += 10 * SEC;
+			sum += p[i].micros;
+		}
+		CHECK(ledger_consume(p, np, h, nh, &covered) == METER_OK);
+		if (covered != old_consume(sum, old, nh))
+			CHECK_I64(covered, old_consume(sum, old, nh));
+		for (size_t j = 0; j < nh; j++)
+			if (h[j].add_micros != old[j].add_micros)
+				CHECK_I64(h[j].add_micros, old[j].add_micros);
+	}
+}
+
 /* The webhook signature: HMAC-SHA256("key", "1700000000.{}"), and the
  * retry schedule. */
 static void test_webhook(void)
@@ -181,6 +341,8 @@ int main(void)
 	test_split();
 	test_fits();
 	test_place();
+	test_consume_times();
+	test_consume_as_before();
 	test_webhook();
 	return check_done();
 }

@@ -39,6 +39,7 @@
 #include "db_util.h"
 #include "dbpool.h"
 #include "hash.h"
+#include "ledger.h"
 #include "log.h"
 #include "metrics.h"
 #include "parse.h"
@@ -199,7 +200,7 @@ static void arr_close(struct db_bin *b)
 
 /* Binary array parameters (db_barr, array_recv's format): the server
  * reads them without parsing text. */
-#define ING_NARR 5 /* the most array parameters of one statement (the ledger) */
+#define ING_NARR 7 /* the most array parameters of one statement (the ledger) */
 
 /* One array parameter of rows of a composite type (sql/0009_ingest_rows.sql):
  * array_recv's header with the type's oid, then per element its length and
@@ -464,6 +465,7 @@ struct ing_piece {
 };
 
 struct ing_sub {
+	int64_t a, b; /* its time, UTC µs: [a, b) */
 	int64_t hour;
 	int32_t day;
 	int64_t day_end;
@@ -481,10 +483,13 @@ struct ing_usage_row {
 	int64_t cum[3];
 };
 
+/* A sandbox-day's money, with its pieces in time order (spieces[p_off ..
+ * p_off + np)): the holds a piece may consume hang on its time. */
 struct ing_spend {
 	uint32_t sbx;
 	int32_t day;
 	int64_t micros;
+	size_t p_off, np;
 	uint32_t kd; /* its key-day: index into kdays */
 	int64_t covered;
 };
@@ -498,8 +503,7 @@ struct ing_kday {
 /* An open hold of a spend's sandbox-day, as read under the ledger lock. */
 struct ing_hold {
 	uint32_t spend;
-	int64_t hold_id, amount, consumed;
-	int64_t add;
+	struct ledger_hold h;
 };
 
 struct ing_host {
@@ -565,10 +569,14 @@ struct ing_call {
 	size_t nrows, rows_cap;
 	struct ing_spend *spend;
 	size_t nspend, spend_cap;
+	struct ledger_piece *spieces; /* the spends' pieces */
+	size_t nspieces, spieces_cap;
 	struct ing_kday *kdays;
 	size_t nkdays, kdays_cap;
 	struct ing_hold *holds;
 	size_t nholds, holds_cap;
+	struct ledger_hold *lholds; /* one spend's holds, for ledger_consume */
+	size_t lholds_cap;
 	bool *batch_accepted;
 
 	struct db_barr arr[ING_NARR];  /* binary array parameters */
@@ -1256,21 +1264,24 @@ static const char SQL_ACCOUNT_HOURLY[] =
     " ON CONFLICT (account_id, hour) DO UPDATE SET"
     " total_micros = h.total_micros + EXCLUDED.total_micros";
 
-/* The ledger: meter_ledger_spend's rules (sql/0008_ledger_spend.sql) in
- * four statements, the arithmetic in C (ing_consume):
+/* The ledger: meter_ledger_spend's rules (sql/0056_hold_usage_times.sql) in
+ * four statements, the arithmetic in C (ledger_consume):
  *   1. the key-day rows, created or locked in (account, key, day) order: the
  *      lock order of every writer of holds, each of which takes the rows of
  *      its holds' key-days first; spent grows;
  *   2. the open holds of the spends' sandbox-days, read under those locks
  *      (which cover a hold only when it is under its sandbox's key, as every
  *      hold the service makes is; another is left to the retry);
- *   3. their consumption, oldest hold first, money beyond them added to the
- *      newest, each update guarded by the consumption read;
+ *   3. their consumption: each priced piece of usage by the holds whose
+ *      lease had started by its end and whose kept tail (settles_at) had
+ *      not ended by its start, oldest first, money beyond them added to
+ *      the newest of those, each update guarded by the consumption read;
  *   4. held shrinks by what the holds covered.
  * The function itself is the path after a conflict (c->locking). */
 static const char SQL_LEDGER[] =
     "SELECT COALESCE(sum(outrun_micros), 0)::bigint"
-    " FROM meter_ledger_spend($1::text[], $2::text[], $3::text[], $4::date[], $5::bigint[])";
+    " FROM meter_ledger_spend($1::text[], $2::text[], $3::text[], $4::date[],"
+    " $5::timestamptz[], $6::timestamptz[], $7::bigint[])";
 
 static const char SQL_LEDGER_SPENT[] =
     "INSERT INTO key_day_ledger AS l (account_id, key_id, day, spent_micros, limit_micros)"
@@ -1283,7 +1294,8 @@ static const char SQL_LEDGER_SPENT[] =
 
 /* Ordered in C (by spend, then hold id: ing_hold_cmp). */
 static const char SQL_HOLDS_OPEN[] =
-    "SELECT q.i - 1, ho.hold_id, ho.amount_micros, ho.consumed_micros, ho.key_id = q.k"
+    "SELECT q.i - 1, ho.hold_id, ho.amount_micros, ho.consumed_micros, ho.key_id = q.k,"
+    " ho.lease_starts_at, ho.settles_at"
     " FROM unnest($1::text[], $2::text[], $3::date[], $4::text[])"
     " WITH ORDINALITY AS q(a, s, d, k, i)"
     " JOIN holds ho ON ho.account_id = q.a AND ho.sandbox_id = q.s AND ho.day = q.d"
@@ -2410,6 +2422,8 @@ static enum meter_rc ing_piece_subs(struct ing_call *c, const struct ing_zone *z
 		rc = usage_wide_split(&rest, e - t, b - t, &s->q);
 		if (rc != METER_OK)
 			return rc;
+		s->a = t;
+		s->b = e;
 		s->hour = hour;
 		s->day = day;
 		s->day_end = dend;
@@ -2571,20 +2585,41 @@ static enum meter_rc ing_add_row(struct ing_call *c, uint32_t x, const struct in
 	return METER_OK;
 }
 
-static enum meter_rc ing_add_spend(struct ing_call *c, uint32_t x, int32_t day, int64_t micros)
+/* Adds sub-piece u of sandbox x, whose money is micros, to the spend of
+ * its sandbox-day: the last one when it is of that sandbox-day, else a new
+ * one; the piece goes with it. Pieces are not merged: which holds may
+ * consume one hangs on its time (ledger_consume), and a piece is at most
+ * an hour. ing_price_subs undoes this on failure. */
+static enum meter_rc ing_add_spend(struct ing_call *c, uint32_t x, const struct ing_sub *u,
+				   int64_t micros)
 {
 	struct ing_spend *s = c->nspend ? &c->spend[c->nspend - 1] : NULL;
+	struct ledger_piece *p;
+	enum meter_rc rc;
 
 	if (micros == 0)
 		return METER_OK;
-	if (s && s->sbx == x && s->day == day)
-		return money_add(s->micros, micros, &s->micros);
-	if (!ing_grow(&c->spend, &c->spend_cap, c->nspend + 1, sizeof(*c->spend)))
+	if (!ing_grow(&c->spieces, &c->spieces_cap, c->nspieces + 1, sizeof(*c->spieces)))
 		return METER_ENOMEM;
-	s = &c->spend[c->nspend++];
-	s->sbx = x;
-	s->day = day;
-	s->micros = micros;
+	if (s && s->sbx == x && s->day == u->day) {
+		rc = money_add(s->micros, micros, &s->micros);
+		if (rc != METER_OK)
+			return rc;
+	} else {
+		if (!ing_grow(&c->spend, &c->spend_cap, c->nspend + 1, sizeof(*c->spend)))
+			return METER_ENOMEM;
+		s = &c->spend[c->nspend++];
+		s->sbx = x;
+		s->day = u->day;
+		s->micros = micros;
+		s->p_off = c->nspieces;
+		s->np = 0;
+	}
+	p = &c->spieces[c->nspieces++];
+	p->start_usec = u->a;
+	p->end_usec = u->b;
+	p->micros = micros;
+	s->np++;
 	return METER_OK;
 }
 
@@ -2638,7 +2673,7 @@ static enum meter_rc ing_price_subs(struct ing_call *c, uint32_t x, int64_t *tot
 	struct usage_carry carry = sb->carry;
 	struct ing_roll roll = sb->roll;
 	int64_t cum[3] = {sb->cum[0], sb->cum[1], sb->cum[2]};
-	size_t rows0 = c->nrows, spend0 = c->nspend;
+	size_t rows0 = c->nrows, spend0 = c->nspend, spieces0 = c->nspieces;
 	struct ing_usage_row last_row;
 	struct ing_spend last_spend;
 	enum meter_rc rc = METER_OK;
@@ -2674,7 +2709,7 @@ static enum meter_rc ing_price_subs(struct ing_call *c, uint32_t x, int64_t *tot
 		if (rc == METER_OK)
 			rc = ing_add_row(c, x, s, &cost, cum);
 		if (rc == METER_OK && sb->key[0])
-			rc = ing_add_spend(c, x, s->day, cost.total_micros);
+			rc = ing_add_spend(c, x, s, cost.total_micros);
 	}
 	if (rc != METER_OK) {
 		c->nrows = rows0;
@@ -2683,6 +2718,7 @@ static enum meter_rc ing_price_subs(struct ing_call *c, uint32_t x, int64_t *tot
 		c->nspend = spend0;
 		if (spend0)
 			c->spend[spend0 - 1] = last_spend;
+		c->nspieces = spieces0;
 		return rc;
 	}
 	sb->version = version;
@@ -3085,25 +3121,33 @@ static enum meter_rc ing_write_usage(struct ing_call *c)
 	return rc;
 }
 
-/* The ledger through meter_ledger_spend (after a conflict). */
+/* The ledger through meter_ledger_spend (after a conflict): the spends'
+ * pieces with their times, one element each. */
 static enum meter_rc ing_ledger_function(struct ing_call *c)
 {
-	static const Oid types[5] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_TEXT_ARR,
-				     DB_OID_DATE_ARR, DB_OID_INT8_ARR};
+	static const Oid types[7] = {
+	    DB_OID_TEXT_ARR,	    DB_OID_TEXT_ARR,	    DB_OID_TEXT_ARR, DB_OID_DATE_ARR,
+	    DB_OID_TIMESTAMPTZ_ARR, DB_OID_TIMESTAMPTZ_ARR, DB_OID_INT8_ARR};
 	PGresult *res = NULL;
 	enum meter_rc rc;
 	int64_t outrun;
 
-	ing_arrays(c, 5, types);
+	ing_arrays(c, 7, types);
 	for (size_t i = 0; i < c->nspend; i++) {
-		const struct ing_sbx *sb = &c->sbx[c->spend[i].sbx];
-		db_barr_text(&c->arr[0], sb->account);
-		db_barr_text(&c->arr[1], sb->key);
-		db_barr_text(&c->arr[2], sb->id);
-		db_barr_date(&c->arr[3], c->spend[i].day);
-		db_barr_i64(&c->arr[4], c->spend[i].micros);
+		const struct ing_spend *sp = &c->spend[i];
+		const struct ing_sbx *sb = &c->sbx[sp->sbx];
+		for (size_t k = sp->p_off; k < sp->p_off + sp->np; k++) {
+			const struct ledger_piece *p = &c->spieces[k];
+			db_barr_text(&c->arr[0], sb->account);
+			db_barr_text(&c->arr[1], sb->key);
+			db_barr_text(&c->arr[2], sb->id);
+			db_barr_date(&c->arr[3], sp->day);
+			db_barr_ts(&c->arr[4], p->start_usec);
+			db_barr_ts(&c->arr[5], p->end_usec);
+			db_barr_i64(&c->arr[6], p->micros);
+		}
 	}
-	rc = ing_qa(c, "ledger spend", SQL_LEDGER, 5, 0, NULL, PGRES_TUPLES_OK, &res);
+	rc = ing_qa(c, "ledger spend", SQL_LEDGER, 7, 0, NULL, PGRES_TUPLES_OK, &res);
 	if (rc != METER_OK)
 		return rc;
 	if (ing_i64(res, 0, 0, &outrun) == METER_OK)
@@ -3181,7 +3225,7 @@ static int ing_hold_cmp(const void *x, const void *y)
 
 	if (a->spend != b->spend)
 		return a->spend < b->spend ? -1 : 1;
-	return (a->hold_id > b->hold_id) - (a->hold_id < b->hold_id);
+	return (a->h.hold_id > b->h.hold_id) - (a->h.hold_id < b->h.hold_id);
 }
 
 /* Reads the open holds of the spends' sandbox-days (ordered by spend, then
@@ -3217,19 +3261,24 @@ static enum meter_rc ing_read_holds(struct ing_call *c)
 		goto out;
 	}
 	for (int i = 0; i < n; i++) {
-		struct ing_hold *h = &c->holds[c->nholds++];
+		struct ing_hold *hh = &c->holds[c->nholds++];
+		struct ledger_hold *h = &hh->h;
 		int64_t x;
 		if (ing_i64(res, i, 0, &x) != METER_OK || x < 0 || (size_t)x >= c->nspend ||
 		    ing_i64(res, i, 1, &h->hold_id) != METER_OK ||
-		    ing_i64(res, i, 2, &h->amount) != METER_OK ||
-		    ing_i64(res, i, 3, &h->consumed) != METER_OK || h->amount < 0 ||
-		    h->consumed < 0 || PQgetlength(res, i, 4) != 1) {
+		    ing_i64(res, i, 2, &h->amount_micros) != METER_OK ||
+		    ing_i64(res, i, 3, &h->consumed_micros) != METER_OK || h->amount_micros < 0 ||
+		    h->consumed_micros < 0 || PQgetlength(res, i, 4) != 1 ||
+		    ing_ts(res, i, 5, &h->lease_starts_usec) != METER_OK ||
+		    (!PQgetisnull(res, i, 6) && ing_ts(res, i, 6, &h->settles_usec) != METER_OK)) {
 			snprintf(c->err, c->errlen, "open holds: bad row");
 			rc = METER_EINVAL;
 			goto out;
 		}
-		h->spend = (uint32_t)x;
-		h->add = 0;
+		if (PQgetisnull(res, i, 6))
+			h->settles_usec = LEDGER_SETTLES_NONE;
+		hh->spend = (uint32_t)x;
+		h->add_micros = 0;
 		if (PQgetvalue(res, i, 4)[0] != 1) { /* boolean: one byte */
 			snprintf(c->err, c->errlen,
 				 "holds: a hold of sandbox %s is under another key",
@@ -3240,28 +3289,28 @@ static enum meter_rc ing_read_holds(struct ing_call *c)
 		}
 	}
 	qsort(c->holds, c->nholds, sizeof(*c->holds), ing_hold_cmp);
+	if (!ing_grow(&c->lholds, &c->lholds_cap, c->nholds + 1, sizeof(*c->lholds))) {
+		snprintf(c->err, c->errlen, "open holds: out of memory");
+		rc = METER_ENOMEM;
+	}
 out:
 	PQclear(res);
 	return rc;
 }
 
-/* Spends each sandbox-day's money on its open holds h[0..n) (oldest first):
- * each covers what remains of it, in order; what is left over (outrun) is
- * added to the newest one's consumption too. */
-static enum meter_rc ing_consume(struct ing_spend *sp, struct ing_hold *h, size_t n)
+/* Spends sandbox-day sp's pieces on its open holds h[0..n) (oldest first)
+ * by ledger_consume's rule: sets each one's add and sp->covered. */
+static enum meter_rc ing_consume(struct ing_call *c, struct ing_spend *sp, struct ing_hold *h,
+				 size_t n)
 {
-	int64_t left = sp->micros;
+	enum meter_rc rc;
 
-	for (size_t j = 0; j < n; j++) {
-		int64_t rem = h[j].amount > h[j].consumed ? h[j].amount - h[j].consumed : 0;
-		int64_t take = rem < left ? rem : left;
-		h[j].add = take;
-		left -= take;
-		sp->covered += take; /* at most sp->micros */
-	}
-	if (n > 0)
-		return money_add(h[n - 1].add, left, &h[n - 1].add);
-	return METER_OK;
+	for (size_t j = 0; j < n; j++)
+		c->lholds[j] = h[j].h;
+	rc = ledger_consume(&c->spieces[sp->p_off], sp->np, c->lholds, n, &sp->covered);
+	for (size_t j = 0; rc == METER_OK && j < n; j++)
+		h[j].h.add_micros = c->lholds[j].add_micros;
+	return rc;
 }
 
 /* The key-days as array parameters (account, key, day, amount): with
@@ -3302,12 +3351,12 @@ static enum meter_rc ing_write_holds(struct ing_call *c)
 	ing_arrays(c, 4, htypes);
 	for (size_t j = 0; j < c->nholds; j++) {
 		const struct ing_hold *h = &c->holds[j];
-		if (h->add == 0)
+		if (h->h.add_micros == 0)
 			continue;
 		db_barr_text(&c->arr[0], c->sbx[c->spend[h->spend].sbx].account);
-		db_barr_i64(&c->arr[1], h->hold_id);
-		db_barr_i64(&c->arr[2], h->consumed);
-		db_barr_i64(&c->arr[3], h->add);
+		db_barr_i64(&c->arr[1], h->h.hold_id);
+		db_barr_i64(&c->arr[2], h->h.consumed_micros);
+		db_barr_i64(&c->arr[3], h->h.add_micros);
 		want++;
 	}
 	if (want > 0) {
@@ -3350,7 +3399,7 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 		size_t lo = j;
 		while (j < c->nholds && c->holds[j].spend == i)
 			j++;
-		rc = ing_consume(sp, &c->holds[lo], j - lo);
+		rc = ing_consume(c, sp, &c->holds[lo], j - lo);
 		if (rc == METER_OK)
 			rc = money_add(c->kdays[sp->kd].covered, sp->covered,
 				       &c->kdays[sp->kd].covered);
@@ -3359,6 +3408,8 @@ static enum meter_rc ing_write_ledger(struct ing_call *c)
 		if (rc == METER_ERANGE)
 			snprintf(c->err, c->errlen,
 				 "ledger: a hold's consumption or the outrun overflows");
+		else if (rc != METER_OK)
+			snprintf(c->err, c->errlen, "ledger: a negative piece or hold");
 	}
 	if (rc == METER_OK)
 		rc = ing_write_holds(c);
@@ -3496,7 +3547,7 @@ static void ing_reset_try(struct ing_call *c)
 	for (size_t i = 0; i < c->nzones; i++)
 		free(c->zones[i].start);
 	c->nzones = 0;
-	c->nrows = c->nspend = c->nevents = 0;
+	c->nrows = c->nspend = c->nspieces = c->nevents = 0;
 	if (c->batch_accepted)
 		memset(c->batch_accepted, 0, c->nbatches * sizeof(*c->batch_accepted));
 	memset(&c->st, 0, sizeof(c->st));
@@ -3766,8 +3817,10 @@ static void ing_call_release(struct ing_call *c)
 	free(c->subs);
 	free(c->rows);
 	free(c->spend);
+	free(c->spieces);
 	free(c->kdays);
 	free(c->holds);
+	free(c->lholds);
 	free(c->batch_accepted);
 	free(c->ctmp);
 	free(c->ahour);

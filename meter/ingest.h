@@ -3,8 +3,9 @@
  * One call to ingest_batches() writes, in ONE transaction: the raw samples
  * (partitioned table samples), the sandboxes' hourly usage and money
  * (usage_hourly), the key-day spend with consumption of open holds
- * (meter_ledger_spend's rules, sql/0008_ledger_spend.sql, applied in C; the
- * function itself after a conflict), each sandbox's collector state
+ * (meter_ledger_spend's rules, sql/0056_hold_usage_times.sql, applied in C
+ * by ledger_consume; the function itself after a conflict: a hold takes
+ * only usage from its lease's time), each sandbox's collector state
  * (sandbox_meter: last sample = the dedupe watermark, price version, money
  * carries, cumulative money) and the per-host watermark (ingest_watermarks).
  * Rows go in batched: binary COPY into the samples table, binary array
@@ -143,7 +144,7 @@ struct ingest_stats {
 	uint64_t usage_rows;	/* usage_hourly rows written (inserted or added to) */
 	uint64_t cached;	/* sandboxes whose meter row came from the cache, not a read */
 	int64_t micros;		/* money accounted, µ$ */
-	int64_t outrun_micros;	/* money beyond the sandboxes' open holds, µ$ */
+	int64_t outrun_micros;	/* money no open hold of its time had room for, µ$ */
 	int64_t newest_sampled_at_usec; /* newest batch's sampled_at, 0 when none */
 	int retries;			/* transactions rolled back and retried */
 	/* Wall time of each phase of the last try, µs (for benchmarks): reads

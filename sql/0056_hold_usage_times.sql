@@ -1,0 +1,159 @@
+-- meter: a hold consumes only usage from its lease's time.
+--
+-- Metering spent each sandbox-day's money on that day's open holds, oldest
+-- first, money beyond them added to the newest (0008), whatever the time
+-- the usage happened. A sandbox paused (its storage still billed) and then
+-- woken: the paused stretch sampled before the wake's check but taken in
+-- after it went to the wake's new hold, which then read as outrun and sent
+-- hold_outrun "hold_consumed" (0044) though its lease was kept (a review
+-- saw a hold of 91 µ$ consume 109, 84 of them its own). Usage after a pause
+-- or stop went the same way to the hold kept for that event's tail (0014)
+-- while it stayed open, though the tail ends at settles_at.
+--
+-- Now a priced piece of usage covering [t0, t1) is consumed only by the
+-- sandbox-day's open holds eligible for it: lease_starts_at < t1 (the lease
+-- had started by the piece's end) and settles_at IS NULL or t0 < settles_at
+-- (a kept tail takes nothing after its event). Among them the rule is
+-- 0008's: oldest first, each up to what it has left, the rest to the newest
+-- eligible one. A piece with none is spent (spent grows as before) and
+-- consumes no hold: all of it is outrun. A sandbox-day's pieces are taken
+-- in time order, each leaving less for the next. When every open hold
+-- started before the piece and none is settling, the usual case, nothing
+-- changes. Spent is the same either way, and held once the holds are
+-- settled; what moves is the hold the money lands on, the outrun report,
+-- and held while leases are open.
+--
+-- Ingestion applies the rule in C (ledger_consume) on its usual path; this
+-- overload, which takes each piece with its times (p_from, p_to), is its
+-- path after a conflict. The five-argument meter_ledger_spend (0008) stays:
+-- it has no times to go by, and tests and binaries built before this
+-- migration call it (an older meterd on this schema spends by 0008's rule,
+-- as it did). The lock order is 0008's: the key-day ledger rows first, in
+-- (account, key, day) order, then each sandbox-day's open holds, FOR UPDATE
+-- in hold_id order. The path is rare: a loop in plpgsql will do.
+CREATE FUNCTION meter_ledger_spend(p_account text[], p_key text[], p_sandbox text[],
+				   p_day date[], p_from timestamptz[], p_to timestamptz[],
+				   p_micros bigint[])
+	RETURNS TABLE (account_id text, key_id text, sandbox_id text, day date,
+		       spent_micros bigint, outrun_micros bigint)
+	LANGUAGE plpgsql
+	AS $$
+DECLARE
+	n integer := COALESCE(cardinality(p_micros), 0);
+	pa text[];
+	pk text[];
+	ps text[];
+	pd date[];
+	pf timestamptz[];
+	pt timestamptz[];
+	pm bigint[];
+	hid bigint[];
+	hrem bigint[];
+	hstart timestamptz[];
+	hsettles timestamptz[];
+	hadd bigint[];
+	i integer := 1;
+	j integer;
+	nh integer;
+	newest integer;
+	v_spent bigint;
+	v_covered bigint;
+	v_left bigint;
+	v_take bigint;
+BEGIN
+	IF COALESCE(cardinality(p_account), 0) <> n OR COALESCE(cardinality(p_key), 0) <> n
+	   OR COALESCE(cardinality(p_sandbox), 0) <> n OR COALESCE(cardinality(p_day), 0) <> n
+	   OR COALESCE(cardinality(p_from), 0) <> n OR COALESCE(cardinality(p_to), 0) <> n THEN
+		RAISE EXCEPTION 'meter_ledger_spend: arrays of different lengths' USING ERRCODE = '22023';
+	END IF;
+	IF EXISTS (SELECT 1 FROM unnest(p_micros) m WHERE m < 0 OR m IS NULL) THEN
+		RAISE EXCEPTION 'meter_ledger_spend: negative or NULL amount' USING ERRCODE = '22023';
+	END IF;
+	IF EXISTS (SELECT 1 FROM unnest(p_from, p_to) AS t(f, e)
+		   WHERE t.f IS NULL OR t.e IS NULL OR t.f > t.e) THEN
+		RAISE EXCEPTION 'meter_ledger_spend: a piece without its time' USING ERRCODE = '22023';
+	END IF;
+	-- 1. The ledger rows first, in order: spent grows.
+	INSERT INTO key_day_ledger AS l (account_id, key_id, day, spent_micros, limit_micros)
+		SELECT t.a, t.k, t.d, sum(t.m)::bigint,
+		       (SELECT kk.daily_limit_micros FROM api_keys kk
+			WHERE kk.account_id = t.a AND kk.key_id = t.k)
+		FROM unnest(p_account, p_key, p_day, p_micros) AS t(a, k, d, m)
+		WHERE t.k IS NOT NULL AND t.m > 0
+		GROUP BY t.a, t.k, t.d
+		ORDER BY t.a, t.k, t.d
+	ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO UPDATE
+		SET spent_micros = l.spent_micros + EXCLUDED.spent_micros, updated_at = now();
+	-- 2. The pieces by sandbox-day, each day's in time order.
+	SELECT array_agg(t.a ORDER BY t.a, t.s, t.d, t.k, t.f, t.e, t.i),
+	       array_agg(t.k ORDER BY t.a, t.s, t.d, t.k, t.f, t.e, t.i),
+	       array_agg(t.s ORDER BY t.a, t.s, t.d, t.k, t.f, t.e, t.i),
+	       array_agg(t.d ORDER BY t.a, t.s, t.d, t.k, t.f, t.e, t.i),
+	       array_agg(t.f ORDER BY t.a, t.s, t.d, t.k, t.f, t.e, t.i),
+	       array_agg(t.e ORDER BY t.a, t.s, t.d, t.k, t.f, t.e, t.i),
+	       array_agg(t.m ORDER BY t.a, t.s, t.d, t.k, t.f, t.e, t.i)
+		INTO pa, pk, ps, pd, pf, pt, pm
+		FROM unnest(p_account, p_key, p_sandbox, p_day, p_from, p_to, p_micros)
+			WITH ORDINALITY AS t(a, k, s, d, f, e, m, i)
+		WHERE t.k IS NOT NULL AND t.m > 0;
+	n := COALESCE(cardinality(pm), 0);
+	WHILE i <= n LOOP
+		-- 3. The sandbox-day's open holds, oldest first, locked.
+		SELECT array_agg(x.hold_id ORDER BY x.hold_id), array_agg(x.rem ORDER BY x.hold_id),
+		       array_agg(x.lease_starts_at ORDER BY x.hold_id),
+		       array_agg(x.settles_at ORDER BY x.hold_id)
+			INTO hid, hrem, hstart, hsettles
+			FROM (SELECT ho.hold_id, ho.lease_starts_at, ho.settles_at,
+				     GREATEST(ho.amount_micros - ho.consumed_micros, 0)::bigint AS rem
+			      FROM holds ho
+			      WHERE ho.account_id = pa[i] AND ho.sandbox_id = ps[i] AND ho.day = pd[i]
+				    AND ho.status = 'open'
+			      ORDER BY ho.hold_id
+			      FOR UPDATE) x;
+		nh := COALESCE(cardinality(hid), 0);
+		hadd := array_fill(0::bigint, ARRAY[nh]);
+		v_spent := 0;
+		v_covered := 0;
+		-- 4. Each piece by the holds eligible for it, oldest first, the
+		-- rest to the newest of them.
+		j := i;
+		LOOP
+			v_spent := v_spent + pm[j];
+			v_left := pm[j];
+			newest := 0;
+			FOR h IN 1 .. nh LOOP
+				IF hstart[h] < pt[j] AND (hsettles[h] IS NULL OR pf[j] < hsettles[h]) THEN
+					v_take := LEAST(GREATEST(hrem[h] - hadd[h], 0), v_left);
+					hadd[h] := hadd[h] + v_take;
+					v_left := v_left - v_take;
+					v_covered := v_covered + v_take;
+					newest := h;
+				END IF;
+			END LOOP;
+			IF newest > 0 THEN
+				hadd[newest] := hadd[newest] + v_left;
+			END IF;
+			j := j + 1;
+			EXIT WHEN j > n OR pa[j] <> pa[i] OR pk[j] <> pk[i] OR ps[j] <> ps[i]
+				  OR pd[j] <> pd[i];
+		END LOOP;
+		-- 5. Their consumption, and held shrinks by what they covered.
+		UPDATE holds ho SET consumed_micros = ho.consumed_micros + u.add
+			FROM unnest(hid, hadd) AS u(id, add)
+			WHERE ho.account_id = pa[i] AND ho.hold_id = u.id AND u.add > 0;
+		IF v_covered > 0 THEN
+			UPDATE key_day_ledger l SET held_micros = l.held_micros - v_covered,
+						    updated_at = now()
+				WHERE l.account_id = pa[i] AND l.key_id = pk[i] AND l.day = pd[i];
+		END IF;
+		account_id := pa[i];
+		key_id := pk[i];
+		sandbox_id := ps[i];
+		day := pd[i];
+		spent_micros := v_spent;
+		outrun_micros := v_spent - v_covered;
+		RETURN NEXT;
+		i := j;
+	END LOOP;
+END
+$$;

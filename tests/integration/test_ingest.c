@@ -1793,6 +1793,213 @@ static void test_hold_other_key(void)
 		  5000 - cost);
 }
 
+/* The day of the cases of leases' times: ahead of the clock, as their
+ * leases must be for hold_outrun "hold_consumed" to be sent (sql/0044). */
+#define TDAY "2099-03-10"
+
+/* Sandbox s_<x> of key_<x> (2 vCPUs, 4 GiB, 100 GiB of storage) with the
+ * holds of TDAY in rows (SQL VALUES of amount, status, lease start,
+ * settles_at), oldest first, and key_<x>'s ledger row holding those open.
+ * With stray, one more open hold of that sandbox-day under key_stray whose
+ * lease starts at 23:00, after all its usage: it takes none of it, but
+ * makes the call spend on its retry, through meter_ledger_spend. */
+static void timed_setup(const char *x, const char *rows, bool stray)
+{
+	char sql[2048];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone) VALUES"
+		 " ('acct_1', 'key_%s', decode(repeat('ab', 32), 'hex'), 'full', 'UTC')",
+		 x);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		 " storage_mib, state, created_at) VALUES ('acct_1', 's_%s', 'key_%s', 2, 4096,"
+		 " 102400, 'running', " MADE ")",
+		 x, x);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
+		 " reserved_micros, status, settled_at, lease_starts_at, lease_ends_at,"
+		 " settles_at)"
+		 " SELECT 'acct_1', 'key_%s', 's_%s', '" TDAY "', amt,"
+		 " CASE WHEN settles IS NULL THEN NULL ELSE amt END, st::meter_hold_status,"
+		 " CASE WHEN st = 'open' THEN NULL ELSE now() END, starts::timestamptz,"
+		 " starts::timestamptz + CASE WHEN settles IS NULL THEN interval '30 minutes'"
+		 " ELSE interval '90 minutes' END, settles::timestamptz"
+		 " FROM (VALUES %s) AS v(amt, st, starts, settles, n) ORDER BY n",
+		 x, x, rows);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO key_day_ledger (account_id, key_id, day, spent_micros, held_micros)"
+		 " SELECT 'acct_1', 'key_%s', '" TDAY "', 0, COALESCE(sum(amount_micros), 0)"
+		 " FROM holds WHERE sandbox_id = 's_%s' AND status = 'open'",
+		 x, x);
+	exec(sql);
+	if (!stray)
+		return;
+	exec("INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone)"
+	     " VALUES ('acct_1', 'key_stray', decode(repeat('ab', 32), 'hex'), 'full', 'UTC')"
+	     " ON CONFLICT DO NOTHING");
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
+		 " lease_starts_at, lease_ends_at) VALUES ('acct_1', 'key_stray', 's_%s',"
+		 " '" TDAY "', 5000, 'open', '" TDAY "T23:00:00Z', '" TDAY "T23:30:00Z')",
+		 x);
+	exec(sql);
+}
+
+/* The holds of sandbox s_<x> under its key, oldest first, its key's
+ * ledger, and the hold_outrun events of the sandbox, as text:
+ * "consumed/status,... held H spent S outrun events N". */
+static void timed_holds(const char *x, char *out, size_t len)
+{
+	qtext(out, len,
+	      "SELECT string_agg(consumed_micros || '/' || status, ',' ORDER BY hold_id)"
+	      " || ' held ' || (SELECT held_micros FROM key_day_ledger WHERE key_id = 'key_%s'"
+	      "                 AND day = '" TDAY "')"
+	      " || ' spent ' || (SELECT spent_micros FROM key_day_ledger WHERE key_id = 'key_%s'"
+	      "                  AND day = '" TDAY "')"
+	      " || ' outrun events ' || (SELECT count(*) FROM webhook_outbox"
+	      "                          WHERE type = 'hold_outrun'"
+	      "                          AND payload->>'sandbox_id' = 's_%s')"
+	      " FROM holds WHERE sandbox_id = 's_%s' AND key_id = 'key_%s'",
+	      x, x, x, x, x);
+}
+
+/* The money of s_<x>'s usage in one UTC hour of TDAY ("09"). */
+static int64_t hour_micros(const char *x, const char *hour)
+{
+	return q64("SELECT COALESCE(sum(total_micros), 0) FROM usage_hourly"
+		   " WHERE sandbox_id = 's_%s' AND hour = '" TDAY "T%s:00:00Z'",
+		   x, hour);
+}
+
+/* The audit's case: a sandbox whose first lease (09:00) is settled ran to
+ * 09:15 and was paused, its storage billed while paused, and a wake's check
+ * made a hold from 10:00; the samples up to and after the wake are taken
+ * in after it, in one call. The wake's hold consumes only the usage from
+ * 10:00 (it fits the hold, so no hold_outrun "hold_consumed" is sent); the
+ * usage before it has no hold of its time and is outrun, spent all the
+ * same. x's call spends in C; with stray, on its retry in SQL. Returns the
+ * digest of timed_holds. */
+static void wake_case(const char *x, bool stray, char *out, size_t len)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	char sbx[32], want[256];
+	int64_t t0 = T(TDAY "T09:00:00Z"), h9, h10;
+
+	timed_setup(x,
+		    "(20000, 'settled', '" TDAY "T09:00:00Z', NULL, 1),"
+		    " (20000, 'open', '" TDAY "T10:00:00Z', NULL, 2)",
+		    stray);
+	snprintf(sbx, sizeof(sbx), "s_%s", x);
+	batch(&b, "h18");
+	add(&b, sbx, NULL, t0, 'r', 0, 4096, 102400, 2);
+	add(&b, sbx, NULL, t0 + 900 * SEC, 'p', 1800 * SEC, 4096, 102400, 2);
+	add(&b, sbx, NULL, t0 + 3600 * SEC, 'r', 1800 * SEC, 4096, 102400, 2);
+	add(&b, sbx, NULL, t0 + 3900 * SEC, 'r', 2400 * SEC, 4096, 102400, 2);
+	st = run1(&b);
+	CHECK_I64(st.retries, stray ? 1 : 0);
+	h9 = hour_micros(x, "09");
+	h10 = hour_micros(x, "10");
+	/* The wake's hold is enough for its own usage, not for the paused
+	 * stretch's as well: the case the audit saw read as outrun. */
+	CHECK(h10 > 0 && h10 <= 20000 && h9 + h10 > 20000);
+	CHECK_I64(st.outrun_micros, h9);
+	timed_holds(x, out, len);
+	snprintf(want, sizeof(want), "0/settled,%lld/open held %lld spent %lld outrun events 0",
+		 (long long)h10, (long long)(20000 - h10), (long long)(h9 + h10));
+	CHECK_STR(out, want);
+}
+
+/* A hold kept for a pause's tail (settles_at 12:00, within its lease from
+ * 11:00) takes the usage up to the pause, none of the paused storage after
+ * it, though it is the only hold open then and has room left; the wake's
+ * hold from 13:00 takes the usage from there. As wake_case otherwise. */
+static void tail_case(const char *x, bool stray, char *out, size_t len)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	char sbx[32], want[256];
+	int64_t t0 = T(TDAY "T11:00:00Z"), h11, h12, h13;
+
+	timed_setup(x,
+		    "(250000, 'open', '" TDAY "T11:00:00Z', '" TDAY "T12:00:00Z', 1),"
+		    " (20000, 'open', '" TDAY "T13:00:00Z', NULL, 2)",
+		    stray);
+	snprintf(sbx, sizeof(sbx), "s_%s", x);
+	batch(&b, "h18");
+	add(&b, sbx, NULL, t0, 'r', 0, 4096, 102400, 2);
+	add(&b, sbx, NULL, t0 + 3600 * SEC, 'p', 7200 * SEC, 4096, 102400, 2);
+	add(&b, sbx, NULL, t0 + 7200 * SEC, 'r', 7200 * SEC, 4096, 102400, 2);
+	add(&b, sbx, NULL, t0 + 7500 * SEC, 'r', 7800 * SEC, 4096, 102400, 2);
+	st = run1(&b);
+	CHECK_I64(st.retries, stray ? 1 : 0);
+	h11 = hour_micros(x, "11");
+	h12 = hour_micros(x, "12");
+	h13 = hour_micros(x, "13");
+	/* The tail had room for the paused hour and the woken minutes. */
+	CHECK(h12 > 0 && h11 + h12 + h13 <= 250000 && h13 <= 20000);
+	CHECK_I64(st.outrun_micros, h12);
+	timed_holds(x, out, len);
+	snprintf(want, sizeof(want), "%lld/open,%lld/open held %lld spent %lld outrun events 0",
+		 (long long)h11, (long long)h13, (long long)(270000 - h11 - h13),
+		 (long long)(h11 + h12 + h13));
+	CHECK_STR(out, want);
+}
+
+/* A hold consumes only usage from its lease's time (sql/0056), in C and,
+ * on a call's retry, through meter_ledger_spend: the same holds both ways.
+ * The function called directly with the pieces' times agrees too. */
+static void test_holds_by_time(void)
+{
+	char c_way[256], sql_way[256], direct[256], want[256];
+	const char *state;
+	PGresult *r;
+	int64_t h9, h10;
+
+	fprintf(stderr, "holds consume usage of their leases' time\n");
+	wake_case("wk", false, c_way, sizeof(c_way));
+	wake_case("wl", true, sql_way, sizeof(sql_way));
+	CHECK_STR(sql_way, c_way);
+	tail_case("kt", false, c_way, sizeof(c_way));
+	tail_case("kl", true, sql_way, sizeof(sql_way));
+	CHECK_STR(sql_way, c_way);
+
+	/* Directly: the wake's pieces by the hour, as spent by s_wk. */
+	h9 = hour_micros("wk", "09");
+	h10 = hour_micros("wk", "10");
+	timed_setup("wd",
+		    "(20000, 'settled', '" TDAY "T09:00:00Z', NULL, 1),"
+		    " (20000, 'open', '" TDAY "T10:00:00Z', NULL, 2)",
+		    false);
+	qtext(direct, sizeof(direct),
+	      "SELECT string_agg(spent_micros || '/' || outrun_micros, ',')"
+	      " FROM meter_ledger_spend(ARRAY['acct_1', 'acct_1'], ARRAY['key_wd', 'key_wd'],"
+	      " ARRAY['s_wd', 's_wd'], ARRAY['" TDAY "', '" TDAY "']::date[],"
+	      " ARRAY['" TDAY "T10:00:00Z', '" TDAY "T09:00:00Z']::timestamptz[],"
+	      " ARRAY['" TDAY "T10:05:00Z', '" TDAY "T10:00:00Z']::timestamptz[],"
+	      " ARRAY[%lld, %lld]::bigint[])",
+	      (long long)h10, (long long)h9);
+	snprintf(want, sizeof(want), "%lld/%lld", (long long)(h9 + h10), (long long)h9);
+	CHECK_STR(direct, want);
+	timed_holds("wd", direct, sizeof(direct));
+	timed_holds("wk", want, sizeof(want));
+	CHECK_STR(direct, want);
+	/* A piece without its time is refused. */
+	r = PQexec(conn, "SELECT * FROM meter_ledger_spend(ARRAY['acct_1'], ARRAY['key_wd'],"
+			 " ARRAY['s_wd'], ARRAY['" TDAY "']::date[], ARRAY[NULL]::timestamptz[],"
+			 " ARRAY['" TDAY "T10:00:00Z']::timestamptz[], ARRAY[1]::bigint[])");
+	state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+	CHECK_STR(state ? state : "", "22023");
+	PQclear(r);
+	/* The reference was spent without usage rows: out of the invariants. */
+	exec("DELETE FROM holds WHERE key_id = 'key_wd'");
+	exec("DELETE FROM key_day_ledger WHERE key_id = 'key_wd'");
+}
+
 /* Bad samples are refused before anything is written. */
 static void test_bad_input(void)
 {
@@ -2493,6 +2700,7 @@ int main(void)
 	test_holds();
 	test_holds_multi();
 	test_hold_other_key();
+	test_holds_by_time();
 	test_bad_input();
 	test_concurrent(db.url);
 	test_meter_changed(db.url);

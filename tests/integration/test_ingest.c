@@ -1909,8 +1909,9 @@ static void wake_case(const char *x, bool stray, char *out, size_t len)
 	CHECK(h10 > 0 && h10 <= 20000 && h9 + h10 > 20000);
 	CHECK_I64(st.outrun_micros, h9);
 	timed_holds(x, out, len);
-	snprintf(want, sizeof(want), "0/settled,%lld/open held %lld spent %lld outrun events 0",
-		 (long long)h10, (long long)(20000 - h10), (long long)(h9 + h10));
+	snprintf(want, sizeof(want),
+		 "0/settled,%" PRId64 "/open held %" PRId64 " spent %" PRId64 " outrun events 0",
+		 h10, 20000 - h10, h9 + h10);
 	CHECK_STR(out, want);
 }
 
@@ -1944,9 +1945,10 @@ static void tail_case(const char *x, bool stray, char *out, size_t len)
 	CHECK(h12 > 0 && h11 + h12 + h13 <= 250000 && h13 <= 20000);
 	CHECK_I64(st.outrun_micros, h12);
 	timed_holds(x, out, len);
-	snprintf(want, sizeof(want), "%lld/open,%lld/open held %lld spent %lld outrun events 0",
-		 (long long)h11, (long long)h13, (long long)(270000 - h11 - h13),
-		 (long long)(h11 + h12 + h13));
+	snprintf(want, sizeof(want),
+		 "%" PRId64 "/open,%" PRId64 "/open held %" PRId64 " spent %" PRId64
+		 " outrun events 0",
+		 h11, h13, 270000 - h11 - h13, h11 + h12 + h13);
 	CHECK_STR(out, want);
 }
 
@@ -1981,9 +1983,9 @@ static void test_holds_by_time(void)
 	      " ARRAY['s_wd', 's_wd'], ARRAY['" TDAY "', '" TDAY "']::date[],"
 	      " ARRAY['" TDAY "T10:00:00Z', '" TDAY "T09:00:00Z']::timestamptz[],"
 	      " ARRAY['" TDAY "T10:05:00Z', '" TDAY "T10:00:00Z']::timestamptz[],"
-	      " ARRAY[%lld, %lld]::bigint[])",
-	      (long long)h10, (long long)h9);
-	snprintf(want, sizeof(want), "%lld/%lld", (long long)(h9 + h10), (long long)h9);
+	      " ARRAY[%" PRId64 ", %" PRId64 "]::bigint[])",
+	      h10, h9);
+	snprintf(want, sizeof(want), "%" PRId64 "/%" PRId64, h9 + h10, h9);
 	CHECK_STR(direct, want);
 	timed_holds("wd", direct, sizeof(direct));
 	timed_holds("wk", want, sizeof(want));

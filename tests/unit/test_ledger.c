@@ -295,6 +295,8 @@ static void test_consume_as_before(void)
 		size_t np, nh;
 		int64_t covered = -1, sum = 0, t = 1000 * SEC;
 
+		memset(h, 0, sizeof(h));
+		memset(old, 0, sizeof(old));
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		np = 1 + x % 5;
 		nh = (x >> 8) % 5;

@@ -75,10 +75,55 @@ bool ledger_max_cost_ok(int64_t lease_max_cost_micros, int64_t max_cost_micros)
 	return lease_max_cost_micros <= max_cost_micros;
 }
 
-/* Whether hold h may consume piece p (see ledger_consume). */
-static bool ledger_eligible(const struct ledger_hold *h, const struct ledger_piece *p)
+/* Spends money m of the stretch [a, b), in which no hold's lease starts
+ * and no kept tail ends, on the holds eligible for it (see ledger_consume):
+ * oldest first, each up to what it has left, the rest to the newest. */
+static enum meter_rc ledger_spend_part(int64_t a, int64_t b, int64_t m, struct ledger_hold *h,
+				       size_t nh, int64_t *covered)
 {
-	return h->lease_starts_usec < p->end_usec && p->start_usec < h->settles_usec;
+	int64_t left = m;
+	size_t newest = nh;
+	enum meter_rc rc;
+
+	for (size_t j = 0; j < nh && left > 0; j++) {
+		int64_t rem, take;
+
+		if (!(h[j].lease_starts_usec < b && a < h[j].settles_usec))
+			continue;
+		newest = j;
+		/* amount - consumed - add without overflow: add never takes a
+		 * hold past its amount but as the newest. */
+		rem = h[j].amount_micros > h[j].consumed_micros
+			  ? h[j].amount_micros - h[j].consumed_micros
+			  : 0;
+		rem = rem > h[j].add_micros ? rem - h[j].add_micros : 0;
+		take = rem < left ? rem : left;
+		h[j].add_micros += take;
+		left -= take;
+		rc = money_add(*covered, take, covered);
+		if (rc != METER_OK)
+			return rc;
+	}
+	/* Money left: the loop saw every hold, newest is the newest eligible
+	 * one (nh: none, the stretch consumes nothing). */
+	if (left == 0 || newest == nh)
+		return METER_OK;
+	return money_add(h[newest].add_micros, left, &h[newest].add_micros);
+}
+
+/* The first instant after t and before end at which a hold's lease starts
+ * or its kept tail ends; end when there is none. */
+static int64_t ledger_next_cut(int64_t t, int64_t end, const struct ledger_hold *h, size_t nh)
+{
+	int64_t cut = end;
+
+	for (size_t j = 0; j < nh; j++) {
+		if (h[j].lease_starts_usec > t && h[j].lease_starts_usec < cut)
+			cut = h[j].lease_starts_usec;
+		if (h[j].settles_usec > t && h[j].settles_usec < cut)
+			cut = h[j].settles_usec;
+	}
+	return cut;
 }
 
 enum meter_rc ledger_consume(const struct ledger_piece *p, size_t np, struct ledger_hold *h,
@@ -93,37 +138,26 @@ enum meter_rc ledger_consume(const struct ledger_piece *p, size_t np, struct led
 		h[j].add_micros = 0;
 	}
 	for (size_t i = 0; i < np; i++) {
-		int64_t left = p[i].micros;
-		size_t newest = nh;
+		int64_t a = p[i].start_usec, end = p[i].end_usec, left = p[i].micros;
 
-		if (left < 0)
+		if (left < 0 || end < a)
 			return METER_EINVAL;
-		for (size_t j = 0; j < nh && left > 0; j++) {
-			int64_t rem, take;
+		/* Cut where a hold's eligibility changes, each stretch's money
+		 * floor(what is left × its time / the time left), as usage is
+		 * cut at hours (usage_wide_split). */
+		for (;;) {
+			int64_t b = ledger_next_cut(a, end, h, nh);
+			int64_t part =
+			    b >= end ? left : (int64_t)((__int128)left * (b - a) / (end - a));
 
-			if (!ledger_eligible(&h[j], &p[i]))
-				continue;
-			newest = j;
-			/* amount - consumed - add without overflow: add never
-			 * takes a hold past its amount but as the newest. */
-			rem = h[j].amount_micros > h[j].consumed_micros
-				  ? h[j].amount_micros - h[j].consumed_micros
-				  : 0;
-			rem = rem > h[j].add_micros ? rem - h[j].add_micros : 0;
-			take = rem < left ? rem : left;
-			h[j].add_micros += take;
-			left -= take;
-			rc = money_add(covered, take, &covered);
+			rc = ledger_spend_part(a, b, part, h, nh, &covered);
 			if (rc != METER_OK)
 				return rc;
+			left -= part;
+			if (b >= end)
+				break;
+			a = b;
 		}
-		/* Money left: the loop saw every hold, newest is the newest
-		 * eligible one (nh: none, the piece consumes nothing). */
-		if (left == 0 || newest == nh)
-			continue;
-		rc = money_add(h[newest].add_micros, left, &h[newest].add_micros);
-		if (rc != METER_OK)
-			return rc;
 	}
 	*covered_micros = covered;
 	return METER_OK;

@@ -10,18 +10,25 @@
 -- or stop went the same way to the hold kept for that event's tail (0014)
 -- while it stayed open, though the tail ends at settles_at.
 --
--- Now a priced piece of usage covering [t0, t1) is consumed only by the
--- sandbox-day's open holds eligible for it: lease_starts_at < t1 (the lease
--- had started by the piece's end) and settles_at IS NULL or t0 < settles_at
--- (a kept tail takes nothing after its event). Among them the rule is
--- 0008's: oldest first, each up to what it has left, the rest to the newest
--- eligible one. A piece with none is spent (spent grows as before) and
--- consumes no hold: all of it is outrun. A sandbox-day's pieces are taken
--- in time order, each leaving less for the next. When every open hold
--- started before the piece and none is settling, the usual case, nothing
--- changes. Spent is the same either way, and held once the holds are
--- settled; what moves is the hold the money lands on, the outrun report,
--- and held while leases are open.
+-- Now a priced piece of usage (the stretch between two samples, cut at
+-- events, price changes, hours and the key's midnight) is first cut at
+-- every instant strictly inside it where one of the sandbox-day's open
+-- holds' lease starts or its kept tail ends (settles_at): neither a wake's
+-- check nor the lease-end sweep cuts the samples there, and a wake's
+-- running event may come seconds after its check. Each stretch takes
+-- floor(what is left of the piece's money × its time / the piece's time
+-- left), the last the rest, as usage is cut at hours. A stretch [t0, t1)
+-- is consumed only by the holds eligible for it: lease_starts_at < t1 (by
+-- the cuts, the lease had started by t0) and settles_at IS NULL or t0 <
+-- settles_at (a kept tail takes nothing after its event). Among them the
+-- rule is 0008's: oldest first, each up to what it has left, the rest to
+-- the newest eligible one. A stretch with none is spent (spent grows as
+-- before) and consumes no hold: all of it is outrun. A sandbox-day's
+-- pieces are taken in time order, each leaving less for the next. When
+-- every open hold started before the piece and none is settling, the
+-- usual case, nothing changes. Spent is the same either way, and held
+-- once the holds are settled; what moves is the hold the money lands on,
+-- the outrun report, and held while leases are open.
 --
 -- Ingestion applies the rule in C (ledger_consume) on its usual path; this
 -- overload, which takes each piece with its times (p_from, p_to), is its
@@ -31,6 +38,12 @@
 -- as it did). The lock order is 0008's: the key-day ledger rows first, in
 -- (account, key, day) order, then each sandbox-day's open holds, FOR UPDATE
 -- in hold_id order. The path is rare: a loop in plpgsql will do.
+
+-- An instant as exact µs since the Unix epoch (numeric: no rounding).
+CREATE FUNCTION meter_usec(t timestamptz) RETURNS numeric
+	LANGUAGE sql STABLE STRICT
+	AS $$ SELECT extract(epoch FROM t) * 1000000 $$;
+
 CREATE FUNCTION meter_ledger_spend(p_account text[], p_key text[], p_sandbox text[],
 				   p_day date[], p_from timestamptz[], p_to timestamptz[],
 				   p_micros bigint[])
@@ -60,6 +73,10 @@ DECLARE
 	v_covered bigint;
 	v_left bigint;
 	v_take bigint;
+	v_part bigint;
+	v_a timestamptz;
+	v_b timestamptz;
+	v_to numeric;
 BEGIN
 	IF COALESCE(cardinality(p_account), 0) <> n OR COALESCE(cardinality(p_key), 0) <> n
 	   OR COALESCE(cardinality(p_sandbox), 0) <> n OR COALESCE(cardinality(p_day), 0) <> n
@@ -120,19 +137,44 @@ BEGIN
 		LOOP
 			v_spent := v_spent + pm[j];
 			v_left := pm[j];
-			newest := 0;
-			FOR h IN 1 .. nh LOOP
-				IF hstart[h] < pt[j] AND (hsettles[h] IS NULL OR pf[j] < hsettles[h]) THEN
-					v_take := LEAST(GREATEST(hrem[h] - hadd[h], 0), v_left);
-					hadd[h] := hadd[h] + v_take;
-					v_left := v_left - v_take;
-					v_covered := v_covered + v_take;
-					newest := h;
+			v_a := pf[j];
+			v_to := meter_usec(pt[j]);
+			-- Cut where a hold's lease starts or its kept tail ends,
+			-- each stretch's share floor(what is left × its time /
+			-- the time left), as ledger_consume does.
+			LOOP
+				v_b := pt[j];
+				FOR h IN 1 .. nh LOOP
+					IF hstart[h] > v_a AND hstart[h] < v_b THEN
+						v_b := hstart[h];
+					END IF;
+					IF hsettles[h] > v_a AND hsettles[h] < v_b THEN
+						v_b := hsettles[h];
+					END IF;
+				END LOOP;
+				IF v_b >= pt[j] THEN
+					v_part := v_left;
+				ELSE
+					v_part := div(v_left::numeric * (meter_usec(v_b) - meter_usec(v_a)),
+						      v_to - meter_usec(v_a))::bigint;
 				END IF;
+				v_left := v_left - v_part;
+				newest := 0;
+				FOR h IN 1 .. nh LOOP
+					IF hstart[h] < v_b AND (hsettles[h] IS NULL OR v_a < hsettles[h]) THEN
+						v_take := LEAST(GREATEST(hrem[h] - hadd[h], 0), v_part);
+						hadd[h] := hadd[h] + v_take;
+						v_part := v_part - v_take;
+						v_covered := v_covered + v_take;
+						newest := h;
+					END IF;
+				END LOOP;
+				IF newest > 0 THEN
+					hadd[newest] := hadd[newest] + v_part;
+				END IF;
+				EXIT WHEN v_b >= pt[j];
+				v_a := v_b;
 			END LOOP;
-			IF newest > 0 THEN
-				hadd[newest] := hadd[newest] + v_left;
-			END IF;
 			j := j + 1;
 			EXIT WHEN j > n OR pa[j] <> pa[i] OR pk[j] <> pk[i] OR ps[j] <> ps[i]
 				  OR pd[j] <> pd[i];

@@ -1952,6 +1952,42 @@ static void tail_case(const char *x, bool stray, char *out, size_t len)
 	CHECK_STR(out, want);
 }
 
+/* A wake's lease starts inside a piece (10:20, between the paused samples
+ * of 10:00 and 10:40: its running event has not come yet, and nothing
+ * cuts the samples at its check): the wake's hold takes the share of the
+ * piece from its start, h10 - floor(h10 × 20 min / 40 min), not the
+ * whole. As wake_case otherwise. */
+static void straddle_case(const char *x, bool stray, char *out, size_t len)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	char sbx[32], want[256];
+	int64_t t0 = T(TDAY "T09:00:00Z"), h9, h10, before;
+
+	timed_setup(x,
+		    "(20000, 'settled', '" TDAY "T09:00:00Z', NULL, 1),"
+		    " (20000, 'open', '" TDAY "T10:20:00Z', NULL, 2)",
+		    stray);
+	snprintf(sbx, sizeof(sbx), "s_%s", x);
+	batch(&b, "h18");
+	add(&b, sbx, NULL, t0, 'r', 0, 4096, 102400, 2);
+	add(&b, sbx, NULL, t0 + 900 * SEC, 'p', 1800 * SEC, 4096, 102400, 2);
+	add(&b, sbx, NULL, t0 + 3600 * SEC, 'p', 1800 * SEC, 4096, 102400, 2);
+	add(&b, sbx, NULL, t0 + 6000 * SEC, 'p', 1800 * SEC, 4096, 102400, 2);
+	st = run1(&b);
+	CHECK_I64(st.retries, stray ? 1 : 0);
+	h9 = hour_micros(x, "09");
+	h10 = hour_micros(x, "10");
+	before = h10 * 20 / 40;
+	CHECK(h10 > 1 && before > 0 && before < h10);
+	CHECK_I64(st.outrun_micros, h9 + before);
+	timed_holds(x, out, len);
+	snprintf(want, sizeof(want),
+		 "0/settled,%" PRId64 "/open held %" PRId64 " spent %" PRId64 " outrun events 0",
+		 h10 - before, 20000 - (h10 - before), h9 + h10);
+	CHECK_STR(out, want);
+}
+
 /* A hold consumes only usage from its lease's time (sql/0056), in C and,
  * on a call's retry, through meter_ledger_spend: the same holds both ways.
  * The function called directly with the pieces' times agrees too. */
@@ -1968,6 +2004,9 @@ static void test_holds_by_time(void)
 	CHECK_STR(sql_way, c_way);
 	tail_case("kt", false, c_way, sizeof(c_way));
 	tail_case("kl", true, sql_way, sizeof(sql_way));
+	CHECK_STR(sql_way, c_way);
+	straddle_case("st", false, c_way, sizeof(c_way));
+	straddle_case("sl", true, sql_way, sizeof(sql_way));
 	CHECK_STR(sql_way, c_way);
 
 	/* Directly: the wake's pieces by the hour, as spent by s_wk. */

@@ -199,7 +199,8 @@ static void test_consume_times(void)
 	struct ledger_hold h[3];
 	int64_t covered = -1;
 
-	/* Before the lease: skipped; ending just past its start: taken. */
+	/* Before the lease: skipped; ending 1 µs past its start: that µs's
+	 * share, floor(30 × 100 s / (100 s + 1 µs)) = 29 before, 1 after. */
 	h[0] = hold(1, 50, 100 * SEC);
 	p[0] = (struct ledger_piece){0, 100 * SEC, 30};
 	CHECK(ledger_consume(p, 1, h, 1, &covered) == METER_OK);
@@ -207,8 +208,38 @@ static void test_consume_times(void)
 	CHECK_I64(h[0].add_micros, 0);
 	p[0].end_usec = 100 * SEC + 1;
 	CHECK(ledger_consume(p, 1, h, 1, &covered) == METER_OK);
-	CHECK_I64(covered, 30);
-	CHECK_I64(h[0].add_micros, 30);
+	CHECK_I64(covered, 1);
+	CHECK_I64(h[0].add_micros, 1);
+
+	/* A piece across a lease's start: the hold takes the share of the
+	 * time from its start (the wake's running event came after it, so
+	 * no sample or event cuts the piece there). */
+	p[0] = (struct ledger_piece){50 * SEC, 150 * SEC, 31};
+	CHECK(ledger_consume(p, 1, h, 1, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 16); /* 31 - floor(31 × 50 / 100) */
+	CHECK_I64(covered, 16);
+	/* ...across a kept tail's end (the lease-end sweep's): the share
+	 * before it; and across both, a tail ending at 100 s and a wake at
+	 * 120 s: 15 to the tail, floor(15 × 20 / 50) = 6 to none, 9 to the
+	 * wake. */
+	h[0] = hold(1, 50, 0);
+	h[0].settles_usec = 100 * SEC;
+	p[0] = (struct ledger_piece){50 * SEC, 150 * SEC, 30};
+	CHECK(ledger_consume(p, 1, h, 1, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 15);
+	CHECK_I64(covered, 15);
+	h[1] = hold(2, 50, 120 * SEC);
+	CHECK(ledger_consume(p, 1, h, 2, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 15);
+	CHECK_I64(h[1].add_micros, 9);
+	CHECK_I64(covered, 24);
+	/* A piece of no time is not cut. */
+	p[0] = (struct ledger_piece){120 * SEC, 120 * SEC, 5};
+	CHECK(ledger_consume(p, 1, h, 2, &covered) == METER_OK);
+	CHECK_I64(h[1].add_micros, 0);
+	CHECK_I64(covered, 0);
+	p[0].end_usec = 120 * SEC - 1;
+	CHECK(ledger_consume(p, 1, h, 2, &covered) == METER_EINVAL);
 
 	/* The audit's wake: a paused stretch before the wake's lease and the
 	 * woken minute after it, in one call. The wake hold (91) takes only
@@ -266,7 +297,7 @@ static void test_consume_times(void)
 	 * first piece outruns the only hold of its time, the second finds
 	 * that hold spent and goes to the lease started since. */
 	h[0] = hold(1, 30, 0);
-	h[1] = hold(2, 100, 150 * SEC);
+	h[1] = hold(2, 100, 100 * SEC);
 	p[0] = (struct ledger_piece){0, 100 * SEC, 50};
 	p[1] = (struct ledger_piece){100 * SEC, 200 * SEC, 40};
 	CHECK(ledger_consume(p, 2, h, 2, &covered) == METER_OK);

@@ -10,8 +10,10 @@
  *   3. lifecycle events in (watermark, newest sample];
  *   4. day starts of the zones involved (cache, else PostgreSQL);
  *   5. the arithmetic, in C, per sandbox in time order;
- *   6. writes: raw samples (binary COPY), sandbox_meter (UPDATE of the row
- *      versions read, INSERT of new ones, counts checked), usage_hourly
+ *   6. writes: raw samples (binary COPY), the resumes seen between two
+ *      samples (running_while_paused, sql/0057; no statement when none),
+ *      sandbox_meter (UPDATE of the row versions read, INSERT of new
+ *      ones, counts checked), usage_hourly
  *      (UPDATE of the rows that exist, INSERT of the others), then the
  *      key-day ledger and the open holds (meter_ledger_spend's rules, see
  *      SQL_LEDGER_SPENT), the events counted again under the ledger rows
@@ -512,6 +514,13 @@ struct ing_host {
 	int64_t batches;
 };
 
+/* A resume ingestion saw between two samples of a sandbox: the sample
+ * before (not running) and the one that found it running, UTC µs. */
+struct ing_resume {
+	uint32_t sbx;
+	int64_t before, at;
+};
+
 /* A usage row's place in the account-hour sums. */
 struct ing_ahour {
 	const char *account;
@@ -575,6 +584,8 @@ struct ing_call {
 	size_t nkdays, kdays_cap;
 	struct ing_hold *holds;
 	size_t nholds, holds_cap;
+	struct ing_resume *resumes; /* in time order within each sandbox */
+	size_t nresumes, resumes_cap;
 	struct ledger_hold *lholds; /* one spend's holds, for ledger_consume */
 	size_t lholds_cap;
 	bool *batch_accepted;
@@ -1211,6 +1222,11 @@ static const char SQL_METER_INSERT[] =
     " s.cc, s.mc, s.sc, s.d, s.dru, s.dcu, s.dcb, s.dtm, s.mo, s.mtm, s.de"
     " FROM unnest($1::meter_ingest_meter[]) AS s"
     " ORDER BY s.a, s.sb ON CONFLICT DO NOTHING";
+
+/* The resumes of the call (ing_write_resumes), sql/0057. */
+static const char SQL_PAUSED_RUNNING[] =
+    "SELECT meter_outbox_paused_running_at($1::text[], $2::text[], $3::timestamptz[],"
+    " $4::timestamptz[])";
 
 static const char SQL_SAMPLES_COPY[] =
     "COPY samples (account_id, sandbox_id, sampled_at, state, cpu_usec, memory_mib,"
@@ -2776,6 +2792,19 @@ static void ing_state_by_events(const struct ing_call *c, const struct ing_sbx *
 	cur->state = st;
 }
 
+/* Records that sample at found sandbox x running after the sample before
+ * (before) found it not: a resume for ing_write_resumes. Every one, the
+ * round's last sample's too: sql/0057 reports the first of them that its
+ * rule holds for, before the meter row's trigger sees the last one, as
+ * rounds of one sample each would. */
+static enum meter_rc ing_add_resume(struct ing_call *c, uint32_t x, int64_t before, int64_t at)
+{
+	if (!ing_grow(&c->resumes, &c->resumes_cap, c->nresumes + 1, sizeof(*c->resumes)))
+		return METER_ENOMEM;
+	c->resumes[c->nresumes++] = (struct ing_resume){.sbx = x, .before = before, .at = at};
+	return METER_OK;
+}
+
 /* The arithmetic of one sandbox: its samples in time order. */
 static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 {
@@ -2818,6 +2847,11 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 		 * cannot run again: a wake of it is refused). */
 		if (sb->has_prev && sb->last.state == SANDBOX_STOPPED)
 			cur.state = SANDBOX_STOPPED;
+		if (prev && prev->state != SANDBOX_RUNNING && cur.state == SANDBOX_RUNNING) {
+			rc = ing_add_resume(c, x, prev->at_usec, cur.at_usec);
+			if (rc != METER_OK)
+				return rc;
+		}
 		if (prev) {
 			rc = ing_interval_subs(c, sb, prev, &cur, &flags);
 			if (rc == METER_OK)
@@ -2971,6 +3005,30 @@ static enum meter_rc ing_check_cached(struct ing_call *c)
 	snprintf(c->err, c->errlen, "sandbox_meter: a cached row was changed by another writer");
 	c->retry = true;
 	return METER_ECONFLICT;
+}
+
+/* The call's resumes to sql/0057's rule (running_while_paused), before the
+ * meter rows are written: a round that took a sandbox's paused and running
+ * samples together reports what rounds of one sample each would (their
+ * triggers), the earliest resume first; the trigger of the row's own
+ * change then finds the hold reported. Nothing to send, no statement. */
+static enum meter_rc ing_write_resumes(struct ing_call *c)
+{
+	static const Oid types[4] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_TIMESTAMPTZ_ARR,
+				     DB_OID_TIMESTAMPTZ_ARR};
+
+	if (c->nresumes == 0)
+		return METER_OK;
+	ing_arrays(c, 4, types);
+	for (size_t i = 0; i < c->nresumes; i++) {
+		const struct ing_resume *r = &c->resumes[i];
+		db_barr_text(&c->arr[0], c->sbx[r->sbx].account);
+		db_barr_text(&c->arr[1], c->sbx[r->sbx].id);
+		db_barr_ts(&c->arr[2], r->before);
+		db_barr_ts(&c->arr[3], r->at);
+	}
+	return ing_qa(c, "running_while_paused", SQL_PAUSED_RUNNING, 4, 0, NULL, PGRES_TUPLES_OK,
+		      NULL);
 }
 
 /* Writes the changed sandbox_meter rows: updates of the row versions read,
@@ -3547,7 +3605,7 @@ static void ing_reset_try(struct ing_call *c)
 	for (size_t i = 0; i < c->nzones; i++)
 		free(c->zones[i].start);
 	c->nzones = 0;
-	c->nrows = c->nspend = c->nspieces = c->nevents = 0;
+	c->nrows = c->nspend = c->nspieces = c->nevents = c->nresumes = 0;
 	if (c->batch_accepted)
 		memset(c->batch_accepted, 0, c->nbatches * sizeof(*c->batch_accepted));
 	memset(&c->st, 0, sizeof(c->st));
@@ -3629,6 +3687,7 @@ static enum meter_rc ing_compute(struct ing_call *c)
 
 	db_bin_reset(&c->samples);
 	copy_header(&c->samples);
+	c->nresumes = 0;
 	for (uint32_t x = 0; x < c->nsbx; x++) {
 		rc = ing_sandbox(c, x);
 		if (rc != METER_OK)
@@ -3687,6 +3746,8 @@ static enum meter_rc ing_try(struct ing_call *c)
 	if (c->st.accepted > 0) {
 		rc = ing_step(c, "samples", ing_write_samples);
 		ing_lap(&mark, &c->st.usec_samples);
+		if (rc == METER_OK)
+			rc = ing_step(c, "running_while_paused", ing_write_resumes);
 		if (rc == METER_OK)
 			rc = ing_step(c, "sandbox_meter", ing_write_meters);
 		if (rc == METER_OK)
@@ -3820,6 +3881,7 @@ static void ing_call_release(struct ing_call *c)
 	free(c->spieces);
 	free(c->kdays);
 	free(c->holds);
+	free(c->resumes);
 	free(c->lholds);
 	free(c->batch_accepted);
 	free(c->ctmp);

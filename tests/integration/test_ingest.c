@@ -2041,6 +2041,139 @@ static void test_holds_by_time(void)
 	exec("DELETE FROM key_day_ledger WHERE key_id = 'key_wd'");
 }
 
+/* Sandbox s_rp_<x> of key_rp, paused by an event at 03:00:10 with its hold
+ * (03:00 to 03:15) settled, as a pause leaves it; then the statement extra
+ * when not NULL. */
+static void rp_setup(const char *x, const char *extra)
+{
+	char sql[1024], sb[32];
+
+	snprintf(sb, sizeof(sb), "s_rp_%s", x);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+		 " storage_mib, state, state_since, created_at) VALUES ('acct_1', '%s', 'key_rp',"
+		 " 1, 1024, 0, 'paused', '2026-11-30T03:00:10Z', " MADE ")",
+		 sb);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros, status,"
+		 " settled_at, lease_starts_at, lease_ends_at) VALUES ('acct_1', 'key_rp', '%s',"
+		 " '2026-11-30', 5000, 'settled', now(), '2026-11-30T03:00:00Z',"
+		 " '2026-11-30T03:15:00Z')",
+		 sb);
+	exec(sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO lifecycle_events (account_id, sandbox_id, type, at)"
+		 " VALUES ('acct_1', '%s', 'paused', '2026-11-30T03:00:10Z')",
+		 sb);
+	exec(sql);
+	if (extra)
+		exec(extra);
+}
+
+/* Ingests, in one call, the samples of s_rp_<x> given as states ('r',
+ * 'p') at 03:00:00 + 10 s × (first + i), one batch each. */
+static void rp_call(const char *x, int first, const char *states)
+{
+	struct sample_batch b[8];
+	size_t n = strlen(states);
+	char sb[32];
+
+	snprintf(sb, sizeof(sb), "s_rp_%s", x);
+	for (size_t i = 0; i < n; i++) {
+		batch(&b[i], "h_rp");
+		add(&b[i], sb, NULL, T("2026-11-30T03:00:00Z") + (first + (int64_t)i) * 10 * SEC,
+		    states[i], 0, 1024, 0, 1);
+	}
+	run(b, n);
+	for (size_t i = 0; i < n; i++)
+		sample_batch_release(&b[i]);
+}
+
+/* The running_while_paused reports of s_rp_<x>. */
+static int64_t rp_count(const char *x)
+{
+	return q64("SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+		   " AND payload->>'sandbox_id' = 's_rp_%s'"
+		   " AND payload->>'reason' = 'running_while_paused'",
+		   x);
+}
+
+/* Whether s_rp_<x>'s one report and s_rp_<y>'s are the same but for the
+ * sandbox and the hold: 1 when they are. */
+static int64_t rp_same(const char *x, const char *y)
+{
+	return q64("SELECT count(DISTINCT payload - 'sandbox_id' - 'hold_id')"
+		   " FILTER (WHERE payload->>'sandbox_id' IN ('s_rp_%s', 's_rp_%s'))"
+		   " FROM webhook_outbox WHERE type = 'hold_outrun'"
+		   " AND payload->>'reason' = 'running_while_paused'",
+		   x, y);
+}
+
+/* running_while_paused (sql/0039, 0057) for a resume whose paused and
+ * running samples come in one call, as in calls of one sample each: the
+ * same one report, by the settled hold, at the first sample that found
+ * the sandbox running. None when a hold began or a running event came
+ * between the two samples. */
+static void test_paused_running_one_call(void)
+{
+	char at[64];
+
+	fprintf(stderr, "running_while_paused in one call\n");
+	exec("INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone) VALUES"
+	     " ('acct_1', 'key_rp', decode(repeat('cd', 32), 'hex'), 'full', 'UTC')");
+	/* Seen running before the pause, then paused and running in one
+	 * call: the row goes from running to running, no trigger. */
+	rp_setup("one", NULL);
+	rp_call("one", 0, "r");
+	rp_call("one", 2, "prr");
+	CHECK_I64(rp_count("one"), 1);
+	qtext(at, sizeof(at),
+	      "SELECT payload->>'at' FROM webhook_outbox WHERE type = 'hold_outrun'"
+	      " AND payload->>'sandbox_id' = 's_rp_one'");
+	CHECK_STR(at, "2026-11-30T03:00:30.000000Z");
+	/* The same samples a call each: the same report. */
+	rp_setup("split", NULL);
+	rp_call("split", 0, "r");
+	rp_call("split", 2, "p");
+	CHECK_I64(rp_count("split"), 0);
+	rp_call("split", 3, "r");
+	rp_call("split", 4, "r");
+	CHECK_I64(rp_count("split"), 1);
+	CHECK_I64(rp_same("one", "split"), 1);
+	/* A new meter row (an insert, no trigger): the same. */
+	rp_setup("new", NULL);
+	rp_call("new", 2, "prr");
+	CHECK_I64(rp_count("new"), 1);
+	CHECK_I64(rp_same("one", "new"), 1);
+	/* Seen paused before the call, then running, paused and running in
+	 * it: the first resume is reported (at 03:00:30), as calls of one
+	 * sample each would, not the last one the row's trigger sees. */
+	rp_setup("twice", NULL);
+	rp_call("twice", 2, "p");
+	rp_call("twice", 3, "rpr");
+	CHECK_I64(rp_count("twice"), 1);
+	qtext(at, sizeof(at),
+	      "SELECT payload->>'at' FROM webhook_outbox WHERE type = 'hold_outrun'"
+	      " AND payload->>'sandbox_id' = 's_rp_twice'");
+	CHECK_STR(at, "2026-11-30T03:00:30.000000Z");
+	CHECK_I64(rp_same("one", "twice"), 1);
+	/* A hold begun between the paused and the running sample (a wake,
+	 * since closed), or a running event between them: no report. */
+	rp_setup("wake", "INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
+			 " status, settled_at, lease_starts_at, lease_ends_at) VALUES ('acct_1',"
+			 " 'key_rp', 's_rp_wake', '2026-11-30', 5000, 'released', now(),"
+			 " '2026-11-30T03:00:25Z', '2026-11-30T03:15:25Z')");
+	rp_call("wake", 0, "r");
+	rp_call("wake", 2, "prr");
+	CHECK_I64(rp_count("wake"), 0);
+	rp_setup("event", "INSERT INTO lifecycle_events (account_id, sandbox_id, type, at)"
+			  " VALUES ('acct_1', 's_rp_event', 'running', '2026-11-30T03:00:25Z')");
+	rp_call("event", 0, "r");
+	rp_call("event", 2, "prr");
+	CHECK_I64(rp_count("event"), 0);
+}
+
 /* Bad samples are refused before anything is written. */
 static void test_bad_input(void)
 {
@@ -2742,6 +2875,7 @@ int main(void)
 	test_holds_multi();
 	test_hold_other_key();
 	test_holds_by_time();
+	test_paused_running_one_call();
 	test_bad_input();
 	test_concurrent(db.url);
 	test_meter_changed(db.url);

@@ -4,7 +4,7 @@
 -- The trigger compares the meter row before a round with the row after
 -- it: the round's last sample against the one before the round. A round
 -- that carries a sample finding the sandbox paused and a later one finding
--- it running (a collector catching up, a push of several samples) wrote
+-- it running (a collector catching up on its rounds) wrote
 -- the row once, from running or to the paused sample's successor, and the
 -- resume went unreported; the same samples taken in two rounds reported
 -- it. Now the rule is meter_outbox_paused_running_at: for each resume, in

@@ -2794,9 +2794,9 @@ static void ing_state_by_events(const struct ing_call *c, const struct ing_sbx *
 
 /* Records that sample at found sandbox x running after the sample before
  * (before) found it not: a resume for ing_write_resumes. Every one, the
- * round's last sample's too: sql/0057 reports the first of them that its
- * rule holds for, before the meter row's trigger sees the last one, as
- * rounds of one sample each would. */
+ * one from the meter row's sample to the round's first included: sql/0057
+ * reports the first of them that its rule holds for, as rounds of one
+ * sample each would (no trigger on the meter row does it any more). */
 static enum meter_rc ing_add_resume(struct ing_call *c, uint32_t x, int64_t before, int64_t at)
 {
 	if (!ing_grow(&c->resumes, &c->resumes_cap, c->nresumes + 1, sizeof(*c->resumes)))
@@ -3007,11 +3007,10 @@ static enum meter_rc ing_check_cached(struct ing_call *c)
 	return METER_ECONFLICT;
 }
 
-/* The call's resumes to sql/0057's rule (running_while_paused), before the
- * meter rows are written: a round that took a sandbox's paused and running
- * samples together reports what rounds of one sample each would (their
- * triggers), the earliest resume first; the trigger of the row's own
- * change then finds the hold reported. Nothing to send, no statement. */
+/* The call's resumes to sql/0057's rule (running_while_paused): a round
+ * that took a sandbox's paused and running samples together reports what
+ * rounds of one sample each would, the earliest resume first. Nothing to
+ * send, no statement. */
 static enum meter_rc ing_write_resumes(struct ing_call *c)
 {
 	static const Oid types[4] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_TIMESTAMPTZ_ARR,

@@ -185,10 +185,14 @@ static const char long_history[] =
     " EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ' || q INTO j;"
     " RETURN (j->0->'Plan'->>'Shared Hit Blocks')::bigint"
     " + (j->0->'Plan'->>'Shared Read Blocks')::bigint; END $$;"
-    /* A sample that finds sb running, in a function so that the pages its
-     * triggers read are counted with the statement's. */
+    /* A sample that finds sb running, as ingestion takes it in (the rule
+     * of sql/0057 for the resume, then the meter row), in a function so
+     * that the pages they read are counted with the statement's. */
     "CREATE FUNCTION pg_temp.sample_running(sb text) RETURNS void LANGUAGE plpgsql AS $$"
-    " BEGIN UPDATE sandbox_meter SET last_state = 'running',"
+    " BEGIN PERFORM meter_outbox_paused_running_at(ARRAY[m.account_id],"
+    " ARRAY[m.sandbox_id], ARRAY[m.last_sampled_at], ARRAY[now() + interval '4 s'])"
+    " FROM sandbox_meter m WHERE m.sandbox_id = sb;"
+    " UPDATE sandbox_meter SET last_state = 'running',"
     " last_sampled_at = now() + interval '4 s' WHERE sandbox_id = sb; END $$;";
 
 /* The pages an event of sb at `at` (an SQL expression) read; checks the

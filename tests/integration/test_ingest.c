@@ -2148,7 +2148,7 @@ static void test_paused_running_one_call(void)
 	CHECK_I64(rp_same("one", "new"), 1);
 	/* Seen paused before the call, then running, paused and running in
 	 * it: the first resume is reported (at 03:00:30), as calls of one
-	 * sample each would, not the last one the row's trigger sees. */
+	 * sample each would, not the last one. */
 	rp_setup("twice", NULL);
 	rp_call("twice", 2, "p");
 	rp_call("twice", 3, "rpr");
@@ -2172,6 +2172,20 @@ static void test_paused_running_one_call(void)
 	rp_call("event", 0, "r");
 	rp_call("event", 2, "prr");
 	CHECK_I64(rp_count("event"), 0);
+	/* Seen paused before the call, then running at the pause's own
+	 * instant (03:00:10) and after it: no sample found it resuming after
+	 * the pause, so no report, in one call as in calls of one sample
+	 * each (the meter row's trigger, comparing its old sample with the
+	 * call's last, not adjacent ones, once reported it). */
+	rp_setup("late", NULL);
+	rp_call("late", 0, "p");
+	rp_call("late", 1, "rr");
+	CHECK_I64(rp_count("late"), 0);
+	rp_setup("lates", NULL);
+	rp_call("lates", 0, "p");
+	rp_call("lates", 1, "r");
+	rp_call("lates", 2, "r");
+	CHECK_I64(rp_count("lates"), 0);
 }
 
 /* Bad samples are refused before anything is written. */

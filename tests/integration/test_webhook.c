@@ -1059,17 +1059,18 @@ static void test_holds_reads(struct apitest *t)
 	CHECK(holds_read(db) - before < 50);
 	cu_sql(db, "COMMIT");
 
-	/* A paused sandbox its samples find running: the sample's update of
-	 * the meter row, made here by hand. */
+	/* A paused sandbox its samples find running: ingestion's call of
+	 * the rule (sql/0057) for a running sample 1 s after the paused one,
+	 * made here by hand. */
 	CHECK_I64(cu_create(t, 0, key, "wh-busy-pr", 1, 1024, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
 	event_at(t, "wh-busy-pr", "paused", 0);
 	sample_at(t, key, "wh-busy-pr", "paused", 1, 0);
 	cu_sql(db, "BEGIN");
 	before = holds_read(db);
-	cu_sql(db, "UPDATE sandbox_meter SET last_state = 'running',"
-		   " last_sampled_at = last_sampled_at + interval '1 s'"
-		   " WHERE sandbox_id = 'wh-busy-pr'");
+	cu_sql(db, "SELECT meter_outbox_paused_running_at(ARRAY[account_id], ARRAY[sandbox_id],"
+		   " ARRAY[last_sampled_at], ARRAY[last_sampled_at + interval '1 s'])"
+		   " FROM sandbox_meter WHERE sandbox_id = 'wh-busy-pr'");
 	CHECK_I64(outruns(db, "wh-busy-pr", "running_while_paused"), 1);
 	CHECK(holds_read(db) - before < 50);
 	cu_sql(db, "COMMIT");

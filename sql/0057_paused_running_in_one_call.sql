@@ -15,7 +15,7 @@
 -- calls it with every resume it sees between two adjacent samples (the
 -- meter row's and the round's first among them), in time order, so that
 -- of several resumes on one hold the first is reported, as rounds of one
--- sample each would. Once per hold: the dedup key is the trigger's (below).
+-- sample each would. Once per hold: the dedup key is 0039's.
 -- Returns how many reports were added.
 
 CREATE FUNCTION meter_outbox_paused_running_at(p_account text[], p_sandbox text[],

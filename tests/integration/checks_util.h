@@ -190,7 +190,7 @@ static inline void cu_await_lock_waiters(PGconn *conn, int n)
 /* Seconds to add to now so that the clock reads target (UTC seconds). */
 static inline long long cu_offset_to(time_t target)
 {
-	return (long long)target - (long long)time(NULL);
+	return (long long)target - (long long)apitest_now();
 }
 
 /* A fixed-offset zone whose date now is not the date of the zone m hours

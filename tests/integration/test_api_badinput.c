@@ -817,7 +817,7 @@ int main(void)
 	 * microsecond are dropped, the event is taken. */
 	{
 		char body[128], stamp[32];
-		time_t now = time(NULL);
+		time_t now = apitest_now();
 		struct tm tm;
 
 		gmtime_r(&now, &tm);

@@ -471,7 +471,7 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 	struct apitest_resp r;
 	PGconn *db = t->db.conn;
 	char at[40], before[40], later[40];
-	time_t now = time(NULL);
+	time_t now = apitest_now();
 	long long tail, pause_s;
 
 	CHECK_I64(cu_create(t, 0, key, "ev-1", 2, 4096, 900, NULL, &r), 200);
@@ -494,7 +494,7 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 	 * now, to the pause, a second after the wake; of 900 s each), state
 	 * moved. No sample comes, so that tail is released lease_grace_s
 	 * (2 s) after the pause. */
-	pause_s = (long long)time(NULL) + 1;
+	pause_s = (long long)apitest_now() + 1;
 	cu_rfc3339((time_t)pause_s, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "ev-1", "paused", at, &r), 200);
 	CHECK(json_is_true(json_object_get(r.json, "recorded")));
@@ -550,7 +550,7 @@ static void test_wake_and_events(struct apitest *t, const char *key)
 				 " state = 'running'"),
 		  1);
 	/* Stop settles; a stopped sandbox cannot be woken. */
-	cu_rfc3339(time(NULL) + 2, at, sizeof(at));
+	cu_rfc3339(apitest_now() + 2, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "ev-1", "stopped", at, &r), 200);
 	CHECK_I64(cu_jint(r.json, "holds_settled"), 1);
 	apitest_resp_release(&r);
@@ -655,7 +655,7 @@ static void test_price_after_leases(struct apitest *t, const char *key)
 	PGconn *reader;
 	pthread_t th;
 
-	cu_rfc3339(time(NULL) + 60, at, sizeof(at));
+	cu_rfc3339(apitest_now() + 60, at, sizeof(at));
 	CHECK_I64(put_price_at(t, at, earliest, sizeof(earliest)), 400);
 	CHECK_I64(cu_sql_int(db,
 			     "SELECT ('%s'::timestamptz = max(lease_ends_at)"
@@ -744,7 +744,7 @@ static void test_price_after_leases(struct apitest *t, const char *key)
 static void test_price_versions(struct apitest *t, const char *key)
 {
 	struct apitest_resp r;
-	time_t now = time(NULL);
+	time_t now = apitest_now();
 	char name[32];
 
 	put_price(t, now + 3 * 3600, 2500000);
@@ -848,7 +848,7 @@ static void test_renewal_and_skew(struct apitest *t, const char *key)
 	CHECK_I64(lease_end_gap(db, "rn-1"), 0);
 
 	/* A stop and a pause dated 5 s before their sandbox's create. */
-	cu_rfc3339(time(NULL) - 5, at, sizeof(at));
+	cu_rfc3339(apitest_now() - 5, at, sizeof(at));
 	CHECK_I64(cu_create(t, 0, key, "sk-stop", 2, 4096, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
 	CHECK_I64(cu_event(t, 0, "sk-stop", "stopped", at, &r), 200);
@@ -894,7 +894,7 @@ static void test_renewal_and_skew(struct apitest *t, const char *key)
 	CHECK_STR(apitest_error_code(&r), "sandbox_stopped");
 	apitest_resp_release(&r);
 	/* Later-dated events are recorded; the sandbox stays stopped. */
-	cu_rfc3339(time(NULL) + 60, at, sizeof(at));
+	cu_rfc3339(apitest_now() + 60, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "sk-wake", "running", at, &r), 200);
 	CHECK(json_is_true(json_object_get(r.json, "recorded")));
 	CHECK_STR(apitest_json_str(&r, "state"), "stopped");
@@ -932,7 +932,7 @@ static void test_wake_refused(struct apitest *t, const char *acc)
 	CHECK_I64(cu_create(t, 0, key, "wf-1", 2, 4096, 900, NULL, &r), 200); /* 20000 */
 	apitest_resp_release(&r);
 	/* Paused now (a pause stamped before the create counts as at it). */
-	cu_rfc3339(time(NULL), at, sizeof(at));
+	cu_rfc3339(apitest_now(), at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "wf-1", "paused", at, &r), 200);
 	apitest_resp_release(&r);
 	sandbox_state(db, "wf-1", before, sizeof(before));
@@ -968,7 +968,7 @@ static void test_event_ahead(struct apitest *t, const char *key)
 
 	CHECK_I64(cu_create(t, 0, key, "fa-1", 1, 1024, 3600, NULL, &r), 200);
 	apitest_resp_release(&r);
-	cu_rfc3339(time(NULL) + 11 * 60, at, sizeof(at));
+	cu_rfc3339(apitest_now() + 11 * 60, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "fa-1", "paused", at, &r), 400);
 	CHECK_STR(apitest_error_code(&r), "invalid_request");
 	CHECK_STR(json_string_value(json_object_get(json_object_get(r.json, "error"), "field")),
@@ -979,7 +979,7 @@ static void test_event_ahead(struct apitest *t, const char *key)
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'fa-1' AND status"
 				 " = 'open' AND settles_at IS NULL"),
 		  1);
-	cu_rfc3339(time(NULL) + 9 * 60, at, sizeof(at));
+	cu_rfc3339(apitest_now() + 9 * 60, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "fa-1", "paused", at, &r), 200);
 	CHECK(json_is_true(json_object_get(r.json, "recorded")));
 	apitest_resp_release(&r);
@@ -1032,7 +1032,7 @@ static void test_wake_replay_holds(struct apitest *t, const char *key)
 
 	CHECK_I64(cu_create(t, 0, key, "wr-1", 2, 4096, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
-	cu_rfc3339(time(NULL) + 5, at, sizeof(at));
+	cu_rfc3339(apitest_now() + 5, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "wr-1", "paused", at, &r), 200);
 	CHECK_STR(apitest_json_str(&r, "state"), "paused");
 	apitest_resp_release(&r);
@@ -1072,7 +1072,7 @@ static void test_wake_replay_holds(struct apitest *t, const char *key)
 	apitest_resp_release(&r);
 	CHECK_I64(cu_create(t, 0, key, "wr-4", 1, 1024, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
-	cu_rfc3339(time(NULL) + 5, at, sizeof(at));
+	cu_rfc3339(apitest_now() + 5, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "wr-3", "paused", at, &r), 200);
 	apitest_resp_release(&r);
 	CHECK_I64(cu_event(t, 0, "wr-4", "paused", at, &r), 200);
@@ -1215,7 +1215,7 @@ static void test_events_during_wake(struct apitest *t, const char *key)
 		if (way == 2)
 			rfc3339_usec(now_usec - 1000, c.at, sizeof(c.at));
 		else
-			cu_rfc3339(time(NULL) + 1, c.at, sizeof(c.at));
+			cu_rfc3339(apitest_now() + 1, c.at, sizeof(c.at));
 		CHECK(pthread_create(&th, NULL, event_main, &c) == 0);
 		cu_await_lock_waiters(db, way == 1 ? 2 : 1);
 		cu_sql(w, "COMMIT");
@@ -1281,7 +1281,7 @@ static void test_events_beside_references(struct apitest *t, const char *key)
 	CHECK(PQstatus(x) == CONNECTION_OK);
 	cu_sql(x, "BEGIN");
 	cu_sql(x, "SELECT 1 FROM sandboxes WHERE sandbox_id = 'sk-1' FOR KEY SHARE");
-	cu_rfc3339(time(NULL), d.c.at, sizeof(d.c.at));
+	cu_rfc3339(apitest_now(), d.c.at, sizeof(d.c.at));
 	atomic_init(&d.done, false);
 	CHECK(pthread_create(&th, NULL, event_done_main, &d) == 0);
 	while (!atomic_load(&d.done) && waited < 3000) {
@@ -1304,7 +1304,7 @@ static void test_events_beside_references(struct apitest *t, const char *key)
 	for (int round = 0; round < 5; round++) {
 		struct event_call c[4];
 		pthread_t ths[4];
-		long long base = (long long)time(NULL) * 1000000 - 2000000;
+		long long base = (long long)apitest_now() * 1000000 - 2000000;
 
 		for (int i = 0; i < 4; i++) {
 			c[i] = (struct event_call){.t = t,
@@ -1358,7 +1358,7 @@ static void test_unattributed(struct apitest *t, const char *key)
 	struct apitest_resp r;
 	PGconn *db = t->db.conn;
 
-	push_sample_from(t, "h-ua", NULL, "ua-1", (long long)time(NULL), "running", 0, 0);
+	push_sample_from(t, "h-ua", NULL, "ua-1", (long long)apitest_now(), "running", 0, 0);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM sandboxes WHERE sandbox_id = 'ua-1'"
 				 " AND account_id = 'unattributed' AND key_id IS NULL"),
 		  1);
@@ -1419,7 +1419,7 @@ static void test_lease_end(struct apitest *t, const char *acc)
 	PGconn *db = t->db.conn;
 	char key[65], token[APITEST_TOKEN_MAX], zone[16];
 	const long long hold = 37; /* 1 vCPU + 1 GiB for 4 s, rounded up */
-	time_t t0 = time(NULL);
+	time_t t0 = apitest_now();
 
 	CHECK(apitest_create_key(t, acc, "full", 2 * hold - 1,
 				 apitest_midday_zone(zone, sizeof(zone)), key, token) == 0);
@@ -1448,7 +1448,7 @@ static void test_lease_end(struct apitest *t, const char *acc)
 	CHECK_I64(cu_create(t, 0, key, "lt-1", 1, 1024, 4, NULL, &r), 200);
 	CHECK_I64(cu_jint(r.json, "hold_micros"), hold);
 	apitest_resp_release(&r);
-	t0 = time(NULL);
+	t0 = apitest_now();
 	push_sample_from(t, "h-lease", key, "lt-1", (long long)t0, "running", 0, 0);
 	wait_first_hold_swept(db, "lt-1");
 	CHECK_I64(cu_sql_int(db, "SELECT amount_micros FROM holds WHERE sandbox_id = 'lt-1' AND"
@@ -1742,7 +1742,7 @@ static void test_tail(void)
 	struct apitest_resp r;
 	char acc[65], key[65], key2[65], token[APITEST_TOKEN_MAX], off[32], at[40];
 	const char *args[] = {"--clock-offset-s", off, "--lease-grace-s", "60", NULL};
-	time_t now = time(NULL);
+	time_t now = apitest_now();
 	long long h, l0, spent1, tail, spent2, snapshot;
 	PGconn *db;
 
@@ -1949,7 +1949,7 @@ static void test_tail_host(struct apitest *t, const char *key)
 	CHECK_I64(cu_create(t, 0, key, "gw-3", 1, 1024, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
 	/* After the creates: the stop (t0 + 1) comes after the leases start. */
-	t0 = time(NULL);
+	t0 = apitest_now();
 	push_sample(t, key, "gw-1", t0, "running", 0, 0);
 	push_sample_from(t, "h-empty", key, "gw-3", t0, "running", 0, 0);
 	cu_rfc3339(t0 + 1, at, sizeof(at));
@@ -2144,9 +2144,9 @@ static void test_price_after_tails(void)
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
 	CHECK_I64(cu_create(&t, 0, key, "pt-1", 1, 1024, 86400, NULL, &r), 200);
 	apitest_resp_release(&r);
-	cu_rfc3339(time(NULL) + 60, at, sizeof(at));
+	cu_rfc3339(apitest_now() + 60, at, sizeof(at));
 	CHECK_I64(put_price_at(&t, at, earliest, sizeof(earliest)), 400); /* the lease is on */
-	cu_rfc3339(time(NULL) + 2, at, sizeof(at)); /* after the lease's start */
+	cu_rfc3339(apitest_now() + 2, at, sizeof(at)); /* after the lease's start */
 	CHECK_I64(cu_event(&t, 0, "pt-1", "stopped", at, &r), 200);
 	CHECK(cu_jint(r.json, "tail_held_micros") > 0);
 	apitest_resp_release(&r);
@@ -2154,7 +2154,7 @@ static void test_price_after_tails(void)
 					" AND status = 'open' AND settles_at IS NOT NULL"
 					" AND lease_ends_at > now() + interval '23 hours'"),
 		  1);
-	cu_rfc3339(time(NULL) + 60, at, sizeof(at));
+	cu_rfc3339(apitest_now() + 60, at, sizeof(at));
 	CHECK_I64(put_price_at(&t, at, earliest, sizeof(earliest)), 201);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);

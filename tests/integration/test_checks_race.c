@@ -685,7 +685,7 @@ int main(void)
 {
 	char off[32], acc[65];
 	const char *args[] = {"--clock-offset-s", off, NULL};
-	time_t now = time(NULL);
+	time_t now = apitest_now();
 	struct tm tm;
 
 	/* Tomorrow, 12:00 UTC. */

@@ -201,7 +201,7 @@ int main(void)
 	struct call calls[NCALLS];
 	pthread_t th[NCALLS];
 	struct apitest_resp r;
-	time_t now = time(NULL), noon;
+	time_t now = apitest_now(), noon;
 	struct tm tm;
 	double t0, took;
 	PGconn *lk;
@@ -445,7 +445,7 @@ int main(void)
 		{
 			char doc[256], at[40];
 
-			cu_rfc3339(time(NULL), at, sizeof(at));
+			cu_rfc3339(apitest_now(), at, sizeof(at));
 			snprintf(doc, sizeof(doc),
 				 "{\"host_id\":\"h-frozen\",\"sampled_at\":\"%s\","
 				 "\"sandboxes\":[{\"sandbox_id\":\"fz-1\",\"state\":\"running\","

@@ -115,7 +115,7 @@ int main(void)
 	    tro[APITEST_TOKEN_MAX], keys[160], from[32], to[32], path[512], sql[512];
 	struct tally ledger_key, rollup_key, rollup_sbx, csv_key, csv_sbx, nd_sbx, api_key, api_sbx,
 	    stmt_sbx;
-	time_t now = time(NULL), day = now - now % 86400 - 86400;
+	time_t now = apitest_now(), day = now - now % 86400 - 86400;
 	int64_t stmt_total = -1, dash_total = -1;
 
 	if (apitest_start(&t, "reconcile", 1, NULL, NULL) < 0)

@@ -205,7 +205,7 @@ static int signature_ok(const struct received *r)
 		return 0;
 	for (unsigned i = 0; i < mdlen; i++)
 		snprintf(hex + 2 * i, 3, "%02x", md[i]);
-	return strcmp(hex, v1) == 0 && llabs(ts - (long long)time(NULL)) < 120;
+	return strcmp(hex, v1) == 0 && llabs(ts - (long long)apitest_now()) < 120;
 }
 
 /* Waits until every outbox event is delivered (or timeout_ms). */
@@ -517,7 +517,7 @@ static void test_lease_ended(struct apitest *t, const char *acc)
 	/* wh-paused: paused about its lease end (the event's time is in whole
 	 * seconds: one after the create's), maybe after the sweeper took it. */
 	cu_sleep_ms(1100);
-	cu_rfc3339(time(NULL), now, sizeof(now));
+	cu_rfc3339(apitest_now(), now, sizeof(now));
 	CHECK_I64(cu_event(t, 1, "wh-paused", "paused", now, &r), 200);
 	apitest_resp_release(&r);
 	CHECK_I64(cu_wake(t, 0, "wh-renewed", 900, "\"idempotency_key\":\"renew-1\"", &r), 200);
@@ -575,7 +575,7 @@ static void test_lease_ended(struct apitest *t, const char *acc)
 	}
 	pthread_mutex_unlock(&mu);
 	/* Stopped, so the rest of the test sees wh-1's lease open alone. */
-	cu_rfc3339(time(NULL), now, sizeof(now));
+	cu_rfc3339(apitest_now(), now, sizeof(now));
 	CHECK_I64(cu_event(t, 0, "wh-renewed", "stopped", now, &r), 200);
 	apitest_resp_release(&r);
 }
@@ -603,7 +603,7 @@ static void event_at(struct apitest *t, const char *sb, const char *type, int ah
 {
 	char at[40];
 
-	cu_rfc3339(time(NULL) + ahead, at, sizeof(at));
+	cu_rfc3339(apitest_now() + ahead, at, sizeof(at));
 	post_event(t, sb, type, at);
 }
 
@@ -704,7 +704,7 @@ static void test_resumed_without_wake(struct apitest *t, const char *acc)
 	apitest_resp_release(&r);
 	{
 		char at_run[40], at_pause[40];
-		time_t now = time(NULL);
+		time_t now = apitest_now();
 
 		cu_rfc3339(now + 4, at_run, sizeof(at_run));
 		cu_rfc3339(now + 2, at_pause, sizeof(at_pause));
@@ -907,7 +907,7 @@ static void sample_at(struct apitest *t, const char *key, const char *sb, const 
 	struct apitest_resp r;
 	char body[512], at[40];
 
-	cu_rfc3339(time(NULL) + ahead, at, sizeof(at));
+	cu_rfc3339(apitest_now() + ahead, at, sizeof(at));
 	snprintf(body, sizeof(body),
 		 "{\"host_id\":\"h-wh\",\"sampled_at\":\"%s\",\"sandboxes\":[{\"sandbox_id\":"
 		 "\"%s\",\"key_id\":\"%s\",\"state\":\"%s\",\"vcpus\":1,\"memory_mib\":1024,"
@@ -1047,7 +1047,7 @@ static void test_holds_reads(struct apitest *t)
 	CHECK_I64(cu_create(t, 0, key, "wh-busy-resumed", 1, 1024, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
 	event_at(t, "wh-busy-resumed", "paused", 0);
-	cu_rfc3339(time(NULL) + 2, at, sizeof(at));
+	cu_rfc3339(apitest_now() + 2, at, sizeof(at));
 	cu_sql(db, "BEGIN");
 	before = holds_read(db);
 	snprintf(sql, sizeof(sql),
@@ -1618,15 +1618,15 @@ int main(void)
 		for (int i = 0; i < 100 && total_requests() == before; i++)
 			cu_sleep_ms(50);
 		CHECK(total_requests() > before);
-		t0 = (long long)time(NULL);
+		t0 = (long long)apitest_now();
 		if (pid > 0) {
 			kill(pid, SIGTERM);
 			waitpid(pid, &status, 0);
 			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 		}
 		printf("webhook: meterd stopped %lld s after SIGTERM with a slow receiver\n",
-		       (long long)time(NULL) - t0);
-		CHECK((long long)time(NULL) - t0 <= 8);
+		       (long long)apitest_now() - t0);
+		CHECK((long long)apitest_now() - t0 <= 8);
 		/* What was not delivered is still due. */
 		CHECK(cu_sql_int(
 			  db, "SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL") >=

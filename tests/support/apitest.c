@@ -642,6 +642,14 @@ int apitest_create_account(const struct apitest *t, const char *name, char *acco
 	return ret;
 }
 
+time_t apitest_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec;
+}
+
 const char *apitest_fixed_zone(char *buf, size_t len, int utc_offset_h)
 {
 	if (utc_offset_h == 0)
@@ -653,7 +661,7 @@ const char *apitest_fixed_zone(char *buf, size_t len, int utc_offset_h)
 
 int apitest_midday_offset(void)
 {
-	return 12 - (int)(time(NULL) % 86400 / 3600);
+	return 12 - (int)(apitest_now() % 86400 / 3600);
 }
 
 const char *apitest_midday_zone(char *buf, size_t len)

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "testdb.h"
 
@@ -152,6 +153,12 @@ int apitest_create_key(const struct apitest *t, const char *account_id, const ch
  * (POST /dashboard/sign-in, 303) and writes the "Cookie: meter_session=..."
  * header to send with its pages into header (len bytes). Returns 0 or -1. */
 int apitest_sign_in(const struct apitest *t, const char *token, char *header, size_t len);
+
+/* The wall clock's whole seconds, read as meterd reads it. time() can trail
+ * that clock by up to a kernel tick at a second's turn (it reads the copy
+ * the tick updates), so a test that dates an event "a second from now" with
+ * it can date it before what meterd just did. */
+time_t apitest_now(void);
 
 /* Fixed-offset time zones, for tests whose holds must not meet a key's
  * midnight, whatever the hour they run at. apitest_fixed_zone writes the

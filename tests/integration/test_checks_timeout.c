@@ -99,7 +99,7 @@ static long long terminate_lock_waiter(void)
 	cu_await_lock_waiters(t.db.conn, 1);
 	pid = cu_sql_int(t.db.conn, "SELECT pid FROM pg_stat_activity"
 				    " WHERE datname = current_database()"
-				    " AND wait_event_type = 'Lock' LIMIT 1");
+				    " AND wait_event_type = 'Lock'" CU_NOT_SWEEPER " LIMIT 1");
 	CHECK(cu_sql_int(t.db.conn, "SELECT count(*) FROM pg_terminate_backend(%lld) x WHERE x",
 			 pid) == 1);
 	return pid;

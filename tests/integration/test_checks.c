@@ -1430,7 +1430,10 @@ static void test_lease_end(struct apitest *t, const char *acc)
 	apitest_resp_release(&r);
 	CHECK_I64(cu_create(t, 0, key, "le-2", 1, 1024, 2, NULL, &r), 200);
 	apitest_resp_release(&r);
-	/* Ahead of the lease end (before the sweeper comes to it). */
+	/* Ahead of the lease end (before the sweeper comes to it): dated from
+	 * after the create, so that past the end however long the key and the
+	 * creates took (a 1.2 s key creation left t0 + 4 before it). */
+	t0 = apitest_now();
 	push_sample_from(t, "h-lease", key, "le-2", (long long)t0 + 4, "running", 0, 0);
 	wait_first_hold_swept(db, "le-1");
 	wait_first_hold_swept(db, "le-2");

@@ -395,12 +395,12 @@ int main(void)
 		/* The batch again, on a backend of its own, at the same row
 		 * (the terminated one may still be listed a moment). */
 		for (int i = 0; i < 500; i++) {
-			waiting = cu_sql_int(t.db.conn,
-					     "SELECT count(*) FROM pg_stat_activity"
-					     " WHERE datname = current_database()"
-					     " AND wait_event_type = 'Lock' AND pid <> %lld"
-					     " AND query NOT LIKE '%%meter_holds_expire%%'",
-					     pid);
+			waiting = cu_sql_int(
+			    t.db.conn,
+			    "SELECT count(*) FROM pg_stat_activity"
+			    " WHERE datname = current_database()"
+			    " AND wait_event_type = 'Lock' AND pid <> %lld" CU_NOT_SWEEPER,
+			    pid);
 			if (waiting > 0)
 				break;
 			cu_sleep_ms(20);

@@ -1875,6 +1875,35 @@ static int64_t hour_micros(const char *x, const char *hour)
 		   x, hour);
 }
 
+/* A sample of s_<x> for timed_run: its seconds from t0, its state ('r',
+ * 'p') and its CPU counter in seconds. */
+struct timed_sample {
+	int64_t at_s;
+	char state;
+	int64_t cpu_s;
+};
+
+/* timed_setup(x, rows, stray), then samples[0..n) of s_<x> from t0 (2
+ * vCPUs, 4 GiB, 100 GiB of storage) taken in by one call; its stats. The
+ * call spends in C, or with stray on its one retry in SQL. */
+static struct ingest_stats timed_run(const char *x, const char *rows, bool stray, int64_t t0,
+				     const struct timed_sample *samples, size_t n)
+{
+	struct sample_batch b;
+	struct ingest_stats st;
+	char sbx[32];
+
+	timed_setup(x, rows, stray);
+	snprintf(sbx, sizeof(sbx), "s_%s", x);
+	batch(&b, "h18");
+	for (size_t i = 0; i < n; i++)
+		add(&b, sbx, NULL, t0 + samples[i].at_s * SEC, samples[i].state,
+		    samples[i].cpu_s * SEC, 4096, 102400, 2);
+	st = run1(&b);
+	CHECK_I64(st.retries, stray ? 1 : 0);
+	return st;
+}
+
 /* The audit's case: a sandbox whose first lease (09:00) is settled ran to
  * 09:15 and was paused, its storage billed while paused, and a wake's check
  * made a hold from 10:00; the samples up to and after the wake are taken
@@ -1885,23 +1914,16 @@ static int64_t hour_micros(const char *x, const char *hour)
  * digest of timed_holds. */
 static void wake_case(const char *x, bool stray, char *out, size_t len)
 {
-	struct sample_batch b;
+	static const struct timed_sample samples[] = {
+	    {0, 'r', 0}, {900, 'p', 1800}, {3600, 'r', 1800}, {3900, 'r', 2400}};
 	struct ingest_stats st;
-	char sbx[32], want[256];
-	int64_t t0 = T(TDAY "T09:00:00Z"), h9, h10;
+	char want[256];
+	int64_t h9, h10;
 
-	timed_setup(x,
-		    "(20000, 'settled', '" TDAY "T09:00:00Z', NULL, 1),"
-		    " (20000, 'open', '" TDAY "T10:00:00Z', NULL, 2)",
-		    stray);
-	snprintf(sbx, sizeof(sbx), "s_%s", x);
-	batch(&b, "h18");
-	add(&b, sbx, NULL, t0, 'r', 0, 4096, 102400, 2);
-	add(&b, sbx, NULL, t0 + 900 * SEC, 'p', 1800 * SEC, 4096, 102400, 2);
-	add(&b, sbx, NULL, t0 + 3600 * SEC, 'r', 1800 * SEC, 4096, 102400, 2);
-	add(&b, sbx, NULL, t0 + 3900 * SEC, 'r', 2400 * SEC, 4096, 102400, 2);
-	st = run1(&b);
-	CHECK_I64(st.retries, stray ? 1 : 0);
+	st = timed_run(x,
+		       "(20000, 'settled', '" TDAY "T09:00:00Z', NULL, 1),"
+		       " (20000, 'open', '" TDAY "T10:00:00Z', NULL, 2)",
+		       stray, T(TDAY "T09:00:00Z"), samples, 4);
 	h9 = hour_micros(x, "09");
 	h10 = hour_micros(x, "10");
 	/* The wake's hold is enough for its own usage, not for the paused
@@ -1921,23 +1943,16 @@ static void wake_case(const char *x, bool stray, char *out, size_t len)
  * hold from 13:00 takes the usage from there. As wake_case otherwise. */
 static void tail_case(const char *x, bool stray, char *out, size_t len)
 {
-	struct sample_batch b;
+	static const struct timed_sample samples[] = {
+	    {0, 'r', 0}, {3600, 'p', 7200}, {7200, 'r', 7200}, {7500, 'r', 7800}};
 	struct ingest_stats st;
-	char sbx[32], want[256];
-	int64_t t0 = T(TDAY "T11:00:00Z"), h11, h12, h13;
+	char want[256];
+	int64_t h11, h12, h13;
 
-	timed_setup(x,
-		    "(250000, 'open', '" TDAY "T11:00:00Z', '" TDAY "T12:00:00Z', 1),"
-		    " (20000, 'open', '" TDAY "T13:00:00Z', NULL, 2)",
-		    stray);
-	snprintf(sbx, sizeof(sbx), "s_%s", x);
-	batch(&b, "h18");
-	add(&b, sbx, NULL, t0, 'r', 0, 4096, 102400, 2);
-	add(&b, sbx, NULL, t0 + 3600 * SEC, 'p', 7200 * SEC, 4096, 102400, 2);
-	add(&b, sbx, NULL, t0 + 7200 * SEC, 'r', 7200 * SEC, 4096, 102400, 2);
-	add(&b, sbx, NULL, t0 + 7500 * SEC, 'r', 7800 * SEC, 4096, 102400, 2);
-	st = run1(&b);
-	CHECK_I64(st.retries, stray ? 1 : 0);
+	st = timed_run(x,
+		       "(250000, 'open', '" TDAY "T11:00:00Z', '" TDAY "T12:00:00Z', 1),"
+		       " (20000, 'open', '" TDAY "T13:00:00Z', NULL, 2)",
+		       stray, T(TDAY "T11:00:00Z"), samples, 4);
 	h11 = hour_micros(x, "11");
 	h12 = hour_micros(x, "12");
 	h13 = hour_micros(x, "13");
@@ -1959,23 +1974,16 @@ static void tail_case(const char *x, bool stray, char *out, size_t len)
  * whole. As wake_case otherwise. */
 static void straddle_case(const char *x, bool stray, char *out, size_t len)
 {
-	struct sample_batch b;
+	static const struct timed_sample samples[] = {
+	    {0, 'r', 0}, {900, 'p', 1800}, {3600, 'p', 1800}, {6000, 'p', 1800}};
 	struct ingest_stats st;
-	char sbx[32], want[256];
-	int64_t t0 = T(TDAY "T09:00:00Z"), h9, h10, before;
+	char want[256];
+	int64_t h9, h10, before;
 
-	timed_setup(x,
-		    "(20000, 'settled', '" TDAY "T09:00:00Z', NULL, 1),"
-		    " (20000, 'open', '" TDAY "T10:20:00Z', NULL, 2)",
-		    stray);
-	snprintf(sbx, sizeof(sbx), "s_%s", x);
-	batch(&b, "h18");
-	add(&b, sbx, NULL, t0, 'r', 0, 4096, 102400, 2);
-	add(&b, sbx, NULL, t0 + 900 * SEC, 'p', 1800 * SEC, 4096, 102400, 2);
-	add(&b, sbx, NULL, t0 + 3600 * SEC, 'p', 1800 * SEC, 4096, 102400, 2);
-	add(&b, sbx, NULL, t0 + 6000 * SEC, 'p', 1800 * SEC, 4096, 102400, 2);
-	st = run1(&b);
-	CHECK_I64(st.retries, stray ? 1 : 0);
+	st = timed_run(x,
+		       "(20000, 'settled', '" TDAY "T09:00:00Z', NULL, 1),"
+		       " (20000, 'open', '" TDAY "T10:20:00Z', NULL, 2)",
+		       stray, T(TDAY "T09:00:00Z"), samples, 4);
 	h9 = hour_micros(x, "09");
 	h10 = hour_micros(x, "10");
 	before = h10 * 20 / 40;

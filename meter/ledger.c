@@ -126,6 +126,15 @@ static int64_t ledger_next_cut(int64_t t, int64_t end, const struct ledger_hold 
 	return cut;
 }
 
+/* Whether a hold's lease starts at t. */
+static bool ledger_lease_starts(int64_t t, const struct ledger_hold *h, size_t nh)
+{
+	for (size_t j = 0; j < nh; j++)
+		if (h[j].lease_starts_usec == t)
+			return true;
+	return false;
+}
+
 enum meter_rc ledger_consume(const struct ledger_piece *p, size_t np, struct ledger_hold *h,
 			     size_t nh, int64_t *covered_micros)
 {
@@ -144,11 +153,18 @@ enum meter_rc ledger_consume(const struct ledger_piece *p, size_t np, struct led
 			return METER_EINVAL;
 		/* Cut where a hold's eligibility changes, each stretch's money
 		 * floor(what is left × its time / the time left), as usage is
-		 * cut at hours (usage_wide_split). */
+		 * cut at hours (usage_wide_split); but at a cut where a lease
+		 * starts, the time after it takes the floor of its share and
+		 * the stretch before it the rest: the hold, at its lease's
+		 * worst case rounded up, then takes none of the cut's
+		 * rounding. */
 		for (;;) {
-			int64_t b = ledger_next_cut(a, end, h, nh);
-			int64_t part =
-			    b >= end ? left : (int64_t)((__int128)left * (b - a) / (end - a));
+			int64_t b = ledger_next_cut(a, end, h, nh), part = left;
+
+			if (b < end && ledger_lease_starts(b, h, nh))
+				part = left - (int64_t)((__int128)left * (end - b) / (end - a));
+			else if (b < end)
+				part = (int64_t)((__int128)left * (b - a) / (end - a));
 
 			rc = ledger_spend_part(a, b, part, h, nh, &covered);
 			if (rc != METER_OK)

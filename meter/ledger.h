@@ -92,15 +92,18 @@ struct ledger_hold {
  * every instant strictly inside it where a hold's lease starts or its kept
  * tail ends (settles_usec), each stretch [t0, t1) taking floor(what is
  * left of the piece's money × its time / the piece's time left), the last
- * the rest. A stretch is for the holds eligible for it: lease started by
- * t0 (before t1), and no kept tail that ended by t0 (settles_usec > t0).
- * Those cover it oldest first, each up to what it has left (amount -
- * consumed - what earlier stretches added, floor 0); what is left over
- * (outrun) is added to the newest eligible hold. A stretch with no
- * eligible hold consumes nothing. When every hold is eligible for every
- * piece, this is the pieces' sum spent by the old rule (oldest first, the
- * rest to the newest): a piece that outruns leaves every hold with
- * nothing left, so the next goes to the newest too. Sets every
+ * the rest; but where a lease starts at t1, the stretch takes what is left
+ * less floor(what is left × the time after t1 / the time left), so a hold
+ * rounded up to its lease's worst case takes none of the cut's rounding.
+ * A stretch is for the holds eligible for it: lease started by t0 (before
+ * t1), and no kept tail that ended by t0 (settles_usec > t0). Those cover
+ * it oldest first, each up to what it has left (amount - consumed - what
+ * earlier stretches added, floor 0); what is left over (outrun) is added
+ * to the newest eligible hold. A stretch with no eligible hold consumes
+ * nothing. When every hold is eligible for every piece, this is the
+ * pieces' sum spent by the old rule (oldest first, the rest to the
+ * newest): a piece that outruns leaves every hold with nothing left, so
+ * the next goes to the newest too. Sets every
  * h[j].add_micros and *covered_micros (what the holds had room for, at
  * most the pieces' sum). METER_EINVAL for a negative amount or a piece
  * that ends before it starts, METER_ERANGE when a consumption or the sum

@@ -199,14 +199,19 @@ static void test_consume_times(void)
 	struct ledger_hold h[3];
 	int64_t covered = -1;
 
-	/* Before the lease: skipped; ending 1 µs past its start: that µs's
-	 * share, floor(30 × 100 s / (100 s + 1 µs)) = 29 before, 1 after. */
+	/* Before the lease: skipped; ending past its start: the floor of
+	 * the share of the time after it, floor(30 × 1 µs / (100 s + 1 µs))
+	 * = 0 for one µs, floor(30 × 4 s / 104 s) = 1 for four seconds. */
 	h[0] = hold(1, 50, 100 * SEC);
 	p[0] = (struct ledger_piece){0, 100 * SEC, 30};
 	CHECK(ledger_consume(p, 1, h, 1, &covered) == METER_OK);
 	CHECK_I64(covered, 0);
 	CHECK_I64(h[0].add_micros, 0);
 	p[0].end_usec = 100 * SEC + 1;
+	CHECK(ledger_consume(p, 1, h, 1, &covered) == METER_OK);
+	CHECK_I64(covered, 0);
+	CHECK_I64(h[0].add_micros, 0);
+	p[0].end_usec = 104 * SEC;
 	CHECK(ledger_consume(p, 1, h, 1, &covered) == METER_OK);
 	CHECK_I64(covered, 1);
 	CHECK_I64(h[0].add_micros, 1);
@@ -216,8 +221,8 @@ static void test_consume_times(void)
 	 * no sample or event cuts the piece there). */
 	p[0] = (struct ledger_piece){50 * SEC, 150 * SEC, 31};
 	CHECK(ledger_consume(p, 1, h, 1, &covered) == METER_OK);
-	CHECK_I64(h[0].add_micros, 16); /* 31 - floor(31 × 50 / 100) */
-	CHECK_I64(covered, 16);
+	CHECK_I64(h[0].add_micros, 15); /* floor(31 × 50 / 100) */
+	CHECK_I64(covered, 15);
 	/* ...across a kept tail's end (the lease-end sweep's): the share
 	 * before it; and across both, a tail ending at 100 s and a wake at
 	 * 120 s: 15 to the tail, floor(15 × 20 / 50) = 6 to none, 9 to the
@@ -240,6 +245,38 @@ static void test_consume_times(void)
 	CHECK_I64(covered, 0);
 	p[0].end_usec = 120 * SEC - 1;
 	CHECK(ledger_consume(p, 1, h, 2, &covered) == METER_EINVAL);
+
+	/* A review's lease, sampled 6 s before it started, at its worst case
+	 * (26,667, rounded up) from then on: 221 µ$ in the 10 s piece across
+	 * its start, 26,579 after. The hold takes floor(221 × 4 / 10) = 88
+	 * of the first, so exactly its amount: not 89, the rounding of the
+	 * 6 s before it (132.6), which read as outrun (hold_consumed). */
+	h[0] = hold(3, 26667, 6 * SEC);
+	p[0] = (struct ledger_piece){0, 10 * SEC, 221};
+	p[1] = (struct ledger_piece){10 * SEC, 1206 * SEC, 26579};
+	CHECK(ledger_consume(p, 2, h, 1, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 26667);
+	CHECK_I64(covered, 26667);
+	/* Two leases starting in one piece: the time from each takes the
+	 * floor of its share, floor(100 × 50 / 100) = 50 from 50 s, of which
+	 * floor(50 × 25 / 50) = 25 from 75 s. The first 25 are the first
+	 * hold's alone (10 held, 15 outrun); the last go to the first hold's
+	 * nothing left, then the second. */
+	h[0] = hold(1, 10, 50 * SEC);
+	h[1] = hold(2, 100, 75 * SEC);
+	p[0] = (struct ledger_piece){0, 100 * SEC, 100};
+	CHECK(ledger_consume(p, 1, h, 2, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 25);
+	CHECK_I64(h[1].add_micros, 25);
+	CHECK_I64(covered, 35);
+	/* 99: 49 from 50 s, floor(49 × 25 / 50) = 24 from 75 s, all the
+	 * first hold's, oldest first. */
+	p[0].micros = 99;
+	h[0].amount_micros = 100;
+	CHECK(ledger_consume(p, 1, h, 2, &covered) == METER_OK);
+	CHECK_I64(h[0].add_micros, 49);
+	CHECK_I64(h[1].add_micros, 0);
+	CHECK_I64(covered, 49);
 
 	/* The audit's wake: a paused stretch before the wake's lease and the
 	 * woken minute after it, in one call. The wake hold (91) takes only

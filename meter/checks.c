@@ -1778,8 +1778,10 @@ static void *sweeper_main(void *arg)
 			    "settling holds closed", "leases past their end looked at"};
 			bool more[4] = {ing != NULL, true, true, true};
 
-			for (int step = 0; (more[0] || more[1] || more[2] || more[3]) &&
-					   PQstatus(conn) == CONNECTION_OK;
+			/* Nor past the gate's closing while there is more. */
+			for (int step = 0;
+			     (more[0] || more[1] || more[2] || more[3]) &&
+			     PQstatus(conn) == CONNECTION_OK && schema_gate_open(NULL, 0);
 			     step = (step + 1) % 4) {
 				int64_t n = 0, now, took, grace = e->opt.lease_grace_s;
 				enum meter_rc rc;

@@ -477,7 +477,8 @@ static void *deliver_main(void *arg)
 			/* Without a URL this process only counts (its events
 			 * wait for a process that has one). */
 			n = w->url[0] ? deliver_round(w, conn) : 0;
-		} while (n > 0 && !is_stopping(w));
+		} while (n > 0 && !is_stopping(w) &&
+			 schema_gate_open(NULL, 0)); /* nor past the gate's closing */
 		if (n >= 0 && PQstatus(conn) == CONNECTION_OK) {
 			failures = 0;
 			continue;

@@ -28,7 +28,7 @@
 #include "webhook.h"
 
 #define SECRET	"whsec-test-0123456789abcdefghijklmn"
-#define MAX_REQ 256
+#define MAX_REQ 512
 
 struct received {
 	char event_id[64];
@@ -399,6 +399,62 @@ static void test_rounds(struct apitest *t, const char *acc, const char *key)
 						   " WHERE dedup_key LIKE 'round-%'");
 
 		CHECK(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 32);
+		for (int i = 0; PQresultStatus(res) == PGRES_TUPLES_OK && i < PQntuples(res); i++)
+			CHECK_I64(delivered(PQgetvalue(res, i, 0)), 1);
+		PQclear(res);
+	}
+}
+
+/* The schema gate closing on a backlog (a newer migration recorded, as an
+ * upgrade does, and read by /readyz at once): each process ends the round
+ * it has under way and sends nothing more until the gate opens again;
+ * then the rest, each event once. Before, a process delivered its whole
+ * backlog past the gate's closing. */
+static void test_gate_closes(struct apitest *t, const char *acc, const char *key)
+{
+	struct apitest_resp r;
+	int before, at_close, later;
+
+	pthread_mutex_lock(&mu);
+	slow_ms = 400;
+	pthread_mutex_unlock(&mu);
+	before = total_requests();
+	due_events(t->db.conn, acc, key, "gate-", 60);
+	for (int waited = 0; total_requests() == before && waited < 10000; waited += 10)
+		cu_sleep_ms(10);
+	CHECK(total_requests() > before);
+	cu_sql(t->db.conn, "INSERT INTO schema_migrations (version, name, sha256)"
+			   " VALUES (9999, '9999_newer', repeat('0', 64))");
+	for (int i = 0; i < 2; i++) {
+		CHECK(apitest_call(t, i, "GET", "/readyz", NULL, NULL, &r) == 0);
+		CHECK_I64(r.status, 503);
+		apitest_resp_release(&r);
+	}
+	at_close = total_requests();
+	cu_sleep_ms(2000);
+	later = total_requests();
+	printf("webhook: %d events sent after the gate closed\n", later - at_close);
+	/* At most the rounds under way: webhook_concurrency (4) a process;
+	 * the backlog's 2 s would have taken some 40 more. */
+	CHECK(later - at_close <= 8);
+	CHECK(cu_sql_int(t->db.conn,
+			 "SELECT count(*) FROM webhook_outbox"
+			 " WHERE dedup_key LIKE 'gate-%%' AND delivered_at IS NULL") > 0);
+	cu_sql(t->db.conn, "DELETE FROM schema_migrations WHERE version = 9999");
+	for (int i = 0; i < 2; i++) {
+		CHECK(apitest_call(t, i, "GET", "/readyz", NULL, NULL, &r) == 0);
+		CHECK_I64(r.status, 200);
+		apitest_resp_release(&r);
+	}
+	pthread_mutex_lock(&mu);
+	slow_ms = 0;
+	pthread_mutex_unlock(&mu);
+	CHECK_I64(wait_delivered(t->db.conn, 20000), 0);
+	{
+		PGresult *res = PQexec(t->db.conn, "SELECT event_id FROM webhook_outbox"
+						   " WHERE dedup_key LIKE 'gate-%'");
+
+		CHECK(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 60);
 		for (int i = 0; PQresultStatus(res) == PGRES_TUPLES_OK && i < PQntuples(res); i++)
 			CHECK_I64(delivered(PQgetvalue(res, i, 0)), 1);
 		PQclear(res);
@@ -1574,6 +1630,7 @@ int main(void)
 	test_slow_body(&t, acc, key);
 	test_lapsed_claim(&t, acc, key);
 	test_rounds(&t, acc, key);
+	test_gate_closes(&t, acc, key);
 
 	/* Restart: stop both servers, start another; nothing is sent again. */
 	CHECK(apitest_stop(&t) == 0);

@@ -51,7 +51,7 @@ enum meter_rc app_db_ping(const struct app *app, int timeout_ms)
 static void h_readyz(struct http_req *req)
 {
 	struct schema_state st;
-	bool read_only = false;
+	bool read_only = false, db_answered;
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 
@@ -61,7 +61,8 @@ static void h_readyz(struct http_req *req)
 	}
 	if (!hutil_db_acquire(req, &conn))
 		return;
-	rc = schema_read(conn, &st);
+	rc = schema_read_briefly(conn, &st);
+	db_answered = rc == METER_EDB && !db_conn_failed(conn);
 	if (rc == METER_OK && st.matches) {
 		/* A database that takes no writes (a standby, or
 		 * default_transaction_read_only) would refuse every check. */
@@ -79,7 +80,10 @@ static void h_readyz(struct http_req *req)
 		return;
 	}
 	if (rc != METER_OK) {
-		http_reply_error(req, 503, "metering_unavailable", "database unreachable", NULL);
+		/* The database answered, but not the reading (its lock wait
+		 * given up, say): that is what is said. */
+		http_reply_error(req, 503, "metering_unavailable",
+				 db_answered ? st.why : "database unreachable", NULL);
 		return;
 	}
 	/* The gate that holds the other routes back takes this reading as its

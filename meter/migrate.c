@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "db.h"
+#include "db_util.h"
 #include "keys.h"
 #include "log.h"
 
@@ -245,6 +246,8 @@ enum meter_rc migrate_elsewhere(PGconn *conn, char *out, size_t outlen)
 		if (PQntuples(res) == 1 && outlen)
 			snprintf(out, outlen, "%s", PQgetvalue(res, 0, 0));
 		rc = METER_OK;
+	} else {
+		db_util_failed_note(res);
 	}
 	PQclear(res);
 	return rc;
@@ -439,6 +442,8 @@ enum meter_rc migrate_version(PGconn *conn, int *version)
 	} else if (state && strcmp(state, "42P01") == 0) { /* no schema_migrations */
 		*version = 0;
 		rc = METER_OK;
+	} else {
+		db_util_failed_note(res); /* a lock timeout told from the rest */
 	}
 	PQclear(res);
 	return rc;
@@ -464,10 +469,12 @@ enum meter_rc migrate_verify(PGconn *conn, int *version, char *err, size_t errle
 		return METER_ENOMEM;
 	}
 	res = PQexec(conn, "SELECT version, sha256 FROM schema_migrations ORDER BY version");
-	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+	if (PQresultStatus(res) == PGRES_TUPLES_OK) {
 		rc = migrate_compare(res, hex, true, done, err, errlen);
-	else
+	} else {
+		db_util_failed_note(res);
 		rc = METER_EDB;
+	}
 	/* One of this binary's below the newest recorded that is not there:
 	 * skipped by the build that migrated, or its record deleted. */
 	for (int i = 0; rc == METER_OK && i < migrations_count; i++) {

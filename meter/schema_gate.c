@@ -17,7 +17,7 @@
 #define GATE_INTERVAL_MS 1000 /* between two readings, and two attempts to connect */
 /* The longest a reading waits for a lock (a session that locked
  * schema_migrations): the gate stays as it was meanwhile. */
-#define GATE_LOCK_SQL "SET lock_timeout = 1000"
+#define GATE_LOCK_MS "1000"
 
 static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cv;
@@ -37,7 +37,8 @@ enum meter_rc schema_read(PGconn *conn, struct schema_state *st)
 	char why[200] = "", elsewhere[256] = "";
 	enum meter_rc rc;
 
-	*st = (struct schema_state){.have = -1, .want = migrate_latest()};
+	*st = (struct schema_state){
+	    .have = -1, .want = migrate_latest(), .begun_usec = clock_mono_usec()};
 	rc = migrate_verify(conn, &st->have, why, sizeof(why));
 	if (rc == METER_ECONFLICT) {
 		snprintf(st->why, sizeof(st->why), "%s: the database was migrated by another build",
@@ -53,7 +54,11 @@ enum meter_rc schema_read(PGconn *conn, struct schema_state *st)
 	if (rc == METER_OK && st->have == 0)
 		rc = migrate_elsewhere(conn, elsewhere, sizeof(elsewhere));
 	if (rc != METER_OK) {
-		snprintf(st->why, sizeof(st->why), "the database's schema cannot be read");
+		snprintf(st->why, sizeof(st->why), "%s",
+			 strcmp(db_util_failed_state(), "55P03") == 0
+			     ? "the database's schema cannot be read now: another session holds"
+			       " schema_migrations locked (a migration under way?)"
+			     : "the database's schema cannot be read");
 		return METER_EDB;
 	}
 	st->versions = true;
@@ -77,11 +82,43 @@ enum meter_rc schema_read(PGconn *conn, struct schema_state *st)
 	return METER_OK;
 }
 
+enum meter_rc schema_read_briefly(PGconn *conn, struct schema_state *st)
+{
+	PGresult *res = NULL;
+	char was[64] = "";
+	const char *p[1] = {was};
+	enum meter_rc rc, back;
+
+	/* In the session, and put back after: in a transaction, a schema not
+	 * made yet (no schema_migrations, an error) would end the reading. */
+	rc = db_util_exec(conn, "schema reading", "SHOW lock_timeout", 0, NULL, &res, NULL);
+	if (rc == METER_OK && PQntuples(res) == 1)
+		snprintf(was, sizeof(was), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	if (rc == METER_OK && was[0])
+		rc = db_util_exec(conn, "schema reading", "SET lock_timeout = " GATE_LOCK_MS, 0,
+				  NULL, NULL, NULL);
+	if (rc != METER_OK || !was[0]) {
+		*st = (struct schema_state){.have = -1, .want = migrate_latest()};
+		snprintf(st->why, sizeof(st->why), "the database's schema cannot be read");
+		return METER_EDB;
+	}
+	rc = schema_read(conn, st);
+	back = db_util_exec(conn, "schema reading", "SELECT set_config('lock_timeout', $1, false)",
+			    1, p, NULL, NULL);
+	return rc != METER_OK ? rc : back;
+}
+
 void schema_gate_note(const struct schema_state *st)
 {
 	bool matched_before, was_open, changed;
 
 	pthread_mutex_lock(&gate_mu);
+	if (gate_read && st->begun_usec < gate_state.begun_usec) {
+		/* Taken before the one the gate holds, and slower to get here. */
+		pthread_mutex_unlock(&gate_mu);
+		return;
+	}
 	matched_before = gate_matched;
 	was_open = gate_read && gate_state.matches;
 	changed = !gate_read || was_open != st->matches ||
@@ -173,8 +210,8 @@ static PGconn *gate_connect(void)
 	if (db_connect(gate_url, &conn, err, sizeof(err)) != METER_OK ||
 	    db_util_session_timeouts(conn, "schema gate session", gate_timeout_ms,
 				     db_util_idle_tx_ms(gate_timeout_ms)) != METER_OK ||
-	    db_util_exec(conn, "schema gate session", GATE_LOCK_SQL, 0, NULL, NULL, NULL) !=
-		METER_OK ||
+	    db_util_exec(conn, "schema gate session", "SET lock_timeout = " GATE_LOCK_MS, 0, NULL,
+			 NULL, NULL) != METER_OK ||
 	    !(cancel = PQgetCancel(conn))) {
 		PQfinish(conn);
 		return NULL;

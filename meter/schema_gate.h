@@ -26,10 +26,11 @@
 
 /* What a database's schema says of this binary. */
 struct schema_state {
-	int have;		  /* the newest migration it records (0: none) */
-	int want;		  /* migrate_latest(): this binary's */
-	bool matches;		  /* the schema is this binary's: work may go on */
-	bool versions;		  /* why is about the versions: have and want are worth reporting */
+	int have;	    /* the newest migration it records (0: none) */
+	int want;	    /* migrate_latest(): this binary's */
+	bool matches;	    /* the schema is this binary's: work may go on */
+	bool versions;	    /* why is about the versions: have and want are worth reporting */
+	int64_t begun_usec; /* clock_mono_usec() as the reading began: the newer of two wins */
 	char why[SCHEMA_WHY_MAX]; /* when it does not match: what is wrong and what to do */
 };
 
@@ -37,6 +38,12 @@ struct schema_state {
  * METER_EDB when it cannot be read (st->why says why), METER_ENOMEM when
  * this binary's migrations cannot be hashed. */
 METER_MUSTCHECK enum meter_rc schema_read(PGconn *conn, struct schema_state *st);
+
+/* schema_read with its lock waits given up after a second, as the gate's
+ * own readings are (a session holding schema_migrations locked, a migration
+ * under way): for a pooled connection, whose session's lock_timeout is put
+ * back after. */
+METER_MUSTCHECK enum meter_rc schema_read_briefly(PGconn *conn, struct schema_state *st);
 
 /* Starts the gate's thread on url, whose statements stop after
  * statement_timeout_ms. METER_ENOMEM or METER_EIO when it cannot start.
@@ -55,7 +62,9 @@ void schema_gate_stop(void);
 bool schema_gate_open(char *why, size_t whylen);
 
 /* A reading made elsewhere (h_readyz, on a request): taken as the gate's
- * newest, so a schema put right is served at once. */
+ * newest, so a schema put right is served at once, unless it began before
+ * the one the gate holds (a reading held up on its way here does not undo
+ * a later one). */
 void schema_gate_note(const struct schema_state *st);
 
 #endif

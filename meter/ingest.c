@@ -448,9 +448,10 @@ struct ing_sbx {
 	int64_t cum[3];
 	struct ing_roll roll;
 	size_t ev_off, ev_n, ev_pos;
-	int64_t stop_at; /* its first stopped event (final), INT64_MAX if none */
-	int64_t head_at; /* its running event before its first sample, INT64_MAX if none */
-	int64_t ev_from; /* where its events were read from (ing_load_events) */
+	int64_t stop_at;       /* its first stopped event (final), INT64_MAX if none */
+	int64_t head_at;       /* its running event before its first sample, INT64_MAX if none */
+	int64_t ev_from;       /* where its events were read from (ing_load_events) */
+	size_t cut_off, cut_n; /* its open holds' instants in cuts[], in order (ing_load_cuts) */
 	/* Some sample of it takes its state from the events (a cgroup's). */
 	bool by_events;
 	/* For those: the state of its last running or paused event before the
@@ -568,6 +569,8 @@ struct ing_call {
 	size_t nzones, zcap;
 	struct ing_event *events;
 	size_t nevents, ev_cap;
+	int64_t *cuts; /* lease starts and kept tails' ends, by sandbox (ing_load_cuts) */
+	size_t ncuts, cuts_cap;
 	long ev_read; /* events read that SQL_EVENTS_AGAIN counts; -1: none read */
 
 	struct ing_piece *pieces;
@@ -1146,6 +1149,18 @@ static const char SQL_EVENTS[] =
     " UNION ALL " SQL_EVENTS_OF("stopped", "")
     " ORDER BY 1, 2, 4";
 /* clang-format on */
+
+/* Of each sandbox ($1, $2), the instants after $3 and before $4 where one
+ * of its open holds' lease starts or its kept tail ends: where
+ * ledger_consume cuts a piece, ing_interval_subs cuts it first, so each
+ * stretch is priced apart. An index range (holds_open_sandbox_idx) each. */
+static const char SQL_HOLD_CUTS[] =
+    "SELECT DISTINCT q.s, (extract(epoch FROM c.t) * 1000000)::bigint"
+    " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"
+    " JOIN holds ho ON ho.account_id = q.a AND ho.sandbox_id = q.s AND ho.status = 'open'"
+    " CROSS JOIN LATERAL (VALUES (ho.lease_starts_at), (ho.settles_at)) AS c(t)"
+    " WHERE c.t > q.f AND c.t < $4::timestamptz"
+    " ORDER BY 1, 2";
 
 /* Of each sandbox ($1, $2), its latest running and paused events before
  * $3: the later one's type (a tie in time goes to the one recorded last,
@@ -2348,6 +2363,73 @@ out:
 	return rc;
 }
 
+/* Reads, for each sandbox with a key and usage to meter, the instants
+ * inside its metering where one of its open holds' lease starts or its
+ * kept tail ends (SQL_HOLD_CUTS). ledger_consume cuts a piece's money at
+ * them by time, floor(what is left × its time / the time left); cut
+ * before pricing, each stretch is priced from the cumulative quantities
+ * instead, so a hold at its lease's worst case takes no micro of the
+ * sub-micro remainder the usage before it carries. A hold made after this
+ * reading (a wake's check meanwhile) is cut by time, as before. */
+static enum meter_rc ing_load_cuts(struct ing_call *c)
+{
+	static const Oid types[3] = {DB_OID_TEXT_ARR, DB_OID_TEXT_ARR, DB_OID_TIMESTAMPTZ_ARR};
+	char hi_s[64];
+	const char *window[1] = {hi_s};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	int64_t hi = INT64_MIN;
+	int n;
+
+	c->ncuts = 0;
+	for (size_t i = 0; i < c->nsbx; i++) {
+		struct ing_sbx *sb = &c->sbx[i];
+		sb->cut_off = sb->cut_n = 0;
+		if (sb->key[0] && sb->max_at > sb->ev_from && sb->max_at > hi)
+			hi = sb->max_at;
+	}
+	if (hi == INT64_MIN)
+		return METER_OK;
+	ing_arrays(c, 3, types);
+	for (size_t i = 0; i < c->nsbx; i++) {
+		const struct ing_sbx *sb = &c->sbx[i];
+		if (!sb->key[0] || sb->max_at <= sb->ev_from)
+			continue;
+		db_barr_text(&c->arr[0], sb->account);
+		db_barr_text(&c->arr[1], sb->id);
+		db_barr_ts(&c->arr[2], sb->ev_from);
+	}
+	parse_format_time(hi, hi_s, sizeof(hi_s));
+	rc = ing_qa(c, "hold instants", SQL_HOLD_CUTS, 3, 1, window, PGRES_TUPLES_OK, &res);
+	if (rc != METER_OK)
+		return rc;
+	n = PQntuples(res);
+	if (n > 0 && !ing_grow(&c->cuts, &c->cuts_cap, (size_t)n, sizeof(*c->cuts))) {
+		rc = METER_ENOMEM;
+		goto out;
+	}
+	for (int r = 0; r < n; r++) {
+		long x = ing_find(c, PQgetvalue(res, r, 0));
+		struct ing_sbx *sb;
+
+		if (x < 0)
+			continue;
+		sb = &c->sbx[x];
+		if (ing_i64(res, r, 1, &c->cuts[c->ncuts]) != METER_OK) {
+			snprintf(c->err, c->errlen, "hold instants: bad row");
+			rc = METER_EINVAL;
+			goto out;
+		}
+		if (sb->cut_n == 0)
+			sb->cut_off = c->ncuts;
+		sb->cut_n++;
+		c->ncuts++;
+	}
+out:
+	PQclear(res);
+	return rc;
+}
+
 /* Index of the price version in force at t (the last one effective at or
  * before t; the oldest when t precedes them all). */
 static size_t ing_version_at(const struct ing_call *c, int64_t t)
@@ -2386,9 +2468,10 @@ static enum meter_rc ing_add_piece(struct ing_call *c, int64_t a, int64_t b, enu
 	return METER_OK;
 }
 
-/* Adds [a, b) in state st, cut at every price version boundary inside. */
-static enum meter_rc ing_add_segment(struct ing_call *c, int64_t a, int64_t b,
-				     enum sandbox_state st)
+/* Adds [a, b) of sb in state st, cut at every price version boundary and
+ * every instant of its holds (ing_load_cuts) inside. */
+static enum meter_rc ing_add_segment(struct ing_call *c, const struct ing_sbx *sb, int64_t a,
+				     int64_t b, enum sandbox_state st)
 {
 	while (a < b) {
 		size_t vi = ing_version_at(c, a);
@@ -2397,6 +2480,12 @@ static enum meter_rc ing_add_segment(struct ing_call *c, int64_t a, int64_t b,
 
 		if (vi + 1 < c->nprices && c->prices[vi + 1].from_usec < e)
 			e = c->prices[vi + 1].from_usec;
+		for (size_t k = sb->cut_off; k < sb->cut_off + sb->cut_n; k++)
+			if (c->cuts[k] > a) {
+				if (c->cuts[k] < e)
+					e = c->cuts[k];
+				break;
+			}
 		rc = ing_add_piece(c, a, e, st, vi);
 		if (rc != METER_OK)
 			return rc;
@@ -2496,14 +2585,14 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 			st = sb->stop_at <= e->at ? SANDBOX_STOPPED : e->state;
 			continue;
 		}
-		rc = ing_add_segment(c, t, e->at, st);
+		rc = ing_add_segment(c, sb, t, e->at, st);
 		if (rc != METER_OK)
 			return rc;
 		t = e->at;
 		st = e->state;
 	}
 	if (t < cur->at_usec) {
-		rc = ing_add_segment(c, t, cur->at_usec, st);
+		rc = ing_add_segment(c, sb, t, cur->at_usec, st);
 		if (rc != METER_OK)
 			return rc;
 	}
@@ -3732,6 +3821,8 @@ static enum meter_rc ing_try(struct ing_call *c)
 	if (rc == METER_OK)
 		rc = ing_step(c, "lifecycle events", ing_load_events);
 	if (rc == METER_OK)
+		rc = ing_step(c, "hold instants", ing_load_cuts);
+	if (rc == METER_OK)
 		rc = ing_step(c, "day starts", ing_load_days);
 	if (rc != METER_OK)
 		return rc;
@@ -3873,6 +3964,7 @@ static void ing_call_release(struct ing_call *c)
 	free(c->map);
 	free(c->prices);
 	free(c->events);
+	free(c->cuts);
 	free(c->pieces);
 	free(c->subs);
 	free(c->rows);

@@ -34,7 +34,10 @@
  *   split); CPU beyond vcpus × the running time is capped (an anomaly). So
  *   billing stops exactly at a pause or stop event.
  * - Pieces are split at price_book.effective_from (a new version starts a
- *   fresh money carry; its floor applies to its part), then at UTC hours
+ *   fresh money carry; its floor applies to its part) and where one of the
+ *   sandbox's open holds (read before, unlocked) has its lease start or
+ *   its kept tail end, so that a hold's usage is priced apart from the
+ *   usage before it (ledger_consume then cuts no money), then at UTC hours
  *   (usage_hourly.hour) and at the key's local midnight (usage_hourly.day;
  *   the key's IANA zone, UTC without a key) with usage_wide_split(), and
  *   priced in time order with usage_price() and the sandbox's carries, so

@@ -1967,19 +1967,32 @@ static void tail_case(const char *x, bool stray, char *out, size_t len)
 	CHECK_STR(out, want);
 }
 
+/* The money of s_<x>'s storage (100 GiB) from the pause at 09:15 to m
+ * minutes past it, at TDAY's storage rate, priced as a whole (rounded
+ * down), as ingestion's cumulative pricing does (DESIGN.md §2). */
+static int64_t paused_micros(int64_t m)
+{
+	int64_t rate =
+	    q64("SELECT storage_micros_per_gib_hour FROM price_book"
+		" WHERE effective_from <= '" TDAY "' ORDER BY effective_from DESC LIMIT 1");
+
+	return 100 * m * rate / 60;
+}
+
 /* A wake's lease starts inside a piece (10:20, between the paused samples
  * of 10:00 and 10:40: its running event has not come yet, and nothing
- * cuts the samples at its check): the wake's hold takes the share of the
- * piece from its start, rounded down, floor(h10 × 20 min / 40 min), not
- * the whole (6,666 of 13,333: the stretch before it takes the rounding,
- * sql/0058). As wake_case otherwise. */
+ * cuts the samples at its check): the wake's hold takes the money of the
+ * piece from its start, not the whole. The piece is priced apart at the
+ * lease's start (ing_load_cuts): the hold's money is the cumulative money
+ * at 10:40 less that at 10:20, each rounded down, 6,667 of 13,333 (by
+ * time, the share would be 6,666). As wake_case otherwise. */
 static void straddle_case(const char *x, bool stray, char *out, size_t len)
 {
 	static const struct timed_sample samples[] = {
 	    {0, 'r', 0}, {900, 'p', 1800}, {3600, 'p', 1800}, {6000, 'p', 1800}};
 	struct ingest_stats st;
 	char want[256];
-	int64_t h9, h10, after;
+	int64_t h9, h10, after, before;
 
 	st = timed_run(x,
 		       "(20000, 'settled', '" TDAY "T09:00:00Z', NULL, 1),"
@@ -1987,14 +2000,48 @@ static void straddle_case(const char *x, bool stray, char *out, size_t len)
 		       stray, T(TDAY "T09:00:00Z"), samples, 4);
 	h9 = hour_micros(x, "09");
 	h10 = hour_micros(x, "10");
-	after = h10 * 20 / 40;
-	CHECK(h10 > 1 && after > 0 && after < h10);
-	CHECK_I64(h10 % 2, 1); /* so the rounding shows */
-	CHECK_I64(st.outrun_micros, h9 + h10 - after);
+	after = paused_micros(85) - paused_micros(65);
+	before = paused_micros(65) - paused_micros(45);
+	CHECK_I64(before + after, h10);
+	CHECK(after != h10 * 20 / 40); /* the cut by time would differ */
+	CHECK_I64(st.outrun_micros, h9 + before);
 	timed_holds(x, out, len);
 	snprintf(want, sizeof(want),
 		 "0/settled,%" PRId64 "/open held %" PRId64 " spent %" PRId64 " outrun events 0",
 		 after, 20000 - after, h9 + h10);
+	CHECK_STR(out, want);
+}
+
+/* A lease at its worst case from its start (09:00:09), its sandbox sampled
+ * 9 s before it and 1 s after, both vCPUs busy throughout: the hold, that
+ * worst case, takes exactly its amount, nothing outrun. The usage before
+ * the lease, priced apart at the lease's start (ing_load_cuts), carries no
+ * sub-micro remainder into it: a review saw 401 of 400 here, read as
+ * outrun (hold_consumed). As wake_case otherwise. */
+static void worst_case(const char *x, bool stray, char *out, size_t len)
+{
+	static const struct timed_sample samples[] = {{0, 'r', 0}, {10, 'r', 20}, {18, 'r', 36}};
+	int64_t cpu =
+	    q64("SELECT cpu_micros_per_vcpu_hour FROM price_book"
+		" WHERE effective_from <= '" TDAY "' ORDER BY effective_from DESC LIMIT 1");
+	int64_t mem =
+	    q64("SELECT memory_micros_per_gib_hour FROM price_book"
+		" WHERE effective_from <= '" TDAY "' ORDER BY effective_from DESC LIMIT 1");
+	/* 2 vCPUs and 4 GiB for 9 s, each rounded up (DESIGN.md §4). */
+	int64_t amount = (2 * 9 * cpu + 3599) / 3600 + (4 * 9 * mem + 3599) / 3600;
+	struct ingest_stats st;
+	char rows[128], want[256];
+	int64_t h9;
+
+	snprintf(rows, sizeof(rows), "(%" PRId64 ", 'open', '" TDAY "T09:00:09Z', NULL, 1)",
+		 amount);
+	st = timed_run(x, rows, stray, T(TDAY "T09:00:00Z"), samples, 3);
+	h9 = hour_micros(x, "09");
+	CHECK(h9 > amount);
+	CHECK_I64(st.outrun_micros, h9 - amount);
+	timed_holds(x, out, len);
+	snprintf(want, sizeof(want), "%" PRId64 "/open held 0 spent %" PRId64 " outrun events 0",
+		 amount, h9);
 	CHECK_STR(out, want);
 }
 
@@ -2017,6 +2064,9 @@ static void test_holds_by_time(void)
 	CHECK_STR(sql_way, c_way);
 	straddle_case("st", false, c_way, sizeof(c_way));
 	straddle_case("sl", true, sql_way, sizeof(sql_way));
+	CHECK_STR(sql_way, c_way);
+	worst_case("wc", false, c_way, sizeof(c_way));
+	worst_case("wq", true, sql_way, sizeof(sql_way));
 	CHECK_STR(sql_way, c_way);
 
 	/* Directly: the wake's pieces by the hour, as spent by s_wk. */

@@ -106,7 +106,11 @@ enum meter_rc schema_read_briefly(PGconn *conn, struct schema_state *st)
 	rc = schema_read(conn, st);
 	back = db_util_exec(conn, "schema reading", "SELECT set_config('lock_timeout', $1, false)",
 			    1, p, NULL, NULL);
-	return rc != METER_OK ? rc : back;
+	if (rc != METER_OK || back == METER_OK)
+		return rc;
+	/* Read, but the session not put back: not a reading to go by. */
+	snprintf(st->why, sizeof(st->why), "the database's schema cannot be read");
+	return back;
 }
 
 void schema_gate_note(const struct schema_state *st)

@@ -2232,6 +2232,51 @@ static void test_paused_running_one_call(void)
 	rp_call("event", 0, "r");
 	rp_call("event", 2, "prr");
 	CHECK_I64(rp_count("event"), 0);
+	/* Woken after the running sample (03:00:45: an open hold, a running
+	 * event, the record running), and only then the samples taken in (a
+	 * collector catching up): the resume at 03:00:30 is reported as it
+	 * would have been on time, by the hold of its time, not the wake's
+	 * (sql/0059: before, the wake's open hold and the record running
+	 * now kept it from being reported at all). */
+	rp_setup("after", "INSERT INTO holds (account_id, key_id, sandbox_id, day,"
+			  " amount_micros, status, lease_starts_at, lease_ends_at) VALUES"
+			  " ('acct_1', 'key_rp', 's_rp_after', '2026-11-30', 5000, 'open',"
+			  " '2026-11-30T03:00:45Z', '2026-11-30T03:15:45Z');"
+			  " INSERT INTO lifecycle_events (account_id, sandbox_id, type, at)"
+			  " VALUES ('acct_1', 's_rp_after', 'running', '2026-11-30T03:00:45Z');"
+			  " UPDATE sandboxes SET state = 'running',"
+			  " state_since = '2026-11-30T03:00:45Z' WHERE sandbox_id = 's_rp_after'");
+	rp_call("after", 0, "r");
+	rp_call("after", 2, "prr");
+	CHECK_I64(rp_count("after"), 1);
+	CHECK_I64(rp_same("one", "after"), 1);
+	CHECK_I64(q64("SELECT count(*) FROM webhook_outbox o JOIN holds h"
+		      " ON o.dedup_key = 'paused-running/' || h.hold_id"
+		      " WHERE h.sandbox_id = 's_rp_after'"
+		      " AND h.lease_starts_at = '2026-11-30T03:00:00Z'"),
+		  1);
+	/* A wake's hold left whole (its pause, dated 03:00:15, recorded
+	 * before the wake; held on its key-day), its lease over at 03:00:25
+	 * and not swept yet:
+	 * it does not cover the running sample at 03:00:30, which is
+	 * reported, by that hold, as it would be taken in later. */
+	rp_setup("ended", "INSERT INTO holds (account_id, key_id, sandbox_id, day,"
+			  " amount_micros, status, lease_starts_at, lease_ends_at) VALUES"
+			  " ('acct_1', 'key_rp', 's_rp_ended', '2026-11-30', 5000, 'open',"
+			  " '2026-11-30T03:00:12Z', '2026-11-30T03:00:25Z');"
+			  " INSERT INTO lifecycle_events (account_id, sandbox_id, type, at)"
+			  " VALUES ('acct_1', 's_rp_ended', 'paused', '2026-11-30T03:00:15Z');"
+			  " INSERT INTO key_day_ledger AS l (account_id, key_id, day, held_micros)"
+			  " VALUES ('acct_1', 'key_rp', '2026-11-30', 5000)"
+			  " ON CONFLICT (account_id, key_id, day)"
+			  " DO UPDATE SET held_micros = l.held_micros + 5000");
+	rp_call("ended", 0, "r");
+	rp_call("ended", 2, "prr");
+	CHECK_I64(q64("SELECT count(*) FROM webhook_outbox o JOIN holds h"
+		      " ON o.dedup_key = 'paused-running/' || h.hold_id"
+		      " WHERE h.sandbox_id = 's_rp_ended'"
+		      " AND h.lease_starts_at = '2026-11-30T03:00:12Z'"),
+		  1);
 	/* Seen paused before the call, then running at the pause's own
 	 * instant (03:00:10) and after it: no sample found it resuming after
 	 * the pause, so no report, in one call as in calls of one sample

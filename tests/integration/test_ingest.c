@@ -2159,6 +2159,17 @@ static int64_t rp_count(const char *x)
 		   x);
 }
 
+/* The running_while_paused reports of s_rp_<x> by its hold whose lease
+ * starts at 2026-11-30T<hms>Z. */
+static int64_t rp_by_hold(const char *x, const char *hms)
+{
+	return q64("SELECT count(*) FROM webhook_outbox o JOIN holds h"
+		   " ON o.dedup_key = 'paused-running/' || h.hold_id"
+		   " WHERE h.sandbox_id = 's_rp_%s'"
+		   " AND h.lease_starts_at = '2026-11-30T%sZ'",
+		   x, hms);
+}
+
 /* Whether s_rp_<x>'s one report and s_rp_<y>'s are the same but for the
  * sandbox and the hold: 1 when they are. */
 static int64_t rp_same(const char *x, const char *y)
@@ -2250,16 +2261,12 @@ static void test_paused_running_one_call(void)
 	rp_call("after", 2, "prr");
 	CHECK_I64(rp_count("after"), 1);
 	CHECK_I64(rp_same("one", "after"), 1);
-	CHECK_I64(q64("SELECT count(*) FROM webhook_outbox o JOIN holds h"
-		      " ON o.dedup_key = 'paused-running/' || h.hold_id"
-		      " WHERE h.sandbox_id = 's_rp_after'"
-		      " AND h.lease_starts_at = '2026-11-30T03:00:00Z'"),
-		  1);
+	CHECK_I64(rp_by_hold("after", "03:00:00"), 1);
 	/* A wake's hold left whole (its pause, dated 03:00:15, recorded
 	 * before the wake; held on its key-day), its lease over at 03:00:25
-	 * and not swept yet:
-	 * it does not cover the running sample at 03:00:30, which is
-	 * reported, by that hold, as it would be taken in later. */
+	 * and not swept yet: it does not cover the running sample at
+	 * 03:00:30, which is reported, by that hold, as it would be taken in
+	 * later. */
 	rp_setup("ended", "INSERT INTO holds (account_id, key_id, sandbox_id, day,"
 			  " amount_micros, status, lease_starts_at, lease_ends_at) VALUES"
 			  " ('acct_1', 'key_rp', 's_rp_ended', '2026-11-30', 5000, 'open',"
@@ -2272,11 +2279,7 @@ static void test_paused_running_one_call(void)
 			  " DO UPDATE SET held_micros = l.held_micros + 5000");
 	rp_call("ended", 0, "r");
 	rp_call("ended", 2, "prr");
-	CHECK_I64(q64("SELECT count(*) FROM webhook_outbox o JOIN holds h"
-		      " ON o.dedup_key = 'paused-running/' || h.hold_id"
-		      " WHERE h.sandbox_id = 's_rp_ended'"
-		      " AND h.lease_starts_at = '2026-11-30T03:00:12Z'"),
-		  1);
+	CHECK_I64(rp_by_hold("ended", "03:00:12"), 1);
 	/* Seen paused before the call, then running at the pause's own
 	 * instant (03:00:10) and after it: no sample found it resuming after
 	 * the pause, so no report, in one call as in calls of one sample

@@ -569,7 +569,7 @@ struct ing_call {
 	size_t nzones, zcap;
 	struct ing_event *events;
 	size_t nevents, ev_cap;
-	int64_t *cuts; /* lease starts and kept tails' ends, by sandbox (ing_load_cuts) */
+	int64_t *cuts; /* lease starts and holds' covers' ends, by sandbox (ing_load_cuts) */
 	size_t ncuts, cuts_cap;
 	long ev_read; /* events read that SQL_EVENTS_AGAIN counts; -1: none read */
 
@@ -1151,14 +1151,16 @@ static const char SQL_EVENTS[] =
 /* clang-format on */
 
 /* Of each sandbox ($1, $2), the instants after $3 and before $4 where one
- * of its open holds' lease starts or its kept tail ends: where
+ * of its open holds' lease starts or its cover ends (its kept tail's
+ * event, else its lease's end, as SQL_HOLDS_OPEN reads it): where
  * ledger_consume cuts a piece, ing_interval_subs cuts it first, so each
  * stretch is priced apart. An index range (holds_open_sandbox_idx) each. */
 static const char SQL_HOLD_CUTS[] =
     "SELECT DISTINCT q.s, (extract(epoch FROM c.t) * 1000000)::bigint"
     " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"
     " JOIN holds ho ON ho.account_id = q.a AND ho.sandbox_id = q.s AND ho.status = 'open'"
-    " CROSS JOIN LATERAL (VALUES (ho.lease_starts_at), (ho.settles_at)) AS c(t)"
+    " CROSS JOIN LATERAL (VALUES (ho.lease_starts_at),"
+    "  (COALESCE(ho.settles_at, ho.lease_ends_at))) AS c(t)"
     " WHERE c.t > q.f AND c.t < $4::timestamptz"
     " ORDER BY 1, 2";
 
@@ -1296,7 +1298,7 @@ static const char SQL_ACCOUNT_HOURLY[] =
     " total_micros = h.total_micros + EXCLUDED.total_micros";
 
 /* The ledger: meter_ledger_spend's rules (sql/0056_hold_usage_times.sql) in
- * four statements, the arithmetic in C (ledger_consume):
+ * four statements, the arithmetic in C (ledger_consume), as sql/0060 states it:
  *   1. the key-day rows, created or locked in (account, key, day) order: the
  *      lock order of every writer of holds, each of which takes the rows of
  *      its holds' key-days first; spent grows;
@@ -1304,8 +1306,9 @@ static const char SQL_ACCOUNT_HOURLY[] =
  *      (which cover a hold only when it is under its sandbox's key, as every
  *      hold the service makes is; another is left to the retry);
  *   3. their consumption: each priced piece of usage by the holds whose
- *      lease had started by its end and whose kept tail (settles_at) had
- *      not ended by its start, oldest first, money beyond them added to
+ *      lease had started by its end and whose cover (its kept tail's
+ *      settles_at, else its lease's end) had not ended by its start, oldest
+ *      first, money beyond them added to
  *      the newest of those, each update guarded by the consumption read;
  *   4. held shrinks by what the holds covered.
  * The function itself is the path after a conflict (c->locking). */
@@ -1323,10 +1326,13 @@ static const char SQL_LEDGER_SPENT[] =
     " ON CONFLICT ON CONSTRAINT key_day_ledger_pkey DO UPDATE"
     " SET spent_micros = l.spent_micros + EXCLUDED.spent_micros, updated_at = now()";
 
-/* Ordered in C (by spend, then hold id: ing_hold_cmp). */
+/* Ordered in C (by spend, then hold id: ing_hold_cmp). A hold covers usage
+ * up to its kept tail's event or, when nothing has settled it, its lease's
+ * end (sql/0060): usage past the end taken in before the lease-end sweep
+ * goes on no hold, as after the sweep. */
 static const char SQL_HOLDS_OPEN[] =
     "SELECT q.i - 1, ho.hold_id, ho.amount_micros, ho.consumed_micros, ho.key_id = q.k,"
-    " ho.lease_starts_at, ho.settles_at"
+    " ho.lease_starts_at, COALESCE(ho.settles_at, ho.lease_ends_at)"
     " FROM unnest($1::text[], $2::text[], $3::date[], $4::text[])"
     " WITH ORDINALITY AS q(a, s, d, k, i)"
     " JOIN holds ho ON ho.account_id = q.a AND ho.sandbox_id = q.s AND ho.day = q.d"
@@ -2365,7 +2371,7 @@ out:
 
 /* Reads, for each sandbox with a key and usage to meter, the instants
  * inside its metering where one of its open holds' lease starts or its
- * kept tail ends (SQL_HOLD_CUTS). ledger_consume cuts a piece's money at
+ * cover ends (SQL_HOLD_CUTS). ledger_consume cuts a piece's money at
  * them by time, floor(what is left × its time / the time left); cut
  * before pricing, each stretch is priced from the cumulative quantities
  * instead, so a hold at its lease's worst case takes no micro of the

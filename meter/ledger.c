@@ -76,7 +76,7 @@ bool ledger_max_cost_ok(int64_t lease_max_cost_micros, int64_t max_cost_micros)
 }
 
 /* Spends money m of the stretch [a, b), in which no hold's lease starts
- * and no kept tail ends, on the holds eligible for it (see ledger_consume):
+ * and no hold's cover ends, on the holds eligible for it (see ledger_consume):
  * oldest first, each up to what it has left, the rest to the newest. */
 static enum meter_rc ledger_spend_part(int64_t a, int64_t b, int64_t m, struct ledger_hold *h,
 				       size_t nh, int64_t *covered)
@@ -112,7 +112,7 @@ static enum meter_rc ledger_spend_part(int64_t a, int64_t b, int64_t m, struct l
 }
 
 /* The first instant after t and before end at which a hold's lease starts
- * or its kept tail ends; end when there is none. */
+ * or its cover ends; end when there is none. */
 static int64_t ledger_next_cut(int64_t t, int64_t end, const struct ledger_hold *h, size_t nh)
 {
 	int64_t cut = end;

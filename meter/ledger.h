@@ -67,7 +67,7 @@ bool ledger_fits(const struct ledger_day *day, int64_t amount_micros);
  * figure that would overflow is treated as not fitting. */
 bool ledger_place(struct ledger_day *const *days, const int64_t *amounts, int n, int *failed);
 
-/* A hold that no pause or stop is settling (ledger_hold.settles_usec). */
+/* A hold whose cover has no end (ledger_hold.settles_usec). */
 #define LEDGER_SETTLES_NONE INT64_MAX
 
 /* One priced piece of a sandbox-day's metered usage. */
@@ -83,20 +83,21 @@ struct ledger_hold {
 	int64_t amount_micros;	   /* >= 0 */
 	int64_t consumed_micros;   /* >= 0; may exceed the amount */
 	int64_t lease_starts_usec; /* UTC µs */
-	int64_t settles_usec; /* UTC µs of the event keeping its tail, else LEDGER_SETTLES_NONE */
-	int64_t add_micros;   /* out: consumption ledger_consume adds to it */
+	int64_t settles_usec;	   /* UTC µs its cover ends: the event keeping its tail, or
+				    * its lease's end while nothing has settled it */
+	int64_t add_micros;	   /* out: consumption ledger_consume adds to it */
 };
 
 /* Consumes a sandbox-day's pieces p[0..np) (in time order) on its open holds
  * h[0..nh) (oldest first: ascending hold_id). A piece is first cut at
- * every instant strictly inside it where a hold's lease starts or its kept
- * tail ends (settles_usec), each stretch [t0, t1) taking floor(what is
+ * every instant strictly inside it where a hold's lease starts or its
+ * cover ends (settles_usec), each stretch [t0, t1) taking floor(what is
  * left of the piece's money × its time / the piece's time left), the last
  * the rest; but where a lease starts at t1, the stretch takes what is left
  * less floor(what is left × the time after t1 / the time left), so a hold
  * rounded up to its lease's worst case takes none of the cut's rounding.
  * A stretch is for the holds eligible for it: lease started by t0 (before
- * t1), and no kept tail that ended by t0 (settles_usec > t0). Those cover
+ * t1), and cover not ended by t0 (settles_usec > t0). Those cover
  * it oldest first, each up to what it has left (amount - consumed - what
  * earlier stretches added, floor 0); what is left over (outrun) is added
  * to the newest eligible hold. A stretch with no eligible hold consumes

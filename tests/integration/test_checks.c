@@ -1936,6 +1936,43 @@ static void test_tail(void)
 				 " AND payload->>'sandbox_id' = 'tl-6'"),
 		  0);
 	CHECK_I64(cu_held_mismatches(db), 0);
+
+	/* 6. A 60 s lease sampled past its end and grace while it ran (a
+	 * collector catching up, or an agent's clock ahead), then paused
+	 * there before the sweep: the running time past the end is on no
+	 * hold (5.), the pause closes the hold, its tail all metered, and the
+	 * lease is watched as the sweep would have (sql/0061): once the grace
+	 * has passed, the outrun step reports it as lease_ended. */
+	CHECK_I64(cu_create(&t, 0, key2, "tl-7", 1, 1024, 60, NULL, &r), 200);
+	apitest_resp_release(&r);
+	l0 = cu_sql_int(db, "SELECT floor(extract(epoch FROM lease_starts_at)) FROM holds WHERE"
+			    " sandbox_id = 'tl-7'");
+	push_sample(&t, key2, "tl-7", l0 + 1, "running", 0, 0);
+	push_sample(&t, key2, "tl-7", l0 + 150, "running", 149000000, 0);
+	cu_rfc3339((time_t)(l0 + 150), at, sizeof(at));
+	CHECK_I64(cu_event(&t, 0, "tl-7", "paused", at, &r), 200);
+	CHECK_I64(cu_jint(r.json, "tail_held_micros"), 0);
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'tl-7' AND"
+				 " status <> 'open' AND consumed_micros <= amount_micros"),
+		  1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				 " AND payload->>'sandbox_id' = 'tl-7'"),
+		  0);
+	/* The sweeper's outrun step, as at the grace's end (meterd's clock is
+	 * hours behind it: its own sweeper has not come to it). */
+	CHECK(cu_sql_int(db, "SELECT meter_leases_outrun(to_timestamp(%lld), 60, 1000)",
+			 l0 + 200) >= 1);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				 " AND payload->>'sandbox_id' = 'tl-7'"
+				 " AND payload->>'reason' = 'lease_ended'"),
+		  1);
+	/* 3.'s lease, watched by its late pause too, was reported as
+	 * hold_consumed: not again. */
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+				 " AND payload->>'sandbox_id' = 'tl-4'"),
+		  1);
+	CHECK_I64(cu_held_mismatches(db), 0);
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 }

@@ -16,7 +16,15 @@
 -- lease_watch, as the sweep would have, while the sandbox's lease end is
 -- still that lease's (no wake since): the sweeper's outrun step then
 -- reports it as lease_ended, once the grace has passed, unless the hold
--- was reported as hold_consumed first (one dedup key for both). The
+-- was reported as hold_consumed first (one dedup key for both).
+--
+-- And such an event settled a lease's hold at its own time even when a
+-- later lease of the sandbox (a wake, a renewal) had begun by then: the
+-- hold then covered the running time up to the event, past its end and
+-- past the later lease's end, and sent hold_consumed for a sandbox running
+-- on the later lease, or not, as samples came before or after the event (a
+-- review: 3 of 3 runs one way, 0 the other). Now the hold is settled as at
+-- its lease's end then, as within the grace and as the sweep does. The
 -- function is 0033's otherwise, restated whole, as a function is replaced.
 
 CREATE OR REPLACE FUNCTION meter_event_settle(p_account text, p_sandbox text, p_type text,
@@ -28,6 +36,7 @@ CREATE OR REPLACE FUNCTION meter_event_settle(p_account text, p_sandbox text, p_
 DECLARE
 	r record;
 	st record;
+	succeeded boolean;
 BEGIN
 	settled := 0;
 	released := 0;
@@ -40,20 +49,29 @@ BEGIN
 			   AND (p_type = 'stopped' OR h.lease_starts_at <= p_eff))
 		ORDER BY l.account_id, l.key_id, l.day
 		FOR UPDATE OF l;
-	FOR r IN SELECT h.hold_id, h.day, h.lease_ends_at FROM holds h
+	FOR r IN SELECT h.hold_id, h.day, h.lease_starts_at, h.lease_ends_at FROM holds h
 		 WHERE h.account_id = p_account AND h.sandbox_id = p_sandbox
 		   AND h.status = 'open' AND h.settles_at IS NULL
 		   AND (p_type = 'stopped' OR h.lease_starts_at <= p_eff)
 		 ORDER BY h.key_id, h.day, h.hold_id LOOP
+		-- Past the lease's end, the hold is settled as at that end when
+		-- the event is within the grace, or when a later lease of the
+		-- sandbox had begun by the event (a wake or a renewal: the
+		-- sandbox ran on that one, and the time past this end is not
+		-- this lease's); else at the event, which keeps the running
+		-- time up to it on the hold, reported.
+		succeeded := p_eff > r.lease_ends_at
+			     AND (p_eff <= r.lease_ends_at + make_interval(secs => p_grace_s)
+				  OR COALESCE(meter_hold_start_next(p_account, p_sandbox,
+								    r.lease_starts_at) <= p_eff,
+					      false));
 		st := meter_hold_settle(p_account, r.hold_id,
-			CASE WHEN p_eff > r.lease_ends_at
-				  AND p_eff <= r.lease_ends_at + make_interval(secs => p_grace_s)
-			     THEN r.lease_ends_at ELSE p_eff END);
+			CASE WHEN succeeded THEN r.lease_ends_at ELSE p_eff END);
 		IF st.released IS NOT NULL THEN
 			settled := settled + 1;
 			released := released + st.released;
 			kept := kept + st.kept;
-			IF p_eff > r.lease_ends_at + make_interval(secs => p_grace_s) THEN
+			IF p_eff > r.lease_ends_at AND NOT succeeded THEN
 				INSERT INTO lease_watch AS w (account_id, sandbox_id, lease_ends_at,
 							      hold_id, day)
 					SELECT s.account_id, s.sandbox_id, r.lease_ends_at, r.hold_id,

@@ -757,13 +757,13 @@ out:
 /* ---- arguments ---------------------------------------------------------- */
 
 static const char sim_usage[] =
-    "usage: meterctl simulate --hosts N --sandboxes-per-host M --seed S\n"
+    "usage: meterctl simulate --hosts N --sandboxes-per-host M [--seed S]\n"
     "         (--listen HOST:PORT [--urls-file F] |\n"
     "          --push URL [--token T] [--steps K] [--period-s P])\n"
     "         [--start RFC3339] [--speed X] [--key-ids k1,k2,...] [--duration-s D]\n"
     "\n"
     "A fleet of N simulated host agents with M sandboxes each, deterministic for a\n"
-    "seed. --listen serves GET /hosts/h<i>/v1/usage (optionally ?at=RFC3339); port 0\n"
+    "seed (default 1). --listen serves GET /hosts/h<i>/v1/usage (optionally ?at=RFC3339); port 0\n"
     "picks a free port, printed on start. --urls-file writes the agents' URLs.\n"
     "--push POSTs every host's document at start + k x P simulated seconds to URL\n"
     "with the bearer token (--token, else $METER_AGENT_TOKEN), retrying until\n"

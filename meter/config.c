@@ -1,6 +1,7 @@
 /* meter: configuration (see config.h). */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -192,6 +193,18 @@ enum meter_rc config_listen_split(const char *listen, char *host, size_t hostlen
 		return METER_EINVAL;
 	memcpy(host, h, hlen);
 	host[hlen] = '\0';
+	/* Numeric, in the one form each family has: inet_pton takes neither
+	 * the shorthands getaddrinfo would ("0" for every interface, "127.1")
+	 * nor octets with leading zeros (read as octal by some). */
+	if (listen[0] == '[') {
+		struct in6_addr a6;
+		if (inet_pton(AF_INET6, host, &a6) != 1)
+			return METER_EINVAL;
+	} else {
+		struct in_addr a4;
+		if (strcmp(host, "localhost") != 0 && inet_pton(AF_INET, host, &a4) != 1)
+			return METER_EINVAL;
+	}
 	*port = (int)p;
 	return METER_OK;
 }
@@ -217,8 +230,9 @@ static enum meter_rc opt_apply(struct meter_config *cfg, const struct opt *o, co
 			int port;
 			if (config_listen_split(value, host, sizeof(host), &port) != METER_OK) {
 				snprintf(err, errlen,
-					 "%s: expected host:port or [v6]:port, got \"%s\"", o->name,
-					 value);
+					 "%s: expected host:port (the host a dotted IPv4 address or"
+					 " localhost) or [v6]:port, got \"%s\"",
+					 o->name, value);
 				return METER_EINVAL;
 			}
 		}
@@ -315,6 +329,11 @@ enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char 
 				snprintf(err, errlen,
 					 "%s:%d: %s: value too long (at most %zu bytes)", path,
 					 lineno, o->name, o->size - 1);
+			else if (o && o->kind == OPT_INT)
+				snprintf(
+				    err, errlen,
+				    "%s:%d: %s: value too long (expected an integer in %lld..%lld)",
+				    path, lineno, o->name, (long long)o->min, (long long)o->max);
 			else if (o)
 				snprintf(err, errlen, "%s:%d: %s: value too long", path, lineno,
 					 o->name);
@@ -336,6 +355,20 @@ enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char 
 		*eq = '\0';
 		name = trim(s);
 		value = trim(eq + 1);
+		if (strspn(name,
+			   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+		    strlen(name)) {
+			/* "database_url postgresql://u:pw@h/db?sslmode=x" has its
+			 * '=' inside the value: what comes before it is no name,
+			 * and may hold a secret, so it is not shown. */
+			snprintf(
+			    err, errlen,
+			    "%s:%d: expected name = value, the name of letters, digits, _ and -"
+			    " (the line is not shown: it may hold a secret)",
+			    path, lineno);
+			rc = METER_EINVAL;
+			goto out;
+		}
 		{
 			/* A file says each thing once: a second line for an
 			 * option is a mistake, not an override. */

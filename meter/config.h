@@ -95,7 +95,9 @@ METER_MUSTCHECK enum meter_rc config_load(struct meter_config *cfg, int argc, ch
 					  char *const *envp, bool *help, char *err, size_t errlen);
 
 /* Splits cfg->listen into host (without brackets) and port.
- * METER_EINVAL when it is not host:port with a port in 0..65535 (0 picks a free port). */
+ * METER_EINVAL when it is not host:port with a port in 0..65535 (0 picks a
+ * free port) and the host a dotted IPv4 address or localhost, or
+ * [v6]:port with an IPv6 address. */
 METER_MUSTCHECK enum meter_rc config_listen_split(const char *listen, char *host, size_t hostlen,
 						  int *port);
 

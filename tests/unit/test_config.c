@@ -187,7 +187,8 @@ static void test_errors(void)
 		CHECK(n > 0 && (size_t)n < sizeof(text));
 		write_file(text);
 		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_ERANGE);
-		CHECK_STR(err + strlen(tmpfile_path), ":1: http_threads: value too long");
+		CHECK_STR(err + strlen(tmpfile_path),
+			  ":1: http_threads: value too long (expected an integer in 1..64)");
 		unlink(tmpfile_path);
 		n = snprintf(text, sizeof(text), "%0*d = 1\n", CONFIG_STR_MAX + 200, 0);
 		CHECK(n > 0 && (size_t)n < sizeof(text));
@@ -196,6 +197,14 @@ static void test_errors(void)
 		CHECK_STR(err + strlen(tmpfile_path), ":1: line too long (no option's line is)");
 		unlink(tmpfile_path);
 	}
+	/* A line whose '=' is inside its value (a blank where it was
+	 * meant): what comes before it is not echoed as an option's name. */
+	write_file("database_url postgresql://u:S3cretPw@127.0.0.1/meter?sslmode=disable\n");
+	config_init(&c);
+	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_EINVAL);
+	CHECK(strstr(err, "S3cret") == NULL);
+	CHECK(strstr(err, "expected name = value") != NULL);
+	unlink(tmpfile_path);
 }
 
 /* A secret given as a flag is applied, then overwritten in argv (a command
@@ -299,6 +308,15 @@ static void test_listen(void)
 	CHECK(config_listen_split("127.0.0.1:65536", host, sizeof(host), &port) == METER_EINVAL);
 	CHECK(config_listen_split(":80", host, sizeof(host), &port) == METER_EINVAL);
 	CHECK(config_listen_split("[::1]80", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split("localhost:80", host, sizeof(host), &port) == METER_OK);
+	CHECK(config_listen_split("0.0.0.0:80", host, sizeof(host), &port) == METER_OK);
+	/* Shorthands getaddrinfo takes: "0" is every interface. */
+	CHECK(config_listen_split("0:80", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split("127.1:80", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split("017.0.0.1:80", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split("example.com:80", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split("[127.0.0.1]:80", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split("[::ffff:127.0.0.1]:80", host, sizeof(host), &port) == METER_OK);
 }
 
 /* The URLs of the configuration are read as the libraries that use them

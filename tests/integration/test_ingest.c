@@ -1978,14 +1978,20 @@ static void tail_case(const char *x, bool stray, char *out, size_t len)
 	CHECK_STR(out, want);
 }
 
+/* The rate column (of price_book) in force on TDAY. */
+static int64_t tday_rate(const char *column)
+{
+	return q64("SELECT %s FROM price_book WHERE effective_from <= '" TDAY "'"
+		   " ORDER BY effective_from DESC LIMIT 1",
+		   column);
+}
+
 /* The money of s_<x>'s storage (100 GiB) from the pause at 09:15 to m
  * minutes past it, at TDAY's storage rate, priced as a whole (rounded
  * down), as ingestion's cumulative pricing does (DESIGN.md §2). */
 static int64_t paused_micros(int64_t m)
 {
-	int64_t rate =
-	    q64("SELECT storage_micros_per_gib_hour FROM price_book"
-		" WHERE effective_from <= '" TDAY "' ORDER BY effective_from DESC LIMIT 1");
+	int64_t rate = tday_rate("storage_micros_per_gib_hour");
 
 	return 100 * m * rate / 60;
 }
@@ -2032,12 +2038,8 @@ static void straddle_case(const char *x, bool stray, char *out, size_t len)
 static void worst_case(const char *x, bool stray, char *out, size_t len)
 {
 	static const struct timed_sample samples[] = {{0, 'r', 0}, {10, 'r', 20}, {18, 'r', 36}};
-	int64_t cpu =
-	    q64("SELECT cpu_micros_per_vcpu_hour FROM price_book"
-		" WHERE effective_from <= '" TDAY "' ORDER BY effective_from DESC LIMIT 1");
-	int64_t mem =
-	    q64("SELECT memory_micros_per_gib_hour FROM price_book"
-		" WHERE effective_from <= '" TDAY "' ORDER BY effective_from DESC LIMIT 1");
+	int64_t cpu = tday_rate("cpu_micros_per_vcpu_hour");
+	int64_t mem = tday_rate("memory_micros_per_gib_hour");
 	/* 2 vCPUs and 4 GiB for 9 s, each rounded up (DESIGN.md §4). */
 	int64_t amount = (2 * 9 * cpu + 3599) / 3600 + (4 * 9 * mem + 3599) / 3600;
 	struct ingest_stats st;
@@ -2067,12 +2069,8 @@ static void ended_case(const char *x, bool stray, char *out, size_t len)
 {
 	static const struct timed_sample samples[] = {
 	    {0, 'r', 0}, {1740, 'r', 3480}, {2400, 'r', 4800}};
-	int64_t cpu =
-	    q64("SELECT cpu_micros_per_vcpu_hour FROM price_book"
-		" WHERE effective_from <= '" TDAY "' ORDER BY effective_from DESC LIMIT 1");
-	int64_t mem =
-	    q64("SELECT memory_micros_per_gib_hour FROM price_book"
-		" WHERE effective_from <= '" TDAY "' ORDER BY effective_from DESC LIMIT 1");
+	int64_t cpu = tday_rate("cpu_micros_per_vcpu_hour");
+	int64_t mem = tday_rate("memory_micros_per_gib_hour");
 	/* 2 vCPUs and 4 GiB for the lease's 30 minutes, exact. */
 	int64_t lease = cpu + 2 * mem;
 	struct ingest_stats st;
@@ -2103,12 +2101,8 @@ static void ended_case(const char *x, bool stray, char *out, size_t len)
 static void renewal_case(const char *x, bool stray, char *out, size_t len)
 {
 	static const struct timed_sample samples[] = {{0, 'r', 0}, {3060, 'r', 6120}};
-	int64_t cpu =
-	    q64("SELECT cpu_micros_per_vcpu_hour FROM price_book"
-		" WHERE effective_from <= '" TDAY "' ORDER BY effective_from DESC LIMIT 1");
-	int64_t mem =
-	    q64("SELECT memory_micros_per_gib_hour FROM price_book"
-		" WHERE effective_from <= '" TDAY "' ORDER BY effective_from DESC LIMIT 1");
+	int64_t cpu = tday_rate("cpu_micros_per_vcpu_hour");
+	int64_t mem = tday_rate("memory_micros_per_gib_hour");
 	/* 2 vCPUs and 4 GiB for a lease's 30 minutes, exact. */
 	int64_t lease = cpu + 2 * mem;
 	struct ingest_stats st;

@@ -1160,7 +1160,8 @@ static const char SQL_HOLD_CUTS[] =
     " FROM unnest($1::text[], $2::text[], $3::timestamptz[]) AS q(a, s, f)"
     " JOIN holds ho ON ho.account_id = q.a AND ho.sandbox_id = q.s AND ho.status = 'open'"
     " CROSS JOIN LATERAL (VALUES (ho.lease_starts_at),"
-    "  (COALESCE(ho.settles_at, ho.lease_ends_at))) AS c(t)"
+    "  (meter_hold_covers_to(ho.account_id, ho.sandbox_id, ho.lease_starts_at,"
+    "                        ho.lease_ends_at, ho.settles_at))) AS c(t)"
     " WHERE c.t > q.f AND c.t < $4::timestamptz"
     " ORDER BY 1, 2";
 
@@ -1328,11 +1329,12 @@ static const char SQL_LEDGER_SPENT[] =
 
 /* Ordered in C (by spend, then hold id: ing_hold_cmp). A hold covers usage
  * up to its kept tail's event or, when nothing has settled it, its lease's
- * end (sql/0060): usage past the end taken in before the lease-end sweep
- * goes on no hold, as after the sweep. */
+ * end (meter_hold_covers_to, sql/0060): usage past the end taken in before
+ * the lease-end sweep goes on no hold, as after the sweep. */
 static const char SQL_HOLDS_OPEN[] =
     "SELECT q.i - 1, ho.hold_id, ho.amount_micros, ho.consumed_micros, ho.key_id = q.k,"
-    " ho.lease_starts_at, COALESCE(ho.settles_at, ho.lease_ends_at)"
+    " ho.lease_starts_at, meter_hold_covers_to(ho.account_id, ho.sandbox_id,"
+    " ho.lease_starts_at, ho.lease_ends_at, ho.settles_at)"
     " FROM unnest($1::text[], $2::text[], $3::date[], $4::text[])"
     " WITH ORDINALITY AS q(a, s, d, k, i)"
     " JOIN holds ho ON ho.account_id = q.a AND ho.sandbox_id = q.s AND ho.day = q.d"

@@ -14,10 +14,28 @@
 -- or, when nothing has settled it, its lease's end: the moment before the
 -- sweep is treated as the sweep treats it, as 0044 does for the report.
 -- A hold settled by an event dated after its lease's end and grace
--- (settles_at > lease_ends_at) still covers up to that event. Ingestion's
--- C path (SQL_HOLDS_OPEN, SQL_HOLD_CUTS) does the same. Spent is
+-- (settles_at > lease_ends_at) still covers up to that event, unless a
+-- later lease had begun by then (meter_hold_covers_to). Ingestion's C path
+-- (SQL_HOLDS_OPEN, SQL_HOLD_CUTS) reads the same function. Spent is
 -- unchanged: only which hold a micro lands on, if any, moves. The
 -- function is 0058's otherwise, restated whole, as a function is replaced.
+
+-- The end of the time a hold covers: its settles_at, or its lease's end
+-- while nothing has settled it; and its lease's end as well when it was
+-- settled past that end and a later lease of the sandbox had begun by its
+-- settles_at (a wake, a renewal: the sandbox ran on that one), whichever
+-- came first, the event or the later lease's check (0061).
+CREATE FUNCTION meter_hold_covers_to(p_account text, p_sandbox text, p_starts timestamptz,
+				     p_ends timestamptz, p_settles timestamptz)
+	RETURNS timestamptz
+	LANGUAGE sql STABLE
+	AS $$
+	SELECT CASE WHEN p_settles IS NULL THEN p_ends
+		    WHEN p_settles > p_ends
+			 AND meter_hold_start_next(p_account, p_sandbox, p_starts) <= p_settles
+			THEN p_ends
+		    ELSE p_settles END
+$$;
 
 CREATE OR REPLACE FUNCTION meter_ledger_spend(p_account text[], p_key text[], p_sandbox text[],
 				   p_day date[], p_from timestamptz[], p_to timestamptz[],
@@ -96,7 +114,9 @@ BEGIN
 		       array_agg(x.covers_to ORDER BY x.hold_id)
 			INTO hid, hrem, hstart, hsettles
 			FROM (SELECT ho.hold_id, ho.lease_starts_at,
-				     COALESCE(ho.settles_at, ho.lease_ends_at) AS covers_to,
+				     meter_hold_covers_to(ho.account_id, ho.sandbox_id,
+							  ho.lease_starts_at, ho.lease_ends_at,
+							  ho.settles_at) AS covers_to,
 				     GREATEST(ho.amount_micros - ho.consumed_micros, 0)::bigint AS rem
 			      FROM holds ho
 			      WHERE ho.account_id = pa[i] AND ho.sandbox_id = ps[i] AND ho.day = pd[i]

@@ -24,8 +24,11 @@
 -- past the later lease's end, and sent hold_consumed for a sandbox running
 -- on the later lease, or not, as samples came before or after the event (a
 -- review: 3 of 3 runs one way, 0 the other). Now the hold is settled as at
--- its lease's end then, as within the grace and as the sweep does. The
--- function is 0033's otherwise, restated whole, as a function is replaced.
+-- its lease's end then, as within the grace and as the sweep does; where
+-- the later lease's check comes after the event, the hold keeps the
+-- event's settles_at, but covers usage only to its lease's end all the
+-- same (meter_hold_covers_to, 0060). The function is 0033's otherwise,
+-- restated whole, as a function is replaced.
 
 CREATE OR REPLACE FUNCTION meter_event_settle(p_account text, p_sandbox text, p_type text,
 					      p_eff timestamptz, p_grace_s integer,

@@ -2097,8 +2097,11 @@ static void ended_case(const char *x, bool stray, char *out, size_t len)
  * ran the sandbox past it; it covers its own 30 minutes, its exact worst
  * case, and the minute past the renewal's end is on no hold. A review saw
  * that minute put on the first hold, settled at the event, and sent as
- * hold_consumed. As wake_case otherwise. */
-static void renewal_case(const char *x, bool stray, char *out, size_t len)
+ * hold_consumed. With late, the renewal's hold is made after the event
+ * (its check came after the pause, a control plane's clock ahead): the
+ * first hold keeps the event's settles_at but covers only its lease all
+ * the same (meter_hold_covers_to). As wake_case otherwise. */
+static void renewal_case(const char *x, bool stray, bool late, char *out, size_t len)
 {
 	static const struct timed_sample samples[] = {{0, 'r', 0}, {3060, 'r', 6120}};
 	int64_t cpu = tday_rate("cpu_micros_per_vcpu_hour");
@@ -2106,16 +2109,28 @@ static void renewal_case(const char *x, bool stray, char *out, size_t len)
 	/* 2 vCPUs and 4 GiB for a lease's 30 minutes, exact. */
 	int64_t lease = cpu + 2 * mem;
 	struct ingest_stats st;
-	char rows[192], pause[128];
+	char rows[192], pause[1024];
 	int64_t h9;
 
 	snprintf(rows, sizeof(rows),
-		 "(%" PRId64 ", 'open', '" TDAY "T09:00:00Z', NULL, 1),"
-		 " (%" PRId64 ", 'open', '" TDAY "T09:20:00Z', NULL, 2)",
+		 late ? "(%" PRId64 ", 'open', '" TDAY "T09:00:00Z', NULL, 1)"
+		      : "(%" PRId64 ", 'open', '" TDAY "T09:00:00Z', NULL, 1),"
+			" (%" PRId64 ", 'open', '" TDAY "T09:20:00Z', NULL, 2)",
 		 lease, lease);
 	snprintf(pause, sizeof(pause),
 		 "SELECT * FROM meter_sandbox_event('s_%s', 'paused', '" TDAY "T09:51:00Z', 120)",
 		 x);
+	if (late) {
+		size_t n = strlen(pause);
+		snprintf(pause + n, sizeof(pause) - n,
+			 "; INSERT INTO holds (account_id, key_id, sandbox_id, day, amount_micros,"
+			 " status, lease_starts_at, lease_ends_at) VALUES ('acct_1', 'key_%s',"
+			 " 's_%s', '" TDAY "', %" PRId64 ", 'open', '" TDAY "T09:20:00Z',"
+			 " '" TDAY "T09:50:00Z');"
+			 " UPDATE key_day_ledger SET held_micros = held_micros + %" PRId64
+			 " WHERE key_id = 'key_%s' AND day = '" TDAY "'",
+			 x, x, lease, lease, x);
+	}
 	st = timed_run_after(x, rows, stray, pause, T(TDAY "T09:00:00Z"), samples, 2);
 	h9 = hour_micros(x, "09");
 	CHECK_I64(q64("SELECT consumed_micros FROM holds WHERE sandbox_id = 's_%s'"
@@ -2158,8 +2173,12 @@ static void test_holds_by_time(void)
 	ended_case("le", false, c_way, sizeof(c_way));
 	ended_case("lq", true, sql_way, sizeof(sql_way));
 	CHECK_STR(sql_way, c_way);
-	renewal_case("rn", false, c_way, sizeof(c_way));
-	renewal_case("rq", true, sql_way, sizeof(sql_way));
+	renewal_case("rn", false, false, c_way, sizeof(c_way));
+	renewal_case("rq", true, false, sql_way, sizeof(sql_way));
+	CHECK_STR(sql_way, c_way);
+	renewal_case("rl", false, true, sql_way, sizeof(sql_way));
+	CHECK_STR(sql_way, c_way);
+	renewal_case("rm", true, true, sql_way, sizeof(sql_way));
 	CHECK_STR(sql_way, c_way);
 
 	/* Directly: the wake's pieces by the hour, as spent by s_wk. */

@@ -104,8 +104,10 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 		len = eq ? (size_t)(eq - a) : strlen(a);
 		o = find(args, nargs, a, len);
 		if (!o) {
-			ctl_fail(cmd, "unknown option --%.*s (try --help)",
-				 (int)(len > 64 ? 64 : len), a);
+			char shown[224];
+
+			ctl_fail(cmd, "unknown option %s (try --help)",
+				 parse_arg_shown(argv[i], shown, sizeof(shown)));
 			return CTL_ARGS_BAD;
 		}
 		if (o->seen) {

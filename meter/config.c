@@ -197,8 +197,20 @@ enum meter_rc config_listen_split(const char *listen, char *host, size_t hostlen
 	 * the shorthands getaddrinfo would ("0" for every interface, "127.1")
 	 * nor octets with leading zeros (read as octal by some). */
 	if (listen[0] == '[') {
+		/* A link-local address may name its interface: fe80::1%eth0. */
 		struct in6_addr a6;
-		if (inet_pton(AF_INET6, host, &a6) != 1)
+		char addr[INET6_ADDRSTRLEN];
+		size_t alen = strcspn(host, "%");
+
+		if (alen >= sizeof(addr) ||
+		    (host[alen] == '%' &&
+		     (host[alen + 1] == '\0' ||
+		      strspn(host + alen + 1, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+					      "0123456789_.-") != strlen(host + alen + 1))))
+			return METER_EINVAL;
+		memcpy(addr, host, alen);
+		addr[alen] = '\0';
+		if (inet_pton(AF_INET6, addr, &a6) != 1)
 			return METER_EINVAL;
 	} else {
 		struct in_addr a4;
@@ -534,8 +546,10 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 		}
 		o = opt_find(a, len);
 		if (!o) {
-			snprintf(err, errlen, "unknown option --%.*s", (int)(len > 64 ? 64 : len),
-				 a);
+			char shown[224];
+
+			snprintf(err, errlen, "unknown option %s",
+				 parse_arg_shown(argv[i], shown, sizeof(shown)));
 			return METER_ENOTFOUND;
 		}
 		if (eq) {

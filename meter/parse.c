@@ -80,9 +80,20 @@ bool parse_is_id(const char *s)
 const char *parse_arg_shown(const char *a, char *out, size_t len)
 {
 	if (strncmp(a, "--", 2) == 0) {
-		size_t n = strcspn(a, "=");
+		/* The name's characters only: "--database-url postgresql://..."
+		 * (a flag and its value given as one argument) has no '=' before
+		 * its password. */
+		size_t n = 2 + strspn(a + 2, "abcdefghijklmnopqrstuvwxyz"
+					     "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-");
 
-		snprintf(out, len, "\"%.*s\"", (int)(n > 64 ? 64 : n), a);
+		if (a[n] == '\0' || a[n] == '=')
+			snprintf(out, len, "\"%.*s\"", (int)(n > 64 ? 64 : n), a);
+		else
+			snprintf(out, len,
+				 "\"%.*s\" with more after it (a flag and its value are two"
+				 " arguments, or one as --name=value; the rest is not shown: it"
+				 " may hold a secret)",
+				 (int)(n > 64 ? 64 : n), a);
 	} else if (strpbrk(a, "=:@")) {
 		snprintf(out, len, "(not shown: it may hold a password)");
 	} else if (strlen(a) >= PARSE_ARG_SHOWN_MAX) {

@@ -47,7 +47,8 @@ bool parse_json_error_is_nul(const char *text);
 
 /* How a command line's argument a is named in an error message, written
  * to out (len bytes) and returned: an option ("--name=value") by its name
- * alone (at most 64 bytes of it); any other argument holding '=', ':' or
+ * alone (at most 64 bytes of it; of "--name value" given as one argument,
+ * the name and a note that the rest is not shown); any other argument holding '=', ':' or
  * '@' (a "key=value" connection string or a URL: how a password is given),
  * or of PARSE_ARG_SHOWN_MAX bytes or more (a token that came apart from its
  * flag: "--operator-token= TOKEN"), by a note that it is not shown;

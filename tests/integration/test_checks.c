@@ -1959,8 +1959,9 @@ static void test_tail(void)
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
 				 " AND payload->>'sandbox_id' = 'tl-7'"),
 		  0);
-	/* The sweeper's outrun step, as at the grace's end (meterd's clock is
-	 * hours behind it: its own sweeper has not come to it). */
+	/* The sweeper's outrun step, as at the grace's end: meterd's own
+	 * sweeper, on the check engine's clock, is seconds past l0, and comes
+	 * to this lease only 120 s after it starts. */
 	CHECK(cu_sql_int(db, "SELECT meter_leases_outrun(to_timestamp(%lld), 60, 1000)",
 			 l0 + 200) >= 1);
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"

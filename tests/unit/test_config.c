@@ -317,6 +317,10 @@ static void test_listen(void)
 	CHECK(config_listen_split("example.com:80", host, sizeof(host), &port) == METER_EINVAL);
 	CHECK(config_listen_split("[127.0.0.1]:80", host, sizeof(host), &port) == METER_EINVAL);
 	CHECK(config_listen_split("[::ffff:127.0.0.1]:80", host, sizeof(host), &port) == METER_OK);
+	CHECK(config_listen_split("[fe80::1%lo]:80", host, sizeof(host), &port) == METER_OK);
+	CHECK_STR(host, "fe80::1%lo");
+	CHECK(config_listen_split("[fe80::1%]:80", host, sizeof(host), &port) == METER_EINVAL);
+	CHECK(config_listen_split("[fe80::1%a b]:80", host, sizeof(host), &port) == METER_EINVAL);
 }
 
 /* The URLs of the configuration are read as the libraries that use them

@@ -298,6 +298,12 @@ static void test_arg_shown(void)
 	CHECK_STR(parse_arg_shown("--databse-url=postgresql://m:PW@h/x", out, sizeof(out)),
 		  "\"--databse-url\"");
 	CHECK_STR(parse_arg_shown("--listen", out, sizeof(out)), "\"--listen\"");
+	/* A flag and its value as one argument: the value is no name. */
+	CHECK(strstr(parse_arg_shown("--database-url postgresql://m:PW@h/x?sslmode=disable", out,
+				     sizeof(out)),
+		     "PW") == NULL);
+	CHECK(strstr(parse_arg_shown("--operator-token PWtoken", out, sizeof(out)), "PW") == NULL);
+	CHECK(strstr(out, "\"--operator-token\"") != NULL);
 	CHECK(strstr(parse_arg_shown("password=PW", out, sizeof(out)), "PW") == NULL);
 	CHECK(strstr(parse_arg_shown("postgresql://m:PW@h/x", out, sizeof(out)), "PW") == NULL);
 	CHECK(strstr(parse_arg_shown("m:PW", out, sizeof(out)), "PW") == NULL);

@@ -2058,6 +2058,13 @@ static void worst_case(const char *x, bool stray, char *out, size_t len)
 	CHECK_STR(out, want);
 }
 
+/* The money of 2 vCPUs busy and 4 GiB for 30 minutes at TDAY's rates, a
+ * lease's exact worst case (no rounding: half of each hourly rate). */
+static int64_t half_hour_micros(void)
+{
+	return tday_rate("cpu_micros_per_vcpu_hour") + 2 * tday_rate("memory_micros_per_gib_hour");
+}
+
 /* A lease from 09:00 to 09:30 that no event and no sweep has settled yet
  * (settles_at NULL, as in the second before the lease-end sweep), its
  * sandbox sampled at 09:29 and 09:40, both vCPUs busy: the hold covers the
@@ -2069,10 +2076,7 @@ static void ended_case(const char *x, bool stray, char *out, size_t len)
 {
 	static const struct timed_sample samples[] = {
 	    {0, 'r', 0}, {1740, 'r', 3480}, {2400, 'r', 4800}};
-	int64_t cpu = tday_rate("cpu_micros_per_vcpu_hour");
-	int64_t mem = tday_rate("memory_micros_per_gib_hour");
-	/* 2 vCPUs and 4 GiB for the lease's 30 minutes, exact. */
-	int64_t lease = cpu + 2 * mem;
+	int64_t lease = half_hour_micros();
 	struct ingest_stats st;
 	char rows[128], want[256];
 	int64_t h9;
@@ -2104,10 +2108,7 @@ static void ended_case(const char *x, bool stray, char *out, size_t len)
 static void renewal_case(const char *x, bool stray, bool late, char *out, size_t len)
 {
 	static const struct timed_sample samples[] = {{0, 'r', 0}, {3060, 'r', 6120}};
-	int64_t cpu = tday_rate("cpu_micros_per_vcpu_hour");
-	int64_t mem = tday_rate("memory_micros_per_gib_hour");
-	/* 2 vCPUs and 4 GiB for a lease's 30 minutes, exact. */
-	int64_t lease = cpu + 2 * mem;
+	int64_t lease = half_hour_micros();
 	struct ingest_stats st;
 	char rows[192], pause[1024];
 	int64_t h9;

@@ -320,6 +320,9 @@ enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char 
 		char *s, *eq, *name, *value;
 
 		lineno++;
+		/* An editor's UTF-8 byte order mark is no part of the first name. */
+		if (lineno == 1 && strncmp(line, "\xEF\xBB\xBF", 3) == 0)
+			memmove(line, line + 3, strlen(line + 3) + 1);
 		if (!strchr(line, '\n') && !feof(f)) {
 			/* Longer than any option's line: the rest of a comment
 			 * is skipped; an option's value is too long for it. */
@@ -563,7 +566,7 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 		rc = opt_apply(cfg, o, value, err, errlen);
 		if (rc != METER_OK)
 			return rc;
-		if (o->secret) {
+		if (o->secret && value[0]) { /* an empty value shows no secret */
 			size_t used = strlen(cfg->secrets_on_command_line);
 
 			memset(value, 'x', strlen(value));

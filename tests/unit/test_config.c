@@ -140,6 +140,16 @@ static void test_errors(void)
 	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_EINVAL);
 	CHECK_STR(err + strlen(tmpfile_path), ":2: db_pool_size is set already, on line 1");
 	unlink(tmpfile_path);
+	/* A byte order mark an editor put first is skipped, there alone. */
+	write_file("\xEF\xBB\xBFhttp_threads = 5\r\n");
+	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_OK);
+	CHECK_I64(c.http_threads, 5);
+	unlink(tmpfile_path);
+	write_file("http_threads = 5\n\xEF\xBB\xBF"
+		   "db_pool_size = 4\n");
+	CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_EINVAL);
+	CHECK(strstr(err, ":2: expected name = value") != NULL);
+	unlink(tmpfile_path);
 	/* One --config: a second file would not be read. */
 	{
 		char *two[] = {"meterd", "--config", "/a.conf", "--config=/b.conf", NULL};
@@ -234,6 +244,12 @@ static void test_secret_flags(void)
 	CHECK(config_load(&c, 2, plain, env_none, &help, err, sizeof(err)) == METER_OK);
 	CHECK_STR(c.secrets_on_command_line, "");
 	CHECK_STR(l1, "--listen=127.0.0.1:9005");
+	/* An empty secret flag puts no secret on the command line. */
+	char e0[] = "meterd", e1[] = "--session-secret=", e2[] = "--webhook-secret", e3[] = "";
+	char *empty[] = {e0, e1, e2, e3, NULL};
+
+	CHECK(config_load(&c, 4, empty, env_none, &help, err, sizeof(err)) == METER_OK);
+	CHECK_STR(c.secrets_on_command_line, "");
 }
 
 /* --help is answered whatever the file or the environment hold; a

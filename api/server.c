@@ -1201,6 +1201,11 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 	char host[256], port_s[8];
 	unsigned flags;
 	int port, gai;
+	/* One thread is the daemon's own: libmicrohttpd warns of a pool of 1. */
+	struct MHD_OptionItem pool[] = {
+	    {cfg->http_threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END,
+	     (intptr_t)cfg->http_threads, NULL},
+	    {MHD_OPTION_END, 0, NULL}};
 
 	metrics_describe(SLOW_CUT, METRICS_COUNTER,
 			 "Connections cut off for not delivering a whole request within "
@@ -1247,14 +1252,14 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 	/* clang-format off: one option and its value per line */
 	srv->daemon = MHD_start_daemon(
 	    flags, (uint16_t)port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
-	    mhd_logger, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
-	    (unsigned)cfg->http_threads, MHD_OPTION_CONNECTION_LIMIT,
-	    (unsigned)cfg->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-	    (unsigned)cfg->per_ip_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-	    (unsigned)cfg->connection_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-	    (size_t)CONNECTION_MEMORY_LIMIT, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-	    MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
-	    srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_END);
+	    mhd_logger, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_ARRAY, pool,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
+	    MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->connection_timeout_s,
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY_LIMIT,
+	    MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_URI_LOG_CALLBACK, on_uri, srv,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION,
+	    on_connection, srv, MHD_OPTION_END);
 	/* clang-format on */
 	freeaddrinfo(ai);
 	if (!srv->daemon) {

@@ -19,8 +19,11 @@
 #include "keys.h"
 #include "log.h"
 
-/* pg_advisory_xact_lock key of the migrators: "meter_mg" in ASCII. */
-#define MIGRATE_LOCK_KEY "7882834701841296743"
+/* pg_advisory_xact_lock key of the migrators: "meter_mg" in ASCII; in
+ * pg_locks, its high and low 32 bits are classid and objid. */
+#define MIGRATE_LOCK_KEY   "7882834701841296743"
+#define MIGRATE_LOCK_CLASS "1835365477"
+#define MIGRATE_LOCK_OBJ   "1918856551"
 
 #define MIGRATE_SHA_HEX 65 /* 64 hex digits and a NUL */
 
@@ -84,10 +87,38 @@ static enum meter_rc migrate_begin(PGconn *conn, const char *what, char *err, si
 	rc = migrate_exec(conn, "BEGIN", what, err, errlen);
 	if (rc != METER_OK)
 		return rc;
-	rc = migrate_exec(conn,
-			  "SET LOCAL client_min_messages = warning;"
-			  " SELECT pg_advisory_xact_lock(" MIGRATE_LOCK_KEY ")",
-			  what, err, errlen);
+	rc = migrate_exec(conn, "SET LOCAL client_min_messages = warning", what, err, errlen);
+	if (rc == METER_OK) {
+		/* Another migrator holds the lock: say so, naming its session
+		 * (a killed meterctl's server process may still hold it, until
+		 * the server notices: terminate it by that pid), then wait. */
+		PGresult *res =
+		    PQexec(conn, "SELECT pg_try_advisory_xact_lock(" MIGRATE_LOCK_KEY "),"
+				 " (SELECT format('server pid %s, application %L, since %s', a.pid,"
+				 "   a.application_name, date_trunc('second', a.xact_start))"
+				 "  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+				 "  WHERE l.locktype = 'advisory' AND l.granted"
+				 "   AND l.database = (SELECT oid FROM pg_database"
+				 "    WHERE datname = current_database())"
+				 "   AND l.classid = " MIGRATE_LOCK_CLASS
+				 " AND l.objid = " MIGRATE_LOCK_OBJ
+				 "   AND l.objsubid = 1 AND l.pid <> pg_backend_pid() LIMIT 1)");
+
+		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+			migrate_error(err, errlen, what, conn, res);
+			rc = METER_EDB;
+		} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
+			log_info("%s: waiting for another migration of this database to finish"
+				 " (%s)",
+				 what,
+				 PQgetisnull(res, 0, 1) ? "its session not shown"
+							: PQgetvalue(res, 0, 1));
+			rc =
+			    migrate_exec(conn, "SELECT pg_advisory_xact_lock(" MIGRATE_LOCK_KEY ")",
+					 what, err, errlen);
+		}
+		PQclear(res);
+	}
 	if (rc != METER_OK)
 		migrate_rollback(conn);
 	return rc;

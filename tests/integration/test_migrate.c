@@ -284,6 +284,70 @@ static void test_concurrent(void)
 	testdb_drop(&db);
 }
 
+/* A migrator that finds another holding the migrators' lock says so,
+ * naming that session (a killed meterctl's server process may hold it
+ * until the server notices), and waits for it. */
+static void test_waits_named(const char *url)
+{
+	char path[] = "/tmp/meter-migwait-XXXXXX", err[256], buf[4096], want[160];
+	int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+	PGconn *holder = NULL;
+	PGresult *res;
+	pthread_barrier_t start;
+	pthread_t th;
+	struct racer r;
+	ssize_t n;
+	int waiting = 0;
+
+	CHECK(fd >= 0 && saved >= 0);
+	if (fd < 0 || saved < 0 || db_connect(url, &holder, err, sizeof(err)) != METER_OK) {
+		CHECK(0);
+		return;
+	}
+	res = PQexec(holder, "SET application_name = 'meter-test-holder'; BEGIN;"
+			     " SELECT pg_advisory_xact_lock(7882834701841296743)");
+	CHECK_I64(PQresultStatus(res), PGRES_TUPLES_OK);
+	PQclear(res);
+	snprintf(want, sizeof(want),
+		 "creating schema_migrations: waiting for another migration of this database to"
+		 " finish (server pid %d, application 'meter-test-holder', since ",
+		 PQbackendPID(holder));
+	fflush(stderr);
+	CHECK(dup2(fd, STDERR_FILENO) == STDERR_FILENO);
+	CHECK_I64(pthread_barrier_init(&start, NULL, 1), 0);
+	memset(&r, 0, sizeof(r));
+	r.url = url;
+	r.start = &start;
+	CHECK_I64(pthread_create(&th, NULL, racer_run, &r), 0);
+	/* Until the migrator waits on the lock (at most 10 s). */
+	for (int i = 0; i < 200 && !waiting; i++) {
+		query_value(holder,
+			    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+			    " AND NOT granted",
+			    buf, sizeof(buf));
+		waiting = strcmp(buf, "1") == 0;
+		if (!waiting)
+			usleep(50 * 1000);
+	}
+	CHECK(waiting);
+	PQclear(PQexec(holder, "COMMIT"));
+	CHECK_I64(pthread_join(th, NULL), 0);
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	CHECK_I64(pthread_barrier_destroy(&start), 0);
+	CHECK_I64(r.rc, METER_OK);
+	CHECK_I64(r.applied, 0);
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	unlink(path);
+	buf[n > 0 ? n : 0] = '\0';
+	if (!strstr(buf, want))
+		fprintf(stderr, "migrator's log: %s\nwanted: %s\n", buf, want);
+	CHECK(strstr(buf, want) != NULL);
+	PQfinish(holder);
+}
+
 /* The socket's keepalive idle time and user timeout, as the kernel has
  * them. */
 static void socket_keepalive(PGconn *conn, int *idle, int *user_timeout_ms)
@@ -875,6 +939,7 @@ int main(void)
 	test_partitions(db.conn);
 	test_keepalives(db.url);
 	test_notices(db.url);
+	test_waits_named(db.url);
 	test_session_timeouts(db.url);
 	test_session_defaults(&db);
 	test_schema_names();

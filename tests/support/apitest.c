@@ -397,6 +397,7 @@ static size_t apitest_write(char *data, size_t size, size_t n, void *userdata)
 	return len;
 }
 
+/* Keeps a failed answer's message beside its check's line on stderr. */
 static pthread_mutex_t apitest_check_lock = PTHREAD_MUTEX_INITIALIZER;
 
 bool apitest_webhook_conforms(const char *headers, const char *body)

@@ -1,11 +1,14 @@
 /* Test assertions. */
 #include "check.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
-static long checks_passed;
-static long checks_failed;
+/* Atomic: a test's threads check too (its requests' answers, a racer's
+ * outcome) beside its main thread. */
+static atomic_long checks_passed;
+static atomic_long checks_failed;
 
 void check_record(int ok, const char *file, int line, const char *expr)
 {
@@ -42,15 +45,17 @@ void check_record_str(const char *got, const char *want, const char *file, int l
 
 int check_failures(void)
 {
-	return (int)checks_failed;
+	return (int)atomic_load(&checks_failed);
 }
 
 int check_done(void)
 {
-	printf("%ld checks passed, %ld failed\n", checks_passed, checks_failed);
-	if (checks_passed + checks_failed == 0) {
+	long passed = atomic_load(&checks_passed), failed = atomic_load(&checks_failed);
+
+	printf("%ld checks passed, %ld failed\n", passed, failed);
+	if (passed + failed == 0) {
 		fprintf(stderr, "no check ran\n");
 		return 1;
 	}
-	return checks_failed ? 1 : 0;
+	return failed ? 1 : 0;
 }

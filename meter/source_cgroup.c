@@ -258,7 +258,12 @@ static bool cg_read_v1(int dfd, int mem_dfd, const char *name, struct meter_samp
 
 	if (mem_dfd < 0)
 		return true;
-	(void)snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", name);
+	/* name is an id (parse_is_id), so it fits; else not read as another's */
+	if ((size_t)snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", name) >=
+	    sizeof(path)) {
+		*reason = "its name is too long for a memory cgroup's path";
+		return false;
+	}
 	r = cg_read_at(mem_dfd, path, buf, sizeof(buf));
 	if (r == CG_READ_OK) {
 		if (!cg_parse_value(buf, false, &bytes, NULL)) {

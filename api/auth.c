@@ -24,6 +24,7 @@
 #include "app.h"
 #include "db_keys.h"
 #include "dbpool.h"
+#include "h_util.h"
 #include "keys.h"
 #include "log.h"
 #include "routes.h"
@@ -284,14 +285,19 @@ static enum auth_key_result auth_session(struct http_req *req, bool may_wait, st
 }
 
 /* 503: a key or session could not be looked up. While the schema is not
- * this binary's (schema_gate.h), that is why, and what to do is said. */
+ * this binary's (schema_gate.h), that is why, and what to do is said; a
+ * lookup that ran past the statement timeout (on this thread, which ran
+ * it) says so, as any request's statement does. */
 static void reply_down(struct http_req *req)
 {
 	char why[SCHEMA_WHY_MAX], msg[SCHEMA_WHY_MAX + 64];
 
-	if (schema_gate_open(why, sizeof(why)))
+	if (schema_gate_open(why, sizeof(why))) {
+		if (hutil_reply_timeout(req, req->app->cfg->db_statement_timeout_ms,
+					"the credentials could not be looked up in time; retry"))
+			return;
 		snprintf(msg, sizeof(msg), "credentials cannot be checked now");
-	else
+	} else
 		snprintf(msg, sizeof(msg), "credentials cannot be checked now: %s", why);
 	http_reply_error(req, 503, "metering_unavailable", msg, NULL);
 }

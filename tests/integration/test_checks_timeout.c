@@ -304,6 +304,32 @@ int main(void)
 			CHECK_I64(apitest_jpath(r.json, "accepted"), 1);
 		apitest_resp_release(&r);
 	}
+	/* A key's lookup (one not in the cache: made and never used) that
+	 * runs into the timeout says so too, then the key works. */
+	{
+		char key2[65], token2[APITEST_TOKEN_MAX];
+		json_t *e;
+
+		CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, key2, token2) == 0);
+		lk = PQconnectdb(t.db.url);
+		CHECK(PQstatus(lk) == CONNECTION_OK);
+		cu_sql(lk, "BEGIN");
+		cu_sql(lk, "LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE");
+		CHECK(apitest_call(&t, 0, "GET", "/v1/keys", token2, NULL, &r) == 0);
+		e = json_object_get(r.json, "error");
+		CHECK_I64(r.status, 503);
+		CHECK_STR(apitest_error_code(&r), "metering_unavailable");
+		CHECK_STR(apitest_jstr(e, "reason"), "statement_timeout");
+		CHECK_I64(apitest_jpath(r.json, "error.timeout_ms"), 500);
+		CHECK(strstr(apitest_jstr(e, "message"), "credentials could not be looked up") !=
+		      NULL);
+		apitest_resp_release(&r);
+		cu_sql(lk, "ROLLBACK");
+		PQfinish(lk);
+		CHECK(apitest_call(&t, 0, "GET", "/v1/keys", token2, NULL, &r) == 0);
+		CHECK_I64(r.status, 200);
+		apitest_resp_release(&r);
+	}
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "app.h"
+#include "checks.h"
 #include "dbpool.h"
 #include "metrics.h"
 #include "schema_gate.h"
@@ -17,6 +18,12 @@ void h_metrics(struct http_req *req)
 			 "1 when the last attempt to reach the database from the request pool "
 			 "worked.");
 	metrics_gauge_set("meter_db_up", NULL, db_pool_up(req->app->pool) ? 1 : 0);
+	metrics_describe("meter_checks_db_up", METRICS_GAUGE,
+			 "0 while the check engine's own connection cannot reach the database "
+			 "(its last attempt failed, the log says why) and checks are answered "
+			 "503; 1 otherwise.");
+	metrics_gauge_set("meter_checks_db_up", NULL,
+			  checks_engine_db_down(req->app->checks) ? 0 : 1);
 	metrics_describe("meter_schema_current", METRICS_GAUGE,
 			 "1 when the database's schema, as last read, is the one this meterd's "
 			 "migrations make; 0 while it is not, and requests that need the "

@@ -796,8 +796,9 @@ static void batch_decide(struct batch *b)
  * the next check connects at once: the server that ended one session (a
  * terminated backend, an idle-in-transaction timeout) is most likely there
  * for the next. NULL: a connection could not be made, and checks fail
- * closed for a backoff, 100 ms doubling to 5 s, before the next try. */
-static void conn_drop(struct batcher *bt, const char *lost)
+ * closed for a backoff, 100 ms doubling to 5 s, before the next try; why
+ * (libpq's message, or NULL) goes in the warning of the outage's first. */
+static void conn_drop(struct batcher *bt, const char *lost, const char *why)
 {
 	struct checks_engine *e = bt->e;
 
@@ -813,8 +814,9 @@ static void conn_drop(struct batcher *bt, const char *lost)
 		int64_t delay = BACKOFF_MIN_MS;
 
 		if (!e->down)
-			log_warn("checks: database connection lost; checks fail closed until it "
-				 "is back");
+			log_warn("checks: database connection lost%s%s%s; checks fail closed until"
+				 " it is back",
+				 why ? " (" : "", why ? why : "", why ? ")" : "");
 		e->down = true;
 		for (int i = 0; i < e->failures && delay < BACKOFF_MAX_MS; i++)
 			delay *= 2;
@@ -846,7 +848,7 @@ static bool conn_ensure(struct batcher *bt, bool idle)
 		bt->conn = NULL;
 	}
 	if (bt->conn)
-		conn_drop(bt, "broken");
+		conn_drop(bt, "broken", NULL);
 	pthread_mutex_lock(&e->mu);
 	if (e->down && clock_mono_ms() < e->next_attempt_ms) {
 		pthread_mutex_unlock(&e->mu);
@@ -858,7 +860,7 @@ static bool conn_ensure(struct batcher *bt, bool idle)
 		if (conn)
 			PQfinish(conn);
 		log_debug("checks: cannot connect: %s", err);
-		conn_drop(bt, NULL);
+		conn_drop(bt, NULL, err); /* the first failure says why, at warn */
 		return false;
 	}
 	bt->conn = conn;
@@ -880,6 +882,18 @@ void checks_engine_db_back(struct checks_engine *e)
 	if (e->down)
 		e->next_attempt_ms = 0;
 	pthread_mutex_unlock(&e->mu);
+}
+
+bool checks_engine_db_down(struct checks_engine *e)
+{
+	bool down;
+
+	if (!e)
+		return false;
+	pthread_mutex_lock(&e->mu);
+	down = e->down;
+	pthread_mutex_unlock(&e->mu);
+	return down;
 }
 
 int64_t checks_engine_connected_ms(struct checks_engine *e)
@@ -1368,7 +1382,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 			 * new connection. */
 			bool timed_out = clock_mono_ms() >= deadline;
 
-			conn_drop(bt, "broken");
+			conn_drop(bt, "broken", NULL);
 			rc = METER_EDB;
 			in_doubt = applying;
 			if (!applying && !timed_out && !redone) {
@@ -1458,7 +1472,7 @@ static void batcher_broken(struct batcher *bt, struct batcher_work *w)
 	}
 	w->nflights = 0;
 	if (bt->conn)
-		conn_drop(bt, "broken with batches in flight");
+		conn_drop(bt, "broken with batches in flight", NULL);
 }
 
 /* Moves f's items to the classic path and frees f. */
@@ -1650,7 +1664,7 @@ static void *batcher_main(void *arg)
 			int64_t t0 = clock_mono_ms();
 
 			if (bt->conn && !db_checks_fast_idle(bt->conn))
-				conn_drop(bt, "not idle before a classic batch");
+				conn_drop(bt, "not idle before a classic batch", NULL);
 			batch_run(bt, w.classic, w.nclassic);
 			log_debug("checks: classic batch of %zu decided in %lld ms", w.nclassic,
 				  (long long)(clock_mono_ms() - t0));

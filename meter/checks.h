@@ -115,6 +115,11 @@ void checks_engine_free(struct checks_engine *e);
  * checks. NULL is fine. */
 void checks_engine_db_back(struct checks_engine *e);
 
+/* The engine's last attempt to reach the database failed, and checks
+ * fail closed until one works (its own connection: the request pool may
+ * reach the database meanwhile). NULL: false. */
+bool checks_engine_db_down(struct checks_engine *e);
+
 /* When (clock_mono_ms) the engine last connected to the database, or 0
  * when it has not yet or has lost the database since. NULL: 0. */
 int64_t checks_engine_connected_ms(struct checks_engine *e);

@@ -128,8 +128,16 @@ int main(void)
 		cu_sleep_ms(250);
 	}
 	/* Classic batches met the database down, and none was decided: none
-	 * counted. */
+	 * counted. The engine's gauge is down, and its log says why. */
 	CHECK_I64(apitest_metric(&t, 0, CLASSIC), classic);
+	CHECK_I64(apitest_metric(&t, 0, "meter_checks_db_up"), 0);
+	{
+		char *log = apitest_read_log(&t, 0);
+
+		CHECK(log && strstr(log, "checks: database connection lost (") &&
+		      strstr(log, "); checks fail closed until it is back"));
+		free(log);
+	}
 
 	/* Back: the same process recovers on its own (backoff at most 5 s). */
 	CHECK(pg("start", "/dev/null") == 0);
@@ -147,6 +155,7 @@ int main(void)
 		cu_sleep_ms(250);
 	}
 	CHECK(recovered);
+	CHECK_I64(apitest_metric(&t, 0, "meter_checks_db_up"), 1);
 
 	/* A restart while no check runs: the engine's connection closed
 	 * while idle is replaced at the next check, which is decided (not

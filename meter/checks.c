@@ -860,7 +860,8 @@ static bool conn_ensure(struct batcher *bt, bool idle)
 		if (conn)
 			PQfinish(conn);
 		log_debug("checks: cannot connect: %s", err);
-		conn_drop(bt, NULL, err); /* the first failure says why, at warn */
+		/* The first failure says why, at warn. */
+		conn_drop(bt, NULL, err[0] ? err : "its session could not be set up");
 		return false;
 	}
 	bt->conn = conn;
@@ -879,8 +880,10 @@ void checks_engine_db_back(struct checks_engine *e)
 	if (!e)
 		return;
 	pthread_mutex_lock(&e->mu);
-	if (e->down)
+	if (e->down) {
 		e->next_attempt_ms = 0;
+		pthread_cond_broadcast(&e->work_cv); /* an idle batcher connects now */
+	}
 	pthread_mutex_unlock(&e->mu);
 }
 
@@ -1585,6 +1588,26 @@ static void *batcher_main(void *arg)
 
 		pthread_mutex_lock(&e->mu);
 		while (!e->head && w.nflights == 0 && !e->stopping) {
+			/* With the database down and no check coming, the
+			 * batcher without a connection tries again when its
+			 * backoff ends, so the engine is back (and says so:
+			 * meter_checks_db_up) before the next check. */
+			if (e->down && !bt->conn) {
+				int64_t wait = e->next_attempt_ms - clock_mono_ms();
+				struct timespec until;
+
+				if (wait <= 0) {
+					pthread_mutex_unlock(&e->mu);
+					(void)conn_ensure(bt, true);
+					pthread_mutex_lock(&e->mu);
+					continue;
+				}
+				until = clock_mono_after_ms(wait);
+				e->idle++;
+				(void)pthread_cond_timedwait(&e->work_cv, &e->mu, &until);
+				e->idle--;
+				continue;
+			}
 			e->idle++;
 			pthread_cond_wait(&e->work_cv, &e->mu);
 			e->idle--;
@@ -1928,12 +1951,13 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 			r = (uint32_t)clock_mono_ms() ^ (uint32_t)getpid();
 		e->engine_id = (int32_t)(r & 0x7fffffff);
 	}
-	/* sweep_cv is sweeper_pause()'s, on CLOCK_MONOTONIC. */
-	made = pthread_mutex_init(&e->mu, NULL) != 0	   ? 0
-	       : pthread_mutex_init(&e->tz_mu, NULL) != 0  ? 1
-	       : pthread_cond_init(&e->work_cv, NULL) != 0 ? 2
-	       : clock_mono_cond_init(&e->sweep_cv) != 0   ? 3
-							   : ENGINE_SYNC_ALL;
+	/* sweep_cv is sweeper_pause()'s, work_cv the batchers' (timed while
+	 * the database is down), both on CLOCK_MONOTONIC. */
+	made = pthread_mutex_init(&e->mu, NULL) != 0	  ? 0
+	       : pthread_mutex_init(&e->tz_mu, NULL) != 0 ? 1
+	       : clock_mono_cond_init(&e->work_cv) != 0	  ? 2
+	       : clock_mono_cond_init(&e->sweep_cv) != 0  ? 3
+							  : ENGINE_SYNC_ALL;
 	if (made < ENGINE_SYNC_ALL) {
 		log_error("checks: cannot make the engine's locks and conditions");
 		engine_release(e, made);

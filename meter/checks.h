@@ -110,9 +110,10 @@ void checks_engine_stop(struct checks_engine *e);
 void checks_engine_free(struct checks_engine *e);
 
 /* Another connection of the process has reached the database (GET
- * /readyz): an engine waiting out its backoff connects at the next check
- * instead of refusing it, so a process that says it is ready decides
- * checks. NULL is fine. */
+ * /readyz): an engine waiting out its backoff connects now (an idle
+ * batcher) or at the next check instead of refusing it, so a process that
+ * says it is ready decides checks. Without it, an idle batcher tries again
+ * when the backoff ends, checks or none. NULL is fine. */
 void checks_engine_db_back(struct checks_engine *e);
 
 /* The engine's last attempt to reach the database failed, and checks

@@ -219,6 +219,24 @@ int main(void)
 		}
 	}
 
+	/* Back with no check and no /readyz asked: the engine connects again
+	 * by itself within its backoff (at most 5 s), and its gauge says so. */
+	CHECK(pg("stop", NULL) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "unseen-1", 1, 1024, 600, NULL, &r), 503);
+	apitest_resp_release(&r);
+	CHECK_I64(apitest_metric(&t, 0, "meter_checks_db_up"), 0);
+	cu_sleep_ms(3000); /* a backoff or two spent on a database still down */
+	CHECK_I64(apitest_metric(&t, 0, "meter_checks_db_up"), 0);
+	CHECK(pg("start", "/dev/null") == 0);
+	t0 = now_s();
+	while (apitest_metric(&t, 0, "meter_checks_db_up") != 1 && now_s() - t0 < 15.0)
+		cu_sleep_ms(100);
+	printf("the engine was back %.1f s after the database, with no check\n", now_s() - t0);
+	CHECK_I64(apitest_metric(&t, 0, "meter_checks_db_up"), 1);
+	CHECK(now_s() - t0 < 8.0);
+	CHECK_I64(cu_create(&t, 0, key, "unseen-2", 1, 1024, 600, NULL, &r), 200);
+	apitest_resp_release(&r);
+
 	/* A database that takes no writes (here default_transaction_read_only,
 	 * as on a standby): /readyz says so, a check is 503 and holds
 	 * nothing; writable again, both come back. */
@@ -273,11 +291,11 @@ int main(void)
 		CHECK(oldest >= 100 && oldest < 200);
 	}
 	/* up-1 and its wake, back-N, restarted-1 and its wake, one a round,
-	 * read-only-2. */
-	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds"), 7);
+	 * unseen-2, read-only-2. */
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds"), 8);
 	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM sandboxes WHERE sandbox_id LIKE "
 					"'down-%%' OR sandbox_id LIKE 'gone-%%'"
-					" OR sandbox_id = 'read-only-1'"),
+					" OR sandbox_id IN ('read-only-1', 'unseen-1')"),
 		  0);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
 	CHECK(apitest_stop(&t) == 0);

@@ -79,46 +79,69 @@ static void migrate_rollback(PGconn *conn)
 }
 
 /* Opens a transaction holding the migrators' lock. Notices (such as
- * "relation already exists, skipping") are kept off stderr. */
-static enum meter_rc migrate_begin(PGconn *conn, const char *what, char *err, size_t errlen)
+ * "relation already exists, skipping") are kept off stderr. Another
+ * migrator holding the lock is waited for, and the first wait of a run
+ * (*told false) is logged, naming that session as far as this role may see
+ * it: a killed meterctl's server process may hold the lock until the
+ * server notices, and is ended by that pid. The lookup is best effort (a
+ * role denied pg_stat_activity still migrates). */
+static enum meter_rc migrate_begin(PGconn *conn, const char *what, bool *told, char *err,
+				   size_t errlen)
 {
+	PGresult *res;
 	enum meter_rc rc;
+	bool got;
 
 	rc = migrate_exec(conn, "BEGIN", what, err, errlen);
+	if (rc == METER_OK)
+		rc = migrate_exec(conn, "SET LOCAL client_min_messages = warning", what, err,
+				  errlen);
 	if (rc != METER_OK)
-		return rc;
-	rc = migrate_exec(conn, "SET LOCAL client_min_messages = warning", what, err, errlen);
-	if (rc == METER_OK) {
-		/* Another migrator holds the lock: say so, naming its session
-		 * (a killed meterctl's server process may still hold it, until
-		 * the server notices: terminate it by that pid), then wait. */
-		PGresult *res =
-		    PQexec(conn, "SELECT pg_try_advisory_xact_lock(" MIGRATE_LOCK_KEY "),"
-				 " (SELECT format('server pid %s, application %L, since %s', a.pid,"
-				 "   a.application_name, date_trunc('second', a.xact_start))"
-				 "  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-				 "  WHERE l.locktype = 'advisory' AND l.granted"
-				 "   AND l.database = (SELECT oid FROM pg_database"
-				 "    WHERE datname = current_database())"
-				 "   AND l.classid = " MIGRATE_LOCK_CLASS
-				 " AND l.objid = " MIGRATE_LOCK_OBJ
-				 "   AND l.objsubid = 1 AND l.pid <> pg_backend_pid() LIMIT 1)");
-
-		if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-			migrate_error(err, errlen, what, conn, res);
-			rc = METER_EDB;
-		} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
-			log_info("%s: waiting for another migration of this database to finish"
-				 " (%s)",
-				 what,
-				 PQgetisnull(res, 0, 1) ? "its session not shown"
-							: PQgetvalue(res, 0, 1));
-			rc =
-			    migrate_exec(conn, "SELECT pg_advisory_xact_lock(" MIGRATE_LOCK_KEY ")",
-					 what, err, errlen);
-		}
+		goto out;
+	res = PQexec(conn, "SELECT pg_try_advisory_xact_lock(" MIGRATE_LOCK_KEY ")");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		migrate_error(err, errlen, what, conn, res);
 		PQclear(res);
+		rc = METER_EDB;
+		goto out;
 	}
+	got = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	if (got)
+		return METER_OK;
+	if (!*told) {
+		const char *who = "its session not shown";
+
+		*told = true;
+		rc = migrate_exec(conn, "SAVEPOINT meter_who", what, err, errlen);
+		if (rc != METER_OK)
+			goto out;
+		res = PQexec(
+		    conn,
+		    "SELECT format('server pid %s, application %L', a.pid, a.application_name)"
+		    "  || COALESCE(', since ' || date_trunc('second', a.xact_start), '')"
+		    " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+		    " WHERE l.locktype = 'advisory' AND l.granted"
+		    "  AND l.database = (SELECT oid FROM pg_database"
+		    "   WHERE datname = current_database())"
+		    "  AND l.classid = " MIGRATE_LOCK_CLASS " AND l.objid = " MIGRATE_LOCK_OBJ
+		    "  AND l.objsubid = 1 AND l.pid <> pg_backend_pid() LIMIT 1");
+		if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+			who = PQgetvalue(res, 0, 0);
+		log_info("%s: waiting for another migration of this database to finish (%s)", what,
+			 who);
+		rc = migrate_exec(conn,
+				  PQresultStatus(res) == PGRES_TUPLES_OK
+				      ? "RELEASE SAVEPOINT meter_who"
+				      : "ROLLBACK TO SAVEPOINT meter_who",
+				  what, err, errlen);
+		PQclear(res);
+		if (rc != METER_OK)
+			goto out;
+	}
+	rc = migrate_exec(conn, "SELECT pg_advisory_xact_lock(" MIGRATE_LOCK_KEY ")", what, err,
+			  errlen);
+out:
 	if (rc != METER_OK)
 		migrate_rollback(conn);
 	return rc;
@@ -330,9 +353,11 @@ static enum meter_rc migrate_schema(PGconn *conn, char *err, size_t errlen)
 }
 
 /* Applies compiled migration i in one transaction with its record, unless
- * another migrator did it first. *applied_now says whether this call did. */
+ * another migrator did it first. *applied_now says whether this call did;
+ * *told, whether the run logged a wait for another (migrate_begin). */
 static enum meter_rc migrate_one(PGconn *conn, int i, const char (*hex)[MIGRATE_SHA_HEX],
-				 bool *done, bool *applied_now, char *err, size_t errlen)
+				 bool *done, bool *applied_now, bool *told, char *err,
+				 size_t errlen)
 {
 	const struct migration_src *m = &migrations_src[i];
 	char version[16];
@@ -341,7 +366,7 @@ static enum meter_rc migrate_one(PGconn *conn, int i, const char (*hex)[MIGRATE_
 	enum meter_rc rc;
 
 	*applied_now = false;
-	rc = migrate_begin(conn, m->name, err, errlen);
+	rc = migrate_begin(conn, m->name, told, err, errlen);
 	if (rc != METER_OK)
 		return rc;
 	/* Re-check under the lock: another migrator may have been first. */
@@ -385,7 +410,7 @@ out:
 enum meter_rc migrate_apply(PGconn *conn, int *applied, char *err, size_t errlen)
 {
 	char(*hex)[MIGRATE_SHA_HEX] = NULL;
-	bool *done = NULL;
+	bool *done = NULL, told = false; /* a wait for another migrator logged */
 	size_t n = migrations_count > 0 ? (size_t)migrations_count : 1;
 	enum meter_rc rc;
 
@@ -418,7 +443,7 @@ enum meter_rc migrate_apply(PGconn *conn, int *applied, char *err, size_t errlen
 	/* The table is created under the lock too: two first runs at once
 	 * would otherwise race on CREATE TABLE IF NOT EXISTS. The recorded
 	 * state is then checked before anything is applied. */
-	rc = migrate_begin(conn, "creating schema_migrations", err, errlen);
+	rc = migrate_begin(conn, "creating schema_migrations", &told, err, errlen);
 	if (rc != METER_OK)
 		goto out;
 	rc = migrate_schema(conn, err, errlen);
@@ -440,7 +465,7 @@ enum meter_rc migrate_apply(PGconn *conn, int *applied, char *err, size_t errlen
 
 		if (done[i])
 			continue;
-		rc = migrate_one(conn, i, hex, done, &applied_now, err, errlen);
+		rc = migrate_one(conn, i, hex, done, &applied_now, &told, err, errlen);
 		if (rc != METER_OK)
 			goto out;
 		if (applied_now) {

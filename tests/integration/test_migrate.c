@@ -323,18 +323,20 @@ static void test_waits_named(const char *url)
 	for (int i = 0; i < 200 && !waiting; i++) {
 		query_value(holder,
 			    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-			    " AND NOT granted",
+			    " AND NOT granted AND database = (SELECT oid FROM pg_database"
+			    "  WHERE datname = current_database())"
+			    " AND classid = 1835365477 AND objid = 1918856551 AND objsubid = 1",
 			    buf, sizeof(buf));
 		waiting = strcmp(buf, "1") == 0;
 		if (!waiting)
 			usleep(50 * 1000);
 	}
-	CHECK(waiting);
 	PQclear(PQexec(holder, "COMMIT"));
 	CHECK_I64(pthread_join(th, NULL), 0);
 	fflush(stderr);
 	dup2(saved, STDERR_FILENO);
 	close(saved);
+	CHECK(waiting);
 	CHECK_I64(pthread_barrier_destroy(&start), 0);
 	CHECK_I64(r.rc, METER_OK);
 	CHECK_I64(r.applied, 0);

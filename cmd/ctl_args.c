@@ -131,6 +131,12 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 			ctl_fail(cmd, "--%s needs a value", o->name);
 			return CTL_ARGS_BAD;
 		}
+		/* As a value after the flag, so written after '=': none begins
+		 * with "--", which reads as a mistyped option. */
+		if (strncmp(value, "--", 2) == 0) {
+			ctl_fail(cmd, "--%s: a value may not begin with --", o->name);
+			return CTL_ARGS_BAD;
+		}
 		if (o->kind == CTL_ARG_STR) {
 			o->s = ctl_secret_option(o->name) ? ctl_secret_value((char *)value) : value;
 			continue;

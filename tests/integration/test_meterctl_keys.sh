@@ -51,6 +51,10 @@ expect "no such account" "$(status "$bin/meterctl" key create --account acc_nope
 expect "the unattributed account" "$(status "$bin/meterctl" key create --account unattributed \
 	--role read_only)" 2
 expect "no name" "$(status "$bin/meterctl" account create)" 2
+# A value beginning with "--", after the flag or after '=', alike.
+expect "name --x" "$(status "$bin/meterctl" account create --name --x)" 2
+expect "name=--x" "$(status "$bin/meterctl" account create --name=--x)" 2
+grep -q "a value may not begin with --" "$work/err" && ok || fail "message: $(cat "$work/err")"
 expect "bad verb" "$(status "$bin/meterctl" key delete)" 2
 expect "keys stored" "$(psql "$url" -Atq -c "SELECT count(*) FROM api_keys")" 1
 # A result that cannot be written is not made: the key's secret would be

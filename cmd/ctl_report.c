@@ -5,6 +5,8 @@
  * written and how far through the range the export is; piped, it stays
  * silent but for errors. */
 #include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +64,63 @@ static void remove_incomplete(const char *cmd, const char *path, const struct st
 		return;
 	if (unlink(path) != 0)
 		ctl_fail(cmd, "could not remove the incomplete %s", path);
+}
+
+/* The output file while it is being written, for on_interrupt: a report
+ * stopped by a signal (Ctrl-C, SIGTERM, a closed terminal) leaves no part
+ * of itself to be taken for the whole. */
+static const char *volatile guarded_path;
+static dev_t guarded_dev;
+static ino_t guarded_ino;
+
+/* Removes the output being written, as remove_incomplete does (with only
+ * async-signal-safe calls), then dies of the signal as it would have. */
+static void on_interrupt(int sig)
+{
+	const char *path = guarded_path;
+	struct stat now;
+
+	if (path && lstat(path, &now) == 0 && S_ISREG(now.st_mode) && now.st_dev == guarded_dev &&
+	    now.st_ino == guarded_ino)
+		(void)unlink(path);
+	(void)raise(sig); /* SA_RESETHAND: the default action now */
+}
+
+static const int guarded_sigs[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction guarded_old[sizeof(guarded_sigs) / sizeof(guarded_sigs[0])];
+static bool guarded_set[sizeof(guarded_sigs) / sizeof(guarded_sigs[0])];
+
+/* Guards path (st: as opened) against SIGINT, SIGTERM and SIGHUP (those
+ * not ignored: under nohup, SIGHUP stays so) until output_unguard();
+ * nothing for standard output or a file not regular. */
+static void output_guard(const char *path, const struct stat *st)
+{
+	struct sigaction sa;
+
+	if (!path || !S_ISREG(st->st_mode))
+		return;
+	guarded_dev = st->st_dev;
+	guarded_ino = st->st_ino;
+	guarded_path = path;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_interrupt;
+	sa.sa_flags = SA_RESETHAND;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(guarded_sigs) / sizeof(guarded_sigs[0]); i++)
+		guarded_set[i] = sigaction(guarded_sigs[i], NULL, &guarded_old[i]) == 0 &&
+				 guarded_old[i].sa_handler != SIG_IGN &&
+				 sigaction(guarded_sigs[i], &sa, NULL) == 0;
+}
+
+/* The output is complete (or removed already): signals act as before. */
+static void output_unguard(void)
+{
+	if (!guarded_path)
+		return;
+	for (size_t i = 0; i < sizeof(guarded_sigs) / sizeof(guarded_sigs[0]); i++)
+		if (guarded_set[i])
+			(void)sigaction(guarded_sigs[i], &guarded_old[i], NULL);
+	guarded_path = NULL;
 }
 
 /* Says that writing the output failed (errno e), and so when its reader
@@ -243,6 +302,7 @@ static int report_usage(int argc, char **argv)
 	out = open_output(cmd, out_path, &out_st);
 	if (!out)
 		goto out;
+	output_guard(out_path, &out_st);
 	for (;;) {
 		if (export_next(cur, buf, sizeof(buf), &len) != METER_OK) {
 			ctl_fail(cmd,
@@ -271,6 +331,7 @@ out:
 		status = 1;
 	if (status != 0 && out)
 		remove_incomplete(cmd, out_path, &out_st);
+	output_unguard();
 	if (conn)
 		PQfinish(conn);
 	return status;
@@ -327,6 +388,7 @@ static int report_statement(int argc, char **argv)
 	}
 	out = open_output(cmd, args[3].s, &out_st);
 	if (out) {
+		output_guard(args[3].s, &out_st);
 		rc = html ? statement_write_html(&s, out) : statement_write_csv(&s, out);
 		status = rc == METER_OK ? 0 : 1;
 	}
@@ -336,6 +398,7 @@ out:
 		status = 1;
 	if (status != 0 && out)
 		remove_incomplete(cmd, args[3].s, &out_st);
+	output_unguard();
 	if (conn)
 		PQfinish(conn);
 	return status;

@@ -8,7 +8,7 @@ packages=(
 	build-essential cmake pkg-config git ca-certificates
 	postgresql-15 postgresql-client-15 postgresql-contrib libpq-dev
 	libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libssl-dev
-	curl procps util-linux jq
+	curl procps util-linux jq strace
 )
 # Extra groups: "bench" for the benchmark commands, "browser" for page tests,
 # "fuzz" for scripts/fuzz.sh (clang with libFuzzer, llvm-symbolizer),

@@ -144,6 +144,33 @@ for r in "$rep" "report statement --account acc_rep --month 2026-11"; do
 	expect "'meterctl ${r%% --*}' to a file it cannot write whole" "$status" 1
 	[[ -e $dir/out ]] && fail "${r%% --*}: the incomplete file was left" || ok
 done
+# Stopped by a signal (SIGTERM here; Ctrl-C's SIGINT and SIGHUP alike, but
+# a script's background job ignores SIGINT) while writing -o FILE: the
+# file goes with it, and meterctl dies of the signal. Its writes are held
+# 3 s (strace), so the signal comes while the file is open; it is sent
+# once meterctl catches it.
+for r in "$rep" "report statement --account acc_rep --month 2026-11"; do
+	# shellcheck disable=SC2086
+	strace -f -qq -o /dev/null -e trace=write -e inject=write:delay_enter=3000000 \
+		$ctl $r --database-url "$url" -o "$dir/int" 2>/dev/null &
+	tracer=$!
+	caught=
+	for _ in $(seq 200); do
+		m=$(pgrep -P "$tracer" || true)
+		if [[ -n $m && -e $dir/int ]] &&
+			(($(printf '%d' "0x$(awk '/^SigCgt:/ {print $2}' "/proc/$m/status" 2>/dev/null || echo 0)") & 0x4000)); then
+			caught=$m
+			break
+		fi
+		sleep 0.05
+	done
+	[[ -n $caught ]] && ok || fail "${r%% --*}: meterctl never had its output open with SIGTERM caught"
+	[[ -n $caught ]] && kill -TERM "$caught"
+	wait "$tracer" && status=0 || status=$?
+	expect "'meterctl ${r%% --*}' stopped" "$status" 143
+	[[ -e $dir/int ]] && fail "${r%% --*}: the interrupted file was left" || ok
+	rm -f "$dir/int"
+done
 ln -s /dev/full "$dir/link"
 # shellcheck disable=SC2086
 $ctl $rep --database-url "$url" -o "$dir/link" 2>/dev/null && status=0 || status=$?

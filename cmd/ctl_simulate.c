@@ -748,6 +748,16 @@ done:
 	       docs, docs / (uint64_t)s->hosts, retries);
 	if (fflush(stdout) == EOF)
 		status = 1;
+	/* --steps not all pushed by --duration-s (the service refusing or
+	 * away meanwhile: the retries) is a run that did not do its work; a
+	 * signal is the caller's own stop. */
+	if (status == 0 && o->steps > 0 && !sim_stop &&
+	    docs < (uint64_t)o->steps * (uint64_t)s->hosts &&
+	    step < (SIM_TIME_MAX - 1 - s->start_usec) / period_usec + 1) {
+		sim_fail("--duration-s ended the run with %" PRIu64 " of %" PRId64 " steps pushed",
+			 docs / (uint64_t)s->hosts, o->steps);
+		status = 1;
+	}
 out:
 	curl_slist_free_all(headers);
 	curl_easy_cleanup(e);

@@ -979,6 +979,23 @@ static void test_push(void)
 		CHECK_I64(status, 0);
 		CHECK(mono_ms() - t0 < 3000);
 	}
+	/* --duration-s ending a run of --steps before they were all pushed
+	 * (nobody listening): a run that did not do its work, status 1; a
+	 * run of no --steps that it ends is done (test_clock). */
+	{
+		char url[128];
+		const char *args[] = {
+		    "--push",  url,   "--token", "t", "--hosts", "1", "--sandboxes-per-host", "1",
+		    "--start", START, "--speed", "0", "--steps", "2", "--duration-s",	      "1",
+		    NULL};
+
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/samples", port);
+		CHECK(child_start(&c, args));
+		CHECK_I64(child_wait(&c, 10000), 1);
+		read_all(c.err, err, sizeof(err), 1000);
+		child_close(&c);
+		CHECK(strstr(err, "--duration-s ended the run with 0 of 2 steps pushed") != NULL);
+	}
 	recv_stop(&r1);
 	recv_stop(&r2);
 	recv_stop(&r3);

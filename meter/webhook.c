@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "clock.h"
@@ -28,6 +29,7 @@ struct webhook {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool stopping;
+	char me[33]; /* the deliverer's random id, for webhook_outbox.failed_by */
 	pthread_t thread;
 	CURLM *multi;	/* the POSTs' connections, kept from round to round */
 	struct xfer *x; /* opt.concurrency of them */
@@ -44,6 +46,8 @@ static const char sql_backlog[] =
 #define OLDEST_PENDING_SECS "meter_webhook_oldest_pending_seconds"
 
 /* Takes the most overdue events, at most $2, for WEBHOOK_CLAIM_MS ($1): one statement,
+ * but those this process ($3) failed last until WEBHOOK_YIELD_MS ($4) past due
+ * (sql/0062: another process's round takes them first);
  * committed when it returns, so no transaction is open during the POST.
  * SKIP LOCKED and the re-check of a row another process claimed meanwhile
  * (its next_attempt_at moved on) give each event to one process at a time.
@@ -52,6 +56,8 @@ static const char sql_backlog[] =
 static const char sql_claim[] =
     "WITH due AS (SELECT account_id, event_id FROM webhook_outbox"
     " WHERE delivered_at IS NULL AND next_attempt_at <= now()"
+    " AND (failed_by IS DISTINCT FROM $3"
+    "  OR next_attempt_at <= now() - $4::integer * interval '1 millisecond')"
     " ORDER BY next_attempt_at LIMIT $2::integer FOR UPDATE SKIP LOCKED)"
     " UPDATE webhook_outbox o SET attempts = o.attempts + 1,"
     " next_attempt_at = clock_timestamp() + $1::integer * interval '1 millisecond'"
@@ -74,7 +80,7 @@ static const char sql_done[] =
 static const char sql_retry[] =
     "UPDATE webhook_outbox"
     " SET next_attempt_at = clock_timestamp() + $4::integer * interval '1 second',"
-    " last_error = $5"
+    " last_error = $5, failed_by = $6"
     " WHERE account_id = $1 AND event_id = $2::uuid AND attempts = $3::integer"
     " AND delivered_at IS NULL";
 
@@ -287,9 +293,9 @@ static bool claim_came_late(int64_t sent_ms)
 	return clock_mono_ms() - sent_ms > WEBHOOK_CLAIM_MS - WEBHOOK_TIMEOUT_MS - 1000;
 }
 
-/* Records x's answer: delivered after a 2xx, else its next attempt's time.
- * False when the database failed. */
-static bool record(PGconn *conn, const struct xfer *x)
+/* Records x's answer: delivered after a 2xx, else its next attempt's time
+ * and me, the deliverer that failed it. False when the database failed. */
+static bool record(PGconn *conn, const struct xfer *x, const char *me)
 {
 	char attempts_s[24], delay_s[24];
 	long code = 0;
@@ -315,7 +321,7 @@ static bool record(PGconn *conn, const struct xfer *x)
 	}
 	{
 		char reason[200];
-		const char *p[5] = {x->acc, x->id, attempts_s, delay_s, reason};
+		const char *p[6] = {x->acc, x->id, attempts_s, delay_s, reason, me};
 		PGresult *rr = NULL;
 
 		if (!x->sent)
@@ -329,7 +335,7 @@ static bool record(PGconn *conn, const struct xfer *x)
 		metrics_counter_add(DELIVERIES, "outcome=\"failed\"", 1);
 		db_util_i64_param(x->attempts, attempts_s, sizeof(attempts_s));
 		db_util_i64_param(webhook_retry_delay_s(x->attempts), delay_s, sizeof(delay_s));
-		if (db_util_exec(conn, "webhook retry", sql_retry, 5, p, &rr, NULL) != METER_OK)
+		if (db_util_exec(conn, "webhook retry", sql_retry, 6, p, &rr, NULL) != METER_OK)
 			return false;
 		if (strcmp(PQcmdTuples(rr), "0") != 0)
 			log_warn("webhook: event %s not delivered (%s); retry in %s s", x->id,
@@ -355,15 +361,16 @@ static bool record(PGconn *conn, const struct xfer *x)
 static int deliver_round(struct webhook *w, PGconn *conn)
 {
 	PGresult *res = NULL;
-	char claim_ms[24], limit[24];
+	char claim_ms[24], limit[24], yield_ms[24];
 	int64_t sent_ms = clock_mono_ms();
 	int n, ret = -1;
 
 	db_util_i64_param(WEBHOOK_CLAIM_MS, claim_ms, sizeof(claim_ms));
 	db_util_i64_param(w->opt.concurrency, limit, sizeof(limit));
+	db_util_i64_param(WEBHOOK_YIELD_MS, yield_ms, sizeof(yield_ms));
 	{
-		const char *p[2] = {claim_ms, limit};
-		if (db_util_exec(conn, "claim webhook events", sql_claim, 2, p, &res, NULL) !=
+		const char *p[4] = {claim_ms, limit, w->me, yield_ms};
+		if (db_util_exec(conn, "claim webhook events", sql_claim, 4, p, &res, NULL) !=
 		    METER_OK)
 			goto out;
 	}
@@ -397,7 +404,7 @@ static int deliver_round(struct webhook *w, PGconn *conn)
 	 * timeout, say) leaves only its own event to be sent again, unless the
 	 * connection is lost. */
 	for (int i = 0; i < n && PQstatus(conn) == CONNECTION_OK; i++)
-		if (!record(conn, &w->x[i]))
+		if (!record(conn, &w->x[i], w->me))
 			ret = -1;
 	if (PQstatus(conn) != CONNECTION_OK)
 		ret = -1;
@@ -521,6 +528,15 @@ enum meter_rc webhook_start(const struct webhook_options *opt, struct webhook **
 	w->opt = *opt;
 	if (w->opt.poll_ms <= 0)
 		w->opt.poll_ms = 500;
+	{
+		unsigned char r[16];
+
+		if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+			free(w);
+			return METER_EIO;
+		}
+		keys_hex(r, sizeof(r), w->me);
+	}
 	metrics_describe(DELIVERIES, METRICS_COUNTER,
 			 "Webhook delivery attempts by this process, by outcome: delivered (a 2xx "
 			 "answer) or failed (any other answer or none; retried). An attempt "

@@ -23,7 +23,8 @@
  * and then commits each outcome by itself: delivered_at after a 2xx answer;
  * any other answer (or none within WEBHOOK_TIMEOUT_MS) is retried after
  * 1, 2, 4, ... seconds (at most an hour apart, counted from the failed
- * attempt). No transaction is open during a POST. Delivery is at least
+ * attempt), first by another process than the one that failed it
+ * (WEBHOOK_YIELD_MS). No transaction is open during a POST. Delivery is at least
  * once: if meterd dies or the database fails between a 2xx answer and the
  * commit of delivered_at, the events in flight (never one already
  * recorded as delivered) are sent again with the same event ids once
@@ -56,6 +57,10 @@
 /* How long a claimed event is left to its process: more than a POST, with
  * room to record its answer. */
 #define WEBHOOK_CLAIM_MS 15000
+/* How long past an event's retry time the process that failed it waits
+ * before claiming it again (webhook_outbox.failed_by, sql/0062): more than
+ * a poll of another process's deliverer, so that one takes it first. */
+#define WEBHOOK_YIELD_MS 700
 /* How often the deliverer counts what is not delivered yet, for /metrics
  * (meter_webhook_pending_events, meter_webhook_oldest_pending_seconds). */
 #define WEBHOOK_BACKLOG_MS 5000

@@ -41,6 +41,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct received reqs[MAX_REQ];
 static int nreqs;
 static int fail_next;		   /* answer 500 to this many more requests */
+static int refuse_bad_sig;	   /* answer 401 to a request signed with another secret */
 static int slow_ms;		   /* answer after this long */
 static int slow_body;		   /* answer 200 with a body of 10 bytes every 200 ms; 2: 1 byte,
 				      then nothing for 6 s */
@@ -92,6 +93,28 @@ struct upload {
 	size_t len;
 };
 
+/* Verifies a Meter-Signature (NULL: none) against body (NULL: empty). */
+static int signature_valid(const char *signature, const char *body)
+{
+	long long ts = 0;
+	char v1[65] = "", msg[8192], hex[65];
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned mdlen = 0;
+	int n;
+
+	if (!signature || sscanf(signature, "t=%lld,v1=%64[0-9a-f]", &ts, v1) != 2)
+		return 0;
+	n = snprintf(msg, sizeof(msg), "%lld.%s", ts, body ? body : "");
+	if (n < 0 || (size_t)n >= sizeof(msg))
+		return 0;
+	if (!HMAC(EVP_sha256(), SECRET, (int)strlen(SECRET), (unsigned char *)msg, (size_t)n, md,
+		  &mdlen))
+		return 0;
+	for (unsigned i = 0; i < mdlen; i++)
+		snprintf(hex + 2 * i, 3, "%02x", md[i]);
+	return strcmp(hex, v1) == 0 && llabs(ts - (long long)apitest_now()) < 120;
+}
+
 static enum MHD_Result on_hook(void *cls, struct MHD_Connection *conn, const char *url,
 			       const char *method, const char *version, const char *data,
 			       size_t *data_size, void **con_cls)
@@ -134,6 +157,10 @@ static enum MHD_Result on_hook(void *cls, struct MHD_Connection *conn, const cha
 		fail_next--;
 		status = 500;
 	}
+	if (refuse_bad_sig &&
+	    !signature_valid(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Meter-Signature"),
+			     u->buf))
+		status = 401;
 	if (nreqs < MAX_REQ && strcmp(method, "POST") == 0) {
 		struct received *r = &reqs[nreqs++];
 		const char *id =
@@ -189,23 +216,7 @@ static int total_requests(void)
 /* Verifies r's Meter-Signature against its body. */
 static int signature_ok(const struct received *r)
 {
-	long long ts = 0;
-	char v1[65] = "", msg[8192], hex[65];
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned mdlen = 0;
-	int n;
-
-	if (sscanf(r->signature, "t=%lld,v1=%64[0-9a-f]", &ts, v1) != 2)
-		return 0;
-	n = snprintf(msg, sizeof(msg), "%lld.%s", ts, r->body);
-	if (n < 0 || (size_t)n >= sizeof(msg))
-		return 0;
-	if (!HMAC(EVP_sha256(), SECRET, (int)strlen(SECRET), (unsigned char *)msg, (size_t)n, md,
-		  &mdlen))
-		return 0;
-	for (unsigned i = 0; i < mdlen; i++)
-		snprintf(hex + 2 * i, 3, "%02x", md[i]);
-	return strcmp(hex, v1) == 0 && llabs(ts - (long long)apitest_now()) < 120;
+	return signature_valid(r->signature, r->body);
 }
 
 /* Waits until every outbox event is delivered (or timeout_ms). */
@@ -520,10 +531,10 @@ static void spend(PGconn *db, const char *acc, const char *key, const char *sand
 	cu_sql(db, sql);
 }
 
-/* A meterd of our own on the same database (a restart). */
-/* A meterd of its own posting at most concurrency events at once. */
-static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const char *log,
-			  int concurrency)
+/* A meterd of its own on the same database (a restart), posting at most
+ * concurrency events at once, signed with secret. */
+static pid_t spawn_meterd_secret(const struct apitest *t, const char *hook_url, const char *log,
+				 int concurrency, const char *secret)
 {
 	char conc[16];
 	const char *bin = getenv("METER_BIN_DIR");
@@ -537,7 +548,7 @@ static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const c
 		(void)f;
 		setenv("METER_DATABASE_URL", t->db.url, 1);
 		setenv("METER_WEBHOOK_URL", hook_url, 1);
-		setenv("METER_WEBHOOK_SECRET", SECRET, 1);
+		setenv("METER_WEBHOOK_SECRET", secret, 1);
 		snprintf(conc, sizeof(conc), "%d", concurrency);
 		setenv("METER_WEBHOOK_CONCURRENCY", conc, 1);
 		setenv("METER_CONTROL_PLANE_TOKEN", t->control_plane_token, 1);
@@ -545,6 +556,53 @@ static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const c
 		_exit(127);
 	}
 	return pid;
+}
+
+/* The same, signed with the receiver's secret. */
+static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const char *log,
+			  int concurrency)
+{
+	return spawn_meterd_secret(t, hook_url, log, concurrency, SECRET);
+}
+
+/* Beside the two processes, a third whose webhook_secret the receiver
+ * refuses (401): the events it claims and fails are taken by the others
+ * once due again, not kept by it on their backoff (sql/0062). */
+static void test_wrong_secret(struct apitest *t, const char *hook_url, const char *acc,
+			      const char *key)
+{
+	char log[512];
+	PGconn *db = t->db.conn;
+	int status = -1, refused = 0;
+	long long pending;
+	pid_t pid;
+
+	cu_sql(db, "UPDATE webhook_outbox SET delivered_at = clock_timestamp()"
+		   " WHERE delivered_at IS NULL");
+	pthread_mutex_lock(&mu);
+	refuse_bad_sig = 1;
+	pthread_mutex_unlock(&mu);
+	snprintf(log, sizeof(log), "%s/test-webhook-wrong-%d.log",
+		 getenv("METER_BIN_DIR") ?: "/tmp", (int)getpid());
+	pid = spawn_meterd_secret(t, hook_url, log, 4, "whsec-wrong-0123456789abcdefghijklmnop");
+	CHECK(pid > 0);
+	cu_sleep_ms(2000); /* its deliverer polling */
+	due_events(db, acc, key, "wrong-", 12);
+	pending = wait_delivered(db, 10000);
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < nreqs; i++)
+		refused += reqs[i].status == 401;
+	refuse_bad_sig = 0;
+	pthread_mutex_unlock(&mu);
+	printf("webhook: %d POSTs of the wrong secret refused; %lld events left\n", refused,
+	       pending);
+	CHECK(refused > 0); /* it did claim some */
+	CHECK_I64(pending, 0);
+	if (pid > 0) {
+		kill(pid, SIGTERM);
+		waitpid(pid, &status, 0);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
 }
 
 /* Leases of one second, a grace of three (METER_LEASE_GRACE_S): a sandbox
@@ -1631,6 +1689,7 @@ int main(void)
 	test_lapsed_claim(&t, acc, key);
 	test_rounds(&t, acc, key);
 	test_gate_closes(&t, acc, key);
+	test_wrong_secret(&t, hook_url, acc, key);
 
 	/* Restart: stop both servers, start another; nothing is sent again. */
 	CHECK(apitest_stop(&t) == 0);

@@ -42,6 +42,7 @@ static struct received reqs[MAX_REQ];
 static int nreqs;
 static int fail_next;		   /* answer 500 to this many more requests */
 static int refuse_bad_sig;	   /* answer 401 to a request signed with another secret */
+static int refusals;		   /* requests answered 401 so */
 static int slow_ms;		   /* answer after this long */
 static int slow_body;		   /* answer 200 with a body of 10 bytes every 200 ms; 2: 1 byte,
 				      then nothing for 6 s */
@@ -159,8 +160,10 @@ static enum MHD_Result on_hook(void *cls, struct MHD_Connection *conn, const cha
 	}
 	if (refuse_bad_sig &&
 	    !signature_valid(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Meter-Signature"),
-			     u->buf))
+			     u->buf)) {
 		status = 401;
+		refusals++;
+	}
 	if (nreqs < MAX_REQ && strcmp(method, "POST") == 0) {
 		struct received *r = &reqs[nreqs++];
 		const char *id =
@@ -565,43 +568,57 @@ static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const c
 	return spawn_meterd_secret(t, hook_url, log, concurrency, SECRET);
 }
 
-/* Beside the two processes, a third whose webhook_secret the receiver
- * refuses (401): the events it claims and fails are taken by the others
- * once due again, not kept by it on their backoff (sql/0062). */
+/* A process whose webhook_secret the receiver refuses (401) claims every
+ * event first (it runs alone) and fails each; then a process with the
+ * right secret starts beside it and delivers them all as they fall due
+ * again, rather than the first keeping them on their backoff (sql/0062). */
 static void test_wrong_secret(struct apitest *t, const char *hook_url, const char *acc,
 			      const char *key)
 {
-	char log[512];
+	char log[512], log2[512];
 	PGconn *db = t->db.conn;
-	int status = -1, refused = 0;
-	long long pending;
-	pid_t pid;
+	int status = -1, refused;
+	long long pending, failed = 0;
+	pid_t bad, good;
 
 	cu_sql(db, "UPDATE webhook_outbox SET delivered_at = clock_timestamp()"
 		   " WHERE delivered_at IS NULL");
 	pthread_mutex_lock(&mu);
 	refuse_bad_sig = 1;
+	refusals = 0;
 	pthread_mutex_unlock(&mu);
 	snprintf(log, sizeof(log), "%s/test-webhook-wrong-%d.log",
 		 getenv("METER_BIN_DIR") ?: "/tmp", (int)getpid());
-	pid = spawn_meterd_secret(t, hook_url, log, 4, "whsec-wrong-0123456789abcdefghijklmnop");
-	CHECK(pid > 0);
-	cu_sleep_ms(2000); /* its deliverer polling */
+	bad = spawn_meterd_secret(t, hook_url, log, 4, "whsec-wrong-0123456789abcdefghijklmnop");
+	CHECK(bad > 0);
 	due_events(db, acc, key, "wrong-", 12);
+	for (int waited = 0; waited <= 15000 && failed < 12; waited += 100) {
+		cu_sleep_ms(100);
+		failed = cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE dedup_key LIKE"
+					" 'wrong-%%' AND last_error IS NOT NULL");
+	}
+	CHECK_I64(failed, 12);
+	snprintf(log2, sizeof(log2), "%s/test-webhook-right-%d.log",
+		 getenv("METER_BIN_DIR") ?: "/tmp", (int)getpid());
+	good = spawn_meterd(t, hook_url, log2, 4);
+	CHECK(good > 0);
 	pending = wait_delivered(db, 10000);
 	pthread_mutex_lock(&mu);
-	for (int i = 0; i < nreqs; i++)
-		refused += reqs[i].status == 401;
+	refused = refusals;
 	refuse_bad_sig = 0;
 	pthread_mutex_unlock(&mu);
 	printf("webhook: %d POSTs of the wrong secret refused; %lld events left\n", refused,
 	       pending);
-	CHECK(refused > 0); /* it did claim some */
+	CHECK(refused >= 12);
 	CHECK_I64(pending, 0);
-	if (pid > 0) {
-		kill(pid, SIGTERM);
-		waitpid(pid, &status, 0);
-		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	for (int i = 0; i < 2; i++) {
+		pid_t pid = i ? good : bad;
+
+		if (pid > 0) {
+			kill(pid, SIGTERM);
+			waitpid(pid, &status, 0);
+			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		}
 	}
 }
 
@@ -1689,7 +1706,6 @@ int main(void)
 	test_lapsed_claim(&t, acc, key);
 	test_rounds(&t, acc, key);
 	test_gate_closes(&t, acc, key);
-	test_wrong_secret(&t, hook_url, acc, key);
 
 	/* Restart: stop both servers, start another; nothing is sent again. */
 	CHECK(apitest_stop(&t) == 0);
@@ -1753,6 +1769,7 @@ int main(void)
 	pthread_mutex_unlock(&mu);
 	test_kill(&t, hook_url, acc, key);
 	test_record_failed(&t, hook_url, acc, key);
+	test_wrong_secret(&t, hook_url, acc, key);
 	apitest_drop(&t);
 	MHD_stop_daemon(d);
 	pthread_mutex_lock(&mu);

@@ -45,7 +45,7 @@ static FILE *open_output(const char *cmd, const char *path, struct stat *st)
 		return stdout;
 	f = fopen(path, "w");
 	if (!f)
-		ctl_fail(cmd, "cannot write %s", path);
+		ctl_fail(cmd, "cannot write %s: %s", path, strerror(errno));
 	else if (fstat(fileno(f), st) != 0)
 		memset(st, 0, sizeof(*st));
 	return f;
@@ -132,7 +132,8 @@ static void write_failed(const char *cmd, const char *path, int e)
 			 "writing %s failed: its reader closed it, so the output is incomplete",
 			 path ? path : "standard output");
 	else
-		ctl_fail(cmd, "writing %s failed", path ? path : "standard output");
+		ctl_fail(cmd, "writing %s failed: %s", path ? path : "standard output",
+			 strerror(e ? e : EIO));
 }
 
 /* Closes the output; 0 when everything was written. write_errno: a write

@@ -13,14 +13,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checks.h"
 #include "money.h"
 #include "parse.h"
 #include "usage.h"
 
 #define CTL_VCPUS_MAX	    INT64_C(1024)
-#define CTL_MEMORY_MIB_MAX  INT64_C(16777216)	   /* 16 TiB */
-#define CTL_SECONDS_MAX	    INT64_C(31622400)	   /* 366 days */
-#define CTL_STORAGE_MIB_MAX INT64_C(1099511627776) /* 2^40 MiB */
+#define CTL_MEMORY_MIB_MAX  INT64_C(16777216) /* 16 TiB */
+#define CTL_SECONDS_MAX	    INT64_C(31622400) /* 366 days */
+#define CTL_STORAGE_MIB_MAX INT64_C(16777216) /* 16 TiB, as a sample's */
 #define CTL_USEC_PER_SEC    INT64_C(1000000)
 
 /* Writes text to stdout and flushes it; 0 on success, 1 (after a message on
@@ -48,7 +49,8 @@ static const char ctl_price_usage[] =
     "  --cpu-millicores N  average CPU used over the period, at most vcpus x 1000\n"
     "                      (default 0: idle, billed at the floor)\n"
     "  --paused            the sandbox is paused: only storage is billed\n"
-    "  --storage-mib N     snapshot size in MiB, billed while paused (default 0)\n"
+    "  --storage-mib N     snapshot size in MiB, billed while paused\n"
+    "                      (0..16777216, default 0)\n"
     "\n"
     "Each component is rounded down to the microdollar on its own.\n";
 
@@ -61,9 +63,46 @@ static const char ctl_lease_usage[] =
     "\n"
     "  --vcpus N           vCPUs of the sandbox (1..1024)\n"
     "  --memory-mib N      reserved memory in MiB (0..16777216)\n"
-    "  --lease-seconds N   length of the lease (0..31622400)\n";
+    "  --lease-seconds N   length of the lease (0..86400, as a check's)\n";
 
 enum { P_VCPUS, P_MEMORY, P_SECONDS, P_CPU_MC, P_STORAGE, P_PAUSED, P_NOPTS };
+
+/* Prices the quantities *w of a period of whole_usec an hour at a time, as
+ * the service prices a long interval: each hour's share fits int64_t within
+ * the caps (16,777,216 MiB × 3.6e9 µs = 6.0e16), and the carry makes the
+ * sum of the hours' money each component's whole quantity rounded down
+ * once, the figure money_price gives for a quantity that fits. */
+static enum meter_rc ctl_price_hours(const struct price_rates *rates, struct usage_wide *w,
+				     int64_t whole_usec, struct usage_carry *carry,
+				     struct usage_cost *sum)
+{
+	int64_t done = 0;
+
+	do {
+		int64_t part = whole_usec - done;
+		struct usage_qty q;
+		struct usage_cost c;
+		enum meter_rc rc;
+
+		if (part > MONEY_USEC_PER_HOUR)
+			part = MONEY_USEC_PER_HOUR;
+		rc = usage_wide_split(w, part, whole_usec - done, &q);
+		if (rc == METER_OK)
+			rc = usage_price(rates, carry, &q, &c);
+		if (rc == METER_OK)
+			rc = money_add(sum->cpu_micros, c.cpu_micros, &sum->cpu_micros);
+		if (rc == METER_OK)
+			rc = money_add(sum->memory_micros, c.memory_micros, &sum->memory_micros);
+		if (rc == METER_OK)
+			rc = money_add(sum->storage_micros, c.storage_micros, &sum->storage_micros);
+		if (rc == METER_OK)
+			rc = money_add(sum->total_micros, c.total_micros, &sum->total_micros);
+		if (rc != METER_OK)
+			return rc;
+		done += part;
+	} while (done < whole_usec);
+	return METER_OK;
+}
 
 /* The period is two synthetic samples seconds apart in one state. An average
  * of m millicores over s seconds is m / 1000 vCPU-seconds per second, i.e.
@@ -95,8 +134,9 @@ int ctl_price_main(int argc, char **argv)
 	};
 	const struct price_rates *rates = &price_rates_default;
 	struct usage_sample prev, cur;
-	struct usage_qty q;
-	struct usage_cost cost;
+	struct usage_wide w;
+	struct usage_carry carry = {0};
+	struct usage_cost cost = {0};
 	unsigned flags;
 	int64_t vcpus, mc, wall_usec, cpu_usec;
 	char line[256];
@@ -146,13 +186,9 @@ int ctl_price_main(int argc, char **argv)
 	cur.at_usec = wall_usec;
 	cur.cpu_usec = cpu_usec;
 
-	rc = usage_interval(&prev, &cur, rates->floor_millicores, &q, &flags);
+	rc = usage_interval_wide(&prev, &cur, rates->floor_millicores, &w, &flags);
 	if (rc == METER_OK)
-		rc = usage_price(rates, NULL, &q, &cost);
-	if (rc == METER_ERANGE) {
-		ctl_fail(cmd, "usage too large to price exactly in 64 bits; use fewer --seconds");
-		return 2;
-	}
+		rc = ctl_price_hours(rates, &w, wall_usec, &carry, &cost);
 	if (rc != METER_OK) {
 		ctl_fail(cmd, "cannot price: %s", meter_rc_str(rc));
 		return 1;
@@ -186,7 +222,7 @@ int ctl_lease_cost_main(int argc, char **argv)
 	    [L_SECONDS] = {.name = "lease-seconds",
 			   .kind = CTL_ARG_INT,
 			   .required = true,
-			   .max = CTL_SECONDS_MAX},
+			   .max = CHECKS_LEASE_SECONDS_MAX},
 	};
 	int64_t micros;
 	char line[64];
@@ -198,13 +234,10 @@ int ctl_lease_cost_main(int argc, char **argv)
 
 	if (parsed >= 0)
 		return parsed;
+	/* Within the caps, as within a check's, every product fits: at most
+	 * 16,777,216 MiB × 86,400 s × 10^6 = 1.4e18 MiB-µs. */
 	rc = usage_lease_max_cost(&price_rates_default, opts[L_VCPUS].i, opts[L_MEMORY].i,
 				  opts[L_SECONDS].i, &micros);
-	if (rc == METER_ERANGE) {
-		ctl_fail(cmd,
-			 "lease too large to price exactly in 64 bits; use fewer --lease-seconds");
-		return 2;
-	}
 	if (rc != METER_OK) {
 		ctl_fail(cmd, "cannot price: %s", meter_rc_str(rc));
 		return 1;

@@ -13,6 +13,16 @@ expect "paused 5 GiB 1h" "$($ctl price --vcpus 2 --memory-mib 4096 --seconds 360
 	'{"cpu_micros":0,"memory_micros":0,"storage_micros":500,"total_micros":500}'
 expect "lease 2/4096/900" "$($ctl lease-cost --vcpus 2 --memory-mib 4096 --lease-seconds 900)" \
 	'{"lease_max_cost_micros":20000}'
+# Near the caps, where a period's quantities pass 2^63 (memory 1.6e7 MiB ×
+# 3.2e13 µs): priced exactly all the same, each component rounded down once
+# (figures from integer arithmetic of the default book's rates), and a lease
+# of a check's longest with the largest sizes.
+expect "7/16777215 366d" "$($ctl price --vcpus 7 --memory-mib 16777215 --seconds 31622399 --cpu-millicores 6999)" \
+	'{"cpu_micros":1536980351,"memory_micros":1079377821530,"storage_micros":0,"total_micros":1080914801881}'
+expect "paused 16777215 MiB 366d" "$($ctl price --vcpus 7 --memory-mib 1 --seconds 31622399 --paused --storage-mib 16777215)" \
+	'{"cpu_micros":0,"memory_micros":0,"storage_micros":14391704287,"total_micros":14391704287}'
+expect "lease 1023/16777215/86399" "$($ctl lease-cost --vcpus 1023 --memory-mib 16777215 --lease-seconds 86399)" \
+	'{"lease_max_cost_micros":3562878587}'
 
 # Bad or missing arguments: status 2, exactly one line on stderr, nothing on stdout.
 bad_cases=(
@@ -29,6 +39,8 @@ bad_cases=(
 	"price --vcpus 2 --memory-mib 4096 --seconds 3600 --storage-mib 5120"
 	"lease-cost --vcpus 2 --memory-mib 4096"
 	"lease-cost --vcpus 2 --memory-mib -5 --lease-seconds 900"
+	"lease-cost --vcpus 2 --memory-mib 4096 --lease-seconds 86401"
+	"price --vcpus 2 --memory-mib 4096 --seconds 3600 --paused --storage-mib 16777217"
 	"nosuchcommand"
 	"migrate --database-url postgresql://127.0.0.1:1/x --database-url postgresql://127.0.0.1:1/y"
 	"migrate --database-url"

@@ -36,8 +36,9 @@
 
 extern char **environ;
 
-#define WATCH_INTERVAL_S 1
-#define FD_HEADROOM	 256 /* descriptors beside the HTTP connections */
+#define WATCH_INTERVAL_S       1
+#define FD_HEADROOM	       256 /* descriptors beside the HTTP connections */
+#define NOFILE_CONNECTIONS_MIN 8   /* max_connections is never lowered below */
 
 /* While meterd stops: a second SIGTERM or SIGINT ends it at once, with
  * the requests still under way cut (every answer already sent was durable
@@ -60,10 +61,16 @@ static void *second_signal(void *arg)
 }
 
 /* Every HTTP connection is a descriptor, and the soft open-file limit is
- * often 1024: raise it (up to the hard limit) so max_connections fit. */
-static void raise_nofile(const struct meter_config *cfg)
+ * often 1024: raise it (up to the hard limit) so max_connections fit. When
+ * the hard limit is lower, max_connections is lowered to fit under it:
+ * connections that took the descriptors the database pool, the engine, the
+ * webhook and the exports need would turn a busy minute into failed
+ * reconnects and 503s, where a connection over max_connections only waits
+ * to be accepted. */
+static void raise_nofile(struct meter_config *cfg)
 {
-	rlim_t want = (rlim_t)cfg->max_connections + FD_HEADROOM + (rlim_t)cfg->db_pool_size;
+	const rlim_t other = FD_HEADROOM + (rlim_t)cfg->db_pool_size;
+	rlim_t want = (rlim_t)cfg->max_connections + other, fit;
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
@@ -71,10 +78,16 @@ static void raise_nofile(const struct meter_config *cfg)
 	rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
 	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) != 0)
 		return;
-	if (rl.rlim_cur < want)
-		log_warn("meterd: open-file limit %llu is below max_connections + %d: connections "
-			 "past it wait to be accepted",
-			 (unsigned long long)rl.rlim_cur, FD_HEADROOM);
+	if (rl.rlim_cur >= want)
+		return;
+	fit = rl.rlim_cur > other + NOFILE_CONNECTIONS_MIN ? rl.rlim_cur - other
+							   : NOFILE_CONNECTIONS_MIN;
+	log_warn("meterd: open-file limit %llu is below max_connections %lld + %llu (%lld for "
+		 "the database pool, %d for the rest): max_connections lowered to %llu",
+		 (unsigned long long)rl.rlim_cur, (long long)cfg->max_connections,
+		 (unsigned long long)other, (long long)cfg->db_pool_size, FD_HEADROOM,
+		 (unsigned long long)fit);
+	cfg->max_connections = (int64_t)fit;
 }
 
 int main(int argc, char **argv)

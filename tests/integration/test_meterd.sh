@@ -15,11 +15,15 @@ stop_meterd() {
 cleanup_fns+=(stop_meterd)
 
 # start_meterd LOG ARGS...: starts meterd on a free port; sets pid and base.
+# With nofile set, under that open-file limit (soft and hard).
 start_meterd() {
 	local log=$1 port
 	shift
 	port=$(free_port)
-	"$bin/meterd" --listen "127.0.0.1:$port" "$@" >"$log" 2>&1 &
+	(
+		[[ -z ${nofile:-} ]] || ulimit -n "$nofile"
+		exec "$bin/meterd" --listen "127.0.0.1:$port" "$@"
+	) >"$log" 2>&1 &
 	pid=$!
 	base=http://127.0.0.1:$port
 	wait_for 10 curl -fs "$base/healthz" || { cat "$log" >&2; fail "meterd did not start"; finish; }
@@ -118,6 +122,31 @@ expect "lines for 301 refused connections" "$(refused)" 1
 for fd in "${held[@]}"; do exec {fd}>&-; done
 kill -TERM "$pid"
 wait "$pid" || fail "meterd with a per-IP limit did not stop cleanly"
+pid=
+
+# An open-file limit too low for max_connections: meterd cannot raise it,
+# so it lowers max_connections to fit beside the descriptors it needs for
+# the rest (256, and the database pool's 4): 300 - 260 = 40. The 41st
+# connection waits to be accepted, and is served once one of the 40 closes.
+nofile=300 METER_DATABASE_URL=$url start_meterd "$work/nofile.log" --collector off \
+	--max-connections 1024 --db-pool-size 4
+nofile=
+grep -q "open-file limit 300 is below max_connections 1024 + 260 (4 for the database pool, 256 for the rest): max_connections lowered to 40" \
+	"$work/nofile.log" && ok || fail "no line for max_connections lowered: $(cat "$work/nofile.log")"
+nport=${base##*:}
+held=()
+for _ in $(seq 40); do
+	exec {fd}<>"/dev/tcp/127.0.0.1/$nport"
+	held+=("$fd")
+done
+expect "the 41st connection beside 40 held" \
+	"$(curl -s -o /dev/null -w '%{http_code}' -m 1 "$base/healthz")" 000
+exec {held[0]}>&-
+expect "the 41st once one of 40 closed" "$(http_status "$base/healthz")" 200
+for fd in "${held[@]:1}"; do exec {fd}>&-; done
+expect "readyz with its pool under the limit" "$(http_status "$base/readyz")" 200
+kill -TERM "$pid"
+wait "$pid" || fail "meterd under a low open-file limit did not stop cleanly"
 pid=
 
 # Memory that runs out is the server's fault, never the client's: 500, not

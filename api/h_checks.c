@@ -204,7 +204,10 @@ void h_sandbox_event(struct http_req *req)
 		goto out;
 	if (!hutil_db_acquire(req, &conn))
 		goto out;
-	rc = db_checks_event(conn, req->params[0], type, at, req->app->cfg->lease_grace_s, &ev);
+	/* The grace in force on the database, as the sweepers' (sql/0063). */
+	rc = db_checks_event(conn, req->params[0], type, at,
+			     checks_engine_grace_s(req->app->checks, req->app->cfg->lease_grace_s),
+			     &ev);
 	if (rc == METER_ENOTFOUND) {
 		http_reply_error(req, 404, "sandbox_not_found", "no such sandbox",
 				 json_pack("{s:s}", "sandbox_id", req->params[0]));

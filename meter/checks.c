@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,8 @@
 #define SWEEP_READ_ONLY_MS 30000	 /* between sweeps of a database that takes no writes */
 #define RETAIN_EVERY_MS	   (3600 * 1000) /* the samples' retention, once an hour */
 #define RETAIN_RETRY_MS	   (60 * 1000)	 /* ... or a minute after it could not be done */
+#define SEEN_EVERY_MS	   10000	 /* a sweeper's settings recorded again (sql/0063) */
+#define SEEN_LAPSE_S	   60		 /* ... and in force this long after the last time */
 #define FAST_ATTEMPTS	   2		 /* a fast batch decided again on the figures it met */
 #define PIPELINE_MAX	   2 /* fast batches in flight on one connection (see batcher_may_send) */
 #define CHECK_BATCHES	   "meter_check_batches_total" /* counter, by path */
@@ -115,6 +118,11 @@ struct checks_engine {
 	int tzc_n, tzc_next;
 	pthread_t sweeper;
 	bool sweeper_started;
+	/* The sweep settings in force on the database (sql/0063): the
+	 * sweeper's random id there, and the grace it last read, which the
+	 * events settle with too (this process's own until then). */
+	char sweeper_id[33];
+	atomic_int_least64_t grace_in_force;
 };
 
 int64_t checks_clock_usec(int64_t clock_offset_s)
@@ -909,6 +917,11 @@ int64_t checks_engine_connected_ms(struct checks_engine *e)
 	at = e->connected_ms;
 	pthread_mutex_unlock(&e->mu);
 	return at;
+}
+
+int64_t checks_engine_grace_s(struct checks_engine *e, int64_t own)
+{
+	return e ? atomic_load(&e->grace_in_force) : own;
 }
 
 /* Facts ---------------------------------------------------------------------- */
@@ -1738,6 +1751,37 @@ static enum meter_rc sweep_stop_tails(PGconn *conn, struct ingest *ing, struct s
 	return rc;
 }
 
+/* Every SEEN_EVERY_MS: records this sweeper's settings on the
+ * database and reads those in force there (sql/0063), the most cautious of
+ * every running process's: the grace into e->grace_in_force, the retention
+ * into *retention (-1 until known). A change from this process's own is
+ * logged. On failure the last known stay, and it is tried again at the next
+ * sweep. */
+static void sweeper_seen(struct checks_engine *e, PGconn *conn, int64_t *next, int64_t *retention)
+{
+	int64_t grace, days, was = atomic_load(&e->grace_in_force);
+
+	if (clock_mono_ms() < *next)
+		return;
+	if (db_checks_sweeper_seen(conn, e->sweeper_id, e->opt.lease_grace_s,
+				   e->opt.sample_retention_days, SEEN_LAPSE_S, &grace,
+				   &days) != METER_OK) {
+		*next = clock_mono_ms() + SWEEP_INTERVAL_MS; /* once a sweep, not each step */
+		return;
+	}
+	*next = clock_mono_ms() + SEEN_EVERY_MS;
+	if (grace != was)
+		log_info("checks: lease_grace_s in force is %lld s (this process's: %lld s), the "
+			 "largest of the meterd processes on the database",
+			 (long long)grace, (long long)e->opt.lease_grace_s);
+	if (*retention >= 0 ? days != *retention : days != e->opt.sample_retention_days)
+		log_info("checks: sample_retention_days in force is %lld (this process's: %lld; 0: "
+			 "for ever), the longest of the meterd processes on the database",
+			 (long long)days, (long long)e->opt.sample_retention_days);
+	atomic_store(&e->grace_in_force, grace);
+	*retention = days;
+}
+
 /* Every SWEEP_INTERVAL_MS: meters the stretch to a stop no sample will
  * meter (sweep_stop_tails), before its tail hold is closed; settles the
  * holds of leases that ended without
@@ -1752,7 +1796,7 @@ static void *sweeper_main(void *arg)
 {
 	struct checks_engine *e = arg;
 	PGconn *conn = NULL;
-	int64_t next_connect = 0, next_retain = 0;
+	int64_t next_connect = 0, next_retain = 0, next_seen = 0, retention = -1;
 	int failures = 0;
 	bool read_only = false;
 	struct ingest_opts io;
@@ -1820,11 +1864,13 @@ static void *sweeper_main(void *arg)
 			     (more[0] || more[1] || more[2] || more[3]) &&
 			     PQstatus(conn) == CONNECTION_OK && schema_gate_open(NULL, 0);
 			     step = (step + 1) % 4) {
-				int64_t n = 0, now, took, grace = e->opt.lease_grace_s;
+				int64_t n = 0, now, took, grace;
 				enum meter_rc rc;
 
 				if (!more[step])
 					continue;
+				sweeper_seen(e, conn, &next_seen, &retention);
+				grace = atomic_load(&e->grace_in_force);
 				took = clock_mono_ms();
 				now = checks_now_usec(e);
 				rc = step == 0 ? sweep_stop_tails(conn, ing, &tails, now, grace, &n)
@@ -1860,12 +1906,14 @@ static void *sweeper_main(void *arg)
 		if (read_only)
 			log_info("checks: the database takes writes again: the sweeper runs");
 		read_only = false;
-		if (e->opt.sample_retention_days > 0 && PQstatus(conn) == CONNECTION_OK &&
+		/* With the retention in force, once it is known: another
+		 * process may keep samples longer. */
+		if (retention > 0 && PQstatus(conn) == CONNECTION_OK &&
 		    clock_mono_ms() >= next_retain) {
 			int64_t dropped;
 			bool more;
-			enum meter_rc rc = ingest_drop_old_samples(
-			    conn, e->opt.sample_retention_days, &dropped, &more);
+			enum meter_rc rc =
+			    ingest_drop_old_samples(conn, retention, &dropped, &more);
 
 			/* Again in a minute while old rows are left. */
 			next_retain = clock_mono_ms() + (rc == METER_OK && dropped >= 0 && !more
@@ -1874,14 +1922,20 @@ static void *sweeper_main(void *arg)
 			if (dropped > 0)
 				log_info("samples: %lld daily partitions of days more than %lld "
 					 "before today dropped (sample_retention_days)",
-					 (long long)dropped,
-					 (long long)e->opt.sample_retention_days);
+					 (long long)dropped, (long long)retention);
 		}
 		if (PQstatus(conn) != CONNECTION_OK) {
 			PQfinish(conn);
 			conn = NULL;
 		}
 	}
+	/* Its settings no longer in force: a process that stops cleanly
+	 * leaves the others its say at once, not 60 s later. */
+	if (conn && retention >= 0 && PQstatus(conn) == CONNECTION_OK &&
+	    db_checks_sweeper_gone(conn, e->sweeper_id) != METER_OK)
+		log_warn("checks: this process's sweep settings stay in force on the database "
+			 "for %d s",
+			 SEEN_LAPSE_S);
 	if (conn)
 		PQfinish(conn);
 	sample_batch_release(&tails);
@@ -1951,6 +2005,16 @@ enum meter_rc checks_engine_start(const struct checks_options *opt, struct check
 			r = (uint32_t)clock_mono_ms() ^ (uint32_t)getpid();
 		e->engine_id = (int32_t)(r & 0x7fffffff);
 	}
+	{
+		unsigned char r[16];
+
+		if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+			engine_release(e, 0);
+			return METER_EIO;
+		}
+		keys_hex(r, sizeof(r), e->sweeper_id);
+	}
+	atomic_init(&e->grace_in_force, e->opt.lease_grace_s);
 	/* sweep_cv is sweeper_pause()'s, work_cv the batchers' (timed while
 	 * the database is down), both on CLOCK_MONOTONIC. */
 	made = pthread_mutex_init(&e->mu, NULL) != 0	  ? 0

@@ -125,6 +125,11 @@ bool checks_engine_db_down(struct checks_engine *e);
  * when it has not yet or has lost the database since. NULL: 0. */
 int64_t checks_engine_connected_ms(struct checks_engine *e);
 
+/* The lease_grace_s in force on the database (sql/0063): the largest of
+ * the running processes', as the sweeper last read it, and the engine's
+ * own until it has. NULL: own. */
+int64_t checks_engine_grace_s(struct checks_engine *e, int64_t own);
+
 /* The engine's clock: UTC µs since the epoch, shifted by clock_offset_s. */
 int64_t checks_now_usec(const struct checks_engine *e);
 

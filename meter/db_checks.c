@@ -167,6 +167,10 @@ static const char sql_stop_tails[] =
     " FROM meter_stop_tails($1::timestamptz, $2::integer, $3::integer)";
 static const char sql_outrun[] =
     "SELECT meter_leases_outrun($1::timestamptz, $2::integer, $3::integer)";
+static const char sql_sweeper_seen[] =
+    "SELECT grace_s, retention_days FROM meter_sweeper_seen($1, $2::integer, $3::integer, "
+    "$4::integer)";
+static const char sql_sweeper_gone[] = "DELETE FROM meterd_sweepers WHERE sweeper_id = $1";
 
 struct prepared {
 	const char *name;
@@ -974,6 +978,39 @@ enum meter_rc db_checks_settle(PGconn *conn, int64_t now_usec, int64_t grace_s, 
 	const int64_t ints[2] = {grace_s, max};
 
 	return sweep_exec(conn, "settle holds", sql_settle, now_usec, ints, 2, closed);
+}
+
+enum meter_rc db_checks_sweeper_seen(PGconn *conn, const char *id, int64_t grace_s,
+				     int64_t retention_days, int64_t lapse_s,
+				     int64_t *grace_in_force, int64_t *retention_in_force)
+{
+	char int_s[3][24];
+	const char *params[4] = {id, int_s[0], int_s[1], int_s[2]};
+	PGresult *res = NULL;
+	enum meter_rc rc;
+	int64_t g, r;
+
+	db_util_i64_param(grace_s, int_s[0], sizeof(int_s[0]));
+	db_util_i64_param(retention_days, int_s[1], sizeof(int_s[1]));
+	db_util_i64_param(lapse_s, int_s[2], sizeof(int_s[2]));
+	rc = db_util_exec(conn, "sweep settings", sql_sweeper_seen, 4, params, &res, NULL);
+	if (rc != METER_OK)
+		return rc;
+	if (PQntuples(res) != 1 || !col_i64(res, 0, 0, &g) || !col_i64(res, 0, 1, &r)) {
+		PQclear(res);
+		return METER_EDB;
+	}
+	PQclear(res);
+	*grace_in_force = g;
+	*retention_in_force = r;
+	return METER_OK;
+}
+
+enum meter_rc db_checks_sweeper_gone(PGconn *conn, const char *id)
+{
+	const char *params[1] = {id};
+
+	return db_util_exec(conn, "sweep settings", sql_sweeper_gone, 1, params, NULL, NULL);
 }
 
 enum meter_rc db_checks_stop_tails(PGconn *conn, int64_t now_usec, int64_t grace_s, int max,

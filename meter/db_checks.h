@@ -335,6 +335,19 @@ METER_MUSTCHECK enum meter_rc db_checks_settle(PGconn *conn, int64_t now_usec, i
 METER_MUSTCHECK enum meter_rc db_checks_stop_tails(PGconn *conn, int64_t now_usec, int64_t grace_s,
 						   int max, struct sample_batch *out);
 
+/* Records the sweeper id's settings (lease_grace_s, sample_retention_days)
+ * as seen now, forgets those of sweepers not seen within lapse_s, and gives
+ * the settings in force on the database: the largest grace and the longest
+ * retention (0, for ever, the longest) of those left (sql/0063). */
+METER_MUSTCHECK enum meter_rc db_checks_sweeper_seen(PGconn *conn, const char *id, int64_t grace_s,
+						     int64_t retention_days, int64_t lapse_s,
+						     int64_t *grace_in_force,
+						     int64_t *retention_in_force);
+
+/* Deletes the sweeper id's settings: it stops, and they are no longer in
+ * force. */
+METER_MUSTCHECK enum meter_rc db_checks_sweeper_gone(PGconn *conn, const char *id);
+
 /* Sends hold_outrun for the leases released at their end (db_checks_expire)
  * whose sandbox still runs on them grace_s seconds after the end; takes up
  * to max such leases, *taken gets how many (sent or not). */

@@ -1480,7 +1480,8 @@ static void ing_zone_publish(struct ing_call *c, const struct ing_zone *z)
 }
 
 /* Day containing t in zone z: *day and the instant the next day starts.
- * false when the cache does not cover t (a bug: ing_load_days covers all). */
+ * false when the cache does not cover t (a bug: ing_load_days covers all).
+ * Of days that start at one instant (the first skipped), the last. */
 static bool ing_zone_day(const struct ing_zone *z, int64_t t, int32_t *day, int64_t *end)
 {
 	size_t lo = 0, hi;
@@ -1601,8 +1602,11 @@ static enum meter_rc ing_load_days(struct ing_call *c)
 			}
 			if (z->n == 0)
 				z->d0 = (int32_t)d;
+			/* A day a zone skipped (Pacific/Apia's 2011-12-30)
+			 * starts as the next one does: a day of no time,
+			 * which ing_zone_day never gives. */
 			if (d != z->d0 + (int64_t)z->n ||
-			    (z->n > 0 && start <= z->start[z->n - 1])) {
+			    (z->n > 0 && start < z->start[z->n - 1])) {
 				snprintf(c->err, c->errlen, "day starts of %s: not consecutive",
 					 z->name);
 				rc = METER_EINVAL;

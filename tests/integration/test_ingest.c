@@ -1046,6 +1046,41 @@ static void test_new_york(void)
 	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger WHERE key_id = 'key_ny'"), 6);
 }
 
+/* Pacific/Apia skipped 2011-12-30 (from UTC-10 to UTC+14): its day starts
+ * as the 31st does, a day of no time. An interval across it is metered on
+ * the 29th and the 31st, 24 hours each, and nothing on the 30th. The call
+ * was refused whole ("day starts ... not consecutive"), and with it every
+ * later sample of the sandbox (each interval from its last one) and every
+ * sandbox of its document. */
+static void test_apia(void)
+{
+	struct sample_batch b;
+	int64_t t0 = T("2011-12-29T10:00:00Z"), t1 = T("2011-12-31T10:00:00Z");
+
+	fprintf(stderr, "Pacific/Apia's skipped day\n");
+	batch(&b, "h9a");
+	add(&b, "s_apia", "key_apia", t0, 'r', 0, 1024, 0, 1);
+	add(&b, "s_apia", "key_apia", t1, 'r', (t1 - t0) / 4, 1024, 0, 1);
+	run1(&b);
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id = 's_apia'"
+		      " AND day = '2011-12-29'"),
+		  24 * HOUR);
+	CHECK_I64(q64("SELECT count(*) FROM usage_hourly WHERE sandbox_id = 's_apia'"
+		      " AND day = '2011-12-30'"),
+		  0);
+	CHECK_I64(q64("SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id = 's_apia'"
+		      " AND day = '2011-12-31'"),
+		  24 * HOUR);
+	CHECK_I64(usum("s_apia", "total_micros"),
+		  micros((__int128)1000 * ((t1 - t0) / 4), 25000, DIV_CPU) +
+		      micros((__int128)1024 * (t1 - t0), 7500, DIV_MIB));
+	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger l WHERE key_id = 'key_apia'"
+		      " AND spent_micros <> (SELECT sum(total_micros) FROM usage_hourly u"
+		      "  WHERE u.key_id = l.key_id AND u.day = l.day)"),
+		  0);
+	CHECK_I64(q64("SELECT count(*) FROM key_day_ledger WHERE key_id = 'key_apia'"), 2);
+}
+
 /* A price-book version taking effect in the middle of an interval. */
 static void test_price_change(void)
 {
@@ -3074,7 +3109,8 @@ int main(void)
 	     " ('acct_1', 's_evr', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 's_eva', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
 	     " ('acct_1', 's_evn', decode(repeat('ab', 32), 'hex'), 'full', 'UTC'),"
-	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'full', 'America/New_York')");
+	     " ('acct_1', 'key_ny', decode(repeat('ab', 32), 'hex'), 'full', 'America/New_York'),"
+	     " ('acct_1', 'key_apia', decode(repeat('ab', 32), 'hex'), 'full', 'Pacific/Apia')");
 	exec(
 	    "INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone, revoked_at)"
 	    " VALUES ('acct_1', 'key_rev', decode(repeat('ab', 32), 'hex'), 'full', 'UTC', now())");
@@ -3100,6 +3136,7 @@ int main(void)
 	test_late();
 	test_kolkata();
 	test_new_york();
+	test_apia();
 	test_price_change();
 	test_unattributed();
 	test_before_create();

@@ -596,7 +596,8 @@ void h_dash_sandboxes(struct http_req *req)
 		return;
 	}
 	if (page_s && *page_s && parse_int64(page_s, 0, 100000, &page) != METER_OK) {
-		http_reply_error(req, 400, "invalid_request", "page: a whole number from 0",
+		http_reply_error(req, 400, "invalid_request",
+				 "page: a whole number from 0 to 100000",
 				 json_pack("{s:s}", "field", "page"));
 		return;
 	}

@@ -86,8 +86,10 @@ bool h_prices_parse(struct http_req *req, json_t *body, struct h_price_put *out)
 			     &assumed_present))
 		return false;
 	if (hutil_time_parse(from_s, &out->effective_from_usec) != METER_OK) {
-		hutil_bad(req, "effective_from",
-			  "effective_from must be an RFC 3339 time such as 2026-12-01T00:00:00Z");
+		hutil_bad(
+		    req, "effective_from",
+		    "effective_from must be an RFC 3339 time in the years 1970 to 9999 (UTC), no "
+		    "leap second, e.g. 2026-12-01T00:00:00Z");
 		return false;
 	}
 	if (price_rates_validate(&out->rates) != METER_OK) {

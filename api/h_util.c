@@ -162,7 +162,9 @@ bool hutil_query_time(struct http_req *req, const char *name, int64_t *usec, boo
 		return true;
 	if (hutil_time_parse(v, usec) != METER_OK) {
 		snprintf(msg, sizeof(msg),
-			 "%s must be an RFC 3339 time such as 2026-11-30T00:00:00Z", name);
+			 "%s must be an RFC 3339 time in the years 1970 to 9999 (UTC), no leap "
+			 "second, e.g. 2026-11-30T00:00:00Z",
+			 name);
 		hutil_bad(req, name, msg);
 		return false;
 	}

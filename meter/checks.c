@@ -1796,7 +1796,7 @@ static void *sweeper_main(void *arg)
 {
 	struct checks_engine *e = arg;
 	PGconn *conn = NULL;
-	int64_t next_connect = 0, next_retain = 0, next_seen = 0, retention = -1;
+	int64_t next_connect = 0, next_retain = 0, next_seen = 0, retention = -1, next_ahead = 0;
 	int failures = 0;
 	bool read_only = false;
 	struct ingest_opts io;
@@ -1924,6 +1924,16 @@ static void *sweeper_main(void *arg)
 					 "before today dropped (sample_retention_days)",
 					 (long long)dropped, (long long)retention);
 		}
+		/* Today's and tomorrow's samples partitions, once an hour (a
+		 * minute after a try that could not have samples' lock), so
+		 * that ingestion seldom has to make one itself: a reader such
+		 * as pg_dump across midnight holds that lock off for its whole
+		 * run (ingest.c's ing_partitions). */
+		if (PQstatus(conn) == CONNECTION_OK && clock_mono_ms() >= next_ahead)
+			next_ahead =
+			    clock_mono_ms() + (ingest_make_partitions_ahead(conn) == METER_OK
+						   ? RETAIN_EVERY_MS
+						   : RETAIN_RETRY_MS);
 		if (PQstatus(conn) != CONNECTION_OK) {
 			PQfinish(conn);
 			conn = NULL;

@@ -54,6 +54,10 @@
 #define ING_PARTS_MAX	  4096 /* partition days remembered */
 #define ING_TRIES	  4    /* one try and three retries */
 #define ING_COPY_CHUNK	  (1024 * 1024)
+#define ING_PART_RETRY_MS 60000 /* a partition not made: the wait before the next try */
+/* The longest wait for samples' lock to add a partition (1 s), set for the
+ * partitions' transaction only. */
+#define ING_PART_LOCK_SQL "SELECT set_config('lock_timeout', '1000', true)"
 #define ING_VERSION_NONE  (-1)
 #define ING_DAY_NONE	  INT32_MIN /* no day / month metered yet */
 #define ING_DAY_NONE_SQL  "-2147483648"
@@ -87,6 +91,7 @@ struct ingest {
 	size_t nzones, zcap;
 	int32_t *parts; /* sorted UTC days whose sample partition exists */
 	size_t nparts, pcap;
+	int64_t parts_retry_ms; /* no partition made before (clock_mono_ms) */
 	/* Meter rows as the last committed call left them (ing_cache_*):
 	 * entries found through slots (open addressing: entry index + 1). */
 	struct ing_cached *cache;
@@ -1025,7 +1030,17 @@ static enum meter_rc ing_prepare(struct ing_call *c)
 
 /* Makes sure the daily partitions of every sample's UTC day exist, in a
  * short transaction of their own before the ingestion's (DDL there would
- * hold the parent's lock for the whole ingestion). */
+ * hold the parent's lock for the whole ingestion). A partition's CREATE
+ * TABLE takes samples' ACCESS EXCLUSIVE lock, which waits behind every
+ * reader of samples (a pg_dump holds ACCESS SHARE on every table for its
+ * whole run), and every write and read of samples queues behind that
+ * wait: a dump across UTC midnight stopped all metering until it ended.
+ * So the lock is waited for at most 1 s (ING_PART_LOCK_SQL); past it the call
+ * goes on without the partitions, its samples of those days kept in
+ * samples_default (which a partition takes its rows from when it is made),
+ * and no partition is tried again for ING_PART_RETRY_MS. The sweeper makes
+ * the next day's ahead (ingest_make_partitions_ahead), so a call seldom
+ * makes one. */
 static enum meter_rc ing_partitions(struct ing_call *c)
 {
 	int32_t lo = INT32_MAX, hi = INT32_MIN;
@@ -1035,6 +1050,10 @@ static enum meter_rc ing_partitions(struct ing_call *c)
 	bool missing = false;
 
 	pthread_mutex_lock(&c->ing->mu);
+	if (clock_mono_ms() < c->ing->parts_retry_ms) {
+		pthread_mutex_unlock(&c->ing->mu);
+		return METER_OK;
+	}
 	for (size_t i = 0; i < c->nitems; i++) {
 		int32_t d = (int32_t)ing_floordiv(c->items[i].s->u.at_usec, ING_DAY_USEC);
 		if (parts_has(c->ing, d))
@@ -1052,11 +1071,36 @@ static enum meter_rc ing_partitions(struct ing_call *c)
 		lo = hi - 999; /* older days fall into samples_default: still stored */
 	ing_fmt_day(lo, d0, sizeof(d0));
 	ing_fmt_day(hi, d1, sizeof(d1));
-	rc = ing_q(c, "sample partitions",
-		   "SELECT meter_ensure_sample_partitions($1::date, $2::date)", 2, params,
-		   PGRES_TUPLES_OK, NULL);
-	if (rc != METER_OK)
-		return rc;
+	rc = ing_q(c, "sample partitions", "BEGIN", 0, NULL, PGRES_COMMAND_OK, NULL);
+	if (rc == METER_OK)
+		rc = ing_q(c, "sample partitions", ING_PART_LOCK_SQL, 0, NULL, PGRES_TUPLES_OK,
+			   NULL);
+	if (rc == METER_OK)
+		rc = ing_q(c, "sample partitions",
+			   "SELECT meter_ensure_sample_partitions($1::date, $2::date)", 2, params,
+			   PGRES_TUPLES_OK, NULL);
+	if (rc == METER_OK)
+		rc = ing_q(c, "sample partitions", "COMMIT", 0, NULL, PGRES_COMMAND_OK, NULL);
+	if (rc != METER_OK) {
+		bool waited = strcmp(c->sqlstate, "55P03") == 0;
+
+		if (PQstatus(c->conn) == CONNECTION_OK &&
+		    PQtransactionStatus(c->conn) != PQTRANS_IDLE)
+			PQclear(PQexec(c->conn, "ROLLBACK"));
+		if (!waited)
+			return rc;
+		log_warn("ingest: the sample partitions of %s to %s wait for a lock on samples (a "
+			 "long reader such as pg_dump holds it): their samples go to "
+			 "samples_default meanwhile, and the partitions are tried again in %d s",
+			 d0, d1, ING_PART_RETRY_MS / 1000);
+		pthread_mutex_lock(&c->ing->mu);
+		c->ing->parts_retry_ms = clock_mono_ms() + ING_PART_RETRY_MS;
+		pthread_mutex_unlock(&c->ing->mu);
+		c->err[0] = '\0';
+		c->sqlstate[0] = '\0';
+		db_util_failed_clear();
+		return METER_OK;
+	}
 	pthread_mutex_lock(&c->ing->mu);
 	for (int32_t d = lo; d <= hi; d++)
 		parts_add(c->ing, d);
@@ -3916,6 +3960,28 @@ static void ing_metrics_describe(void)
 	metrics_describe("meter_ingest_new_sandboxes_total", METRICS_COUNTER,
 			 "Sandbox records made by ingestion: sandboxes first seen in samples, no "
 			 "create check having made them.");
+}
+
+/* As ing_partitions, in a transaction of its own with the same 1 s wait:
+ * the partitions of the database's UTC today and tomorrow. */
+enum meter_rc ingest_make_partitions_ahead(PGconn *conn)
+{
+	static const char what[] = "sample partitions ahead";
+	enum meter_rc rc = db_util_begin(conn);
+
+	if (rc == METER_OK)
+		rc = db_util_exec(conn, what, ING_PART_LOCK_SQL, 0, NULL, NULL, NULL);
+	if (rc == METER_OK)
+		rc = db_util_exec(
+		    conn, what,
+		    "SELECT meter_ensure_sample_partitions((now() AT TIME ZONE 'UTC')::date,"
+		    " (now() AT TIME ZONE 'UTC')::date + 1)",
+		    0, NULL, NULL, NULL);
+	if (rc == METER_OK)
+		rc = db_util_commit(conn);
+	if (rc != METER_OK)
+		db_util_rollback(conn);
+	return rc;
 }
 
 /* One line for the call's new sandboxes whose samples named no key, with

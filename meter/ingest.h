@@ -171,6 +171,13 @@ METER_MUSTCHECK enum meter_rc ingest_batches(struct ingest *ing, PGconn *conn,
 					     const struct sample_batch *batches, size_t n,
 					     struct ingest_stats *stats, char *err, size_t errlen);
 
+/* Makes the samples partitions of the database's UTC today and tomorrow
+ * that do not exist yet, on conn (idle), in a transaction of its own that
+ * waits at most 1 s for samples' lock (a long reader such as pg_dump holds
+ * it off): the sweeper's, once an hour, so that the first call of a day
+ * finds its partition made. METER_EDB when it could not (nothing made). */
+METER_MUSTCHECK enum meter_rc ingest_make_partitions_ahead(PGconn *conn);
+
 /* Retention: drops the raw samples of the UTC days more than keep_days
  * before today's (the database's clock) on conn (idle). The usage they
  * were metered into is kept. First samples_default's old rows (those dated

@@ -237,8 +237,43 @@ expect "today's" "$(parts 0)" 1
 expect "samples left" "$(psql "$url" -Atq -c "SELECT count(*) FROM samples WHERE sandbox_id = 'ret1'")" 2
 grep -q "samples: 1 daily partitions of days more than 30 before today dropped" \
 	"$work/retain.log" && ok || fail "no line for the partitions dropped"
+# The sweeper makes tomorrow's partition ahead, at its start.
+expect "tomorrow's" "$(parts -1)" 1
 kill -TERM "$pid"
 wait "$pid" || fail "meterd with retention did not stop cleanly"
+pid=
+
+# A reader that holds samples for its whole run (pg_dump does) does not
+# hold ingestion up: a document of a day with no partition (20 days ago)
+# waits 1 s for the partition's lock, then goes on with its samples in
+# samples_default, and says so; the partition is tried again a minute
+# later. It was ingested only once the reader let go (10 s here: 503
+# statement_timeout), and every write of samples waited behind it.
+agent=agent-part-0123456789abcdefghijklmn
+METER_DATABASE_URL=$url METER_AGENT_TOKEN=$agent start_meterd "$work/part.log" --collector off
+PGAPPNAME=meterd-test-reader psql "$url" -Atq \
+	-c "BEGIN; SELECT count(*) FROM samples; SELECT pg_sleep(20)" >/dev/null 2>&1 &
+reader=$!
+sleep 1
+cat >"$work/old-day.json" <<JSON
+{"host_id":"h-part","sampled_at":"$(date -u -d '20 days ago' +%Y-%m-%dT%H:%M:%SZ)",
+ "sandboxes":[{"sandbox_id":"part1","state":"running","vcpus":1,"memory_mib":64,"cpu_usec":0}]}
+JSON
+t0=$(date +%s%N)
+code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 15 -H "Authorization: Bearer $agent" \
+	-H 'Content-Type: application/json' --data-binary @"$work/old-day.json" "$base/v1/samples")
+took_ms=$((($(date +%s%N) - t0) / 1000000))
+expect "a document of a day with no partition beside a long reader" "$code" 200
+((took_ms < 5000)) && ok || fail "it took $took_ms ms"
+expect "its sample, in samples_default" \
+	"$(psql "$url" -Atq -c "SELECT count(*) FROM samples_default WHERE sandbox_id = 'part1'")" 1
+grep -q "ingest: the sample partitions of .* wait for a lock on samples" "$work/part.log" && ok ||
+	fail "no line for the partition not made"
+psql "$url" -Atq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	WHERE application_name = 'meterd-test-reader'" >/dev/null
+wait "$reader" 2>/dev/null || true
+kill -TERM "$pid"
+wait "$pid" || fail "meterd beside a long reader did not stop cleanly"
 pid=
 
 # A database that takes no writes (default_transaction_read_only, as a

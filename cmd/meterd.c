@@ -70,7 +70,8 @@ static void *second_signal(void *arg)
 static void raise_nofile(struct meter_config *cfg)
 {
 	const rlim_t other = FD_HEADROOM + (rlim_t)cfg->db_pool_size;
-	rlim_t want = (rlim_t)cfg->max_connections + other, fit;
+	const int64_t asked = cfg->max_connections;
+	rlim_t want = (rlim_t)asked + other, fit;
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
@@ -82,12 +83,14 @@ static void raise_nofile(struct meter_config *cfg)
 		return;
 	fit = rl.rlim_cur > other + NOFILE_CONNECTIONS_MIN ? rl.rlim_cur - other
 							   : NOFILE_CONNECTIONS_MIN;
+	if (fit < (rlim_t)asked)
+		cfg->max_connections = (int64_t)fit;
 	log_warn("meterd: open-file limit %llu is below max_connections %lld + %llu (%lld for "
-		 "the database pool, %d for the rest): max_connections lowered to %llu",
-		 (unsigned long long)rl.rlim_cur, (long long)cfg->max_connections,
-		 (unsigned long long)other, (long long)cfg->db_pool_size, FD_HEADROOM,
-		 (unsigned long long)fit);
-	cfg->max_connections = (int64_t)fit;
+		 "the database pool, %d for the rest): max_connections %s %lld",
+		 (unsigned long long)rl.rlim_cur, (long long)asked, (unsigned long long)other,
+		 (long long)cfg->db_pool_size, FD_HEADROOM,
+		 cfg->max_connections < asked ? "lowered to" : "kept at",
+		 (long long)cfg->max_connections);
 }
 
 int main(int argc, char **argv)

@@ -38,7 +38,8 @@
 #define RETAIN_EVERY_MS	   (3600 * 1000) /* the samples' retention, once an hour */
 #define RETAIN_RETRY_MS	   (60 * 1000)	 /* ... or a minute after it could not be done */
 #define SEEN_EVERY_MS	   10000	 /* a sweeper's settings recorded again (sql/0063) */
-#define SEEN_LAPSE_S	   60		 /* ... and in force this long after the last time */
+#define SEEN_SECOND_MS	   2000		 /* ... the first time again, this soon */
+#define SEEN_LAPSE_S	   900		 /* ... and in force this long after the last time */
 #define FAST_ATTEMPTS	   2		 /* a fast batch decided again on the figures it met */
 #define PIPELINE_MAX	   2 /* fast batches in flight on one connection (see batcher_may_send) */
 #define CHECK_BATCHES	   "meter_check_batches_total" /* counter, by path */
@@ -1751,35 +1752,43 @@ static enum meter_rc sweep_stop_tails(PGconn *conn, struct ingest *ing, struct s
 	return rc;
 }
 
-/* Every SEEN_EVERY_MS: records this sweeper's settings on the
- * database and reads those in force there (sql/0063), the most cautious of
- * every running process's: the grace into e->grace_in_force, the retention
- * into *retention (-1 until known). A change from this process's own is
- * logged. On failure the last known stay, and it is tried again at the next
- * sweep. */
-static void sweeper_seen(struct checks_engine *e, PGconn *conn, int64_t *next, int64_t *retention)
-{
-	int64_t grace, days, was = atomic_load(&e->grace_in_force);
+/* What the sweeper knows of the sweep settings in force (sql/0063). */
+struct sweep_seen {
+	int64_t next_ms;   /* the next record due (clock_mono_ms) */
+	int records;	   /* made so far */
+	int64_t retention; /* sample_retention_days in force, -1 until known */
+};
 
-	if (clock_mono_ms() < *next)
+/* Every SEEN_EVERY_MS (the second time after SEEN_SECOND_MS): records this
+ * sweeper's settings on the database and reads those in force there, the
+ * most cautious of every running process's: the grace into
+ * e->grace_in_force, the retention into ss->retention. A change from this
+ * process's own is logged. On failure the last known stay, and it is tried
+ * again at the next sweep. */
+static void sweeper_seen(struct checks_engine *e, PGconn *conn, struct sweep_seen *ss)
+{
+	int64_t grace, days, was = atomic_load(&e->grace_in_force), now = clock_mono_ms();
+
+	if (now < ss->next_ms)
 		return;
 	if (db_checks_sweeper_seen(conn, e->sweeper_id, e->opt.lease_grace_s,
 				   e->opt.sample_retention_days, SEEN_LAPSE_S, &grace,
 				   &days) != METER_OK) {
-		*next = clock_mono_ms() + SWEEP_INTERVAL_MS; /* once a sweep, not each step */
+		ss->next_ms = now + SWEEP_INTERVAL_MS; /* once a sweep, not each step */
 		return;
 	}
-	*next = clock_mono_ms() + SEEN_EVERY_MS;
+	ss->records++;
+	ss->next_ms = now + (ss->records == 1 ? SEEN_SECOND_MS : SEEN_EVERY_MS);
 	if (grace != was)
 		log_info("checks: lease_grace_s in force is %lld s (this process's: %lld s), the "
 			 "largest of the meterd processes on the database",
 			 (long long)grace, (long long)e->opt.lease_grace_s);
-	if (*retention >= 0 ? days != *retention : days != e->opt.sample_retention_days)
+	if (ss->retention >= 0 ? days != ss->retention : days != e->opt.sample_retention_days)
 		log_info("checks: sample_retention_days in force is %lld (this process's: %lld; 0: "
 			 "for ever), the longest of the meterd processes on the database",
 			 (long long)days, (long long)e->opt.sample_retention_days);
 	atomic_store(&e->grace_in_force, grace);
-	*retention = days;
+	ss->retention = days;
 }
 
 /* Every SWEEP_INTERVAL_MS: meters the stretch to a stop no sample will
@@ -1796,7 +1805,8 @@ static void *sweeper_main(void *arg)
 {
 	struct checks_engine *e = arg;
 	PGconn *conn = NULL;
-	int64_t next_connect = 0, next_retain = 0, next_seen = 0, retention = -1, next_ahead = 0;
+	int64_t next_connect = 0, next_retain = 0, next_ahead = 0;
+	struct sweep_seen ss = {.retention = -1};
 	int failures = 0;
 	bool read_only = false;
 	struct ingest_opts io;
@@ -1857,7 +1867,17 @@ static void *sweeper_main(void *arg)
 			static const char *const what[] = {
 			    "stops' stretches found to meter", "holds settled at lease end",
 			    "settling holds closed", "leases past their end looked at"};
-			bool more[4] = {ing != NULL, true, true, true};
+			bool more[4], settled;
+
+			/* The steps that release a tail or report a lease by the
+			 * grace wait for a second record of the settings, 2 s
+			 * after the first: processes started together (all of
+			 * them after an upgrade) see each other's first. */
+			sweeper_seen(e, conn, &ss);
+			settled = ss.records >= 2;
+			more[0] = ing != NULL && settled;
+			more[1] = true;
+			more[2] = more[3] = settled;
 
 			/* Nor past the gate's closing while there is more. */
 			for (int step = 0;
@@ -1869,7 +1889,7 @@ static void *sweeper_main(void *arg)
 
 				if (!more[step])
 					continue;
-				sweeper_seen(e, conn, &next_seen, &retention);
+				sweeper_seen(e, conn, &ss);
 				grace = atomic_load(&e->grace_in_force);
 				took = clock_mono_ms();
 				now = checks_now_usec(e);
@@ -1906,14 +1926,14 @@ static void *sweeper_main(void *arg)
 		if (read_only)
 			log_info("checks: the database takes writes again: the sweeper runs");
 		read_only = false;
-		/* With the retention in force, once it is known: another
-		 * process may keep samples longer. */
-		if (retention > 0 && PQstatus(conn) == CONNECTION_OK &&
+		/* With the retention in force (another process may keep
+		 * samples longer), once recorded twice, as the tails. */
+		if (ss.retention > 0 && ss.records >= 2 && PQstatus(conn) == CONNECTION_OK &&
 		    clock_mono_ms() >= next_retain) {
 			int64_t dropped;
 			bool more;
 			enum meter_rc rc =
-			    ingest_drop_old_samples(conn, retention, &dropped, &more);
+			    ingest_drop_old_samples(conn, ss.retention, &dropped, &more);
 
 			/* Again in a minute while old rows are left. */
 			next_retain = clock_mono_ms() + (rc == METER_OK && dropped >= 0 && !more
@@ -1922,7 +1942,7 @@ static void *sweeper_main(void *arg)
 			if (dropped > 0)
 				log_info("samples: %lld daily partitions of days more than %lld "
 					 "before today dropped (sample_retention_days)",
-					 (long long)dropped, (long long)retention);
+					 (long long)dropped, (long long)ss.retention);
 		}
 		/* Today's and tomorrow's samples partitions, once an hour (a
 		 * minute after a try that could not have samples' lock), so
@@ -1940,8 +1960,8 @@ static void *sweeper_main(void *arg)
 		}
 	}
 	/* Its settings no longer in force: a process that stops cleanly
-	 * leaves the others its say at once, not 60 s later. */
-	if (conn && retention >= 0 && PQstatus(conn) == CONNECTION_OK &&
+	 * leaves the others its say at once, not 15 minutes later. */
+	if (conn && ss.records > 0 && PQstatus(conn) == CONNECTION_OK &&
 	    db_checks_sweeper_gone(conn, e->sweeper_id) != METER_OK)
 		log_warn("checks: this process's sweep settings stay in force on the database "
 			 "for %d s",

@@ -148,6 +148,15 @@ expect "readyz with its pool under the limit" "$(http_status "$base/readyz")" 20
 kill -TERM "$pid"
 wait "$pid" || fail "meterd under a low open-file limit did not stop cleanly"
 pid=
+# ... and never raises it: 4 fit under 100 beside nothing else.
+nofile=100 METER_DATABASE_URL=$url start_meterd "$work/nofile4.log" --collector off \
+	--max-connections 4 --db-pool-size 4
+nofile=
+grep -q "max_connections kept at 4" "$work/nofile4.log" && ok ||
+	fail "max_connections not kept at 4: $(cat "$work/nofile4.log")"
+kill -TERM "$pid"
+wait "$pid" || fail "meterd with 4 connections under a low open-file limit did not stop cleanly"
+pid=
 
 # Memory that runs out is the server's fault, never the client's: 500, not
 # 413 or 400, which would have a host agent drop its document. The

@@ -3,7 +3,7 @@
 # sample_retention_days (a rolling change of them) sweep with the settings
 # in force there (sql/0063): the largest grace and the longest retention of
 # the processes running, each process's refreshed every 10 s and gone at
-# its clean stop.
+# its clean stop, forgotten 15 minutes after its last refresh otherwise.
 #
 # The money case: a key with budget for one lease. A sandbox never sampled
 # is paused, keeping its whole run as a tail hold until a sample or the
@@ -92,6 +92,21 @@ expect "x's tail hold, 4 s after the pause" "$(open_holds x)" 1
 expect "create y beside x's tail" "$(create "$port_b" y)" 402
 committed=$(psql "$url" -Atq -c "SELECT spent_micros + held_micros FROM key_day_ledger WHERE key_id = '$key'")
 ((committed <= 36767)) && ok || fail "committed $committed past the limit 36767"
+# Every row an hour old, as after a long outage of the database, and B
+# held back (SIGSTOP) until A has recorded again: A, finding its own
+# record that old, forgets no other, and keeps B's grace in force until B
+# records again; x's tail stays held. (A forgetting B then released it.)
+psql "$url" -Atq -c "UPDATE meterd_sweepers SET seen_at = seen_at - interval '1 hour'" >/dev/null
+kill -STOP "$pid_b"
+recent() { [[ $(psql "$url" -Atq -c "SELECT count(*) FROM meterd_sweepers
+	WHERE seen_at > now() - interval '1 minute'") == "$1" ]]; }
+wait_for 15 recent 1 || fail "a did not record again"
+sleep 2 # two of A's sweeps
+kill -CONT "$pid_b"
+wait_for 15 recent 2 || fail "b did not record again"
+expect "rows after an outage's lapse" "$(sweepers)" 2
+expect "x's tail hold after an outage's lapse" "$(open_holds x)" 1
+expect "create y after an outage's lapse" "$(create "$port_b" y)" 402
 
 # B stops cleanly: its row goes, and within A's next refresh (10 s) the
 # grace in force is A's 0, and x's tail, never sampled, is released.

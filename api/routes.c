@@ -74,7 +74,10 @@ static void h_readyz(struct http_req *req)
 			    strcmp(PQgetvalue(res, 0, 0), "on") == 0;
 		PQclear(res);
 	}
-	hutil_db_release(req, conn);
+	/* A session that found the database read-only is made again next
+	 * time: made while default_transaction_read_only was on, it keeps
+	 * that for life. */
+	db_pool_release(req->app->pool, conn, read_only || db_conn_failed(conn));
 	if (rc == METER_ENOMEM) {
 		http_reply_error(req, 503, "metering_unavailable", st.why, NULL);
 		return;

@@ -1595,6 +1595,15 @@ static void *batcher_main(void *arg)
 	struct batcher_work w = {.classic =
 				     calloc(cap * (2 * PIPELINE_MAX + 1), sizeof(struct item *))};
 
+	/* Connected at once, not at the first check: a server with few
+	 * connection slots left gives them to the first to ask, and the
+	 * request pool's workers, connecting as requests come, took them all
+	 * before the first check (every check then 503 while reads were
+	 * served). Not reached, the backoff goes on as for a lost one. Only
+	 * on a schema this binary's (meterd reads it before it starts the
+	 * engine): elsewhere the batch statements cannot be prepared. */
+	if (schema_gate_open(NULL, 0))
+		(void)conn_ensure(bt, true);
 	for (;;) {
 		size_t n = 0, nf = 0;
 		bool stop;
@@ -1869,15 +1878,13 @@ static void *sweeper_main(void *arg)
 			    "settling holds closed", "leases past their end looked at"};
 			bool more[4], settled;
 
-			/* The steps that release a tail or report a lease by the
-			 * grace wait for a second record of the settings, 2 s
-			 * after the first: processes started together (all of
-			 * them after an upgrade) see each other's first. */
+			/* The steps wait for a second record of the settings,
+			 * 2 s after the first: processes started together (all
+			 * of them after an upgrade) see each other's first. */
 			sweeper_seen(e, conn, &ss);
 			settled = ss.records >= 2;
 			more[0] = ing != NULL && settled;
-			more[1] = true;
-			more[2] = more[3] = settled;
+			more[1] = more[2] = more[3] = settled;
 
 			/* Nor past the gate's closing while there is more. */
 			for (int step = 0;
@@ -1919,6 +1926,11 @@ static void *sweeper_main(void *arg)
 					 "sweeper tries again every %d s",
 					 SWEEP_READ_ONLY_MS / 1000);
 			read_only = true;
+			/* Made again for the next try: a session made while the
+			 * database's default_transaction_read_only was on keeps
+			 * it for life. */
+			PQfinish(conn);
+			conn = NULL;
 			if (!sweeper_pause(e, SWEEP_READ_ONLY_MS))
 				break;
 			continue;

@@ -200,7 +200,10 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 	 *   stays), so that nothing answered can be lost in a crash. The
 	 *   server's fsync, which no session can change, is read too: off,
 	 *   a commit is not on disk when it returns, and a crash of the
-	 *   server's host may lose what was answered; warned about once. */
+	 *   server's host may lose what was answered; warned about once;
+	 * - as the origin of its changes (session_replication_role), so that
+	 *   meter's triggers fire: a database or role that sets it otherwise is
+	 *   refused (only a superuser could set it back). */
 	res = PQexec(conn, "SET TimeZone = 'UTC'; SET DateStyle = ISO, YMD;"
 			   " SET timezone_abbreviations = 'Default';"
 			   " SET statement_timeout = 0; SET lock_timeout = 0;"
@@ -208,11 +211,24 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 			   " SET default_transaction_isolation = 'read committed'; SET jit = off;"
 			   " SELECT current_setting('fsync'), CASE WHEN"
 			   " current_setting('synchronous_commit') IN ('off', 'local') THEN"
-			   " set_config('synchronous_commit', 'on', false) END");
+			   " set_config('synchronous_commit', 'on', false) END,"
+			   " current_setting('session_replication_role')");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
 		db_copy_line(err, errlen,
 			     PQresultStatus(res) != PGRES_TUPLES_OK ? PQerrorMessage(conn)
 								    : "no session settings read");
+		PQclear(res);
+		rc = METER_EDB;
+		goto out;
+	}
+	/* Only a superuser may set it back, so it is refused: as a replica,
+	 * the session would fire none of meter's triggers (the webhook's
+	 * limit crossings, the ingestion cache's generations). */
+	if (strcmp(PQgetvalue(res, 0, 2), "origin") != 0) {
+		db_copy_line(err, errlen,
+			     "session_replication_role is not origin for this database or role, so "
+			     "meter's triggers would not fire: RESET it (ALTER DATABASE ... RESET "
+			     "session_replication_role)");
 		PQclear(res);
 		rc = METER_EDB;
 		goto out;

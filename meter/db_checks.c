@@ -892,7 +892,11 @@ bool db_checks_session_ended(const char *sqlstate)
 	return sqlstate &&
 	       (strncmp(sqlstate, "08", 2) == 0 ||   /* connection_exception */
 		strncmp(sqlstate, "57P0", 4) == 0 || /* admin or crash shutdown, idle session */
-		strcmp(sqlstate, "25P03") == 0);     /* idle_in_transaction_session_timeout */
+		strcmp(sqlstate, "25P03") == 0 ||    /* idle_in_transaction_session_timeout */
+		/* read_only_sql_transaction: a session made while the
+		 * database's default_transaction_read_only was on keeps it
+		 * for life, made again it takes the default as it is then */
+		strcmp(sqlstate, "25006") == 0);
 }
 
 enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_id, const char *type,

@@ -51,8 +51,9 @@ void db_pool_retry_after(struct db_pool *pool, int64_t reached_ms);
 /* Whether the last attempt to reach the database worked. */
 bool db_pool_up(struct db_pool *pool);
 
-/* True when err (a PGresult's or a connection's state) means the connection
- * itself failed, rather than the statement. */
+/* True when the connection itself failed, rather than the statement, or
+ * the session cannot write (the thread's last failure was 25006): either
+ * way it is to be made again. */
 bool db_conn_failed(PGconn *conn);
 
 #endif

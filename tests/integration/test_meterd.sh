@@ -292,15 +292,94 @@ pid=
 ro_url=$(make_db meterd_ro)
 cleanup_fns+=("drop_db meterd_ro")
 "$bin/meterctl" migrate --database-url "$ro_url" >/dev/null
+ro_acc=$("$bin/meterctl" account create --name RO --database-url "$ro_url" | jq -r .account_id)
+ro_key=$(METER_DATABASE_URL=$ro_url "$bin/meterctl" key create --account "$ro_acc" --role full |
+	jq -r .key_id)
 psql "$ro_url" -Atq -c "ALTER DATABASE t_meterd_ro_$$ SET default_transaction_read_only = on"
-METER_DATABASE_URL=$ro_url start_meterd "$work/ro.log" --collector off
+ro_cp=cp-ro-0123456789abcdefghijklmnopqrstu
+ro_op=op-ro-0123456789abcdefghijklmnopqrstu
+METER_DATABASE_URL=$ro_url METER_CONTROL_PLANE_TOKEN=$ro_cp METER_OPERATOR_TOKEN=$ro_op \
+	start_meterd "$work/ro.log" --collector off
 expect "readyz on a read-only database" "$(http_status "$base/readyz")" 503
+ro_create() {
+	http_status -X POST -H "Authorization: Bearer $ro_cp" -H 'Content-Type: application/json' \
+		--data "{\"key_id\":\"$ro_key\",\"sandbox_id\":\"$1\",\"vcpus\":1,\"memory_mib\":64,\"lease_seconds\":60}" \
+		"$base/v1/checks/create"
+}
+expect "a check on a read-only database" "$(ro_create ro1)" 503
+expect "an account on a read-only database" "$(http_status -X POST \
+	-H "Authorization: Bearer $ro_op" --data '{"name":"X"}' "$base/v1/accounts")" 503
 sleep 4
 expect "the sweeper's word of it" "$(grep -c "the database takes no writes" "$work/ro.log")" 1
 ro_failures=$(grep -c "read-only transaction" "$work/ro.log")
-((ro_failures <= 6)) && ok || fail "$ro_failures failed sweeper statements logged in 4 s"
+((ro_failures <= 8)) && ok || fail "$ro_failures failed statements logged in 4 s"
+# The setting off again: every session made while it was on (the pool's,
+# the check engine's, the sweeper's) is made again once it refuses a
+# write, and meterd serves without a restart.
+psql "$admin_url" -Atq -c "ALTER DATABASE t_meterd_ro_$$ RESET default_transaction_read_only"
+ro_ready() { [[ $(http_status "$base/readyz") == 200 ]]; }
+wait_for 10 ro_ready && ok || fail "not ready once the database takes writes again"
+expect "a check once the database takes writes again" "$(ro_create ro2)" 200
+expect "an account once the database takes writes again" "$(http_status -X POST \
+	-H "Authorization: Bearer $ro_op" --data '{"name":"X"}' "$base/v1/accounts")" 201
 kill -TERM "$pid"
 wait "$pid" || fail "meterd on a read-only database did not stop cleanly"
+pid=
+
+# A role whose connection limit leaves the request pool one connection:
+# the check engine connects at start, so checks are served however many
+# requests came first. (Connecting at the first check, it found every slot
+# taken by the pool, and every check was answered 503 while reads were
+# served.)
+lim_url=$(make_db meterd_lim)
+cleanup_fns+=("drop_db meterd_lim")
+"$bin/meterctl" migrate --database-url "$lim_url" >/dev/null
+lim_acc=$("$bin/meterctl" account create --name Lim --database-url "$lim_url" | jq -r .account_id)
+lim_key=$(METER_DATABASE_URL=$lim_url "$bin/meterctl" key create --account "$lim_acc" \
+	--role full | jq -r .key_id)
+lim_role=meter_lim_$$
+drop_lim_role() { psql "$admin_url" -Atq -c "DROP ROLE IF EXISTS $lim_role" >/dev/null 2>&1; }
+psql "$admin_url" -Atq -c "CREATE ROLE $lim_role LOGIN PASSWORD 'pw-lim-0123' CONNECTION LIMIT 6"
+cleanup_fns+=(drop_lim_role)
+psql "$lim_url" -Atq -c "GRANT ALL ON SCHEMA public TO $lim_role;
+	GRANT ALL ON ALL TABLES IN SCHEMA public TO $lim_role;
+	GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO $lim_role;
+	GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO $lim_role" >/dev/null
+lim_as=$(sed -E "s#^postgresql://[^@]*@#postgresql://$lim_role:pw-lim-0123@#" <<<"$lim_url")
+lim_cp=cp-lim-0123456789abcdefghijklmnopqrst
+lim_op=op-lim-0123456789abcdefghijklmnopqrst
+METER_DATABASE_URL=$lim_as METER_CONTROL_PLANE_TOKEN=$lim_cp METER_OPERATOR_TOKEN=$lim_op \
+	start_meterd "$work/lim.log" --collector off --db-pool-size 8
+sleep 3 # its threads' connections made
+reads=()
+for _ in 1 2 3 4 5 6; do
+	curl -s -o /dev/null --max-time 5 -H "Authorization: Bearer $lim_op" "$base/v1/prices" &
+	reads+=($!)
+done
+wait "${reads[@]}" || true
+expect "a check beside a full pool" "$(http_status -X POST -H "Authorization: Bearer $lim_cp" \
+	-H 'Content-Type: application/json' \
+	--data "{\"key_id\":\"$lim_key\",\"sandbox_id\":\"lim1\",\"vcpus\":1,\"memory_mib\":64,\"lease_seconds\":60}" \
+	"$base/v1/checks/create")" 200
+kill -TERM "$pid"
+wait "$pid" || fail "meterd under a role's connection limit did not stop cleanly"
+pid=
+drop_db meterd_lim
+drop_lim_role
+
+# A database whose sessions start as replicas (session_replication_role, a
+# superuser's setting) would fire none of meter's triggers: its
+# connections are refused, saying why, and meterd is not ready.
+srr_url=$(make_db meterd_srr)
+cleanup_fns+=("drop_db meterd_srr")
+"$bin/meterctl" migrate --database-url "$srr_url" >/dev/null
+psql "$admin_url" -Atq -c "ALTER DATABASE t_meterd_srr_$$ SET session_replication_role = replica"
+METER_DATABASE_URL=$srr_url start_meterd "$work/srr.log" --collector off
+expect "readyz on a database of replica sessions" "$(http_status "$base/readyz")" 503
+wait_for 5 grep -q "session_replication_role is not origin" "$work/srr.log" && ok ||
+	fail "no word of session_replication_role: $(cat "$work/srr.log")"
+kill -TERM "$pid"
+wait "$pid" || fail "meterd on a database of replica sessions did not stop cleanly"
 pid=
 
 # A second SIGTERM while a request is still under way (a read of the price

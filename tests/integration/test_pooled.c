@@ -60,14 +60,16 @@ static int lock_waiters(PGconn *watch, int want)
 	int waiting = 0;
 
 	for (int i = 0; i < 100 && waiting < want; i++) {
-		/* Not the check engine's sweeper, which waits on it too. */
+		/* Not the check engine's sweeper, which waits on it too (a
+		 * partition of samples, which names sandboxes, as well). */
 		PGresult *res =
 		    PQexec(watch, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a"
 				  " ON a.pid = l.pid WHERE NOT l.granted"
 				  " AND l.relation = 'sandboxes'::regclass"
 				  " AND a.query NOT LIKE '%meter_holds_%'"
 				  " AND a.query NOT LIKE '%meter_leases_%'"
-				  " AND a.query NOT LIKE '%meter_stop_tails%'");
+				  " AND a.query NOT LIKE '%meter_stop_tails%'"
+				  " AND a.query NOT LIKE '%meter_ensure_sample_partitions%'");
 		waiting = PQresultStatus(res) == PGRES_TUPLES_OK
 			      ? (int)strtol(PQgetvalue(res, 0, 0), NULL, 10)
 			      : 0;

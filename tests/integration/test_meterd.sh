@@ -14,6 +14,13 @@ stop_meterd() {
 }
 cleanup_fns+=(stop_meterd)
 
+# stop_clean WHAT: SIGTERM to meterd, which must exit 0 ("meterd WHAT").
+stop_clean() {
+	kill -TERM "$pid"
+	wait "$pid" || fail "meterd $1 did not stop cleanly"
+	pid=
+}
+
 # start_meterd LOG ARGS...: starts meterd on a free port; sets pid and base.
 # With nofile set, under that open-file limit (soft and hard).
 start_meterd() {
@@ -120,9 +127,7 @@ expect "healthz from another address meanwhile" \
 	"$(http_status --interface 127.0.0.2 "http://127.0.0.1:$pport/healthz")" 200
 expect "lines for 301 refused connections" "$(refused)" 1
 for fd in "${held[@]}"; do exec {fd}>&-; done
-kill -TERM "$pid"
-wait "$pid" || fail "meterd with a per-IP limit did not stop cleanly"
-pid=
+stop_clean "with a per-IP limit"
 
 # An open-file limit too low for max_connections: meterd cannot raise it,
 # so it lowers max_connections to fit beside the descriptors it needs for
@@ -145,18 +150,14 @@ exec {held[0]}>&-
 expect "the 41st once one of 40 closed" "$(http_status "$base/healthz")" 200
 for fd in "${held[@]:1}"; do exec {fd}>&-; done
 expect "readyz with its pool under the limit" "$(http_status "$base/readyz")" 200
-kill -TERM "$pid"
-wait "$pid" || fail "meterd under a low open-file limit did not stop cleanly"
-pid=
+stop_clean "under a low open-file limit"
 # ... and never raises it: 4 fit under 100 beside nothing else.
 nofile=100 METER_DATABASE_URL=$url start_meterd "$work/nofile4.log" --collector off \
 	--max-connections 4 --db-pool-size 4
 nofile=
 grep -q "max_connections kept at 4" "$work/nofile4.log" && ok ||
 	fail "max_connections not kept at 4: $(cat "$work/nofile4.log")"
-kill -TERM "$pid"
-wait "$pid" || fail "meterd with 4 connections under a low open-file limit did not stop cleanly"
-pid=
+stop_clean "with 4 connections under a low open-file limit"
 
 # Memory that runs out is the server's fault, never the client's: 500, not
 # 413 or 400, which would have a host agent drop its document. The
@@ -214,9 +215,7 @@ if ldd "$bin/meterd" | grep -q libasan; then
 	grep -q "statement: out of memory" "$work/oom.log" && ok ||
 		fail "no log line for the statement out of memory"
 	expect "healthz after running out" "$(http_status "$base/healthz")" 200
-	kill -TERM "$pid"
-	wait "$pid" || fail "meterd out of memory did not stop cleanly"
-	pid=
+	stop_clean "out of memory"
 fi
 
 # Retention: the sweeper drops the samples of days past
@@ -248,9 +247,7 @@ grep -q "samples: 1 daily partitions of days more than 30 before today dropped" 
 	"$work/retain.log" && ok || fail "no line for the partitions dropped"
 # The sweeper makes tomorrow's partition ahead, at its start.
 expect "tomorrow's" "$(parts -1)" 1
-kill -TERM "$pid"
-wait "$pid" || fail "meterd with retention did not stop cleanly"
-pid=
+stop_clean "with retention"
 
 # A reader that holds samples for its whole run (pg_dump does) does not
 # hold ingestion up: a document of a day with no partition (20 days ago)
@@ -281,9 +278,7 @@ grep -q "ingest: the sample partitions of .* wait for a lock on samples" "$work/
 psql "$url" -Atq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 	WHERE application_name = 'meterd-test-reader'" >/dev/null
 wait "$reader" 2>/dev/null || true
-kill -TERM "$pid"
-wait "$pid" || fail "meterd beside a long reader did not stop cleanly"
-pid=
+stop_clean "beside a long reader"
 
 # A database that takes no writes (default_transaction_read_only, as a
 # standby): not ready, and the sweeper, whose every step fails there, says
@@ -322,9 +317,7 @@ wait_for 10 ro_ready && ok || fail "not ready once the database takes writes aga
 expect "a check once the database takes writes again" "$(ro_create ro2)" 200
 expect "an account once the database takes writes again" "$(http_status -X POST \
 	-H "Authorization: Bearer $ro_op" --data '{"name":"X"}' "$base/v1/accounts")" 201
-kill -TERM "$pid"
-wait "$pid" || fail "meterd on a read-only database did not stop cleanly"
-pid=
+stop_clean "on a read-only database"
 
 # A role whose connection limit leaves the request pool one connection:
 # the check engine connects at start, so checks are served however many
@@ -361,9 +354,7 @@ expect "a check beside a full pool" "$(http_status -X POST -H "Authorization: Be
 	-H 'Content-Type: application/json' \
 	--data "{\"key_id\":\"$lim_key\",\"sandbox_id\":\"lim1\",\"vcpus\":1,\"memory_mib\":64,\"lease_seconds\":60}" \
 	"$base/v1/checks/create")" 200
-kill -TERM "$pid"
-wait "$pid" || fail "meterd under a role's connection limit did not stop cleanly"
-pid=
+stop_clean "under a role's connection limit"
 drop_db meterd_lim
 drop_lim_role
 
@@ -378,9 +369,7 @@ METER_DATABASE_URL=$srr_url start_meterd "$work/srr.log" --collector off
 expect "readyz on a database of replica sessions" "$(http_status "$base/readyz")" 503
 wait_for 5 grep -q "session_replication_role is not origin" "$work/srr.log" && ok ||
 	fail "no word of session_replication_role: $(cat "$work/srr.log")"
-kill -TERM "$pid"
-wait "$pid" || fail "meterd on a database of replica sessions did not stop cleanly"
-pid=
+stop_clean "on a database of replica sessions"
 
 # A second SIGTERM while a request is still under way (a read of the price
 # book waiting at its locked table) stops it at once, with status 1.

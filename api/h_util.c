@@ -156,15 +156,21 @@ static const char *query_value(struct http_req *req, const char *name, bool *pre
 bool hutil_query_time(struct http_req *req, const char *name, int64_t *usec, bool *present)
 {
 	const char *v = query_value(req, name, present);
-	char msg[160];
+	char msg[256];
 
 	if (!v)
 		return true;
 	if (hutil_time_parse(v, usec) != METER_OK) {
+		/* A '+' of an offset sent unescaped arrives as a space (a query
+		 * is form-encoded): say so, since curl and browsers send it so. */
 		snprintf(msg, sizeof(msg),
 			 "%s must be an RFC 3339 time in the years 1970 to 9999 (UTC), no leap "
-			 "second, e.g. 2026-11-30T00:00:00Z",
-			 name);
+			 "second, e.g. 2026-11-30T00:00:00Z%s",
+			 name,
+			 strchr(v, ' ')
+			     ? "; a + in a query reads as a space: send an offset's + as "
+			       "%2B (2026-11-30T00:00:00%2B01:00)"
+			     : "");
 		hutil_bad(req, name, msg);
 		return false;
 	}

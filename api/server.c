@@ -19,6 +19,7 @@
 #include "clock.h"
 #include "h_reports.h"
 #include "http.h"
+#include "keys.h"
 #include "log.h"
 #include "metrics.h"
 #include "routes.h"
@@ -1111,6 +1112,34 @@ static void access_quote(const char *in, char *out, size_t len)
 	out[o] = '\0';
 }
 
+/* A path with each segment shaped like a key's bearer token, "<id>.<at
+ * least KEYS_SECRET_LEN base64url characters>", written with "[redacted]"
+ * for what follows its last '.': an operator who pastes a key's whole token
+ * where its id belongs (`GET /v1/keys/<token>`) must not leave a live
+ * credential in the log. A sandbox id shaped so loses its tail in the log,
+ * nothing else. */
+static void access_redact(const char *in, char *out, size_t len)
+{
+	static const char b64url[] =
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	size_t o = 0;
+
+	out[0] = '\0';
+	while (*in) {
+		size_t seg = strcspn(in, "/"), keep = seg;
+		const char *dot = memrchr(in, '.', seg);
+
+		if (dot && dot > in && seg - (size_t)(dot + 1 - in) >= KEYS_SECRET_LEN &&
+		    strspn(dot + 1, b64url) >= seg - (size_t)(dot + 1 - in))
+			keep = (size_t)(dot + 1 - in);
+		o += (size_t)snprintf(out + o, len - o, "%.*s%s%s", (int)keep, in,
+				      keep < seg ? "[redacted]" : "", in[seg] == '/' ? "/" : "");
+		if (o >= len - 1)
+			return;
+		in += seg + (in[seg] == '/');
+	}
+}
+
 /* Whether a method is an HTTP token (RFC 9110: letters, digits and
  * !#$%&'*+-.^_`|~) of at most 32 bytes: every method a route takes is, and
  * such a one is logged as it is; another is quoted as a path is, so that
@@ -1154,7 +1183,8 @@ static void req_finish(struct MHD_Connection *conn, struct http_req *req, bool a
 				  &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, addr,
 				  sizeof(addr));
 	}
-	access_quote(req->path ? req->path : "-", path, sizeof(path));
+	access_redact(req->path ? req->path : "-", quoted, sizeof(quoted));
+	access_quote(quoted, path, sizeof(path));
 	if (!req->method)
 		snprintf(method, sizeof(method), "-");
 	else if (access_method_plain(req->method))

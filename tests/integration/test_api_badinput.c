@@ -840,6 +840,26 @@ int main(void)
 		}
 	}
 
+	/* An offset's '+' sent unescaped in a query reads as a space: the
+	 * refusal says to send %2B, and the time so sent is taken. */
+	CHECK(apitest_call(&t, 0, "GET",
+			   "/v1/usage?from=2026-01-01T00:00:00+01:00&to=2026-01-02T00:00:00Z",
+			   tok_ro, NULL, &r) == 0);
+	CHECK_I64(r.status, 400);
+	CHECK(r.body && strstr(r.body, "\"field\":\"from\"") && strstr(r.body, "%2B"));
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "GET",
+			   "/v1/usage?from=2026-01-01T00:00:00%2B01:00&to=2026-01-02T00:00:00Z",
+			   tok_ro, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "GET",
+			   "/v1/usage?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00X", tok_ro,
+			   NULL, &r) == 0);
+	CHECK_I64(r.status, 400);
+	CHECK(r.body && strstr(r.body, "\"field\":\"to\"") && !strstr(r.body, "%2B"));
+	apitest_resp_release(&r);
+
 	/* HEAD is a GET without its body; a Content-Length with leading
 	 * zeros (valid HTTP) is read as its number. */
 	{

@@ -66,8 +66,10 @@ static void send_page(struct http_req *req, unsigned status, struct html *page)
 		return;
 	}
 	text = html_steal(page, &len);
-	http_reply_text(req, status, "text/html; charset=utf-8", text ? text : "", len);
-	free(text);
+	if (text)
+		http_reply_owned(req, status, "text/html; charset=utf-8", text, len);
+	else
+		http_reply_static(req, status, "text/html; charset=utf-8", "", 0);
 	if (req->resp &&
 	    (MHD_add_response_header(req->resp, "Content-Security-Policy", csp) != MHD_YES ||
 	     MHD_add_response_header(req->resp, "X-Content-Type-Options", "nosniff") != MHD_YES ||
@@ -189,7 +191,7 @@ void h_dash_favicon(struct http_req *req)
 
 void h_dash_style(struct http_req *req)
 {
-	http_reply_text(req, 200, "text/css; charset=utf-8", stylesheet, sizeof(stylesheet) - 1);
+	http_reply_static(req, 200, "text/css; charset=utf-8", stylesheet, sizeof(stylesheet) - 1);
 }
 
 /* The sign-in page; error (may be NULL) is shown above the form. */

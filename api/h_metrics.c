@@ -29,10 +29,13 @@ void h_metrics(struct http_req *req)
 			 "migrations make; 0 while it is not, and requests that need the "
 			 "database are answered 503.");
 	metrics_gauge_set("meter_schema_current", NULL, schema_gate_open(NULL, 0) ? 1 : 0);
+	metrics_describe("meter_http_answers_held_bytes", METRICS_GAUGE,
+			 "Bytes of built answers not yet sent (their clients have not read them); "
+			 "those over 64 KiB may hold answers_memory_mib together.");
+	metrics_gauge_set("meter_http_answers_held_bytes", NULL, http_answers_held());
 	if (metrics_render(&text, &len) != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 		return;
 	}
-	http_reply_text(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
-	free(text);
+	http_reply_owned(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
 }

@@ -7,9 +7,10 @@
  * A key sees its own account; the operator names one with account_id.
  *
  * An export's waiting is never done on a libmicrohttpd thread (those serve
- * every other connection): a producer thread of its own connects, runs the
- * query and formats rows into a bounded buffer, while the request's
- * connection is parked. The content reader only copies what is ready; when
+ * every other connection): its handler runs on a read lane's worker (the
+ * operator's account look-up, a HEAD's filters), then a producer thread of
+ * its own connects, runs the query and formats rows into a bounded buffer,
+ * while the request's connection stays parked. The content reader only copies what is ready; when
  * nothing is, it parks the connection (libmicrohttpd's documented pattern
  * for a reader that returns 0 in internal polling mode) and the producer
  * resumes it once it has more. */
@@ -58,13 +59,20 @@ struct stream {
 	bool abort;	/* the transfer is over: client gone or shut-down */
 	bool suspended; /* the connection is parked waiting for buf */
 	int refs;
+	bool slot; /* it holds one of the REPORTS_CONCURRENT slots; under streams_lock */
 	char next_buf[STREAM_BUF]; /* the producer's own */
 };
 
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t streams_gone = PTHREAD_COND_INITIALIZER;
 static struct stream *streams_head;
-static int exports_running;   /* producers alive, under streams_lock */
+/* Under streams_lock: the slots held (an export holds one from its start
+ * until its last byte is handed over or it fails, so a client that asks for
+ * one export after another never finds its own last one still running),
+ * and the producer threads alive (which close their database connection
+ * after that: shut-down waits for them). */
+static int exports_running;
+static int producers;
 static bool reports_stopping; /* under streams_lock */
 
 /* Which account the caller may report on; false after setting a reply. */
@@ -137,6 +145,17 @@ static bool time_param(struct http_req *req, const char *name, int64_t *out)
 	return false;
 }
 
+/* Gives back st's export slot, if it still holds it. */
+static void stream_slot_free(struct stream *st)
+{
+	pthread_mutex_lock(&streams_lock);
+	if (st->slot) {
+		st->slot = false;
+		exports_running--;
+	}
+	pthread_mutex_unlock(&streams_lock);
+}
+
 /* Drops a reference; the last one frees st. */
 static void stream_unref(struct stream *st)
 {
@@ -175,6 +194,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct stream *st = cls;
 	ssize_t ret;
+	bool over = false;
 
 	(void)pos;
 	pthread_mutex_lock(&st->lock);
@@ -188,14 +208,20 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		ret = (ssize_t)n;
 	} else if (st->abort || (st->done && st->failed)) {
 		ret = MHD_CONTENT_READER_END_WITH_ERROR;
+		over = true;
 	} else if (st->done) {
 		ret = MHD_CONTENT_READER_END_OF_STREAM;
+		over = true;
 	} else {
 		st->suspended = true;
 		MHD_suspend_connection(st->conn);
 		ret = 0;
 	}
 	pthread_mutex_unlock(&st->lock);
+	/* Before libmicrohttpd sends the end: the client's next export may
+	 * follow at once. */
+	if (over)
+		stream_slot_free(st);
 	return ret;
 }
 
@@ -210,6 +236,7 @@ static void stream_free(void *cls)
 	st->suspended = false;
 	pthread_cond_signal(&st->room);
 	pthread_mutex_unlock(&st->lock);
+	stream_slot_free(st);
 	stream_unref(st);
 }
 
@@ -343,16 +370,18 @@ out:
 		PQfreeCancel(st->cancel);
 	st->cancel = NULL;
 	pthread_mutex_unlock(&st->lock);
+	/* Answered with an error, or the client gone: the slot is free now. */
+	stream_slot_free(st);
 	export_close(cur);
 	if (conn)
 		PQfinish(conn);
 	stream_unref(st);
 	/* This thread's OpenSSL state (libpq's authentication uses it) is freed
-	 * now, not by the thread's exit: shut-down waits for exports_running
-	 * only, and the process may end while a detached thread is exiting. */
+	 * now, not by the thread's exit: shut-down waits for producers only,
+	 * and the process may end while a detached thread is exiting. */
 	OPENSSL_thread_stop();
 	pthread_mutex_lock(&streams_lock);
-	exports_running--;
+	producers--;
 	pthread_cond_broadcast(&streams_gone);
 	pthread_mutex_unlock(&streams_lock);
 	return NULL;
@@ -378,8 +407,9 @@ static void stream_start(struct http_req *req)
 		return;
 	log_warn("export could not start: no thread");
 	stream_reply(st, NULL, METER_ENOMEM);
+	stream_slot_free(st);
 	pthread_mutex_lock(&streams_lock);
-	exports_running--;
+	producers--;
 	pthread_cond_broadcast(&streams_gone);
 	pthread_mutex_unlock(&streams_lock);
 	stream_unref(st);
@@ -469,9 +499,10 @@ static void usage_export(struct http_req *req, enum export_format format)
 			log_warn("could not add Upgrade");
 		return;
 	}
-	/* The account here (the operator's look-up); a GET's key and sandbox
-	 * filters on the producer's connection (stream_filters_known), a
-	 * HEAD's here, as it runs no producer. */
+	/* The account here, on the read lane's worker (the operator's
+	 * look-up); a GET's key and sandbox filters on the producer's
+	 * connection (stream_filters_known), a HEAD's here, as it runs no
+	 * producer. */
 	head = strcmp(req->method, "HEAD") == 0;
 	if (!hutil_filters_known(req, NULL, p.account_id, head ? p.key_id : NULL,
 				 head ? p.sandbox_id : NULL))
@@ -498,6 +529,8 @@ static void usage_export(struct http_req *req, enum export_format format)
 	busy = reports_stopping || exports_running >= REPORTS_CONCURRENT;
 	if (!busy && st) {
 		exports_running++;
+		producers++;
+		st->slot = true;
 		st->refs = 1; /* the producer's */
 		st->next = streams_head;
 		if (st->next)
@@ -566,12 +599,12 @@ void h_reports_stop(void)
 	 * the wait names its clock): a step of the wall clock neither cuts
 	 * the wait short nor stretches it. */
 	until = clock_mono_after_ms(STOP_WAIT_MS);
-	while (exports_running > 0)
+	while (producers > 0)
 		if (pthread_cond_clockwait(&streams_gone, &streams_lock, CLOCK_MONOTONIC, &until) !=
 		    0)
 			break;
-	if (exports_running > 0)
-		log_warn("%d exports still stopping", exports_running);
+	if (producers > 0)
+		log_warn("%d exports still stopping", producers);
 	pthread_mutex_unlock(&streams_lock);
 }
 
@@ -643,12 +676,11 @@ static void statement_reply(struct http_req *req, bool html)
 		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 		return;
 	}
-	http_reply_text(req, 200, html ? "text/html; charset=utf-8" : "text/csv; charset=utf-8",
-			text, len);
-	free(text);
+	http_reply_owned(req, 200, html ? "text/html; charset=utf-8" : "text/csv; charset=utf-8",
+			 text, len);
 	/* The CSV is a file to keep: named by its account and month, as an
 	 * export is. */
-	if (!html && req->resp) {
+	if (!html && req->resp && req->status == 200) {
 		char disp[DISP_MAX];
 
 		snprintf(disp, sizeof(disp), "attachment; filename=\"statement-%s-%04d-%02d.csv\"",
@@ -658,7 +690,7 @@ static void statement_reply(struct http_req *req, bool html)
 	}
 	/* The printable page: its inline stylesheet and nothing else, never
 	 * framed (it shows money, opened with the dashboard's session). */
-	if (html && req->resp &&
+	if (html && req->resp && req->status == 200 &&
 	    (MHD_add_response_header(req->resp, "Content-Security-Policy",
 				     "default-src 'none'; style-src 'unsafe-inline'; "
 				     "frame-ancestors 'none'") != MHD_YES ||

@@ -1,15 +1,122 @@
 /* meter API: request helpers (see http.h). */
 #include "http.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
 #include "log.h"
+#include "metrics.h"
 #include "parse.h"
 
 int64_t http_now_usec(void)
 {
 	return clock_mono_usec();
+}
+
+/* Bytes of built answers libmicrohttpd still holds (until each is sent or
+ * its connection closes), and of those over HTTP_ANSWER_SMALL, with the
+ * most those may hold together: a client that asks for a large answer and
+ * never reads it holds that memory until its connection times out, and a
+ * hundred of them must not take the process's memory. One large answer is
+ * always let through when no other is held, so that one larger than the
+ * limit can still be had. */
+static _Atomic int64_t answers_held, answers_large_held;
+static _Atomic int64_t answers_limit = (int64_t)256 << 20;
+
+void http_answers_limit_set(int64_t bytes)
+{
+	atomic_store(&answers_limit, bytes);
+}
+
+int64_t http_answers_held(void)
+{
+	return atomic_load(&answers_held);
+}
+
+/* An answer's bytes, counted while libmicrohttpd has them. */
+struct answer {
+	int64_t len;
+	char *text; /* owned; NULL when the text follows the struct */
+	char data[];
+};
+
+static void answer_free(void *cls)
+{
+	struct answer *a = cls;
+
+	atomic_fetch_sub(&answers_held, a->len);
+	if (a->len > HTTP_ANSWER_SMALL)
+		atomic_fetch_sub(&answers_large_held, a->len);
+	free(a->text);
+	free(a);
+}
+
+/* Counts len bytes as held, unless the answer is large and the large ones
+ * held with it would pass the limit: then false, nothing counted. */
+static bool answer_reserve(size_t len)
+{
+	int64_t n = (int64_t)len, large;
+
+	if (len > HTTP_ANSWER_SMALL) {
+		large = atomic_load(&answers_large_held);
+		do {
+			if (large > 0 && large + n > atomic_load(&answers_limit))
+				return false;
+		} while (!atomic_compare_exchange_weak(&answers_large_held, &large, large + n));
+	}
+	atomic_fetch_add(&answers_held, n);
+	return true;
+}
+
+/* The answer of a large reply that would pass the limit: 503, to be asked
+ * again shortly, when the clients that hold answers have read them. */
+static void reply_answers_full(struct http_req *req, size_t len)
+{
+	metrics_counter_add("meter_http_answers_refused_total", NULL, 1);
+	log_warn("request %s: an answer of %zu bytes would take the answers waiting for their "
+		 "clients past answers_memory_mib; answered 503",
+		 req->request_id, len);
+	http_reply_error(req, 503, "metering_unavailable",
+			 "too many large answers are waiting for their clients to read them; retry "
+			 "shortly",
+			 json_pack("{s:s}", "reason", "answers_memory"));
+	if (req->resp &&
+	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_RETRY_AFTER, "1") != MHD_YES)
+		log_warn("could not add Retry-After");
+}
+
+/* A response of len bytes: text's copy (own false) or text itself (own
+ * true: freed here, whatever happens), counted in answers_held. NULL when
+ * memory ran out; *full when the limit refused it. */
+static struct MHD_Response *answer_response(const char *text, size_t len, bool own, bool *full)
+{
+	struct answer *a;
+	struct MHD_Response *resp;
+
+	*full = false;
+	a = malloc(sizeof(*a) + (own ? 0 : len));
+	if (!a) {
+		if (own)
+			free((void *)text);
+		return NULL;
+	}
+	a->len = (int64_t)len;
+	a->text = own ? (char *)text : NULL;
+	if (!answer_reserve(len)) {
+		*full = true;
+		free(a->text);
+		free(a);
+		return NULL;
+	}
+	if (!own)
+		memcpy(a->data, text, len);
+	resp = MHD_create_response_from_buffer_with_free_callback_cls(len, own ? a->text : a->data,
+								      answer_free, a);
+	if (!resp)
+		answer_free(a);
+	return resp;
 }
 
 /* Replaces any response already set (a handler may change its mind). */
@@ -110,9 +217,49 @@ bool http_query_allowed(struct http_req *req, const char *const *allowed)
 void http_reply_text(struct http_req *req, unsigned status, const char *content_type,
 		     const char *text, size_t len)
 {
-	struct MHD_Response *resp;
+	bool full;
+	struct MHD_Response *resp = answer_response(text, len, false, &full);
 
-	resp = MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY);
+	if (full) {
+		reply_answers_full(req, len);
+		return;
+	}
+	if (!resp) {
+		log_error("out of memory building a response");
+		set_response(req, 500, NULL);
+		return;
+	}
+	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES)
+		log_warn("could not add Content-Type");
+	set_response(req, status, resp);
+}
+
+void http_reply_owned(struct http_req *req, unsigned status, const char *content_type, char *text,
+		      size_t len)
+{
+	bool full;
+	struct MHD_Response *resp = answer_response(text, len, true, &full);
+
+	if (full) {
+		reply_answers_full(req, len);
+		return;
+	}
+	if (!resp) {
+		log_error("out of memory building a response");
+		set_response(req, 500, NULL);
+		return;
+	}
+	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES)
+		log_warn("could not add Content-Type");
+	set_response(req, status, resp);
+}
+
+void http_reply_static(struct http_req *req, unsigned status, const char *content_type,
+		       const char *text, size_t len)
+{
+	struct MHD_Response *resp =
+	    MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_PERSISTENT);
+
 	if (!resp) {
 		log_error("out of memory building a response");
 		set_response(req, 500, NULL);
@@ -127,17 +274,23 @@ void http_reply_json(struct http_req *req, unsigned status, json_t *body)
 {
 	char *text = body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
 	struct MHD_Response *resp;
+	size_t len;
+	bool full;
 
 	json_decref(body);
 	if (!text) {
 		static const char oom[] =
 		    "{\"error\":{\"code\":\"internal\",\"message\":\"response too large\"}}";
-		http_reply_text(req, 500, "application/json", oom, sizeof(oom) - 1);
+		http_reply_static(req, 500, "application/json", oom, sizeof(oom) - 1);
 		return;
 	}
-	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+	len = strlen(text);
+	resp = answer_response(text, len, true, &full);
+	if (full) {
+		reply_answers_full(req, len);
+		return;
+	}
 	if (!resp) {
-		free(text);
 		set_response(req, 500, NULL);
 		return;
 	}

@@ -78,7 +78,8 @@ struct http_req {
 };
 
 /* Sets the response to status with body serialised compactly. Steals body
- * (it is freed here). A serialisation failure becomes a 500. */
+ * (it is freed here). A serialisation failure becomes a 500; a large body
+ * past the answers' limit a 503, as http_reply_text. */
 void http_reply_json(struct http_req *req, unsigned status, json_t *body);
 
 /* Sets an error response {"error":{"code":code,"message":message,...extra}}.
@@ -86,9 +87,29 @@ void http_reply_json(struct http_req *req, unsigned status, json_t *body);
 void http_reply_error(struct http_req *req, unsigned status, const char *code, const char *message,
 		      json_t *extra);
 
-/* Sets a response of content_type with a copy of text. */
+/* Sets a response of content_type with a copy of text. The copy counts
+ * towards the bytes of answers held (http_answers_limit_set): a large one
+ * that would pass the limit is answered 503 metering_unavailable, reason
+ * answers_memory, instead. */
 void http_reply_text(struct http_req *req, unsigned status, const char *content_type,
 		     const char *text, size_t len);
+
+/* As http_reply_text, with text (malloc'd, len bytes) taken over, not
+ * copied: freed here or once sent. */
+void http_reply_owned(struct http_req *req, unsigned status, const char *content_type, char *text,
+		      size_t len);
+
+/* Sets a response of content_type with text itself, which lives as long as
+ * the process (a document compiled in): no copy, nothing held. */
+void http_reply_static(struct http_req *req, unsigned status, const char *content_type,
+		       const char *text, size_t len);
+
+#define HTTP_ANSWER_SMALL (64 * 1024) /* an answer this small is never refused */
+
+/* The most bytes answers above HTTP_ANSWER_SMALL may hold together (the
+ * configuration's answers_memory_mib), and the bytes held now. */
+void http_answers_limit_set(int64_t bytes);
+int64_t http_answers_held(void);
 
 /* Sets a response built by the caller (e.g. streamed from a callback).
  * Steals resp. */

@@ -9,5 +9,5 @@ void h_openapi(struct http_req *req)
 
 	if (!http_query_allowed(req, query))
 		return;
-	http_reply_text(req, 200, "application/json", openapi_json, openapi_json_len);
+	http_reply_static(req, 200, "application/json", openapi_json, openapi_json_len);
 }

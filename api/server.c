@@ -843,7 +843,16 @@ static void *work_main(void *arg)
 		} else {
 			call_handler(req);
 		}
-		/* A worker's handler answers: it never parks the request itself. */
+		/* A worker's handler answers, or hands the request, still
+		 * parked, to a thread of its own that answers it and wakes its
+		 * connection (an export's producer). */
+		if (!req->resp && req->on_suspended) {
+			void (*hand_over)(struct http_req *) = req->on_suspended;
+
+			req->on_suspended = NULL;
+			hand_over(req);
+			continue;
+		}
 		req->suspended = false;
 		MHD_resume_connection(req->conn);
 	}
@@ -858,6 +867,7 @@ static void work_submit(struct http_req *req)
 	bool stopping;
 
 	req->handler_ctx = NULL;
+	req->on_suspended = NULL; /* called: a handler may set its own */
 	req->work_next = NULL;
 	pthread_mutex_lock(&l->lock);
 	stopping = l->stopping || l->nworkers == 0;
@@ -1241,6 +1251,10 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 			 "Connections cut off for not delivering a whole request within "
 			 "request_timeout_s.");
 	metrics_counter_add(SLOW_CUT, NULL, 0); /* listed from the start, at 0 */
+	metrics_describe("meter_http_answers_refused_total", METRICS_COUNTER,
+			 "Answers over 64 KiB answered 503 instead, for the answers waiting for "
+			 "their clients held answers_memory_mib.");
+	metrics_counter_add("meter_http_answers_refused_total", NULL, 0);
 	if (config_listen_split(cfg->listen, host, sizeof(host), &port) != METER_OK) {
 		snprintf(err, errlen, "bad listen address \"%s\"", cfg->listen);
 		return METER_EINVAL;
@@ -1276,6 +1290,7 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 	}
 	if (getrandom(&srv->rid_prefix, sizeof(srv->rid_prefix), 0) != sizeof(srv->rid_prefix))
 		srv->rid_prefix = (uint64_t)http_now_usec();
+	http_answers_limit_set(cfg->answers_memory_mib << 20);
 	flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;

@@ -64,6 +64,9 @@ static const struct opt opts[] = {
 	    "HTTP connections from one address (0 = no limit)"),
     INT_OPT("connection_timeout_s", connection_timeout_s, 1, 3600,
 	    "idle HTTP connection timeout, seconds"),
+    INT_OPT("answers_memory_mib", answers_memory_mib, 1, 1048576,
+	    "MiB that built answers over 64 KiB may hold together until their clients read them"
+	    " (a larger one beyond it is answered 503)"),
     INT_OPT("request_timeout_s", request_timeout_s, 0, 3600,
 	    "seconds a client has to send a whole request (headers and body) from connecting or "
 	    "from its previous response; slower clients are cut off (0 = no limit)"),
@@ -129,6 +132,7 @@ void config_init(struct meter_config *cfg)
 	cfg->per_ip_connections = 0;
 	cfg->connection_timeout_s = 30;
 	cfg->request_timeout_s = 60;
+	cfg->answers_memory_mib = 256;
 	cfg->db_pool_size = 8;
 	cfg->db_statement_timeout_ms = 10000;
 	cfg->check_batch_max = 256;

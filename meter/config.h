@@ -25,6 +25,7 @@ struct meter_config {
 	int64_t per_ip_connections;	   /* HTTP connections from one address */
 	int64_t connection_timeout_s;	   /* idle HTTP connection timeout */
 	int64_t request_timeout_s;	   /* to send a whole request; 0 = no limit */
+	int64_t answers_memory_mib;	   /* built answers over 64 KiB, held together */
 	int64_t db_pool_size;		   /* PostgreSQL connections for requests */
 	int64_t db_statement_timeout_ms;   /* per statement, on every pool connection */
 	char operator_token[256];	   /* secret; empty = no operator access */

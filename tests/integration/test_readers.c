@@ -1,0 +1,190 @@
+/* API: readers that ask for much and read slowly or not at all.
+ *
+ * - Large answers a client never reads: a statement of 40,000 sandboxes
+ *   (megabytes, more than the sockets take) asked for by a client that
+ *   reads nothing holds its memory until its connection goes. With
+ *   answers_memory_mib = 1, a second large answer meanwhile is 503 (reason
+ *   answers_memory, Retry-After), a small one (a price list) is still
+ *   served, and once the first client has gone the statement is served
+ *   again: the memory was given back.
+ * - Exports asked for one after another: four clients, each asking for its
+ *   next (short) export as soon as its last one ended, never hold more than
+ *   four at once, so none is refused 429 (at most four run at once),
+ *   however long the server takes to close the ended ones' database
+ *   connections. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "apitest.h"
+#include "check.h"
+
+#define SANDBOXES 40000
+#define EXPORTERS 4
+#define EXPORTS	  25 /* each */
+
+static struct apitest t;
+static char acc[65], key[65], token[APITEST_TOKEN_MAX];
+
+static void sleep_ms(int ms)
+{
+	struct timespec d = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+	nanosleep(&d, NULL);
+}
+
+/* A connection that asks for path and never reads: its receive buffer is
+ * kept small, so the answer stays in meterd. Returns the socket. */
+static int ask_and_never_read(const char *path)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)t.servers[0].port)};
+	int fd = socket(AF_INET, SOCK_STREAM, 0), small = 4096;
+	char req[1024];
+	int n;
+
+	CHECK(fd >= 0);
+	CHECK(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) == 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	n = snprintf(req, sizeof(req),
+		     "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n", path,
+		     token);
+	CHECK(write(fd, req, (size_t)n) == n);
+	return fd;
+}
+
+static void test_answers_memory(void)
+{
+	const char *path = "/v1/reports/statement.html?month=2026-03";
+	struct apitest_resp r;
+	long long held = 0;
+	int fd, i;
+
+	CHECK(apitest_call(&t, 0, "GET", path, token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	printf("readers: a statement of %d sandboxes is %zu bytes\n", SANDBOXES, r.body_len);
+	CHECK(r.body_len > 8u << 20); /* more than both sockets' buffers take */
+	apitest_resp_release(&r);
+
+	fd = ask_and_never_read(path);
+	for (i = 0; i < 200 && held <= 8ll << 20; i++) {
+		held = apitest_metric(&t, 0, "meter_http_answers_held_bytes");
+		if (held <= 8ll << 20)
+			sleep_ms(50);
+	}
+	CHECK(held > 8ll << 20);
+
+	/* Another large answer meanwhile: refused, to be asked again. */
+	CHECK(apitest_call(&t, 0, "GET", path, token, NULL, &r) == 0);
+	CHECK_I64(r.status, 503);
+	CHECK_STR(apitest_error_code(&r), "metering_unavailable");
+	CHECK(r.json && strcmp(apitest_jstr(json_object_get(r.json, "error"), "reason"),
+			       "answers_memory") == 0);
+	CHECK(r.headers && strstr(r.headers, "Retry-After: 1") != NULL);
+	apitest_resp_release(&r);
+	CHECK_I64(apitest_metric(&t, 0, "meter_http_answers_refused_total"), 1);
+	/* A small one is served. */
+	CHECK(apitest_call(&t, 0, "GET", "/v1/prices", token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+
+	/* The client goes: its answer's memory is given back, and the
+	 * statement is served again. */
+	close(fd);
+	for (i = 0; i < 100; i++) {
+		CHECK(apitest_call(&t, 0, "GET", path, token, NULL, &r) == 0);
+		if (r.status == 200)
+			break;
+		CHECK_I64(r.status, 503);
+		apitest_resp_release(&r);
+		sleep_ms(100);
+	}
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	CHECK(apitest_metric(&t, 0, "meter_http_answers_held_bytes") < 1 << 20);
+}
+
+struct exporter {
+	pthread_t thread;
+	int ok, refused, other;
+};
+
+static void *export_loop(void *arg)
+{
+	struct exporter *e = arg;
+
+	for (int i = 0; i < EXPORTS; i++) {
+		struct apitest_resp r;
+
+		apitest_call(&t, 0, "GET",
+			     "/v1/reports/usage.csv?from=2026-04-01T00:00:00Z"
+			     "&to=2026-04-01T01:00:00Z",
+			     token, NULL, &r);
+		if (r.status == 200)
+			e->ok++;
+		else if (r.status == 429)
+			e->refused++;
+		else
+			e->other++;
+		apitest_resp_release(&r);
+	}
+	return NULL;
+}
+
+static void test_exports_in_turn(void)
+{
+	struct exporter e[EXPORTERS];
+	int ok = 0, refused = 0, other = 0;
+
+	memset(e, 0, sizeof(e));
+	for (int i = 0; i < EXPORTERS; i++)
+		CHECK(pthread_create(&e[i].thread, NULL, export_loop, &e[i]) == 0);
+	for (int i = 0; i < EXPORTERS; i++) {
+		pthread_join(e[i].thread, NULL);
+		ok += e[i].ok;
+		refused += e[i].refused;
+		other += e[i].other;
+	}
+	printf("readers: %d exports in turn by %d clients: %d answered, %d refused 429, %d "
+	       "other\n",
+	       EXPORTERS * EXPORTS, EXPORTERS, ok, refused, other);
+	CHECK_I64(ok, EXPORTERS * EXPORTS);
+	CHECK_I64(refused, 0);
+	CHECK_I64(other, 0);
+}
+
+int main(void)
+{
+	static const char *const env[] = {"METER_ANSWERS_MEMORY_MIB=1", NULL};
+	char sql[2048];
+
+	if (apitest_start(&t, "readers", 1, NULL, env) < 0)
+		return 1;
+	CHECK(apitest_create_account(&t, "Readers", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, key, token) == 0);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state)"
+		 " SELECT '%s', 'sbx_' || i, '%s', 1, 512, 'running'"
+		 " FROM generate_series(1, %d) i;"
+		 "INSERT INTO usage_hourly (account_id, sandbox_id, hour, price_version, key_id,"
+		 " day, running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus,"
+		 " storage_mibus, cpu_micros, memory_micros, storage_micros, total_micros,"
+		 " cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
+		 " SELECT '%s', 'sbx_' || i, '2026-03-01 00:00Z', 1, '%s', '2026-03-01',"
+		 " 3600000000, 0, 0, 0, 0, 0, 7, 0, 0, 7, 7, 0, 0"
+		 " FROM generate_series(1, %d) i",
+		 acc, key, SANDBOXES, acc, key, SANDBOXES);
+	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	test_answers_memory();
+	test_exports_in_turn();
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+	return check_done();
+}

@@ -37,11 +37,6 @@
 #define STREAM_BUF	   (64 * 1024)
 #define DISP_MAX	   160	/* a Content-Disposition line */
 #define STOP_WAIT_MS	   3000 /* for producers to finish at shut-down */
-/* How long an export's connection may wait for its client to take more
- * (at least; connection_timeout_s when that is longer). The socket's
- * buffers hold megabytes, so a client that reads steadily but slowly
- * takes nothing the socket can see for many seconds at a time. */
-#define EXPORT_IDLE_S 300
 
 /* One export in flight, shared by its producer thread and libmicrohttpd
  * (the response's content reader). req to disp are set before the producer
@@ -64,9 +59,7 @@ struct stream {
 	bool abort;	/* the transfer is over: client gone or shut-down */
 	bool suspended; /* the connection is parked waiting for buf */
 	int refs;
-	bool slot;	     /* it holds one of the REPORTS_CONCURRENT slots; under streams_lock */
-	int64_t idle_s;	     /* the connection's idle timeout while it streams */
-	int64_t conn_idle_s; /* and after, for a next request on it */
+	bool slot; /* it holds one of the REPORTS_CONCURRENT slots; under streams_lock */
 	char next_buf[STREAM_BUF]; /* the producer's own */
 };
 
@@ -201,14 +194,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct stream *st = cls;
 	ssize_t ret;
-	bool over = false, ended = false;
+	bool over = false;
 
-	/* The first read, on the connection's own thread: the export's
-	 * idle timeout replaces the connection's. */
-	if (pos == 0 && st->idle_s > 0 &&
-	    MHD_set_connection_option(st->conn, MHD_CONNECTION_OPTION_TIMEOUT,
-				      (unsigned)st->idle_s) != MHD_YES)
-		log_warn("could not set an export's idle timeout");
+	(void)pos;
 	pthread_mutex_lock(&st->lock);
 	if (st->off < st->len) {
 		size_t n = st->len - st->off < max ? st->len - st->off : max;
@@ -223,7 +211,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		over = true;
 	} else if (st->done) {
 		ret = MHD_CONTENT_READER_END_OF_STREAM;
-		over = ended = true;
+		over = true;
 	} else {
 		st->suspended = true;
 		MHD_suspend_connection(st->conn);
@@ -234,11 +222,6 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	 * follow at once. */
 	if (over)
 		stream_slot_free(st);
-	/* A kept-alive connection waits for its next request as any other
-	 * does. */
-	if (ended && MHD_set_connection_option(st->conn, MHD_CONNECTION_OPTION_TIMEOUT,
-					       (unsigned)st->conn_idle_s) != MHD_YES)
-		log_warn("could not set a connection's idle timeout back");
 	return ret;
 }
 
@@ -582,10 +565,6 @@ static void usage_export(struct http_req *req, enum export_format format)
 	st->conn = req->conn;
 	st->p = p;
 	st->db_url = req->app->cfg->database_url;
-	st->conn_idle_s = req->app->cfg->connection_timeout_s;
-	st->idle_s = req->app->cfg->connection_timeout_s > EXPORT_IDLE_S
-			 ? req->app->cfg->connection_timeout_s
-			 : EXPORT_IDLE_S;
 	snprintf(st->disp, sizeof(st->disp), "%s", disp);
 	req->handler_ctx = st;
 	req->on_suspended = stream_start;

@@ -74,14 +74,18 @@ static bool answer_reserve(size_t len)
  * again shortly, when the clients that hold answers have read them. */
 static void reply_answers_full(struct http_req *req, size_t len)
 {
+	/* Written out, not built: http_reply_json, which may call this, is
+	 * not called again from here. */
+	static const char body[] =
+	    "{\"error\":{\"code\":\"metering_unavailable\",\"message\":\"too many large answers "
+	    "are waiting for their clients to read them; retry shortly\",\"reason\":"
+	    "\"answers_memory\"}}";
+
 	metrics_counter_add("meter_http_answers_refused_total", NULL, 1);
 	log_warn("request %s: an answer of %zu bytes would take the answers waiting for their "
 		 "clients past answers_memory_mib; answered 503",
 		 req->request_id, len);
-	http_reply_error(req, 503, "metering_unavailable",
-			 "too many large answers are waiting for their clients to read them; retry "
-			 "shortly",
-			 json_pack("{s:s}", "reason", "answers_memory"));
+	http_reply_static(req, 503, "application/json", body, sizeof(body) - 1);
 	if (req->resp &&
 	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_RETRY_AFTER, "1") != MHD_YES)
 		log_warn("could not add Retry-After");

@@ -74,12 +74,12 @@ static void test_answers_memory(void)
 	apitest_resp_release(&r);
 
 	fd = ask_and_never_read(path);
-	for (i = 0; i < 200 && held <= 8ll << 20; i++) {
+	for (i = 0; i < 200 && held <= 8LL << 20; i++) {
 		held = apitest_metric(&t, 0, "meter_http_answers_held_bytes");
-		if (held <= 8ll << 20)
+		if (held <= 8LL << 20)
 			sleep_ms(50);
 	}
-	CHECK(held > 8ll << 20);
+	CHECK(held > 8LL << 20);
 
 	/* Another large answer meanwhile: refused, to be asked again. */
 	CHECK(apitest_call(&t, 0, "GET", path, token, NULL, &r) == 0);

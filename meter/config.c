@@ -294,25 +294,114 @@ enum meter_rc config_set(struct meter_config *cfg, const char *name, const char 
 	return opt_apply(cfg, o, value, err, errlen);
 }
 
-/* Trims ASCII blanks from both ends of s, in place; returns s. */
-static char *trim(char *s)
-{
-	char *end;
+/* A config file read a line at a time (config_line_read), its first bytes
+ * read ahead to skip an editor's UTF-8 byte order mark. */
+struct config_reader {
+	FILE *f;
+	int ahead[3]; /* bytes read ahead, given back first */
+	size_t nahead, next;
+};
 
-	while (*s == ' ' || *s == '\t')
-		s++;
-	end = s + strlen(s);
-	while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n'))
-		*--end = '\0';
-	return s;
+/* Opens r on f, skipping a byte order mark at its start. */
+static void config_reader_init(struct config_reader *r, FILE *f)
+{
+	static const unsigned char bom[3] = {0xEF, 0xBB, 0xBF};
+	int c;
+
+	memset(r, 0, sizeof(*r));
+	r->f = f;
+	while (r->nahead < sizeof(bom) && (c = getc(f)) != EOF) {
+		r->ahead[r->nahead++] = c;
+		if (c != bom[r->nahead - 1])
+			return;
+	}
+	if (r->nahead == sizeof(bom))
+		r->nahead = 0; /* the mark: no part of the first name */
+}
+
+static int config_getc(struct config_reader *r)
+{
+	if (r->next < r->nahead)
+		return r->ahead[r->next++];
+	return getc(r->f);
+}
+
+enum config_line { CONFIG_LINE_END, CONFIG_LINE_OK, CONFIG_LINE_LONG };
+
+/* Reads r's next line into buf (size bytes, NUL-terminated) without what no
+ * option's name or value holds: its line end, and the blanks (spaces and
+ * tabs; carriage returns too, but where the line or the value begins) at
+ * its two ends and on either side of its first '=', as README says.
+ * Blanks inside the value are kept as they are; a run of them inside the
+ * name (which has none: the line is refused) is kept as one space. A
+ * comment (the first non-blank a '#') reads as "". Blanks and comments may
+ * be as long as they like: only what is kept counts against size.
+ * CONFIG_LINE_LONG when that does not fit (the rest of the line is
+ * skipped; buf holds what fit), CONFIG_LINE_END at the end of the file. */
+static enum config_line config_line_read(struct config_reader *r, char *buf, size_t size)
+{
+	enum { LEAD, NAME, VALUE_LEAD, VALUE } at = LEAD;
+	size_t n = 0, blanks = 0; /* a run of blanks after buf[n - 1], not kept yet */
+	bool any = false, long_line = false;
+	int c;
+
+	while ((c = config_getc(r)) != EOF && c != '\n') {
+		any = true;
+		if (long_line)
+			continue;
+		if (c == '\r' && (at == LEAD || at == VALUE_LEAD)) {
+			/* Blank at an end only: here it begins the name
+			 * (refused) or the value. */
+			at = at == LEAD ? NAME : VALUE;
+			blanks = 0;
+		}
+		if (c == ' ' || c == '\t' || c == '\r') {
+			/* A value's blanks are written ahead, while they fit:
+			 * kept once a byte of the value follows them. */
+			if (at == VALUE && n + blanks + 1 < size)
+				buf[n + blanks] = (char)c;
+			blanks++;
+			continue;
+		}
+		if (at == LEAD && c == '#') {
+			while ((c = config_getc(r)) != EOF && c != '\n')
+				;
+			buf[0] = '\0';
+			return CONFIG_LINE_OK;
+		}
+		if (c == '=' && (at == LEAD || at == NAME)) {
+			at = VALUE_LEAD;
+			blanks = 0;
+		} else if (at == LEAD || at == VALUE_LEAD) {
+			at = at == LEAD ? NAME : VALUE;
+			blanks = 0;
+		} else if (blanks > 0 && at == NAME) {
+			blanks = 1;
+			if (n + 1 < size)
+				buf[n] = ' ';
+		}
+		if (n + blanks + 1 >= size) {
+			long_line = true;
+			continue;
+		}
+		n += blanks;
+		blanks = 0;
+		buf[n++] = (char)c;
+	}
+	buf[n] = '\0';
+	if (c == EOF && !any)
+		return CONFIG_LINE_END;
+	return long_line ? CONFIG_LINE_LONG : CONFIG_LINE_OK;
 }
 
 enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char *err, size_t errlen)
 {
 	char line[CONFIG_STR_MAX + 128];
 	char sub[512];
+	struct config_reader r;
 	FILE *f;
 	int lineno = 0, first_line[NOPTS] = {0}; /* where each option was set */
+	enum config_line got;
 	enum meter_rc rc = METER_OK;
 
 	f = fopen(path, "r");
@@ -320,30 +409,19 @@ enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char 
 		snprintf(err, errlen, "config file %s: %s", path, strerror(errno));
 		return METER_EIO;
 	}
-	while (fgets(line, sizeof(line), f)) {
-		char *s, *eq, *name, *value;
+	config_reader_init(&r, f);
+	while ((got = config_line_read(&r, line, sizeof(line))) != CONFIG_LINE_END) {
+		char *eq, *name, *value;
 
 		lineno++;
-		/* An editor's UTF-8 byte order mark is no part of the first name. */
-		if (lineno == 1 && strncmp(line, "\xEF\xBB\xBF", 3) == 0)
-			memmove(line, line + 3, strlen(line + 3) + 1);
-		if (!strchr(line, '\n') && !feof(f)) {
-			/* Longer than any option's line: the rest of a comment
-			 * is skipped; an option's value is too long for it. */
+		if (got == CONFIG_LINE_LONG) {
+			/* Longer than any option's line, less its blanks: an
+			 * option's value is too long for it. */
 			const struct opt *o = NULL;
-			int c;
 
-			while ((c = fgetc(f)) != EOF && c != '\n')
-				;
-			s = line + strspn(line, " \t");
-			if (*s == '#')
-				continue;
-			eq = strchr(s, '=');
-			if (eq) {
-				*eq = '\0';
-				name = trim(s);
-				o = opt_find(name, strlen(name));
-			}
+			eq = strchr(line, '=');
+			if (eq)
+				o = opt_find(line, (size_t)(eq - line));
 			if (o && o->kind != OPT_INT && o->kind != OPT_BOOL)
 				snprintf(err, errlen,
 					 "%s:%d: %s: value too long (at most %zu bytes)", path,
@@ -362,18 +440,17 @@ enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char 
 			rc = METER_ERANGE;
 			goto out;
 		}
-		s = trim(line);
-		if (*s == '\0' || *s == '#')
+		if (line[0] == '\0')
 			continue;
-		eq = strchr(s, '=');
+		eq = strchr(line, '=');
 		if (!eq) {
 			snprintf(err, errlen, "%s:%d: expected name = value", path, lineno);
 			rc = METER_EINVAL;
 			goto out;
 		}
 		*eq = '\0';
-		name = trim(s);
-		value = trim(eq + 1);
+		name = line;
+		value = eq + 1;
 		if (strspn(name,
 			   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
 		    strlen(name)) {

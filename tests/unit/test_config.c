@@ -207,6 +207,57 @@ static void test_errors(void)
 		CHECK_STR(err + strlen(tmpfile_path), ":1: line too long (no option's line is)");
 		unlink(tmpfile_path);
 	}
+	/* Blanks around a name or value, and a comment's indent, count
+	 * against no bound: only the value does. */
+	{
+		static char text[4 * CONFIG_STR_MAX + 16384];
+		static char value[CONFIG_STR_MAX];
+		int n;
+
+		n = snprintf(text, sizeof(text),
+			     "%2000s# an indented comment\n"
+			     "listen = %3000s127.0.0.1:23780%3000s\r\n"
+			     "%3000shttp_threads%3000s=%3000s7\t\n"
+			     "host_id = a \t b\n",
+			     "", "", "", "", "", "");
+		CHECK(n > 0 && (size_t)n < sizeof(text));
+		write_file(text);
+		config_init(&c);
+		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_OK);
+		CHECK_STR(c.listen, "127.0.0.1:23780");
+		CHECK_I64(c.http_threads, 7);
+		CHECK_STR(c.host_id, "a \t b");
+		unlink(tmpfile_path);
+		/* A value of its option's bound, however padded, is taken;
+		 * one byte more is refused as before. */
+		memset(value, 'p', CONFIG_STR_MAX - 1);
+		value[CONFIG_STR_MAX - 1] = '\0';
+		n = snprintf(text, sizeof(text), "database_url = %3000s%s%3000s\n", "", value, "");
+		CHECK(n > 0 && (size_t)n < sizeof(text));
+		write_file(text);
+		config_init(&c);
+		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_OK);
+		CHECK_I64((int64_t)strlen(c.database_url), CONFIG_STR_MAX - 1);
+		unlink(tmpfile_path);
+		n = snprintf(text, sizeof(text), "database_url = %3000s%sp%3000s\n", "", value, "");
+		CHECK(n > 0 && (size_t)n < sizeof(text));
+		write_file(text);
+		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_ERANGE);
+		CHECK_STR(err + strlen(tmpfile_path),
+			  ":1: database_url: value too long (at most 1023 bytes)");
+		unlink(tmpfile_path);
+		/* A long run of blanks where the '=' was meant is still told
+		 * as such, the line not shown. */
+		n = snprintf(text, sizeof(text),
+			     "database_url%3000spostgresql://u:S3cretPw@h/db?sslmode=disable\n",
+			     "");
+		CHECK(n > 0 && (size_t)n < sizeof(text));
+		write_file(text);
+		CHECK(config_load_file(&c, tmpfile_path, err, sizeof(err)) == METER_EINVAL);
+		CHECK(strstr(err, "expected name = value, the name of letters") != NULL);
+		CHECK(strstr(err, "S3cret") == NULL);
+		unlink(tmpfile_path);
+	}
 	/* A line whose '=' is inside its value (a blank where it was
 	 * meant): what comes before it is not echoed as an option's name. */
 	write_file("database_url postgresql://u:S3cretPw@127.0.0.1/meter?sslmode=disable\n");

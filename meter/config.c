@@ -43,9 +43,11 @@ struct opt {
 /* NOLINTEND(bugprone-macro-parentheses) */
 
 static const struct opt opts[] = {
-    STR_OPT("database_url", database_url, true, "PostgreSQL URL (libpq syntax)"),
+    STR_OPT("database_url", database_url, true,
+	    "PostgreSQL URL (libpq syntax; required; secret: it may hold a password)"),
     STR_OPT("database_schema", database_schema, false,
-	    "schema of meter's tables, every session's search_path (a-z, 0-9, _)"),
+	    "schema of meter's tables, every session's search_path (1 to 63 of a-z, 0-9, _;"
+	    " not starting with a digit or pg_)"),
     {.name = "listen",
      .kind = OPT_LISTEN,
      .offset = offsetof(struct meter_config, listen),
@@ -72,15 +74,18 @@ static const struct opt opts[] = {
 	    "from its previous response; slower clients are cut off (0 = no limit)"),
     INT_OPT("db_pool_size", db_pool_size, 2, 256,
 	    "PostgreSQL connections for requests (at least one per lane of workers: 2)"),
-    STR_OPT("operator_token", operator_token, true, "bearer token of the operator (secret)"),
+    STR_OPT("operator_token", operator_token, true,
+	    "bearer token of the operator (secret, at least 32 bytes)"),
     STR_OPT("control_plane_token", control_plane_token, true,
-	    "bearer token of the control plane (secret)"),
+	    "bearer token of the control plane (secret, at least 32 bytes)"),
     STR_OPT("agent_token", agent_token, true,
-	    "bearer token of host agents that push samples; POST /v1/samples only (secret)"),
+	    "bearer token of host agents that push samples; POST /v1/samples only"
+	    " (secret, at least 32 bytes)"),
     INT_OPT("db_statement_timeout_ms", db_statement_timeout_ms, 100, 600000,
 	    "PostgreSQL statement timeout, milliseconds"),
     STR_OPT("session_secret", session_secret, true,
-	    "signs dashboard session cookies; replicas share it (secret; empty = random)"),
+	    "signs dashboard session cookies; replicas share it (secret, at least 32 bytes;"
+	    " empty = random)"),
     INT_OPT("session_cookie_secure", session_cookie_secure, 0, 1,
 	    "1 when the dashboard is served over HTTPS (Secure cookie)"),
     INT_OPT("check_batch_max", check_batch_max, 1, 4096,
@@ -98,7 +103,8 @@ static const struct opt opts[] = {
     STR_OPT("webhook_url", webhook_url, false,
 	    "control plane's webhook URL for limit and outrun events (empty = none)"),
     STR_OPT("webhook_secret", webhook_secret, true,
-	    "HMAC-SHA256 key of the webhook's Meter-Signature (secret)"),
+	    "HMAC-SHA256 key of the webhook's Meter-Signature (secret, at least 32 bytes;"
+	    " required with webhook_url)"),
     INT_OPT("webhook_concurrency", webhook_concurrency, 1, 32,
 	    "webhook events this process POSTs at once (over reused connections)"),
     BOOL_OPT("collector", collector, "run the collector: on or off"),

@@ -1,4 +1,5 @@
 /* Unit tests of configuration: defaults, file, environment, flags, precedence. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,6 +321,122 @@ static void test_help_first(void)
 	CHECK(!help);
 }
 
+/* The line of text (meterd --help) that describes option name; "" when
+ * there is none. Borrowed: a static buffer, overwritten by the next call. */
+static const char *usage_line(const char *text, const char *name)
+{
+	static char line[1024];
+	char head[64];
+	const char *at, *end;
+
+	snprintf(head, sizeof(head), "\n  --%s ", name);
+	at = strstr(text, head);
+	if (!at)
+		return "";
+	at++;
+	end = strchr(at, '\n');
+	snprintf(line, sizeof(line), "%.*s", (int)(end ? end - at : (ptrdiff_t)strlen(at)), at);
+	return line;
+}
+
+/* Writes v into out with its thousands grouped by commas, as README
+ * writes numbers in its text (100,000; -3,153,600,000). */
+static void grouped(long long v, char *out, size_t len)
+{
+	char digits[32];
+	size_t n, o = 0;
+
+	snprintf(digits, sizeof(digits), "%lld", v < 0 ? -v : v);
+	n = strlen(digits);
+	if (v < 0 && o + 1 < len)
+		out[o++] = '-';
+	for (size_t i = 0; i < n && o + 1 < len; i++) {
+		if (i > 0 && (n - i) % 3 == 0 && o + 2 < len)
+			out[o++] = ',';
+		out[o++] = digits[i];
+	}
+	out[o] = '\0';
+}
+
+/* README's row of option name in its table of options, less the first
+ * cell (which names it, alone or with another); "" when there is none.
+ * Borrowed: a static buffer, overwritten by the next call. */
+static const char *readme_row(const char *name)
+{
+	static char readme[256 * 1024], row[8192];
+	static bool read;
+	char cell[80];
+	const char *r;
+
+	if (!read) {
+		FILE *f = fopen(METER_SOURCE_DIR "/README.md", "r");
+		size_t n = 0;
+
+		CHECK(f != NULL);
+		if (f) {
+			n = fread(readme, 1, sizeof(readme) - 1, f);
+			fclose(f);
+		}
+		readme[n] = '\0';
+		read = true;
+	}
+	snprintf(cell, sizeof(cell), "`%s`", name);
+	for (r = strstr(readme, "\n| `"); r; r = strstr(r + 1, "\n| `")) {
+		const char *first_end = strstr(r + 3, " | "), *end = strchr(r + 1, '\n');
+		const char *named = strstr(r + 3, cell);
+
+		if (first_end && named && named < first_end && (!end || first_end < end)) {
+			first_end += 3;
+			snprintf(row, sizeof(row), "%.*s",
+				 (int)(end ? end - first_end : (ptrdiff_t)strlen(first_end)),
+				 first_end);
+			return row;
+		}
+	}
+	return "";
+}
+
+/* Every number's bounds and default that --help (text) gives are those of
+ * its row in README's table of options: the bounds in its text, the
+ * default in its column. */
+static void check_readme_numbers(const char *text)
+{
+	int rows = 0;
+
+	for (const char *at = strstr(text, "\n  --"); at; at = strstr(at + 1, "\n  --")) {
+		char name[64], lo[32], hi[32], def[32];
+		long long min, max, dflt;
+		const char *line = at + 5, *bounds, *row, *end;
+		int used = 0;
+
+		if (sscanf(line, "%63[a-z_]", name) != 1)
+			continue;
+		end = strchr(line, '\n');
+		bounds = strstr(line, ", default ");
+		if (!end || !bounds || bounds > end)
+			continue;
+		while (bounds > line && bounds[-1] != '(')
+			bounds--;
+		if (sscanf(bounds, "%lld to %lld, default %lld)%n", &min, &max, &dflt, &used) !=
+			3 ||
+		    used == 0)
+			continue;
+		row = readme_row(name);
+		grouped(min, lo, sizeof(lo));
+		grouped(max, hi, sizeof(hi));
+		snprintf(def, sizeof(def), "%lld | ", dflt);
+		if (strncmp(row, def, strlen(def)) != 0 || !strstr(row, hi) ||
+		    (min != 0 && !strstr(row, lo)))
+			fprintf(stderr, "README's row of %s does not say %s to %s, default %lld\n",
+				name, lo, hi, dflt);
+		CHECK(strncmp(row, def, strlen(def)) == 0);
+		CHECK(strstr(row, hi) != NULL);
+		CHECK(min == 0 || strstr(row, lo) != NULL);
+		rows++;
+	}
+	CHECK(rows >= 19);
+}
+
 /* --help names each number's bounds beside its default: the bounds a bad
  * value is refused by. */
 static void test_usage(void)
@@ -357,6 +474,23 @@ static void test_usage(void)
 	CHECK(strstr(text, "(0 to 3600, default 60)\n") != NULL); /* request_timeout_s */
 	CHECK(strstr(text, "(1 to 32, default 4)\n") != NULL);	  /* webhook_concurrency */
 	CHECK(strstr(text, "(default on)\n") != NULL);		  /* collector */
+	/* What meterd refuses at start is said there too, as README says
+	 * it: the secrets' minimum, and the one option it cannot go without. */
+	{
+		static const char *const secrets[] = {"operator_token", "control_plane_token",
+						      "agent_token", "session_secret",
+						      "webhook_secret"};
+
+		for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++) {
+			CHECK(strstr(usage_line(text, secrets[i]), "at least 32 bytes") != NULL);
+			CHECK(strstr(readme_row(secrets[i]), "at least 32 bytes") != NULL);
+		}
+		CHECK(strstr(usage_line(text, "database_url"), "required") != NULL);
+		CHECK(strstr(readme_row("database_url"), "required") != NULL);
+		CHECK(strstr(usage_line(text, "clock_offset_s"), "(-3153600000 to 3153600000,") !=
+		      NULL);
+	}
+	check_readme_numbers(text);
 }
 
 static void test_listen(void)

@@ -78,19 +78,45 @@ static struct ctl_arg *find(struct ctl_arg *args, size_t nargs, const char *name
 	return NULL;
 }
 
+/* Finds the option whose short name a is ("-o" or "-o=..."). */
+static struct ctl_arg *find_short(struct ctl_arg *args, size_t nargs, const char *a)
+{
+	if (a[0] != '-' || a[1] == '\0' || a[1] == '-' || (a[2] != '\0' && a[2] != '='))
+		return NULL;
+	for (size_t i = 0; i < nargs; i++)
+		if (args[i].short_name && args[i].short_name == a[1])
+			return &args[i];
+	return NULL;
+}
+
+/* The option o as written: "-o" when short, else "--output". */
+static const char *spelled(const struct ctl_arg *o, bool as_short, char *buf, size_t len)
+{
+	if (as_short)
+		snprintf(buf, len, "-%c", o->short_name);
+	else
+		snprintf(buf, len, "--%s", o->name);
+	return buf;
+}
+
 enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct ctl_arg *args,
 				    size_t nargs, int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *eq, *value = NULL;
+		const char *a = argv[i], *eq, *value = NULL, *as;
 		struct ctl_arg *o;
-		size_t len;
+		char as_buf[72];
+		bool as_short;
 
 		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			fputs(usage, stdout);
 			return CTL_ARGS_HELP;
 		}
-		if (strncmp(a, "--", 2) != 0) {
+		o = find_short(args, nargs, a);
+		as_short = o != NULL;
+		if (o) {
+			eq = a[2] == '=' ? a + 2 : NULL;
+		} else if (strncmp(a, "--", 2) != 0) {
 			char shown[80];
 
 			ctl_fail(cmd,
@@ -98,11 +124,14 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 				 "quotes)",
 				 parse_arg_shown(a, shown, sizeof(shown)));
 			return CTL_ARGS_BAD;
+		} else {
+			size_t len;
+
+			a += 2;
+			eq = strchr(a, '=');
+			len = eq ? (size_t)(eq - a) : strlen(a);
+			o = find(args, nargs, a, len);
 		}
-		a += 2;
-		eq = strchr(a, '=');
-		len = eq ? (size_t)(eq - a) : strlen(a);
-		o = find(args, nargs, a, len);
 		if (!o) {
 			char shown[224];
 
@@ -110,14 +139,22 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 				 parse_arg_shown(argv[i], shown, sizeof(shown)));
 			return CTL_ARGS_BAD;
 		}
+		as = spelled(o, as_short, as_buf, sizeof(as_buf));
 		if (o->seen) {
-			ctl_fail(cmd, "--%s given twice", o->name);
+			char before[72];
+
+			if (o->seen_short == as_short)
+				ctl_fail(cmd, "%s given twice", as);
+			else
+				ctl_fail(cmd, "%s given twice (once as %s)", as,
+					 spelled(o, o->seen_short, before, sizeof(before)));
 			return CTL_ARGS_BAD;
 		}
 		o->seen = true;
+		o->seen_short = as_short;
 		if (o->kind == CTL_ARG_FLAG) {
 			if (eq) {
-				ctl_fail(cmd, "--%s takes no value", o->name);
+				ctl_fail(cmd, "%s takes no value", as);
 				return CTL_ARGS_BAD;
 			}
 			o->i = 1;
@@ -128,13 +165,13 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 		else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0)
 			value = argv[++i];
 		if (!value || !*value) {
-			ctl_fail(cmd, "--%s needs a value", o->name);
+			ctl_fail(cmd, "%s needs a value", as);
 			return CTL_ARGS_BAD;
 		}
 		/* As a value after the flag, so written after '=': none begins
 		 * with "--", which reads as a mistyped option. */
 		if (strncmp(value, "--", 2) == 0) {
-			ctl_fail(cmd, "--%s: a value may not begin with --", o->name);
+			ctl_fail(cmd, "%s: a value may not begin with --", as);
 			return CTL_ARGS_BAD;
 		}
 		if (o->kind == CTL_ARG_STR) {
@@ -145,11 +182,11 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 		case METER_OK:
 			break;
 		case METER_ERANGE:
-			ctl_fail(cmd, "--%s must be between %lld and %lld", o->name,
-				 (long long)o->min, (long long)o->max);
+			ctl_fail(cmd, "%s must be between %lld and %lld", as, (long long)o->min,
+				 (long long)o->max);
 			return CTL_ARGS_BAD;
 		default:
-			ctl_fail(cmd, "--%s must be a whole number, got \"%.32s\"", o->name, value);
+			ctl_fail(cmd, "%s must be a whole number, got \"%.32s\"", as, value);
 			return CTL_ARGS_BAD;
 		}
 	}

@@ -1,8 +1,10 @@
 /* meterctl: long-option parsing shared by the sub-commands.
  *
- * Options are "--name value" or "--name=value"; a value that starts with
- * "--" counts as missing. Anything wrong is reported as one line on stderr,
- * "meterctl <cmd>: <what>", and the command exits with status 2. */
+ * Options are "--name value" or "--name=value" (one with a short name,
+ * "-o value" or "-o=value" too); a value that starts with "--" counts as
+ * missing. Anything wrong is reported as one line on stderr, "meterctl
+ * <cmd>: <what>", naming the option as it was written, and the command
+ * exits with status 2. */
 #ifndef METER_CTL_ARGS_H
 #define METER_CTL_ARGS_H
 
@@ -20,13 +22,15 @@ enum ctl_arg_kind {
 
 struct ctl_arg {
 	const char *name; /* without "--" */
+	char short_name;  /* 'o' for -o, the same option; 0 = none */
 	enum ctl_arg_kind kind;
 	bool required;
 	int64_t min, max; /* CTL_ARG_INT */
 	/* Results. */
 	bool seen;
-	int64_t i;     /* CTL_ARG_INT value (the default until seen) */
-	const char *s; /* CTL_ARG_STR value, borrowed from argv (default until seen) */
+	bool seen_short; /* as written when seen: -o rather than --output */
+	int64_t i;	 /* CTL_ARG_INT value (the default until seen) */
+	const char *s;	 /* CTL_ARG_STR value, borrowed from argv (default until seen) */
 };
 
 enum ctl_args_result {

@@ -30,6 +30,8 @@ static const char usage_text[] =
     "       meterctl report statement --account ID --month YYYY-MM [--format csv|html]\n"
     "           [-o FILE] [--database-url URL]\n"
     "\n"
+    "-o FILE (also -o=FILE, --output FILE or --output=FILE) writes the report to\n"
+    "FILE instead of standard output.\n"
     "TIME is RFC 3339 on a whole UTC hour (2026-11-01T00:00:00Z); the range is\n"
     "[from, to), at most 400 days. Day rows are the key's calendar days.\n";
 
@@ -174,18 +176,6 @@ static int progress_percent(const char *period, int64_t from, int64_t to)
 	return (int)((at - from) * 100 / (to - from));
 }
 
-/* -o FILE is the one short option: rewrite it as --output. argv is copied. */
-static char **rewrite_short(int argc, char **argv)
-{
-	char **v = calloc((size_t)argc + 1, sizeof(*v));
-
-	if (!v)
-		return NULL;
-	for (int i = 0; i < argc; i++)
-		v[i] = strcmp(argv[i], "-o") == 0 ? "--output" : argv[i];
-	return v;
-}
-
 static int report_usage(int argc, char **argv)
 {
 	const char *cmd = "report usage";
@@ -197,7 +187,7 @@ static int report_usage(int argc, char **argv)
 	    {.name = "format", .kind = CTL_ARG_STR, .s = "csv"},
 	    {.name = "key-id", .kind = CTL_ARG_STR, .s = ""},
 	    {.name = "sandbox-id", .kind = CTL_ARG_STR, .s = ""},
-	    {.name = "output", .kind = CTL_ARG_STR},
+	    {.name = "output", .short_name = 'o', .kind = CTL_ARG_STR},
 	    {.name = "database-url", .kind = CTL_ARG_STR},
 	};
 	const size_t n = sizeof(args) / sizeof(args[0]);
@@ -345,7 +335,7 @@ static int report_statement(int argc, char **argv)
 	    {.name = "account", .kind = CTL_ARG_STR, .required = true},
 	    {.name = "month", .kind = CTL_ARG_STR, .required = true},
 	    {.name = "format", .kind = CTL_ARG_STR, .s = "csv"},
-	    {.name = "output", .kind = CTL_ARG_STR},
+	    {.name = "output", .short_name = 'o', .kind = CTL_ARG_STR},
 	    {.name = "database-url", .kind = CTL_ARG_STR},
 	};
 	struct statement s;
@@ -407,7 +397,6 @@ out:
 
 int ctl_report_main(int argc, char **argv)
 {
-	char **v;
 	int status;
 
 	if (argc < 2) {
@@ -418,20 +407,14 @@ int ctl_report_main(int argc, char **argv)
 		fputs(usage_text, stdout);
 		return 0;
 	}
-	v = rewrite_short(argc - 1, argv + 1);
-	if (!v) {
-		ctl_fail("report", "out of memory");
-		return 1;
-	}
 	if (strcmp(argv[1], "usage") == 0) {
-		status = report_usage(argc - 1, v);
+		status = report_usage(argc - 1, argv + 1);
 	} else if (strcmp(argv[1], "statement") == 0) {
-		status = report_statement(argc - 1, v);
+		status = report_statement(argc - 1, argv + 1);
 	} else {
 		ctl_fail("report", "unknown report \"%.32s\": expected usage or statement",
 			 argv[1]);
 		status = 2;
 	}
-	free(v);
 	return status;
 }

@@ -127,6 +127,33 @@ for f in "--account a/b:--account" "--account acc_rep --key-id x/y:--key-id" \
 	expect "stderr of a bad ${f#*:}" "$(cat /tmp/meterctl-err.$$)" \
 		"meterctl report usage: ${f#*:}: must be 1 to 64 characters of A-Z a-z 0-9 _ . -"
 done
+# -o FILE, the one short option, is --output, and takes its value as every
+# option does: -o=FILE too. A mistake names it as it was written.
+dir=$(mktemp -d /tmp/meterctl-out.XXXXXX)
+for o in "-o $dir/a" "-o=$dir/b" "--output $dir/c" "--output=$dir/d"; do
+	# shellcheck disable=SC2086
+	out=$($ctl report statement --account acc_rep --month 2026-11 --database-url "$url" $o \
+		2>/tmp/meterctl-err.$$) && status=0 || status=$?
+	expect "report statement $o" "$status" 0
+	expect "stdout of report statement $o" "$out" ""
+	expect "stderr of report statement $o" "$(cat /tmp/meterctl-err.$$)" ""
+done
+$ctl report statement --account acc_rep --month 2026-11 --database-url "$url" >"$dir/stdout"
+[[ -s $dir/stdout ]] && ok || fail "report statement wrote nothing to standard output"
+for f in a b c d; do
+	cmp -s "$dir/stdout" "$dir/$f" && ok || fail "report statement's output $f differs"
+done
+rm -rf "$dir"
+for c in "-o a -o b:-o given twice" "-o a --output b:--output given twice (once as -o)" \
+	"--output=a -o=b:-o given twice (once as --output)" "-o:-o needs a value" \
+	"-o=--x:-o: a value may not begin with --" "-o=:-o needs a value"; do
+	# shellcheck disable=SC2086
+	$ctl report statement --account acc_rep --month 2026-11 ${c%%:*} \
+		>/dev/null 2>/tmp/meterctl-err.$$ && status=0 || status=$?
+	expect "status of report statement ${c%%:*}" "$status" 2
+	expect "stderr of report statement ${c%%:*}" "$(cat /tmp/meterctl-err.$$)" \
+		"meterctl report statement: ${c#*:}"
+done
 # A reader that goes away (meterctl report ... | head): status 1 and one
 # line saying the output is incomplete. (A FIFO whose reading side is
 # closed before meterctl writes, so no timing lets a write through.)

@@ -222,7 +222,7 @@ const char *ctl_database_url(const char *cmd, const char *flag_value)
 
 PGconn *ctl_db_connect(const char *cmd, const char *url)
 {
-	char err[512], why[200], elsewhere[256] = "";
+	char err[512], why[400], elsewhere[256] = "";
 	PGconn *conn = NULL;
 	int have = -1, want = migrate_latest();
 	enum meter_rc rc;
@@ -236,10 +236,8 @@ PGconn *ctl_db_connect(const char *cmd, const char *url)
 		rc = migrate_elsewhere(conn, elsewhere, sizeof(elsewhere));
 	if (rc == METER_OK && have == want)
 		return conn;
-	if (rc == METER_ECONFLICT)
-		ctl_fail(cmd, "%s: the database was migrated by another build", why);
-	else if (rc == METER_ENOMEM)
-		ctl_fail(cmd, "%s", why);
+	if (rc == METER_ECONFLICT || rc == METER_ENOMEM)
+		ctl_fail(cmd, "%s", why); /* a conflict's says what to do */
 	else if (rc != METER_OK)
 		ctl_fail(cmd, "cannot read the database's schema version");
 	else if (elsewhere[0])

@@ -49,6 +49,11 @@ int ctl_migrate_main(int argc, char **argv)
 		goto out;
 	}
 	rc = migrate_apply(conn, &applied, err, sizeof(err));
+	if (rc == METER_ECONFLICT && applied == 0) {
+		/* Refused before anything was applied: err says what to do. */
+		fprintf(stderr, "meterctl migrate: %s\n", err);
+		goto out;
+	}
 	if (rc != METER_OK) {
 		fprintf(stderr, "meterctl migrate: %s (%d applied before the failure)\n", err,
 			applied);

@@ -199,6 +199,12 @@ static enum meter_rc migrate_check_compiled(char *err, size_t errlen)
 	return METER_OK;
 }
 
+/* What to do about a database another build migrated (its migrations'
+ * texts or numbers differ from this binary's): said after what differs. */
+#define MIGRATE_OTHER_BUILD                                                                        \
+	"the database was migrated by another build: use that build's meterctl and meterd,"        \
+	" or restore a backup taken before it migrated and run this build's meterctl migrate"
+
 /* Index of the compiled migration numbered version, or -1. */
 static int migrate_find(int version)
 {
@@ -236,20 +242,22 @@ static enum meter_rc migrate_compare(const PGresult *res, const char (*hex)[MIGR
 		if (v > newest) {
 			snprintf(err, errlen,
 				 "database schema is newer than this binary (version %ld, binary "
-				 "knows up to %d)",
+				 "knows up to %d): use the meterctl that migrated it",
 				 v, newest);
 			return METER_ECONFLICT;
 		}
 		i = migrate_find((int)v);
 		if (i < 0) {
 			snprintf(err, errlen,
-				 "database records migration %ld, which this binary does not have",
+				 "database records migration %ld, which this binary does not "
+				 "have: " MIGRATE_OTHER_BUILD,
 				 v);
 			return METER_ECONFLICT;
 		}
 		if (strcmp(sha, hex[i]) != 0) {
 			snprintf(err, errlen,
-				 "migration %s was changed after it was applied (sha256 differs)",
+				 "migration %s was changed after it was applied (sha256 "
+				 "differs): " MIGRATE_OTHER_BUILD,
 				 migrations_src[i].name);
 			return METER_ECONFLICT;
 		}
@@ -535,7 +543,7 @@ enum meter_rc migrate_verify(PGconn *conn, int *version, char *err, size_t errle
 	 * skipped by the build that migrated, or its record deleted. */
 	for (int i = 0; rc == METER_OK && i < migrations_count; i++) {
 		if (!done[i] && migrations_src[i].version < *version) {
-			snprintf(err, errlen, "migration %s is not applied",
+			snprintf(err, errlen, "migration %s is not applied: " MIGRATE_OTHER_BUILD,
 				 migrations_src[i].name);
 			rc = METER_ECONFLICT;
 		}

@@ -24,9 +24,10 @@ extern const int migrations_count;
  * each in its own transaction together with its row in schema_migrations
  * (version, name, sha256 of the text, applied_at). A transaction-scoped
  * advisory lock serialises concurrent migrators. A recorded migration whose
- * text changed since it was applied is METER_ECONFLICT. *applied gets the
- * number applied by this call (0 when the schema is current). err gets a
- * one-line reason on failure. */
+ * text changed since it was applied, or one this binary does not have, is
+ * METER_ECONFLICT. *applied gets the number applied by this call (0 when
+ * the schema is current). err gets a one-line reason on failure, and for a
+ * conflict what to do. */
 METER_MUSTCHECK enum meter_rc migrate_apply(PGconn *conn, int *applied, char *err, size_t errlen);
 
 /* The name of a schema other than db_schema() that holds meter's tables
@@ -44,13 +45,12 @@ int migrate_latest(void);
 METER_MUSTCHECK enum meter_rc migrate_version(PGconn *conn, int *version);
 
 /* migrate_version, and what schema_migrations records of the versions this
- * binary has compared with its own migrations: METER_ECONFLICT, with err,
- * when one it records is not this binary's or its text differs, or one of
- * this binary's below the newest recorded is missing (the database was
- * migrated by another build). METER_ENOMEM, with err, when the compiled
- * migrations cannot be hashed. Versions past this binary's
- * are left to the caller, which compares *version with migrate_latest().
- * METER_EDB when it cannot be read. */
+ * binary has compared with its own migrations: METER_ECONFLICT, with err
+ * (what differs and what to do), when one it records is not this binary's
+ * or its text differs, or one of this binary's below the newest recorded
+ * is missing (the database was migrated by another build). METER_ENOMEM, with err, when the
+ * compiled migrations cannot be hashed. Versions past this binary's are left to the caller, which
+ * compares *version with migrate_latest(). METER_EDB when it cannot be read. */
 METER_MUSTCHECK enum meter_rc migrate_verify(PGconn *conn, int *version, char *err, size_t errlen);
 
 #endif

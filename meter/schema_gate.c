@@ -34,15 +34,14 @@ static int64_t gate_timeout_ms;
 
 enum meter_rc schema_read(PGconn *conn, struct schema_state *st)
 {
-	char why[200] = "", elsewhere[256] = "";
+	char why[SCHEMA_WHY_MAX] = "", elsewhere[256] = "";
 	enum meter_rc rc;
 
 	*st = (struct schema_state){
 	    .have = -1, .want = migrate_latest(), .begun_usec = clock_mono_usec()};
 	rc = migrate_verify(conn, &st->have, why, sizeof(why));
 	if (rc == METER_ECONFLICT) {
-		snprintf(st->why, sizeof(st->why), "%s: the database was migrated by another build",
-			 why);
+		snprintf(st->why, sizeof(st->why), "%s", why); /* says what to do */
 		return METER_OK;
 	}
 	if (rc == METER_ENOMEM) {

@@ -235,14 +235,24 @@ cleanup_fns+=("drop_db meterctl_behind")
 $ctl migrate --database-url "$behind" >/dev/null 2>&1
 psql "$behind" -Atq -c "DELETE FROM schema_migrations
 	WHERE version = (SELECT max(version) FROM schema_migrations)"
+# Migrated by another build: a recorded migration's text differs.
+foreign=$(make_db meterctl_foreign)
+cleanup_fns+=("drop_db meterctl_foreign")
+$ctl migrate --database-url "$foreign" >/dev/null 2>&1
+psql "$foreign" -Atq -c "UPDATE schema_migrations SET sha256 = repeat('0', 64)
+	WHERE version = (SELECT min(version) FROM schema_migrations)"
+other_build="the database was migrated by another build: use that build's meterctl and meterd,"
+other_build+=" or restore a backup taken before it migrated and run this build's meterctl migrate"
 for c in "account create --name x" "key create --account acc_rep --role read_only" \
 	"$rep" "report statement --account acc_rep --month 2026-11"; do
 	for db in "bare:is not migrated: run meterctl migrate" \
 		"behind:this meterctl needs * run meterctl migrate" \
-		"other:meter's tables are in schema \"public\", not in \"other\""; do
+		"other:meter's tables are in schema \"public\", not in \"other\"" \
+		"foreign:$other_build"; do
 		case ${db%%:*} in
 		bare) u=$bare schema=public ;;
 		behind) u=$behind schema=public ;;
+		foreign) u=$foreign schema=public ;;
 		other) u=$url schema=other ;;
 		esac
 		# shellcheck disable=SC2086
@@ -256,6 +266,12 @@ for c in "account create --name x" "key create --account acc_rep --role read_onl
 			fail "'meterctl ${c%% --*}' on a ${db%%:*} database said '$(cat /tmp/meterctl-err.$$)'"
 	done
 done
+first=$(psql "$foreign" -Atq -c "SELECT name FROM schema_migrations ORDER BY version LIMIT 1")
+$ctl migrate --database-url "$foreign" >/dev/null 2>/tmp/meterctl-err.$$ && status=0 || status=$?
+expect "'meterctl migrate' on a database another build migrated" "$status" 1
+expect "stderr of 'meterctl migrate' on a database another build migrated" \
+	"$(cat /tmp/meterctl-err.$$)" \
+	"meterctl migrate: migration $first was changed after it was applied (sha256 differs): $other_build"
 rm -f /tmp/meterctl-err.$$
 expect "accounts made in the bare database" \
 	"$(psql "$bare" -Atq -c "SELECT count(*) FROM pg_tables WHERE tablename = 'accounts'")" 0

@@ -9,7 +9,8 @@
  * Push mode (--push URL --token T): for steps 0, 1, ... (up to --steps), at
  * the simulated instants start + step × period, POSTs every host's document
  * to URL in host order, retrying each POST until it is answered 2xx
- * (at-least-once delivery); a 4xx other than 408 and 429 is fatal.
+ * (at-least-once delivery; each kind of failure said once on stderr); a
+ * 4xx other than 408 and 429 is fatal.
  *
  * The simulated clock: simulated time = start + (wall time since launch) ×
  * speed, in integer microseconds. --speed 0 stops the clock at --start in
@@ -603,11 +604,48 @@ static int sim_on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow, 
 
 enum sim_post { SIM_POSTED, SIM_STOPPED, SIM_FATAL };
 
+/* Why a push's POSTs were retried: each kind of failure (a libcurl error,
+ * or an HTTP status) is said once, the first time, so that a service away
+ * for an hour writes a line for it, not one for each of thousands of
+ * retries; the last line counts them all. */
+struct sim_retry_told {
+	long kinds[32]; /* -CURLcode, or an HTTP status */
+	size_t n;
+};
+
+/* Says why a POST is retried (cc, else the HTTP status; detail: libcurl's
+ * words, or the answer's body), unless told says it was already. */
+static void sim_retry_tell(struct sim_retry_told *told, const struct sim_opts *o, CURLcode cc,
+			   long status, char *detail)
+{
+	long kind = cc != CURLE_OK ? -(long)cc : status;
+
+	for (size_t i = 0; i < told->n; i++)
+		if (told->kinds[i] == kind)
+			return;
+	if (told->n == sizeof(told->kinds) / sizeof(told->kinds[0]))
+		return;
+	told->kinds[told->n++] = kind;
+	for (char *p = detail; *p; p++)
+		if (*p == '\n' || *p == '\r')
+			*p = ' ';
+	if (cc != CURLE_OK)
+		sim_fail("POST %s failed, retrying: %s (said once; the last line counts the "
+			 "retries)",
+			 o->push, detail[0] ? detail : curl_easy_strerror(cc));
+	else
+		sim_fail("POST %s answered HTTP %ld, retrying: %s (said once; the last line "
+			 "counts the retries)",
+			 o->push, status, detail);
+}
+
 /* POSTs body until a 2xx answer. Connection errors, 408, 429 and 5xx are
- * retried with a doubling pause (50 ms to 2 s); any other status is fatal
- * (one line on stderr). SIM_STOPPED on a signal or at --duration-s. */
-static enum sim_post sim_post(CURL *e, const char *body, size_t len, const struct sim_opts *o,
-			      const struct sim *s, uint64_t *retries)
+ * retried with a doubling pause (50 ms to 2 s), each kind said once on
+ * stderr (told); any other status is fatal (one line on stderr). errbuf:
+ * e's CURLOPT_ERRORBUFFER. SIM_STOPPED on a signal or at --duration-s. */
+static enum sim_post sim_post(CURL *e, char *errbuf, const char *body, size_t len,
+			      const struct sim_opts *o, const struct sim *s, uint64_t *retries,
+			      struct sim_retry_told *told)
 {
 	int64_t pause_ms = SIM_RETRY_MIN_MS;
 
@@ -617,6 +655,7 @@ static enum sim_post sim_post(CURL *e, const char *body, size_t len, const struc
 		long status = 0;
 
 		resp.text[0] = '\0';
+		errbuf[0] = '\0';
 		if (curl_easy_setopt(e, CURLOPT_POSTFIELDS, body) != CURLE_OK ||
 		    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len) != CURLE_OK ||
 		    curl_easy_setopt(e, CURLOPT_WRITEDATA, &resp) != CURLE_OK) {
@@ -638,6 +677,7 @@ static enum sim_post sim_post(CURL *e, const char *body, size_t len, const struc
 		}
 		if (sim_stop || sim_expired(o, s))
 			return SIM_STOPPED;
+		sim_retry_tell(told, o, cc, status, cc != CURLE_OK ? errbuf : resp.text);
 		(*retries)++;
 		sim_sleep_ms(pause_ms);
 		if (sim_stop || sim_expired(o, s))
@@ -648,7 +688,8 @@ static enum sim_post sim_post(CURL *e, const char *body, size_t len, const struc
 
 static int sim_push(struct sim *s, const struct sim_opts *o)
 {
-	char auth[SIM_TOKEN_MAX + 32], start_text[40], steps_text[32];
+	char auth[SIM_TOKEN_MAX + 32], start_text[40], steps_text[32], errbuf[CURL_ERROR_SIZE];
+	struct sim_retry_told told = {.n = 0};
 	struct curl_slist *headers = NULL, *h2;
 	int64_t period_usec = o->period_s * SIM_USEC_PER_SEC, step;
 	uint64_t docs = 0, retries = 0;
@@ -683,6 +724,7 @@ static int sim_push(struct sim *s, const struct sim_opts *o)
 	SET(CURLOPT_NOPROGRESS, 0L);
 	SET(CURLOPT_XFERINFOFUNCTION, sim_on_progress);
 	SET(CURLOPT_USERAGENT, "meterctl-simulate");
+	SET(CURLOPT_ERRORBUFFER, errbuf);
 #undef SET
 	if (cc != CURLE_OK) {
 		sim_fail("cannot set up the HTTP client: %s", curl_easy_strerror(cc));
@@ -731,7 +773,7 @@ static int sim_push(struct sim *s, const struct sim_opts *o)
 			if (sim_stop || sim_expired(o, s))
 				goto done;
 			len = sim_render(s, host, t);
-			r = sim_post(e, s->buf, len, o, s, &retries);
+			r = sim_post(e, errbuf, s->buf, len, o, s, &retries, &told);
 
 			if (r == SIM_FATAL) {
 				status = 1;
@@ -778,7 +820,8 @@ static const char sim_usage[] =
     "the agents' URLs.\n"
     "--push POSTs every host's document at start + k x P simulated seconds to URL\n"
     "with the bearer token (--token, else $METER_AGENT_TOKEN), retrying until\n"
-    "accepted. Simulated time runs at X times wall time from --start (default\n"
+    "accepted (each kind of failure said once on stderr). Simulated time runs at X times wall time "
+    "from --start (default\n"
     "now, speed 1; speed 0: a frozen clock, or no pacing when pushing). Runs until\n"
     "SIGINT/SIGTERM, --duration-s or --steps.\n";
 

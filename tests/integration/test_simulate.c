@@ -903,11 +903,14 @@ static void test_push(void)
 		sample_batch_release(&d);
 	}
 
-	/* 503 for the first 5 requests: every document, once, in order. */
+	/* 503 for the first 5 requests: every document, once, in order;
+	 * why it retried said once. */
 	CHECK(recv_start(&r3, RECV_503_FIRST, 5, 0));
 	CHECK_I64(push(r3.port, "0", &c, err, sizeof(err)), 0);
 	CHECK_I64(r3.requests, 12 + 5);
 	CHECK_I64(r3.naccepted, 12);
+	CHECK(strstr(err, "answered HTTP 503, retrying: {}") != NULL);
+	CHECK(strchr(err, '\n') == err + strlen(err) - 1);
 	for (int i = 0; i < r3.naccepted && i < r1.naccepted; i++)
 		CHECK_STR(r3.accepted[i], r1.accepted[i]);
 
@@ -995,6 +998,10 @@ static void test_push(void)
 		read_all(c.err, err, sizeof(err), 1000);
 		child_close(&c);
 		CHECK(strstr(err, "--duration-s ended the run with 0 of 2 steps pushed") != NULL);
+		/* Why it retried, said once for all its retries. */
+		CHECK(strstr(err, "failed, retrying: ") != NULL);
+		CHECK(strstr(err, "retrying") == strstr(err, "retrying: "));
+		CHECK(strstr(strstr(err, "retrying: ") + 1, "retrying") == NULL);
 	}
 	recv_stop(&r1);
 	recv_stop(&r2);

@@ -201,9 +201,16 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 
 const char *ctl_database_url(const char *cmd, const char *flag_value)
 {
-	const char *url = flag_value;
+	const char *url = flag_value, *schema = getenv("METER_DATABASE_SCHEMA");
 	char why[96];
 
+	/* meter's schema, as meterd's database_schema says it: read by the
+	 * commands that use the database, and by them alone. */
+	if (schema && !db_set_schema(schema)) {
+		ctl_fail(cmd, "METER_DATABASE_SCHEMA must be 1 to 63 of a-z, 0-9 and _, not"
+			      " starting with a digit or pg_");
+		return NULL;
+	}
 	if (!url || !*url)
 		url = getenv("METER_DATABASE_URL");
 	if (!url || !*url) {

@@ -62,7 +62,9 @@ __attribute__((format(printf, 2, 3))) void ctl_fail(const char *cmd, const char 
 const char *ctl_secret_value(char *value);
 
 /* The database URL: --database-url when given (s non-NULL), else
- * METER_DATABASE_URL; NULL (after a line on stderr) when neither is set. */
+ * METER_DATABASE_URL; NULL (after a line on stderr) when neither is set,
+ * or when METER_DATABASE_SCHEMA (set as db_schema() here) is no schema
+ * name. Every command that uses the database calls it first. */
 const char *ctl_database_url(const char *cmd, const char *flag_value);
 
 /* A connection to url whose schema (METER_DATABASE_SCHEMA) is the one this

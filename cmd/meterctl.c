@@ -5,12 +5,10 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ctl.h"
-#include "db.h"
 
 struct command {
 	const char *name;
@@ -77,12 +75,6 @@ int main(int argc, char **argv)
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
 		fprintf(stderr, "meterctl: cannot initialise libcurl\n");
 		return 1;
-	}
-	/* meter's schema, as meterd's database_schema says it. */
-	if (getenv("METER_DATABASE_SCHEMA") && !db_set_schema(getenv("METER_DATABASE_SCHEMA"))) {
-		fprintf(stderr, "meterctl: METER_DATABASE_SCHEMA must be 1 to 63 of a-z, 0-9 and _,"
-				" not starting with a digit or pg_\n");
-		return 2;
 	}
 	if (argc < 2) {
 		fprintf(stderr, "meterctl: missing command (try meterctl --help)\n");

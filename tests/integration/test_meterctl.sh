@@ -24,6 +24,15 @@ expect "paused 16777215 MiB 366d" "$($ctl price --vcpus 7 --memory-mib 1 --secon
 expect "lease 1023/16777215/86399" "$($ctl lease-cost --vcpus 1023 --memory-mib 16777215 --lease-seconds 86399)" \
 	'{"lease_max_cost_micros":3562878587}'
 
+# The pricing commands use no database, and look at no database setting.
+expect "price with a METER_DATABASE_SCHEMA no command could take" \
+	"$(METER_DATABASE_SCHEMA=Bad METER_DATABASE_URL='host=x sslmode=bogus' \
+		$ctl price --vcpus 2 --memory-mib 4096 --seconds 3600 2>&1)" \
+	'{"cpu_micros":1250,"memory_micros":30000,"storage_micros":0,"total_micros":31250}'
+expect "lease-cost with a METER_DATABASE_SCHEMA no command could take" \
+	"$(METER_DATABASE_SCHEMA=Bad $ctl lease-cost --vcpus 2 --memory-mib 4096 --lease-seconds 900 2>&1)" \
+	'{"lease_max_cost_micros":20000}'
+
 # Bad or missing arguments: status 2, exactly one line on stderr, nothing on stdout.
 bad_cases=(
 	"price"
@@ -272,6 +281,14 @@ expect "'meterctl migrate' on a database another build migrated" "$status" 1
 expect "stderr of 'meterctl migrate' on a database another build migrated" \
 	"$(cat /tmp/meterctl-err.$$)" \
 	"meterctl migrate: migration $first was changed after it was applied (sha256 differs): $other_build"
+for c in "account create --name x" "migrate" "$rep"; do
+	# shellcheck disable=SC2086
+	METER_DATABASE_SCHEMA=Bad $ctl $c --database-url "$url" >/dev/null 2>/tmp/meterctl-err.$$ &&
+		status=0 || status=$?
+	expect "'meterctl ${c%% --*}' with a bad METER_DATABASE_SCHEMA" "$status" 2
+	expect "stderr of 'meterctl ${c%% --*}' with a bad METER_DATABASE_SCHEMA" \
+		"$(cat /tmp/meterctl-err.$$)" "meterctl ${c%% --*}: METER_DATABASE_SCHEMA must be 1 to 63 of a-z, 0-9 and _, not starting with a digit or pg_"
+done
 rm -f /tmp/meterctl-err.$$
 expect "accounts made in the bare database" \
 	"$(psql "$bare" -Atq -c "SELECT count(*) FROM pg_tables WHERE tablename = 'accounts'")" 0

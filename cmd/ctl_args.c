@@ -61,6 +61,15 @@ int ctl_args_exit(enum ctl_args_result r)
 	return 2;
 }
 
+const char *ctl_arg_help_with_value(const char *a)
+{
+	if (strncmp(a, "--help=", 7) == 0)
+		return "--help";
+	if (strncmp(a, "-h=", 3) == 0)
+		return "-h";
+	return NULL;
+}
+
 struct ctl_arg *ctl_arg_get(struct ctl_arg *args, size_t nargs, const char *name)
 {
 	for (size_t i = 0; i < nargs; i++)
@@ -111,6 +120,10 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
 		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
 			fputs(usage, stdout);
 			return CTL_ARGS_HELP;
+		}
+		if (ctl_arg_help_with_value(a)) {
+			ctl_fail(cmd, "%s takes no value", ctl_arg_help_with_value(a));
+			return CTL_ARGS_BAD;
 		}
 		o = find_short(args, nargs, a);
 		as_short = o != NULL;

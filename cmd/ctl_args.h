@@ -48,6 +48,11 @@ enum ctl_args_result ctl_args_parse(const char *cmd, const char *usage, struct c
  * the exit status to return (0 after --help, 2 after a bad argument). */
 int ctl_args_exit(enum ctl_args_result r);
 
+/* When a is --help or -h with a value ("--help=yes"), which neither takes,
+ * the flag as written ("--help" or "-h", static) for the caller to say so;
+ * else NULL. */
+const char *ctl_arg_help_with_value(const char *a);
+
 /* The option called name (it must be in args). */
 struct ctl_arg *ctl_arg_get(struct ctl_arg *args, size_t nargs, const char *name);
 

@@ -314,6 +314,10 @@ static int ctl_noun(const char *noun, const char *usage, const struct ctl_verb *
 		fputs(usage, stdout);
 		return 0;
 	}
+	if (argc >= 2 && ctl_arg_help_with_value(argv[1])) {
+		ctl_fail(noun, "%s takes no value", ctl_arg_help_with_value(argv[1]));
+		return 2;
+	}
 	for (const struct ctl_verb *v = verbs; v->name; v++) {
 		if (argc >= 2 && strcmp(argv[1], v->name) == 0)
 			return v->run(argc - 1, argv + 1);

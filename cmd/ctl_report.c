@@ -407,6 +407,10 @@ int ctl_report_main(int argc, char **argv)
 		fputs(usage_text, stdout);
 		return 0;
 	}
+	if (ctl_arg_help_with_value(argv[1])) {
+		ctl_fail("report", "%s takes no value", ctl_arg_help_with_value(argv[1]));
+		return 2;
+	}
 	if (strcmp(argv[1], "usage") == 0) {
 		status = report_usage(argc - 1, argv + 1);
 	} else if (strcmp(argv[1], "statement") == 0) {

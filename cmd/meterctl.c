@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ctl.h"
+#include "ctl_args.h"
 
 struct command {
 	const char *name;
@@ -84,6 +85,10 @@ int main(int argc, char **argv)
 	    strcmp(argv[1], "help") == 0) {
 		usage(stdout);
 		return 0;
+	}
+	if (ctl_arg_help_with_value(argv[1])) {
+		fprintf(stderr, "meterctl: %s takes no value\n", ctl_arg_help_with_value(argv[1]));
+		return 2;
 	}
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)

@@ -634,6 +634,10 @@ enum meter_rc config_load(struct meter_config *cfg, int argc, char **argv, char 
 				i++;
 			continue;
 		}
+		if (len == 4 && strncmp(a, "help", 4) == 0) { /* --help=...: not an option's */
+			snprintf(err, errlen, "option --help takes no value");
+			return METER_EINVAL;
+		}
 		o = opt_find(a, len);
 		if (!o) {
 			char shown[224];

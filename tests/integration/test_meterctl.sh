@@ -24,6 +24,22 @@ expect "paused 16777215 MiB 366d" "$($ctl price --vcpus 7 --memory-mib 1 --secon
 expect "lease 1023/16777215/86399" "$($ctl lease-cost --vcpus 1023 --memory-mib 16777215 --lease-seconds 86399)" \
 	'{"lease_max_cost_micros":3562878587}'
 
+# --help takes no value: given one, it says so (as it was written).
+for c in "--help=1:meterctl: --help" "-h=1:meterctl: -h" "price --help=yes:meterctl price: --help" \
+	"report --help=x:meterctl report: --help" "report usage -h=:meterctl report usage: -h" \
+	"key --help=1:meterctl key: --help" "simulate --help=1:meterctl simulate: --help" \
+	"migrate --help=1:meterctl migrate: --help"; do
+	# shellcheck disable=SC2086
+	out=$($ctl ${c%%:*} 2>/tmp/meterctl-err.$$) && status=0 || status=$?
+	expect "status of 'meterctl ${c%%:*}'" "$status" 2
+	expect "stdout of 'meterctl ${c%%:*}'" "$out" ""
+	expect "stderr of 'meterctl ${c%%:*}'" "$(cat /tmp/meterctl-err.$$)" "${c#*:} takes no value"
+done
+$bin/meterd --help=1 >/dev/null 2>/tmp/meterctl-err.$$ && status=0 || status=$?
+expect "status of 'meterd --help=1'" "$status" 2
+expect "stderr of 'meterd --help=1'" "$(cat /tmp/meterctl-err.$$)" "meterd: option --help takes no value"
+rm -f /tmp/meterctl-err.$$
+
 # The pricing commands use no database, and look at no database setting.
 expect "price with a METER_DATABASE_SCHEMA no command could take" \
 	"$(METER_DATABASE_SCHEMA=Bad METER_DATABASE_URL='host=x sslmode=bogus' \

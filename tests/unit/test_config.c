@@ -319,6 +319,16 @@ static void test_help_first(void)
 	CHECK(help);
 	CHECK(config_load(&c, 3, as_value, env_bad, &help, err, sizeof(err)) != METER_OK);
 	CHECK(!help);
+	/* --help takes no value: one given it is refused, saying so. */
+	{
+		char *with_value[] = {"meterd", "--help=1", NULL};
+		char *env_none[] = {NULL};
+
+		CHECK(config_load(&c, 2, with_value, env_none, &help, err, sizeof(err)) ==
+		      METER_EINVAL);
+		CHECK_STR(err, "option --help takes no value");
+		CHECK(!help);
+	}
 }
 
 /* The line of text (meterd --help) that describes option name; "" when

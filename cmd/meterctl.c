@@ -24,8 +24,10 @@ static const struct command commands[] = {
      "key create|revoke: create an API key (its secret is shown once), or revoke one"},
     {"price", ctl_price_main, "price a period of one sandbox's usage"},
     {"lease-cost", ctl_lease_cost_main, "worst-case cost of a lease (what a hold reserves)"},
-    {"report", ctl_report_main, "usage exports and monthly statements (CSV, NDJSON, HTML)"},
-    {"simulate", ctl_simulate_main, "a simulated fleet of host agents (serve or push)"},
+    {"report", ctl_report_main,
+     "report usage|statement: usage exports and monthly statements (CSV, NDJSON, HTML)"},
+    {"simulate", ctl_simulate_main,
+     "a simulated fleet of host agents (--listen HOST:PORT serves, --push URL pushes)"},
 };
 
 static void usage(FILE *f)

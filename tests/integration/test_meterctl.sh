@@ -24,6 +24,11 @@ expect "paused 16777215 MiB 366d" "$($ctl price --vcpus 7 --memory-mib 1 --secon
 expect "lease 1023/16777215/86399" "$($ctl lease-cost --vcpus 1023 --memory-mib 16777215 --lease-seconds 86399)" \
 	'{"lease_max_cost_micros":3562878587}'
 
+# meterctl --help gives each command's real syntax: simulate has no "serve"
+# or "push" word, but --listen or --push.
+expect "meterctl --help on simulate" "$($ctl --help | grep '^  simulate ')" \
+	"  simulate     a simulated fleet of host agents (--listen HOST:PORT serves, --push URL pushes)"
+
 # --help takes no value: given one, it says so (as it was written).
 for c in "--help=1:meterctl: --help" "-h=1:meterctl: -h" "price --help=yes:meterctl price: --help" \
 	"report --help=x:meterctl report: --help" "report usage -h=:meterctl report usage: -h" \

@@ -532,8 +532,9 @@ enum meter_rc config_load_env(struct meter_config *cfg, char *const *envp, char 
 			 * scripts and other tools use METER_ names too, so not
 			 * an error). */
 			size_t used = strlen(cfg->unknown_environment);
-			/* A long name is shown by its first 60 characters. */
-			size_t shown = len > 64 ? 60 : len;
+			/* A name over 64 characters (METER_ counted) is shown
+			 * by its first 60, as README says. */
+			size_t shown = 6 + len > 64 ? 60 - 6 : len;
 
 			if (strcmp(name, "config") == 0)
 				continue;

@@ -68,17 +68,28 @@ static void test_precedence(void)
 		CHECK_STR(c.operator_token, "");
 	}
 	{
-		/* A name too long to be an option's is listed too, by its first
-		 * 60 characters. */
+		/* A name too long to be an option's is listed too: one over 64
+		 * characters (METER_ counted, as README says) by its first 60,
+		 * one of 64 whole. */
+		static const char chars[] =
+		    "A123456789B123456789C123456789D123456789E123456789F123456789G1234";
 		char long_name[128], *many[3] = {long_name, "METER_ANOTHER_TOOL=1", NULL};
 		char want[128];
 
-		snprintf(long_name, sizeof(long_name), "METER_%s=1",
-			 "A123456789B123456789C123456789D123456789E123456789F123456789G1234");
-		snprintf(want, sizeof(want), "METER_%s...,METER_ANOTHER_TOOL",
-			 "A123456789B123456789C123456789D123456789E123456789F123456789");
-		CHECK(config_load(&c, 3, argv_none, many, &help, err, sizeof(err)) == METER_OK);
-		CHECK_STR(c.unknown_environment, want);
+		for (int name_len = 63; name_len <= 71; name_len++) {
+			int after = name_len - 6; /* characters after METER_ */
+
+			snprintf(long_name, sizeof(long_name), "METER_%.*s=1", after, chars);
+			if (name_len > 64)
+				snprintf(want, sizeof(want), "METER_%.*s...,METER_ANOTHER_TOOL",
+					 60 - 6, chars);
+			else
+				snprintf(want, sizeof(want), "METER_%.*s,METER_ANOTHER_TOOL", after,
+					 chars);
+			CHECK(config_load(&c, 3, argv_none, many, &help, err, sizeof(err)) ==
+			      METER_OK);
+			CHECK_STR(c.unknown_environment, want);
+		}
 	}
 	CHECK(config_load(&c, 5, argv, env, &help, err, sizeof(err)) == METER_OK);
 	CHECK_STR(c.listen, "127.0.0.1:9003");

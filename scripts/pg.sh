@@ -5,7 +5,7 @@
 #   pg.sh stop    stop it cleanly (fast shutdown)
 #   pg.sh status  exit 0 when it runs
 #   pg.sh url     print the connection URL
-#   pg.sh destroy stop it and delete the cluster and its password
+#   pg.sh destroy stop it and delete the cluster, its password and its socket directory
 #
 # With METER_DATABASE_URL set, start/url just use that server and start nothing.
 # METER_PG_DIR (default <project>/.run/pg) and METER_PG_PORT (default 54329)
@@ -129,8 +129,12 @@ stop() {
 destroy() {
 	[[ -n ${METER_DATABASE_URL:-} ]] && return 0
 	stop || true
-	local link=${METER_PG_DIR:-$root/.run/pg}
+	local link=${METER_PG_DIR:-$root/.run/pg} sock
+	# The socket directory start made in /tmp for a long path goes too.
+	sock=$(sed -n "s|^unix_socket_directories = '\(/tmp/meter-pg-sock\.[A-Za-z0-9]*\)'\$|\1|p" \
+		"$dir/data/postgresql.conf" 2>/dev/null || true)
 	rm -rf "$dir"
+	[[ -n $sock && -d $sock ]] && rm -rf "$sock"
 	[[ -L $link ]] && rm -f "$link"
 	return 0
 }

@@ -783,6 +783,53 @@ static long long resumed_at_event(PGconn *db, const char *sb)
 	    sb, sb, sb, sb, sb);
 }
 
+/* A sandbox paused (its lease's hold settled by the pause), put back to
+ * running by an event with no wake, then woken for a lease shorter than
+ * what was left of the settled one: the wake's lease is the sandbox's (not
+ * the settled lease's later end), and running past it is reported
+ * lease_ended, by the wake's hold. */
+static void test_woken_after_resume(struct apitest *t, const char *acc)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char key[65], token[APITEST_TOKEN_MAX], zone[16];
+	long long hold, n = 0;
+
+	CHECK(apitest_create_key(t, acc, "full", -1, apitest_midday_zone(zone, sizeof(zone)), key,
+				 token) == 0);
+	CHECK_I64(cu_create(t, 0, key, "wh-rewoken", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_sleep_ms(1100);
+	event_at(t, "wh-rewoken", "paused", 0);
+	cu_sleep_ms(1100);
+	event_at(t, "wh-rewoken", "running", 0);
+	CHECK_I64(outruns(db, "wh-rewoken", "resumed_without_wake"), 1);
+	cu_sleep_ms(1100);
+	CHECK_I64(cu_wake(t, 1, "wh-rewoken", 1, NULL, &r), 200);
+	apitest_resp_release(&r);
+	hold = cu_sql_int(db, "SELECT hold_id FROM holds WHERE sandbox_id = 'wh-rewoken'"
+			      " ORDER BY lease_starts_at DESC, day DESC, hold_id DESC LIMIT 1");
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM sandboxes s JOIN holds h USING (account_id,"
+			     " sandbox_id) WHERE s.sandbox_id = 'wh-rewoken' AND h.hold_id = %lld"
+			     " AND s.lease_ends_at = h.lease_ends_at",
+			     hold),
+		  1);
+	/* Its lease of a second, the grace of three, a sweep or two. */
+	for (int waited = 0; waited < 15000 && n < 1; waited += 100) {
+		n = outruns(db, "wh-rewoken", "lease_ended");
+		if (n < 1)
+			cu_sleep_ms(100);
+	}
+	CHECK_I64(cu_sql_int(db,
+			     "SELECT count(*) FROM webhook_outbox WHERE type = 'hold_outrun'"
+			     " AND payload->>'sandbox_id' = 'wh-rewoken' AND payload->>'reason' ="
+			     " 'lease_ended' AND (payload->>'hold_id')::bigint = %lld",
+			     hold),
+		  1);
+	event_at(t, "wh-rewoken", "stopped", 0);
+}
+
 /* A paused sandbox put back to running by an event, with no wake (its
  * hold settled by the pause): hold_outrun "resumed_without_wake" at once,
  * by that hold, once per hold. One woken by a wake first: none. */
@@ -1701,6 +1748,7 @@ int main(void)
 	test_paused_running(&t, acc);
 	test_holds_reads(&t);
 	test_lease_ended_lagging(&t, acc);
+	test_woken_after_resume(&t, acc);
 	test_crossings(&t, acc);
 	test_slow_body(&t, acc, key);
 	test_lapsed_claim(&t, acc, key);

@@ -218,16 +218,10 @@ bool http_query_allowed(struct http_req *req, const char *const *allowed)
 	return false;
 }
 
-void http_reply_text(struct http_req *req, unsigned status, const char *content_type,
-		     const char *text, size_t len)
+/* Sets resp (NULL: memory ran out, a 500) with its Content-Type. */
+static void set_typed(struct http_req *req, unsigned status, const char *content_type,
+		      struct MHD_Response *resp)
 {
-	bool full;
-	struct MHD_Response *resp = answer_response(text, len, false, &full);
-
-	if (full) {
-		reply_answers_full(req, len);
-		return;
-	}
 	if (!resp) {
 		log_error("out of memory building a response");
 		set_response(req, 500, NULL);
@@ -236,50 +230,43 @@ void http_reply_text(struct http_req *req, unsigned status, const char *content_
 	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES)
 		log_warn("could not add Content-Type");
 	set_response(req, status, resp);
+}
+
+/* http_reply_text (own false) and http_reply_owned (own true). */
+static void reply_counted(struct http_req *req, unsigned status, const char *content_type,
+			  const char *text, size_t len, bool own)
+{
+	bool full;
+	struct MHD_Response *resp = answer_response(text, len, own, &full);
+
+	if (full)
+		reply_answers_full(req, len);
+	else
+		set_typed(req, status, content_type, resp);
+}
+
+void http_reply_text(struct http_req *req, unsigned status, const char *content_type,
+		     const char *text, size_t len)
+{
+	reply_counted(req, status, content_type, text, len, false);
 }
 
 void http_reply_owned(struct http_req *req, unsigned status, const char *content_type, char *text,
 		      size_t len)
 {
-	bool full;
-	struct MHD_Response *resp = answer_response(text, len, true, &full);
-
-	if (full) {
-		reply_answers_full(req, len);
-		return;
-	}
-	if (!resp) {
-		log_error("out of memory building a response");
-		set_response(req, 500, NULL);
-		return;
-	}
-	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES)
-		log_warn("could not add Content-Type");
-	set_response(req, status, resp);
+	reply_counted(req, status, content_type, text, len, true);
 }
 
 void http_reply_static(struct http_req *req, unsigned status, const char *content_type,
 		       const char *text, size_t len)
 {
-	struct MHD_Response *resp =
-	    MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_PERSISTENT);
-
-	if (!resp) {
-		log_error("out of memory building a response");
-		set_response(req, 500, NULL);
-		return;
-	}
-	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type) != MHD_YES)
-		log_warn("could not add Content-Type");
-	set_response(req, status, resp);
+	set_typed(req, status, content_type,
+		  MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_PERSISTENT));
 }
 
 void http_reply_json(struct http_req *req, unsigned status, json_t *body)
 {
 	char *text = body ? json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-	struct MHD_Response *resp;
-	size_t len;
-	bool full;
 
 	json_decref(body);
 	if (!text) {
@@ -288,20 +275,7 @@ void http_reply_json(struct http_req *req, unsigned status, json_t *body)
 		http_reply_static(req, 500, "application/json", oom, sizeof(oom) - 1);
 		return;
 	}
-	len = strlen(text);
-	resp = answer_response(text, len, true, &full);
-	if (full) {
-		reply_answers_full(req, len);
-		return;
-	}
-	if (!resp) {
-		set_response(req, 500, NULL);
-		return;
-	}
-	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") !=
-	    MHD_YES)
-		log_warn("could not add Content-Type");
-	set_response(req, status, resp);
+	reply_counted(req, status, "application/json", text, strlen(text), true);
 }
 
 void http_reply_error(struct http_req *req, unsigned status, const char *code, const char *message,

@@ -1122,32 +1122,30 @@ static void access_quote(const char *in, char *out, size_t len)
 	out[o] = '\0';
 }
 
-/* A path with each segment shaped like a key's bearer token, "<id>.<at
- * least KEYS_SECRET_LEN base64url characters>", written with "[redacted]"
- * for what follows its last '.': an operator who pastes a key's whole token
- * where its id belongs (`GET /v1/keys/<token>`) must not leave a live
- * credential in the log. A sandbox id shaped so loses its tail in the log,
- * nothing else. */
+/* A path with every run of at least KEYS_SECRET_LEN base64url characters
+ * after a '.' (a key's secret, as in its token "<key_id>.<secret>")
+ * written "[redacted]": an operator who pastes a key's whole token where
+ * its id belongs (`GET /v1/keys/<token>`, with a blank, a line end or
+ * ".json" after it or not) must not leave a live credential in the log. A
+ * sandbox id shaped so loses that part in the log, nothing else. */
 static void access_redact(const char *in, char *out, size_t len)
 {
 	static const char b64url[] =
 	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 	size_t o = 0;
 
-	out[0] = '\0';
-	while (*in) {
-		size_t seg = strcspn(in, "/"), keep = seg;
-		const char *dot = memrchr(in, '.', seg);
+	while (*in && o + 1 < len) {
+		size_t run = *in == '.' ? strspn(in + 1, b64url) : 0;
 
-		if (dot && dot > in && seg - (size_t)(dot + 1 - in) >= KEYS_SECRET_LEN &&
-		    strspn(dot + 1, b64url) >= seg - (size_t)(dot + 1 - in))
-			keep = (size_t)(dot + 1 - in);
-		o += (size_t)snprintf(out + o, len - o, "%.*s%s%s", (int)keep, in,
-				      keep < seg ? "[redacted]" : "", in[seg] == '/' ? "/" : "");
-		if (o >= len - 1)
-			return;
-		in += seg + (in[seg] == '/');
+		out[o++] = *in++;
+		if (run >= KEYS_SECRET_LEN) {
+			o += (size_t)snprintf(out + o, len - o, "[redacted]");
+			if (o >= len)
+				o = len - 1;
+			in += run;
+		}
 	}
+	out[o] = '\0';
 }
 
 /* Whether a method is an HTTP token (RFC 9110: letters, digits and

@@ -402,7 +402,7 @@ static enum config_line config_line_read(struct config_reader *r, char *buf, siz
 
 enum meter_rc config_load_file(struct meter_config *cfg, const char *path, char *err, size_t errlen)
 {
-	char line[CONFIG_STR_MAX + 128];
+	char line[CONFIG_STR_MAX + 128] = ""; /* all of it set: the analyzer sees no byte unset */
 	char sub[512];
 	struct config_reader r;
 	FILE *f;

@@ -1379,14 +1379,19 @@ static void carry_secrets(const char *const *secrets, size_t n)
  * "<key_id>.[redacted]"). The answer may name the id sent: not kept. */
 static void token_in_path(const char *token)
 {
+	/* As pasted: alone, with a blank or a line end after it, with a
+	 * suffix, or as a segment's middle. */
+	static const char *const after[] = {"", "%20", "%0A", ".json", "/x"};
 	char target[512];
 	struct req rq = {.method = "GET", .target = target, .caller = C_OPERATOR};
 	struct resp x;
 
-	snprintf(target, sizeof(target), "/v1/keys/%s", token);
-	do_req(&rq, &x, false);
-	CHECK(x.r.status >= 400 && x.r.status < 500);
-	resp_release(&x);
+	for (size_t i = 0; i < sizeof(after) / sizeof(after[0]); i++) {
+		snprintf(target, sizeof(target), "/v1/keys/%s%s", token, after[i]);
+		do_req(&rq, &x, false);
+		CHECK(x.r.status >= 400 && x.r.status < 500);
+		resp_release(&x);
+	}
 	rq.method = "DELETE";
 	snprintf(target, sizeof(target), "/v1/accounts/%s/keys/%s", acc, token);
 	do_req(&rq, &x, false);

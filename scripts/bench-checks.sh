@@ -33,10 +33,15 @@ work=$(mktemp -d /tmp/meter-bench-checks.XXXXXX)
 chmod 755 "$work"
 meterd_pid=
 
+# A port no one listens on, below the kernel's range of ports for outgoing
+# connections: one of those may be bound by a client (a connection to the
+# database, say) and so refuse a listener.
 free_port() {
-	local p
+	local low p
+	low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+	((low > 22000)) || low=32768
 	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((20000 + RANDOM % (low - 20000)))
 		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
 	done
 	return 1

@@ -10,10 +10,10 @@
  * every other connection): its handler runs on a read lane's worker (the
  * operator's account look-up, a HEAD's filters), then a producer thread of
  * its own connects, runs the query and formats rows into a bounded buffer,
- * while the request's connection stays parked. The content reader only copies what is ready; when
- * nothing is, it parks the connection (libmicrohttpd's documented pattern
- * for a reader that returns 0 in internal polling mode) and the producer
- * resumes it once it has more. */
+ * while the request's connection stays parked. The content reader only
+ * copies what is ready; when nothing is, it parks the connection
+ * (libmicrohttpd's documented pattern for a reader that returns 0 in
+ * internal polling mode) and the producer resumes it once it has more. */
 #include "h_reports.h"
 
 #include <openssl/crypto.h>

@@ -16,11 +16,15 @@
  * internal polling mode) and the producer resumes it once it has more. */
 #include "h_reports.h"
 
+#include <errno.h>
+#include <linux/sockios.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "agent_doc.h"
@@ -37,6 +41,7 @@
 #define STREAM_BUF	   (64 * 1024)
 #define DISP_MAX	   160	/* a Content-Disposition line */
 #define STOP_WAIT_MS	   3000 /* for producers to finish at shut-down */
+#define WATCH_MS	   1000 /* how often a producer looks at its client's progress */
 
 /* One export in flight, shared by its producer thread and libmicrohttpd
  * (the response's content reader). req to disp are set before the producer
@@ -59,7 +64,11 @@ struct stream {
 	bool abort;	/* the transfer is over: client gone or shut-down */
 	bool suspended; /* the connection is parked waiting for buf */
 	int refs;
-	bool slot; /* it holds one of the REPORTS_CONCURRENT slots; under streams_lock */
+	bool slot;	 /* it holds one of the REPORTS_CONCURRENT slots; under streams_lock */
+	bool ended;	 /* the content reader gave the end (under lock) */
+	uint64_t taken;	 /* bytes the content reader took (under lock) */
+	int64_t idle_ms; /* connection_timeout_s: a client taking nothing that long is cut */
+	unsigned idle_s; /* the same, for libmicrohttpd, once the export ends */
 	char next_buf[STREAM_BUF]; /* the producer's own */
 };
 
@@ -194,15 +203,23 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct stream *st = cls;
 	ssize_t ret;
-	bool over = false;
+	bool over = false, ended = false;
 
-	(void)pos;
+	/* The first read, on the connection's own thread: its producer
+	 * watches the client's progress from now on (stream_watch), not
+	 * libmicrohttpd's idle timeout, which counts only the writes the
+	 * socket takes, and a client that reads slowly can leave the socket's
+	 * buffers (megabytes) full for longer than that while it reads. */
+	if (pos == 0 &&
+	    MHD_set_connection_option(st->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u) != MHD_YES)
+		log_warn("could not hand an export's idle timeout to its producer");
 	pthread_mutex_lock(&st->lock);
 	if (st->off < st->len) {
 		size_t n = st->len - st->off < max ? st->len - st->off : max;
 
 		memcpy(buf, st->buf + st->off, n);
 		st->off += n;
+		st->taken += n;
 		if (st->off == st->len)
 			pthread_cond_signal(&st->room);
 		ret = (ssize_t)n;
@@ -211,7 +228,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		over = true;
 	} else if (st->done) {
 		ret = MHD_CONTENT_READER_END_OF_STREAM;
-		over = true;
+		over = ended = true;
+		st->ended = true;
+		pthread_cond_signal(&st->room);
 	} else {
 		st->suspended = true;
 		MHD_suspend_connection(st->conn);
@@ -222,7 +241,53 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	 * follow at once. */
 	if (over)
 		stream_slot_free(st);
+	/* A kept-alive connection waits for its next request as any other
+	 * does. */
+	if (ended && MHD_set_connection_option(st->conn, MHD_CONNECTION_OPTION_TIMEOUT,
+					       st->idle_s) != MHD_YES)
+		log_warn("could not set a connection's idle timeout back");
 	return ret;
+}
+
+/* What a producer last saw of its client's progress. */
+struct progress {
+	uint64_t taken; /* st->taken */
+	int outq;	/* bytes the socket had not sent yet, -1 unknown */
+	int64_t since;	/* clock_mono_ms() of the last progress seen */
+};
+
+/* Waits (under st->lock) up to WATCH_MS for st->room, then looks at the
+ * client's progress: a byte taken by the content reader, fewer bytes
+ * waiting in the socket, or the connection parked for the producer (not
+ * the client's doing) is progress. A client that made none for idle_ms is
+ * cut: the socket is shut down (libmicrohttpd then closes the connection
+ * and lets go of the response: stream_free), the transfer aborted, and
+ * true. While abort is false the response, and so the connection and its
+ * socket, are alive (stream_free sets abort under the lock first). */
+static bool stream_watch(struct stream *st, struct progress *pg)
+{
+	struct timespec until = clock_mono_after_ms(WATCH_MS);
+	const union MHD_ConnectionInfo *ci;
+	int64_t now;
+	int outq = -1;
+
+	if (pthread_cond_clockwait(&st->room, &st->lock, CLOCK_MONOTONIC, &until) == 0 || st->abort)
+		return false;
+	now = clock_mono_ms();
+	ci = MHD_get_connection_info(st->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ioctl(ci->connect_fd, SIOCOUTQ, &outq) != 0)
+		outq = -1;
+	if (st->taken != pg->taken || st->suspended || (outq >= 0 && outq < pg->outq)) {
+		pg->taken = st->taken;
+		pg->since = now;
+	}
+	pg->outq = outq;
+	if (now - pg->since < st->idle_ms)
+		return false;
+	st->abort = true;
+	if (ci && shutdown(ci->connect_fd, SHUT_RDWR) != 0)
+		log_warn("could not cut a stalled export's connection: %s", strerror(errno));
+	return true;
 }
 
 /* The response is gone (sent, or the connection closed): the producer
@@ -306,6 +371,7 @@ static void *stream_produce(void *arg)
 	struct stream *st = arg;
 	struct export_cursor *cur = NULL;
 	struct MHD_Response *resp;
+	struct progress pg = {.outq = -1};
 	PGconn *conn = NULL;
 	enum meter_rc why;
 	char err[512];
@@ -338,6 +404,7 @@ static void *stream_produce(void *arg)
 	pthread_mutex_unlock(&streams_lock);
 	export_headers(resp, st->p.format, st->disp);
 	stream_reply(st, resp, METER_OK);
+	pg.since = clock_mono_ms();
 	for (;;) {
 		size_t n = 0;
 		enum meter_rc rc = export_next(cur, st->next_buf, sizeof(st->next_buf), &n);
@@ -345,7 +412,9 @@ static void *stream_produce(void *arg)
 
 		pthread_mutex_lock(&st->lock);
 		while (!st->abort && st->off < st->len)
-			pthread_cond_wait(&st->room, &st->lock);
+			if (stream_watch(st, &pg))
+				log_info("export cut: its client took nothing for %lld ms",
+					 (long long)st->idle_ms);
 		if (rc != METER_OK) {
 			if (!st->abort)
 				log_warn("export failed mid-stream; the transfer is aborted");
@@ -360,6 +429,11 @@ static void *stream_produce(void *arg)
 		}
 		stream_wake(st);
 		finished = st->done || st->abort;
+		/* All is made: watched until its end is handed over. */
+		while (st->done && !st->abort && !st->ended)
+			if (stream_watch(st, &pg))
+				log_info("export cut: its client took nothing for %lld ms",
+					 (long long)st->idle_ms);
 		pthread_mutex_unlock(&st->lock);
 		if (finished)
 			break;
@@ -565,6 +639,8 @@ static void usage_export(struct http_req *req, enum export_format format)
 	st->conn = req->conn;
 	st->p = p;
 	st->db_url = req->app->cfg->database_url;
+	st->idle_ms = req->app->cfg->connection_timeout_s * 1000;
+	st->idle_s = (unsigned)req->app->cfg->connection_timeout_s;
 	snprintf(st->disp, sizeof(st->disp), "%s", disp);
 	req->handler_ctx = st;
 	req->on_suspended = stream_start;

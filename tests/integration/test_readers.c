@@ -11,7 +11,13 @@
  *   next (short) export as soon as its last one ended, never hold more than
  *   four at once, so none is refused 429 (at most four run at once),
  *   however long the server takes to close the ended ones' database
- *   connections. */
+ *   connections.
+ * - An export read steadily but slowly: a meterd whose connection_timeout_s
+ *   is 2 s streams a 10 MB export to a client that reads 256 KiB every
+ *   half second (the kernel's buffers fill, and the socket takes nothing
+ *   for seconds at a time), to its end: a connection is idle when its
+ *   client takes nothing, not while the client works through what it
+ *   was sent. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -37,6 +43,27 @@ static void sleep_ms(int ms)
 	struct timespec d = {ms / 1000, (long)(ms % 1000) * 1000000L};
 
 	nanosleep(&d, NULL);
+}
+
+/* SANDBOXES sandboxes of account a (key k) in db, each with usage in the
+ * first hours hours of 2026-03. */
+static void fill(PGconn *db, const char *a, const char *k, int hours)
+{
+	char sql[2048];
+
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state)"
+		 " SELECT '%s', 'sbx_' || i, '%s', 1, 512, 'running'"
+		 " FROM generate_series(1, %d) i;"
+		 "INSERT INTO usage_hourly (account_id, sandbox_id, hour, price_version, key_id,"
+		 " day, running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus,"
+		 " storage_mibus, cpu_micros, memory_micros, storage_micros, total_micros,"
+		 " cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
+		 " SELECT '%s', 'sbx_' || i, timestamptz '2026-03-01 00:00Z' + h * interval"
+		 " '1 hour', 1, '%s', '2026-03-01', 3600000000, 0, 0, 0, 0, 0, 7, 0, 0, 7,"
+		 " 7 * (h + 1), 0, 0 FROM generate_series(1, %d) i, generate_series(0, %d) h",
+		 a, k, SANDBOXES, a, k, SANDBOXES, hours - 1);
+	CHECK_STR(testdb_exec_state(db, sql), "00000");
 }
 
 /* A connection that asks for path and never reads: its receive buffer is
@@ -160,30 +187,86 @@ static void test_exports_in_turn(void)
 	CHECK_I64(other, 0);
 }
 
+/* Reads the whole answer on fd, chunk bytes every pause_ms; returns the
+ * bytes read, and whether it ended with the last chunk ("0\r\n\r\n"). */
+static size_t read_slowly(int fd, size_t chunk, int pause_ms, bool *whole)
+{
+	char *buf = malloc(chunk), tail[8] = {0};
+	size_t total = 0;
+	ssize_t n;
+
+	*whole = false;
+	for (;;) {
+		size_t got = 0;
+
+		while (got < chunk && (n = read(fd, buf + got, chunk - got)) > 0)
+			got += (size_t)n;
+		total += got;
+		if (got >= 5)
+			memcpy(tail, buf + got - 5, 5);
+		else if (got > 0) {
+			memmove(tail, tail + got, 5 - got);
+			memcpy(tail + 5 - got, buf, got);
+		}
+		if (got < chunk)
+			break;
+		sleep_ms(pause_ms);
+	}
+	free(buf);
+	*whole = memcmp(tail, "0\r\n\r\n", 5) == 0;
+	return total;
+}
+
+static void test_slow_export(void)
+{
+	static const char *const env[] = {"METER_CONNECTION_TIMEOUT_S=2", NULL};
+	struct apitest t2;
+	char acc2[65], key2[65], token2[APITEST_TOKEN_MAX];
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	char req[1024];
+	size_t got;
+	bool whole;
+	int fd, n;
+
+	if (apitest_start(&t2, "readers_slow", 1, NULL, env) < 0) {
+		CHECK(0);
+		return;
+	}
+	sa.sin_port = htons((uint16_t)t2.servers[0].port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	CHECK(apitest_create_account(&t2, "Slow", acc2) == 0);
+	CHECK(apitest_create_key(&t2, acc2, "read_only", -1, NULL, key2, token2) == 0);
+	fill(t2.db.conn, acc2, key2, 3);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	n = snprintf(req, sizeof(req),
+		     "GET /v1/reports/usage.csv?account_id=%s&from=2026-03-01T00:00:00Z"
+		     "&to=2026-03-01T06:00:00Z HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+		     "Authorization: Bearer %s\r\nConnection: close\r\n\r\n",
+		     acc2, t2.operator_token);
+	CHECK(write(fd, req, (size_t)n) == n);
+	got = read_slowly(fd, 256 * 1024, 500, &whole);
+	close(fd);
+	printf("readers: a slow reader took %zu bytes of the export, %s\n", got,
+	       whole ? "to its end" : "CUT SHORT");
+	CHECK(got > 10u << 20);
+	CHECK(whole);
+	CHECK(apitest_stop(&t2) == 0);
+	apitest_drop(&t2);
+}
+
 int main(void)
 {
 	static const char *const env[] = {"METER_ANSWERS_MEMORY_MIB=1", NULL};
-	char sql[2048];
 
 	if (apitest_start(&t, "readers", 1, NULL, env) < 0)
 		return 1;
 	CHECK(apitest_create_account(&t, "Readers", acc) == 0);
 	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, key, token) == 0);
-	snprintf(sql, sizeof(sql),
-		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state)"
-		 " SELECT '%s', 'sbx_' || i, '%s', 1, 512, 'running'"
-		 " FROM generate_series(1, %d) i;"
-		 "INSERT INTO usage_hourly (account_id, sandbox_id, hour, price_version, key_id,"
-		 " day, running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus,"
-		 " storage_mibus, cpu_micros, memory_micros, storage_micros, total_micros,"
-		 " cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
-		 " SELECT '%s', 'sbx_' || i, '2026-03-01 00:00Z', 1, '%s', '2026-03-01',"
-		 " 3600000000, 0, 0, 0, 0, 0, 7, 0, 0, 7, 7, 0, 0"
-		 " FROM generate_series(1, %d) i",
-		 acc, key, SANDBOXES, acc, key, SANDBOXES);
-	CHECK_STR(testdb_exec_state(t.db.conn, sql), "00000");
+	fill(t.db.conn, acc, key, 1);
 	test_answers_memory();
 	test_exports_in_turn();
+	test_slow_export();
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);
 	return check_done();

@@ -468,9 +468,37 @@ static void stream_start(struct http_req *req)
 	struct stream *st = req->handler_ctx;
 	pthread_attr_t attr;
 	pthread_t th;
+	bool stopping;
 	int r;
 
 	req->handler_ctx = NULL;
+	/* Listed only now, this request's last use by the worker that hands
+	 * it over: shut-down answers the listed ones' requests (and wakes
+	 * their connections, whose requests are then freed), and must never
+	 * do so while a worker still reads one. Once shut-down has begun, no
+	 * producer starts: the request is answered here. */
+	pthread_mutex_lock(&streams_lock);
+	stopping = reports_stopping;
+	if (!stopping) {
+		st->next = streams_head;
+		if (st->next)
+			st->next->prev = st;
+		streams_head = st;
+	}
+	pthread_mutex_unlock(&streams_lock);
+	if (stopping) {
+		http_reply_error(req, 503, "metering_unavailable", "the service is stopping", NULL);
+		MHD_resume_connection(st->conn); /* req is libmicrohttpd's again */
+		stream_slot_free(st);
+		pthread_mutex_lock(&streams_lock);
+		producers--;
+		pthread_cond_broadcast(&streams_gone);
+		pthread_mutex_unlock(&streams_lock);
+		pthread_cond_destroy(&st->room);
+		pthread_mutex_destroy(&st->lock);
+		free(st);
+		return;
+	}
 	r = pthread_attr_init(&attr);
 	if (r == 0) {
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -530,7 +558,7 @@ static void usage_export(struct http_req *req, enum export_format format)
 	struct stream *st = NULL;
 	const char *g = http_query(req, "granularity");
 	char err[512], from[32], to[32], disp[DISP_MAX];
-	bool busy, head;
+	bool busy, head, stopping;
 
 	memset(&p, 0, sizeof(p));
 	p.format = format;
@@ -600,16 +628,14 @@ static void usage_export(struct http_req *req, enum export_format format)
 		}
 	}
 	pthread_mutex_lock(&streams_lock);
-	busy = reports_stopping || exports_running >= REPORTS_CONCURRENT;
+	stopping = reports_stopping;
+	busy = stopping || exports_running >= REPORTS_CONCURRENT;
 	if (!busy && st) {
+		/* Counted now, listed for shut-down only by stream_start. */
 		exports_running++;
 		producers++;
 		st->slot = true;
 		st->refs = 1; /* the producer's */
-		st->next = streams_head;
-		if (st->next)
-			st->next->prev = st;
-		streams_head = st;
 	}
 	pthread_mutex_unlock(&streams_lock);
 	if (busy) {
@@ -618,7 +644,7 @@ static void usage_export(struct http_req *req, enum export_format format)
 			pthread_mutex_destroy(&st->lock);
 			free(st);
 		}
-		if (reports_stopping)
+		if (stopping)
 			http_reply_error(req, 503, "metering_unavailable",
 					 "the service is stopping", NULL);
 		else {

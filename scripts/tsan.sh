@@ -21,7 +21,7 @@ trap 'rm -rf "$reports"' EXIT
 export TSAN_OPTIONS="log_path=$reports/report second_deadlock_stack=1 atexit_sleep_ms=0"
 args=("$@")
 if [ ${#args[@]} -eq 0 ]; then
-	args=(-R 'test_checks$|test_checks_race$|test_checks_timeout$|test_checks_dbdown$|test_pooled$|test_webhook$|test_dbpool$|test_shutdown$|test_ingest$|test_sweep_turns$|test_key_tz_race$|test_api_access$')
+	args=(-R 'test_checks$|test_checks_race$|test_checks_timeout$|test_checks_dbdown$|test_pooled$|test_webhook$|test_dbpool$|test_shutdown$|test_ingest$|test_sweep_turns$|test_key_tz_race$|test_api_access$|test_readers$')
 fi
 cd "$build"
 status=0

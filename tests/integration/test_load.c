@@ -80,8 +80,8 @@ struct slow {
 	enum slow_kind kind;
 	long long opened_ms;
 	long long last_sent_ms;
-	long long closed_ms; /* 0 while open */
-	size_t got;	     /* response bytes received before the close */
+	_Atomic long long closed_ms; /* 0 while open; the main thread watches it */
+	size_t got;		     /* response bytes received before the close */
 };
 static struct slow slows[SLOW_TOTAL];
 static atomic_int slow_mode; /* 0: trickle, 1: only watch, 2: return */

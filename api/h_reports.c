@@ -165,6 +165,24 @@ static void stream_slot_free(struct stream *st)
 	pthread_mutex_unlock(&streams_lock);
 }
 
+/* Frees st, listed nowhere. */
+static void stream_destroy(struct stream *st)
+{
+	pthread_cond_destroy(&st->room);
+	pthread_mutex_destroy(&st->lock);
+	free(st);
+}
+
+/* A producer counted in producers is gone (or was never started):
+ * shut-down may be waiting for the count to reach 0. */
+static void producer_gone(void)
+{
+	pthread_mutex_lock(&streams_lock);
+	producers--;
+	pthread_cond_broadcast(&streams_gone);
+	pthread_mutex_unlock(&streams_lock);
+}
+
 /* Drops a reference; the last one frees st. */
 static void stream_unref(struct stream *st)
 {
@@ -181,11 +199,8 @@ static void stream_unref(struct stream *st)
 			st->next->prev = st->prev;
 	}
 	pthread_mutex_unlock(&streams_lock);
-	if (!last)
-		return;
-	pthread_cond_destroy(&st->room);
-	pthread_mutex_destroy(&st->lock);
-	free(st);
+	if (last)
+		stream_destroy(st);
 }
 
 /* Wakes the parked connection, if it is. Under st->lock. */
@@ -454,10 +469,7 @@ out:
 	 * now, not by the thread's exit: shut-down waits for producers only,
 	 * and the process may end while a detached thread is exiting. */
 	OPENSSL_thread_stop();
-	pthread_mutex_lock(&streams_lock);
-	producers--;
-	pthread_cond_broadcast(&streams_gone);
-	pthread_mutex_unlock(&streams_lock);
+	producer_gone();
 	return NULL;
 }
 
@@ -490,13 +502,8 @@ static void stream_start(struct http_req *req)
 		http_reply_error(req, 503, "metering_unavailable", "the service is stopping", NULL);
 		MHD_resume_connection(st->conn); /* req is libmicrohttpd's again */
 		stream_slot_free(st);
-		pthread_mutex_lock(&streams_lock);
-		producers--;
-		pthread_cond_broadcast(&streams_gone);
-		pthread_mutex_unlock(&streams_lock);
-		pthread_cond_destroy(&st->room);
-		pthread_mutex_destroy(&st->lock);
-		free(st);
+		producer_gone();
+		stream_destroy(st);
 		return;
 	}
 	r = pthread_attr_init(&attr);
@@ -510,10 +517,7 @@ static void stream_start(struct http_req *req)
 	log_warn("export could not start: no thread");
 	stream_reply(st, NULL, METER_ENOMEM);
 	stream_slot_free(st);
-	pthread_mutex_lock(&streams_lock);
-	producers--;
-	pthread_cond_broadcast(&streams_gone);
-	pthread_mutex_unlock(&streams_lock);
+	producer_gone();
 	stream_unref(st);
 }
 
@@ -639,11 +643,8 @@ static void usage_export(struct http_req *req, enum export_format format)
 	}
 	pthread_mutex_unlock(&streams_lock);
 	if (busy) {
-		if (st) {
-			pthread_cond_destroy(&st->room);
-			pthread_mutex_destroy(&st->lock);
-			free(st);
-		}
+		if (st)
+			stream_destroy(st);
 		if (stopping)
 			http_reply_error(req, 503, "metering_unavailable",
 					 "the service is stopping", NULL);

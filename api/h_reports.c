@@ -212,6 +212,17 @@ static void stream_wake(struct stream *st)
 	}
 }
 
+/* Whether the transfer is over (the client gone, or shut-down). */
+static bool stream_aborted(struct stream *st)
+{
+	bool abort;
+
+	pthread_mutex_lock(&st->lock);
+	abort = st->abort;
+	pthread_mutex_unlock(&st->lock);
+	return abort;
+}
+
 /* The content reader (a libmicrohttpd thread): copies what the producer
  * made ready; parks the connection when nothing is, never waits. */
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -397,17 +408,22 @@ static void *stream_produce(void *arg)
 		stream_reply(st, NULL, why);
 		goto out;
 	}
-	if (!stream_filters_known(st, conn))
-		goto out;
-	why = export_open(conn, &st->p, &cur, err, sizeof(err));
-	if (why != METER_OK) {
-		log_warn("export could not start: %s", err);
-		stream_reply(st, NULL, why);
-		goto out;
-	}
+	/* Cancellable from here on, its look-ups and first query too: a stop
+	 * that came before is seen here, one after cancels what runs. */
 	pthread_mutex_lock(&st->lock);
 	st->cancel = PQgetCancel(conn);
 	pthread_mutex_unlock(&st->lock);
+	if (stream_aborted(st) || !stream_filters_known(st, conn))
+		goto out;
+	why = export_open(conn, &st->p, &cur, err, sizeof(err));
+	if (why != METER_OK) {
+		if (stream_aborted(st))
+			log_info("export stopped before it started: %s", err);
+		else
+			log_warn("export could not start: %s", err);
+		stream_reply(st, NULL, why);
+		goto out;
+	}
 	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read, st,
 						 stream_free);
 	if (!resp) {

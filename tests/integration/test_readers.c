@@ -12,6 +12,8 @@
  *   four at once, so none is refused 429 (at most four run at once),
  *   however long the server takes to close the ended ones' database
  *   connections.
+ * - A stop while an export waits for its first rows (behind a lock): the
+ *   export is cancelled and answered 503 within the stop's grace.
  * - An export read steadily but slowly: a meterd whose connection_timeout_s
  *   is 2 s streams a 10 MB export to a client that reads 256 KiB every
  *   half second (the kernel's buffers fill, and the socket takes nothing
@@ -255,6 +257,61 @@ static void test_slow_export(void)
 	apitest_drop(&t2);
 }
 
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Stops t's meterd while an export waits for its first rows behind a lock
+ * the test holds: after the grace every request under way has, the
+ * export's query is cancelled and its client answered 503, and meterd
+ * exits, not waiting for the export's thread as well. */
+static void test_stop_waiting_export(void)
+{
+	PGconn *lock = PQconnectdb(t.db.url);
+	char got[4096], *log;
+	long long t0, stop_ms;
+	size_t len = 0;
+	ssize_t n;
+	int fd, i;
+
+	CHECK(PQstatus(lock) == CONNECTION_OK);
+	CHECK_STR(
+	    testdb_exec_state(lock, "BEGIN; LOCK TABLE usage_hourly IN ACCESS EXCLUSIVE MODE"),
+	    "00000");
+	fd = ask_and_never_read("/v1/reports/usage.csv?from=2026-03-01T00:00:00Z"
+				"&to=2026-03-01T01:00:00Z");
+	/* Until the export waits for the lock. */
+	for (i = 0; i < 100; i++) {
+		if (testdb_query_int(t.db.conn, "SELECT count(*) FROM pg_locks WHERE NOT granted"
+						" AND relation = 'usage_hourly'::regclass") > 0)
+			break;
+		sleep_ms(50);
+	}
+	CHECK(i < 100);
+	t0 = now_ms();
+	CHECK(apitest_stop(&t) == 0);
+	stop_ms = now_ms() - t0;
+	printf("readers: stopped in %lld ms with an export waiting for a lock\n", stop_ms);
+	/* The 2 s every request under way is given, and no more: the export's
+	 * thread was not waited for (3 s more) at its first query. */
+	CHECK(stop_ms < 4000);
+	log = apitest_read_log(&t, 0);
+	CHECK(log && !strstr(log, "exports still stopping"));
+	free(log);
+	CHECK_STR(testdb_exec_state(lock, "ROLLBACK"), "00000");
+	PQfinish(lock);
+	while (len < sizeof(got) - 1 && (n = read(fd, got + len, sizeof(got) - 1 - len)) > 0)
+		len += (size_t)n;
+	got[len] = '\0';
+	close(fd);
+	CHECK(strncmp(got, "HTTP/1.1 503", 12) == 0);
+	CHECK(strstr(got, "the service is stopping") != NULL);
+}
+
 int main(void)
 {
 	static const char *const env[] = {"METER_ANSWERS_MEMORY_MIB=1", NULL};
@@ -267,7 +324,7 @@ int main(void)
 	test_answers_memory();
 	test_exports_in_turn();
 	test_slow_export();
-	CHECK(apitest_stop(&t) == 0);
+	test_stop_waiting_export();
 	apitest_drop(&t);
 	return check_done();
 }

@@ -217,13 +217,17 @@ static int migrate_find(int version)
 /* Compares what schema_migrations records (a result of version, sha256)
  * with the compiled migrations. METER_ECONFLICT, with err, when the
  * database is newer than this binary, records a version this binary does
- * not know, or records a text that has since changed; versions past this
+ * not know, or records a text that has since changed, or when one of this
+ * binary's below the newest recorded is not there (skipped by the build
+ * that migrated, or its record deleted: applying it after the later ones
+ * would not make the schema they were written for); versions past this
  * binary's are skipped when newer_ok. Sets done[i] for every compiled
  * migration already applied. */
 static enum meter_rc migrate_compare(const PGresult *res, const char (*hex)[MIGRATE_SHA_HEX],
 				     bool newer_ok, bool *done, char *err, size_t errlen)
 {
 	int newest = migrations_count > 0 ? migrations_src[migrations_count - 1].version : 0;
+	long recorded = 0; /* the newest version recorded */
 
 	for (int r = 0; r < PQntuples(res); r++) {
 		const char *vtext = PQgetvalue(res, r, 0);
@@ -237,6 +241,8 @@ static enum meter_rc migrate_compare(const PGresult *res, const char (*hex)[MIGR
 				 vtext);
 			return METER_ECONFLICT;
 		}
+		if (v > recorded)
+			recorded = v;
 		if (v > newest && newer_ok)
 			continue;
 		if (v > newest) {
@@ -262,6 +268,13 @@ static enum meter_rc migrate_compare(const PGresult *res, const char (*hex)[MIGR
 			return METER_ECONFLICT;
 		}
 		done[i] = true;
+	}
+	for (int i = 0; i < migrations_count && migrations_src[i].version < recorded; i++) {
+		if (!done[i]) {
+			snprintf(err, errlen, "migration %s is not applied: " MIGRATE_OTHER_BUILD,
+				 migrations_src[i].name);
+			return METER_ECONFLICT;
+		}
 	}
 	return METER_OK;
 }
@@ -538,15 +551,6 @@ enum meter_rc migrate_verify(PGconn *conn, int *version, char *err, size_t errle
 	} else {
 		db_util_failed_note(res);
 		rc = METER_EDB;
-	}
-	/* One of this binary's below the newest recorded that is not there:
-	 * skipped by the build that migrated, or its record deleted. */
-	for (int i = 0; rc == METER_OK && i < migrations_count; i++) {
-		if (!done[i] && migrations_src[i].version < *version) {
-			snprintf(err, errlen, "migration %s is not applied: " MIGRATE_OTHER_BUILD,
-				 migrations_src[i].name);
-			rc = METER_ECONFLICT;
-		}
 	}
 	PQclear(res);
 	free(done);

@@ -57,6 +57,7 @@ struct stream {
 	const char *db_url; /* borrowed from the configuration */
 	char disp[DISP_MAX];
 	PGcancel *cancel;
+	int sock;	      /* the producer's connection's, while it has one; else -1 */
 	char buf[STREAM_BUF]; /* ready for the content reader */
 	size_t len, off;
 	bool done;	/* the producer wrote everything (or failed) */
@@ -412,6 +413,7 @@ static void *stream_produce(void *arg)
 	 * that came before is seen here, one after cancels what runs. */
 	pthread_mutex_lock(&st->lock);
 	st->cancel = PQgetCancel(conn);
+	st->sock = PQsocket(conn);
 	pthread_mutex_unlock(&st->lock);
 	if (stream_aborted(st) || !stream_filters_known(st, conn))
 		goto out;
@@ -470,14 +472,15 @@ static void *stream_produce(void *arg)
 			break;
 	}
 out:
+	/* Answered with an error, or the client gone: the slot is free now. */
+	stream_slot_free(st);
+	export_close(cur);
 	pthread_mutex_lock(&st->lock);
 	if (st->cancel)
 		PQfreeCancel(st->cancel);
 	st->cancel = NULL;
+	st->sock = -1; /* closed next */
 	pthread_mutex_unlock(&st->lock);
-	/* Answered with an error, or the client gone: the slot is free now. */
-	stream_slot_free(st);
-	export_close(cur);
 	if (conn)
 		PQfinish(conn);
 	stream_unref(st);
@@ -656,6 +659,7 @@ static void usage_export(struct http_req *req, enum export_format format)
 		producers++;
 		st->slot = true;
 		st->refs = 1; /* the producer's */
+		st->sock = -1;
 	}
 	pthread_mutex_unlock(&streams_lock);
 	if (busy) {
@@ -707,11 +711,11 @@ void h_reports_stop(void)
 		stream_wake(st);
 		st->abort = true;
 		pthread_cond_signal(&st->room);
-		if (st->cancel) {
-			char errbuf[256];
-			if (!PQcancel(st->cancel, errbuf, sizeof(errbuf)))
-				errbuf[0] = '\0';
-		}
+		/* Its query is cancelled and its connection cut: the producer
+		 * ends at once, however the server answers (a stopped one,
+		 * never). */
+		db_cancel_now(st->cancel, st->sock);
+		st->cancel = NULL;
 		pthread_mutex_unlock(&st->lock);
 	}
 	/* On the monotonic clock (streams_gone is initialised statically, so

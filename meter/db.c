@@ -1,11 +1,13 @@
 /* meter: PostgreSQL connections. */
 #include "db.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "log.h"
 
@@ -79,6 +81,38 @@ bool db_set_schema(const char *name)
 const char *db_schema(void)
 {
 	return db_schema_buf;
+}
+
+/* The thread of db_cancel_now: sends the cancel, however long the server
+ * takes. Nobody waits for it; a process may end while it still waits. */
+static void *db_cancel_main(void *arg)
+{
+	PGcancel *cancel = arg;
+	char err[256];
+
+	if (!PQcancel(cancel, err, sizeof(err)))
+		log_debug("database: cancel: %s", err);
+	PQfreeCancel(cancel);
+	return NULL;
+}
+
+void db_cancel_now(PGcancel *cancel, int sock)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	bool sent = false;
+
+	if (cancel && pthread_attr_init(&attr) == 0) {
+		if (pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0)
+			sent = pthread_create(&t, &attr, db_cancel_main, cancel) == 0;
+		pthread_attr_destroy(&attr);
+	}
+	if (cancel && !sent) {
+		log_debug("database: no thread to send a cancel on");
+		PQfreeCancel(cancel);
+	}
+	if (sock >= 0)
+		(void)shutdown(sock, SHUT_RDWR);
 }
 
 bool db_idle_closed(PGconn *c)

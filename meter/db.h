@@ -44,6 +44,16 @@ METER_MUSTCHECK enum meter_rc db_connect(const char *url, PGconn **out, char *er
  * end. */
 bool db_idle_closed(PGconn *c);
 
+/* Stops what another thread is doing on a connection, at once, for a
+ * shut-down: asks the server to cancel it (cancel, taken over: NULL for
+ * none) on a thread of its own, and shuts the connection's socket sock
+ * (-1: none) down, so that the thread waiting on it fails now. libpq's
+ * PQcancel has no timeout: a server that takes connections and never
+ * answers (stopped, hung) would hold its caller for ever, and would not
+ * end the query being waited for. The caller makes sure sock is still the
+ * connection's (not closed, so its number is not reused). */
+void db_cancel_now(PGcancel *cancel, int sock);
+
 /* True when libpq can read url and every value it holds (its syntax, its
  * port numbers and the values of sslmode and the like: nothing is
  * connected). Otherwise false, with err naming the option at fault (never

@@ -24,6 +24,7 @@ static pthread_cond_t gate_cv;
 static pthread_t gate_thread;
 static bool gate_started, gate_stopping, gate_read, gate_matched;
 static PGcancel *gate_cancel; /* the thread's connection's, for schema_gate_stop */
+static int gate_sock = -1;    /* its socket, likewise */
 static bool gate_reading;     /* a reading is under way on it */
 static struct schema_state gate_state;
 /* !gate_started || (gate_read && gate_state.matches), written under
@@ -198,6 +199,7 @@ static void gate_close(PGconn *conn)
 	pthread_mutex_lock(&gate_mu);
 	PQfreeCancel(gate_cancel);
 	gate_cancel = NULL;
+	gate_sock = -1;
 	pthread_mutex_unlock(&gate_mu);
 	PQfinish(conn);
 }
@@ -221,6 +223,7 @@ static PGconn *gate_connect(void)
 	}
 	pthread_mutex_lock(&gate_mu);
 	gate_cancel = cancel;
+	gate_sock = PQsocket(conn);
 	pthread_mutex_unlock(&gate_mu);
 	return conn;
 }
@@ -308,13 +311,11 @@ void schema_gate_stop(void)
 	}
 	gate_stopping = true;
 	pthread_cond_signal(&gate_cv);
-	if (gate_cancel && gate_reading) {
-		/* A reading under way (at a lock, on a slow server) is not
-		 * waited for. */
-		char err[256];
-
-		if (!PQcancel(gate_cancel, err, sizeof(err)))
-			log_debug("schema gate: cancel: %s", err);
+	if (gate_reading) {
+		/* A reading under way (at a lock, on a slow server, on one
+		 * that stopped answering) is not waited for. */
+		db_cancel_now(gate_cancel, gate_sock);
+		gate_cancel = NULL;
 	}
 	pthread_mutex_unlock(&gate_mu);
 	pthread_join(gate_thread, NULL);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "csv.h"
+#include "db.h"
 #include "db_util.h"
 #include "money.h"
 
@@ -390,15 +391,12 @@ void export_close(struct export_cursor *c)
 	if (!c)
 		return;
 	if (!c->finished) {
-		PGcancel *cancel = PQgetCancel(c->conn);
-		char errbuf[256];
 		char *row;
 
-		if (cancel) {
-			if (!PQcancel(cancel, errbuf, sizeof(errbuf)))
-				errbuf[0] = '\0';
-			PQfreeCancel(cancel);
-		}
+		/* Sent on a thread of its own: a server that never answers
+		 * does not hold this one in the cancel, and a shut-down cuts
+		 * the connection it drains (h_reports_stop). */
+		db_cancel_now(PQgetCancel(c->conn), -1);
 		while (PQgetCopyData(c->conn, &row, 0) > 0)
 			PQfreemem(row);
 	}

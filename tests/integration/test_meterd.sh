@@ -719,6 +719,77 @@ kill -0 "$pid" && ok || fail "meterd died during the outage"
 kill -TERM "$pid"
 wait "$pid" || true
 pid=
+# A stop while the server takes connections and never answers them (its
+# postmaster stopped; the sessions made before still answer): an export
+# under way and a schema reading at a lock are cancelled on threads of
+# their own and their connections cut, so SIGTERM ends meterd with status
+# 0 after the 2 s every request under way is given. PQcancel, which has
+# no timeout, held it for ever.
+postmaster=$(head -1 "$METER_PG_DIR/data/postmaster.pid")
+"$bin/meterctl" migrate --database-url "$own_url" >/dev/null
+hung_acc=$("$bin/meterctl" account create --name Hung --database-url "$own_url" | jq -r .account_id)
+hung_key=$(METER_DATABASE_URL=$own_url "$bin/meterctl" key create --account "$hung_acc" \
+	--role read_only | jq -r .key_id)
+psql "$own_url" -Atq -c "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,
+  state) SELECT '$hung_acc', 'sbx_' || i, '$hung_key', 1, 512, 'running'
+  FROM generate_series(1, 4000) i;
+  INSERT INTO usage_hourly (account_id, sandbox_id, key_id, hour, price_version, day, running_usec,
+  paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus, storage_mibus, cpu_micros,
+  memory_micros, storage_micros, total_micros, cpu_cum_micros, memory_cum_micros,
+  storage_cum_micros) SELECT '$hung_acc', 'sbx_' || i, '$hung_key', timestamptz '2026-03-01 00:00Z'
+  + h * interval '1 hour', 1, '2026-03-01', 3600000000, 0, 0, 0, 0, 0, 7, 0, 0, 7, 7 * (h + 1),
+  0, 0 FROM generate_series(1, 4000) i, generate_series(0, 23) h"
+# Exits within limit_s of the SIGTERM with status 0 (the postmaster is let
+# go again either way); the time taken into $stop_s.
+stop_hung() {
+	local limit_s=$1 t0 status
+	t0=$(date +%s%N)
+	kill -STOP "$postmaster"
+	kill -TERM "$pid"
+	for _ in $(seq $((limit_s * 10))); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -CONT "$postmaster"
+	if kill -0 "$pid" 2>/dev/null; then
+		stop_s=never
+		kill -KILL "$pid"
+	else
+		stop_s=$((($(date +%s%N) - t0) / 1000000))ms
+	fi
+	wait "$pid" && status=0 || status=$?
+	pid=
+	return "$status"
+}
+METER_OPERATOR_TOKEN=$op start_meterd "$work/meterd-hung-export.log" --database-url "$own_url" \
+	--collector off
+wait_for 15 ready || fail "not ready for the export"
+exec 7<>/dev/tcp/127.0.0.1/"${base##*:}"
+printf 'GET /v1/reports/usage.csv?account_id=%s&from=2026-03-01T00:00:00Z&to=2026-03-02T00:00:00Z HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n' \
+	"$hung_acc" "$op" >&7
+read -r -t 10 line <&7 || line=
+[[ $line == "HTTP/1.1 200"* ]] && ok || fail "the export did not start: $line"
+stop_hung 10 && ok || fail "meterd's exit status after a stop with an export and a hung server"
+exec 7>&-
+[[ $stop_s != never ]] && ok || fail "a stop with an export under way and a hung server never ended"
+echo "stopped with an export under way and a hung server in $stop_s"
+METER_OPERATOR_TOKEN=$op start_meterd "$work/meterd-hung-gate.log" --database-url "$own_url" \
+	--collector off
+wait_for 15 ready || fail "not ready for the schema reading"
+psql "$own_url" -Atq -c "BEGIN" -c "LOCK TABLE schema_migrations" -c "SELECT pg_sleep(20)" \
+	>/dev/null 2>&1 &
+locker=$!
+gate_waits() {
+	[[ $(psql "$own_url" -Atq -c "SELECT count(*) FROM pg_locks WHERE NOT granted
+	  AND relation = 'schema_migrations'::regclass") -gt 0 ]]
+}
+wait_for 10 gate_waits || fail "the schema reading did not wait at the lock"
+stop_hung 10 && ok || fail "meterd's exit status after a stop with a schema reading and a hung server"
+[[ $stop_s != never ]] && ok || fail "a stop with a schema reading and a hung server never ended"
+echo "stopped with a schema reading at a lock and a hung server in $stop_s"
+psql "$own_url" -Atq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+  WHERE query LIKE '%pg_sleep(20)%' AND pid <> pg_backend_pid()" >/dev/null
+wait "$locker" || true
 # A server with fsync off: its commits are not on disk when they return.
 # Served (nothing a session can change), and said once in the log; with
 # fsync on, as above, never.

@@ -293,8 +293,8 @@ static void reply_down(struct http_req *req)
 	char why[SCHEMA_WHY_MAX], msg[SCHEMA_WHY_MAX + 64];
 
 	if (schema_gate_open(why, sizeof(why))) {
-		if (hutil_reply_timeout(req, req->app->cfg->db_statement_timeout_ms,
-					"the credentials could not be looked up in time; retry"))
+		if (hutil_reply_db_cause(req, req->app->cfg->db_statement_timeout_ms,
+					 "the credentials could not be looked up in time; retry"))
 			return;
 		snprintf(msg, sizeof(msg), "credentials cannot be checked now");
 	} else

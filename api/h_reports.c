@@ -343,7 +343,7 @@ static void stream_reply(struct stream *st, struct MHD_Response *resp, enum mete
 			http_reply_response(st->req, 200, resp);
 		else if (why == METER_ENOMEM)
 			http_reply_error(st->req, 500, "internal", "internal error", NULL);
-		else if (!hutil_reply_timeout(st->req, st->p.lock_timeout_ms, "retry"))
+		else if (!hutil_reply_db_cause(st->req, st->p.lock_timeout_ms, "retry"))
 			http_reply_error(st->req, 503, "metering_unavailable",
 					 "the database is unreachable", NULL);
 		resp = NULL;
@@ -782,7 +782,7 @@ static void statement_reply(struct http_req *req, bool html)
 	}
 	if (rc != METER_OK) {
 		log_warn("statement failed: %s", err);
-		if (!hutil_reply_timeout(req, req->app->cfg->db_statement_timeout_ms, "retry"))
+		if (!hutil_reply_db_cause(req, req->app->cfg->db_statement_timeout_ms, "retry"))
 			http_reply_error(req, 503, "metering_unavailable",
 					 "the database is unreachable", NULL);
 		return;

@@ -122,8 +122,8 @@ void h_samples_push(struct http_req *req)
 		break;
 	default:
 		log_warn("samples: document of host %s not ingested: %s", b.host_id, err);
-		if (!hutil_reply_timeout(req, req->app->cfg->db_statement_timeout_ms,
-					 "nothing of the document was ingested; send it again"))
+		if (!hutil_reply_db_cause(req, req->app->cfg->db_statement_timeout_ms,
+					  "nothing of the document was ingested; send it again"))
 			http_reply_error(req, 503, "metering_unavailable",
 					 "metering database unavailable", NULL);
 		break;

@@ -58,9 +58,9 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
 		/* A statement timeout is the database being unavailable too,
 		 * but the caller can act on it: say so. Anything else is a
 		 * fault of ours, logged by the db layer. */
-		if (!hutil_reply_timeout(req, req->app->cfg->db_statement_timeout_ms,
-					 "retry, or ask for less (a shorter from..to, a coarser"
-					 " window)"))
+		if (!hutil_reply_db_cause(req, req->app->cfg->db_statement_timeout_ms,
+					  "retry, or ask for less (a shorter from..to, a coarser"
+					  " window)"))
 			http_reply_error(req, 503, "metering_unavailable", "database error", NULL);
 		return;
 	default:
@@ -70,12 +70,23 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
 	}
 }
 
-bool hutil_reply_timeout(struct http_req *req, int64_t timeout_ms, const char *advice)
+bool hutil_reply_db_cause(struct http_req *req, int64_t timeout_ms, const char *advice)
 {
 	const char *state = db_util_failed_state();
 	bool lock = strcmp(state, "55P03") == 0;
 	char msg[256];
 
+	if (db_util_short_of_resources(state)) {
+		snprintf(msg, sizeof(msg),
+			 "the database is short of resources (disk space, memory or the like;"
+			 " SQLSTATE %s): %s",
+			 state, advice);
+		http_reply_error(
+		    req, 503, "metering_unavailable", msg,
+		    json_pack("{s:s,s:s}", "reason", "insufficient_resources", "sqlstate", state));
+		db_util_failed_clear();
+		return true;
+	}
 	if (!lock && strcmp(state, "57014") != 0)
 		return false;
 	db_util_failed_clear();

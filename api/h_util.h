@@ -36,9 +36,11 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
  * into the statement timeout, or a lock timeout: replies 503
  * metering_unavailable saying which, with reason ("statement_timeout" or
  * "lock_timeout") and timeout_ms, and a message ending in advice (what the
- * caller can do, e.g. "retry"), and returns true. Else replies nothing and
- * returns false. */
-bool hutil_reply_timeout(struct http_req *req, int64_t timeout_ms, const char *advice);
+ * caller can do, e.g. "retry"), and returns true; when the database was
+ * short of resources for it (disk full, out of memory: SQLSTATE class 53),
+ * the same with reason "insufficient_resources" and the SQLSTATE. Else
+ * replies nothing and returns false. */
+bool hutil_reply_db_cause(struct http_req *req, int64_t timeout_ms, const char *advice);
 
 /* For the operator, who names the account of a read (account non-empty):
  * 404 not_found when there is no such account, as for a key naming

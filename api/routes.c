@@ -23,6 +23,7 @@
 #include "schema_gate.h"
 
 #define READY_TIMEOUT_MS 1000
+#define READY_SHORT_MS	 10000 /* a check refused for lack of resources: not ready that long */
 
 /* GET /healthz: the process is alive and serving. */
 static void h_healthz(struct http_req *req)
@@ -105,6 +106,14 @@ static void h_readyz(struct http_req *req)
 				 "the database takes no writes (a standby, or"
 				 " default_transaction_read_only on): no check can be held",
 				 NULL);
+		return;
+	}
+	if (db_util_short_lately(READY_SHORT_MS)) {
+		http_reply_error(req, 503, "metering_unavailable",
+				 "the database refused a check for lack of resources (disk space,"
+				 " memory or the like) in the last 10 s, and no check has been held"
+				 " since",
+				 json_pack("{s:s}", "reason", "insufficient_resources"));
 		return;
 	}
 	http_reply_json(req, 200, json_pack("{s:s}", "status", "ready"));

@@ -43,6 +43,7 @@
 #define FAST_ATTEMPTS	   2		 /* a fast batch decided again on the figures it met */
 #define PIPELINE_MAX	   2 /* fast batches in flight on one connection (see batcher_may_send) */
 #define CHECK_BATCHES	   "meter_check_batches_total" /* counter, by path */
+#define SHORT_LOG_MS	   10000 /* the least time between two lines of log_short */
 /* Price-book versions read for this long ahead of a batch, so that the
  * engine knows them for any lease it may decide later. */
 #define PRICES_AHEAD_USEC ((CHECKS_LEASE_SECONDS_MAX + INT64_C(3600)) * 1000000)
@@ -221,6 +222,40 @@ static void set_timed_out(struct item *it, const char *sqlstate, int64_t timeout
 	set_error(it, 503, "metering_unavailable", msg,
 		  json_pack("{s:s,s:I}", "reason", lock ? "lock_timeout" : "statement_timeout",
 			    "timeout_ms", (json_int_t)timeout_ms));
+}
+
+/* The database lacked the resources for the item's batch (disk full, out
+ * of memory: SQLSTATE class 53): nothing of it was kept. */
+static void set_short(struct item *it, const char *sqlstate)
+{
+	char msg[200];
+
+	snprintf(msg, sizeof(msg),
+		 "the metering database is short of resources (disk space, memory or the like;"
+		 " SQLSTATE %s), and nothing was held: send the check again later",
+		 sqlstate);
+	set_error(it, 503, "metering_unavailable", msg,
+		  json_pack("{s:s,s:s}", "reason", "insufficient_resources", "sqlstate", sqlstate));
+}
+
+/* Logs a batch of n refused for the database's lack of resources: at most
+ * once every SHORT_LOG_MS, with the batches refused so since the last
+ * line, since every batch meets it while it lasts. */
+static void log_short(size_t n, const char *sqlstate)
+{
+	static _Atomic int64_t last_ms;
+	static atomic_long since;
+	int64_t now = clock_mono_ms(), last = atomic_load(&last_ms);
+	long more = atomic_fetch_add(&since, 1);
+
+	if (last && now - last < SHORT_LOG_MS)
+		return;
+	if (!atomic_compare_exchange_strong(&last_ms, &last, now))
+		return;
+	atomic_fetch_sub(&since, more + 1);
+	log_error("checks: the database is short of resources (SQLSTATE %s): a batch of %zu"
+		  " refused, and %ld more since the last line",
+		  sqlstate, n, more);
 }
 
 /* The connection broke while the item's batch was in the database: it
@@ -1289,6 +1324,7 @@ static enum landing flight_land(struct batcher *bt, struct flight *f)
 	flight_release(e, f, rc == METER_OK && ndiffer == 0);
 	if (rc == METER_OK && ndiffer == 0) {
 		metrics_counter_add(CHECK_BATCHES, "path=\"fast\"", 1);
+		db_util_wrote();
 		return LAND_DONE;
 	}
 	if (rc == METER_OK) {
@@ -1317,6 +1353,15 @@ static enum landing flight_land(struct batcher *bt, struct flight *f)
 		batch_reset(&f->b);
 		for (size_t i = 0; i < f->n; i++)
 			set_timed_out(f->items[i], sqlstate, e->opt.statement_timeout_ms);
+		return LAND_DONE;
+	}
+	if (db_util_short_of_resources(sqlstate)) {
+		/* The database's too, and deciding again would meet it again. */
+		db_util_short_note(sqlstate);
+		log_short(f->n, sqlstate);
+		batch_reset(&f->b);
+		for (size_t i = 0; i < f->n; i++)
+			set_short(f->items[i], sqlstate);
 		return LAND_DONE;
 	}
 	/* Something else than assumed (MTR01: a key, the price book, a
@@ -1386,6 +1431,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 		if (rc == METER_OK) {
 			batch_learn(e, &b);
 			metrics_counter_add(CHECK_BATCHES, "path=\"classic\"", 1);
+			db_util_wrote();
 			break;
 		}
 		if (rc == METER_EIO || !bt->conn || PQstatus(bt->conn) != CONNECTION_OK ||
@@ -1411,13 +1457,19 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 			break;
 		}
 		db_checks_rollback(bt->conn);
+		if (db_util_short_of_resources(sqlstate)) {
+			db_util_short_note(sqlstate);
+			log_short(n, sqlstate);
+			break;
+		}
 		if (!db_checks_retryable(sqlstate)) {
 			log_error("checks: batch of %zu failed (SQLSTATE %s)", n,
 				  sqlstate[0] ? sqlstate : "none");
 			/* A statement timeout (a ledger row held by a slow
 			 * writer) is the database's, not one check's: rerun
 			 * one by one, each would wait as long again while
-			 * every other key's checks queue behind them. */
+			 * every other key's checks queue behind them. The
+			 * database's lack of resources (above) likewise. */
 			poison = n > 1 && !db_checks_timed_out(sqlstate);
 			break;
 		}
@@ -1437,6 +1489,8 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 				else if (db_checks_timed_out(sqlstate))
 					set_timed_out(items[i], sqlstate,
 						      e->opt.statement_timeout_ms);
+				else if (db_util_short_of_resources(sqlstate))
+					set_short(items[i], sqlstate);
 				else
 					set_unavailable(items[i],
 							"the metering database is unreachable");

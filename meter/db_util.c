@@ -38,6 +38,31 @@ void db_util_failed_note(const PGresult *res)
 		failed_state[0] = '\0';
 }
 
+bool db_util_short_of_resources(const char *sqlstate)
+{
+	return sqlstate && strncmp(sqlstate, "53", 2) == 0 && strlen(sqlstate) == 5;
+}
+
+static _Atomic int64_t short_ms, wrote_ms; /* clock_mono_ms(), 0: never */
+
+void db_util_short_note(const char *sqlstate)
+{
+	if (db_util_short_of_resources(sqlstate))
+		atomic_store(&short_ms, clock_mono_ms());
+}
+
+void db_util_wrote(void)
+{
+	atomic_store(&wrote_ms, clock_mono_ms());
+}
+
+bool db_util_short_lately(int64_t within_ms)
+{
+	int64_t s = atomic_load(&short_ms);
+
+	return s != 0 && s >= atomic_load(&wrote_ms) && clock_mono_ms() - s < within_ms;
+}
+
 static _Atomic int64_t deadline_ms;
 
 void db_util_set_deadline_ms(int64_t ms)

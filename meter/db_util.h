@@ -108,6 +108,19 @@ void db_util_failed_clear(void);
  * statement, the export). */
 void db_util_failed_note(const PGresult *res);
 
+/* True when sqlstate is the database's lack of resources (class 53: disk
+ * full, out of memory, too many connections, a configured limit). */
+bool db_util_short_of_resources(const char *sqlstate);
+
+/* The check engine's latest sight of that, for readiness (a check is what
+ * readiness promises; a large read may run short of memory while writes
+ * go on): it notes a batch of checks failing so (db_util_short_note) and
+ * every batch it commits (db_util_wrote). db_util_short_lately: a failure
+ * so within the last within_ms, and no batch committed since. */
+void db_util_short_note(const char *sqlstate);
+void db_util_wrote(void);
+bool db_util_short_lately(int64_t within_ms);
+
 /* Column col of row as int64 into *out. METER_ERANGE when the text is not
  * an int64 (a bug in the query); NULL gives *is_null (may be NULL when the
  * column cannot be NULL: NULL is then METER_EINVAL). */

@@ -21,6 +21,7 @@
 
 #include "app.h"
 #include "checks.h"
+#include "clock.h"
 #include "collector.h"
 #include "config.h"
 #include "db.h"
@@ -36,9 +37,11 @@
 
 extern char **environ;
 
-#define WATCH_INTERVAL_S       1
-#define FD_HEADROOM	       256 /* descriptors beside the HTTP connections */
-#define NOFILE_CONNECTIONS_MIN 8   /* max_connections is never lowered below */
+#define WATCH_INTERVAL_MS      1000
+#define GATE_WAIT_MS	       2000 /* at start, for the schema gate's first reading */
+#define STARTUP_STEP_MS	       50   /* ... taking a signal this often */
+#define FD_HEADROOM	       256  /* descriptors beside the HTTP connections */
+#define NOFILE_CONNECTIONS_MIN 8    /* max_connections is never lowered below */
 
 /* While meterd stops: a second SIGTERM or SIGINT ends it at once, with
  * the requests still under way cut (every answer already sent was durable
@@ -58,6 +61,111 @@ static void *second_signal(void *arg)
 			_exit(1);
 		}
 	}
+}
+
+/* Takes a SIGTERM, SIGINT or SIGHUP already sent (wait false), or waits
+ * for one. 1: SIGTERM or SIGINT, logged; 0: none, or SIGHUP, logged and
+ * ignored; -1: the wait failed, logged. */
+static int take_signal(const sigset_t *sigs, bool wait)
+{
+	static const struct timespec now = {0};
+	int sig = wait ? sigwaitinfo(sigs, NULL) : sigtimedwait(sigs, NULL, &now);
+
+	if (sig == SIGTERM || sig == SIGINT) {
+		log_info("meterd: %s received, shutting down (another stops it at once)",
+			 sig == SIGTERM ? "SIGTERM" : "SIGINT");
+		return 1;
+	}
+	if (sig == SIGHUP)
+		log_info("meterd: SIGHUP received and ignored: the configuration is read "
+			 "at start only (restart meterd to change it)");
+	if (sig < 0 && errno != EAGAIN && errno != EINTR) {
+		log_error("meterd: waiting for a signal: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* The database watch, on a thread of its own: it connects at start-up and
+ * reconnects after an outage, with the pool's backoff, pinging every
+ * WATCH_INTERVAL_MS. A ping may wait for the connect timeout (a server
+ * that takes connections and never answers); a signal is not kept waiting
+ * with it, so a stop stops listening at once. One for the process, never
+ * freed: the thread is detached (a second signal ends the process while it
+ * may ping), and the stop waits for done before the pool goes. */
+static struct {
+	struct app *app;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool started, stopping, done; /* under mu */
+} watch = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Sleeps ms unless told to stop; true when stopping. */
+static bool watch_nap(int64_t ms)
+{
+	struct timespec until = clock_mono_after_ms(ms);
+	bool stop;
+
+	pthread_mutex_lock(&watch.mu);
+	while (!watch.stopping)
+		if (pthread_cond_timedwait(&watch.cv, &watch.mu, &until) == ETIMEDOUT)
+			break;
+	stop = watch.stopping;
+	pthread_mutex_unlock(&watch.mu);
+	return stop;
+}
+
+static void *watch_main(void *arg)
+{
+	(void)arg;
+	if (db_pool_ping(watch.app->pool, 2000) != METER_OK && !watch_nap(0))
+		log_warn("database not answering yet; serving anyway, /readyz says 503 until it "
+			 "does");
+	while (!watch_nap(WATCH_INTERVAL_MS))
+		if (app_db_ping(watch.app, 2000) != METER_OK)
+			log_debug("database not answering");
+	pthread_mutex_lock(&watch.mu);
+	watch.done = true;
+	pthread_cond_broadcast(&watch.cv);
+	pthread_mutex_unlock(&watch.mu);
+	return NULL;
+}
+
+/* Starts the watch on app (which outlives it). False when it cannot. */
+static bool watch_start(struct app *app)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	bool ok;
+
+	watch.app = app;
+	if (clock_mono_cond_init(&watch.cv) != 0 || pthread_attr_init(&attr) != 0)
+		return false;
+	ok = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+	     pthread_create(&t, &attr, watch_main, NULL) == 0;
+	pthread_attr_destroy(&attr);
+	watch.started = ok;
+	return ok;
+}
+
+/* Tells the watch to stop, at once. */
+static void watch_stop(void)
+{
+	pthread_mutex_lock(&watch.mu);
+	watch.stopping = true;
+	pthread_cond_broadcast(&watch.cv);
+	pthread_mutex_unlock(&watch.mu);
+}
+
+/* Waits until the watch has stopped (one never started: at once): a ping
+ * under way ends within its 2 s, or the connect timeout of one being
+ * made. */
+static void watch_wait(void)
+{
+	pthread_mutex_lock(&watch.mu);
+	while (watch.started && !watch.done)
+		pthread_cond_wait(&watch.cv, &watch.mu);
+	pthread_mutex_unlock(&watch.mu);
 }
 
 /* Every HTTP connection is a descriptor, and the soft open-file limit is
@@ -106,7 +214,7 @@ int main(int argc, char **argv)
 	char err[512];
 	sigset_t sigs;
 	bool help;
-	int status = 1;
+	int status = 1, got;
 	enum meter_rc rc;
 
 	/* No core dump and no tracing by other processes of this user: the
@@ -235,7 +343,16 @@ int main(int argc, char **argv)
 		log_error("meterd: cannot start the schema gate");
 		goto out;
 	}
-	(void)schema_gate_wait(2000); /* the database down: the gate reads it once it is up */
+	/* The database down: the gate reads it once it is up. A SIGTERM or
+	 * SIGINT meanwhile stops meterd before it listens. */
+	for (int64_t until = clock_mono_ms() + GATE_WAIT_MS;
+	     !schema_gate_wait(STARTUP_STEP_MS) && clock_mono_ms() < until;) {
+		got = take_signal(&sigs, false);
+		if (got > 0)
+			goto stop;
+		if (got < 0)
+			goto out;
+	}
 	/* libcurl's global state, before any thread uses it (the collector's
 	 * agent polling, the webhook deliverer). */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
@@ -330,6 +447,12 @@ int main(int argc, char **argv)
 		log_info("no webhook_url: spend_limit_crossed and hold_outrun events are kept in"
 			 " the database's outbox, and sent by the first meterd on it that has one"
 			 " (/metrics shows how many wait)");
+	/* Nor does it start listening once told to stop. */
+	got = take_signal(&sigs, false);
+	if (got > 0)
+		goto stop;
+	if (got < 0)
+		goto out;
 	rc = http_server_start(&app, &srv, err, sizeof(err));
 	if (rc != METER_OK) {
 		log_error("meterd: %s", err);
@@ -346,33 +469,16 @@ int main(int argc, char **argv)
 			 host, strchr(host, ':') ? "]" : "", http_server_port(srv));
 	}
 
-	if (db_pool_ping(pool, 2000) != METER_OK)
-		log_warn(
-		    "database not answering yet; serving anyway, /readyz says 503 until it does");
-
-	/* Watch the database until told to stop: this is what connects at
-	 * start-up and reconnects after an outage, with the pool's backoff. */
-	for (;;) {
-		struct timespec tick = {.tv_sec = WATCH_INTERVAL_S};
-		int sig = sigtimedwait(&sigs, NULL, &tick);
-
-		if (sig == SIGTERM || sig == SIGINT) {
-			log_info("meterd: %s received, shutting down (another stops it at once)",
-				 sig == SIGTERM ? "SIGTERM" : "SIGINT");
-			break;
-		}
-		if (sig == SIGHUP) {
-			log_info("meterd: SIGHUP received and ignored: the configuration is read "
-				 "at start only (restart meterd to change it)");
-			continue;
-		}
-		if (sig < 0 && errno != EAGAIN && errno != EINTR) {
-			log_error("meterd: sigtimedwait: %s", strerror(errno));
-			goto out;
-		}
-		if (app_db_ping(&app, 2000) != METER_OK)
-			log_debug("database not answering");
+	if (!watch_start(&app)) {
+		log_error("meterd: cannot start the database watch");
+		goto out;
 	}
+	/* Until told to stop, this thread takes the signals alone. */
+	while ((got = take_signal(&sigs, true)) == 0)
+		;
+	if (got < 0)
+		goto out;
+stop:
 	status = 0;
 	{
 		static sigset_t again; /* outlives main's frame, as the thread may */
@@ -390,6 +496,7 @@ out:
 	 * under way has had its answer sent (2 s at most: an export still
 	 * streaming is cut then). */
 	http_server_quiesce(srv);
+	watch_stop();
 	collector_stop(collector);
 	checks_engine_stop(checks);
 	webhook_stop(webhook);
@@ -398,6 +505,7 @@ out:
 		log_warn("stopping with requests still under way");
 	http_server_stop(srv);
 	checks_engine_free(checks);
+	watch_wait();
 	db_pool_free(pool);
 	if (curl_ready)
 		curl_global_cleanup();

@@ -790,6 +790,49 @@ echo "stopped with a schema reading at a lock and a hung server in $stop_s"
 psql "$own_url" -Atq -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
   WHERE query LIKE '%pg_sleep(20)%' AND pid <> pg_backend_pid()" >/dev/null
 wait "$locker" || true
+# Signals are taken at once, whatever the database does: with the
+# postmaster stopped from the start, every connection meterd makes waits
+# out the connect timeout. A SIGTERM while it waits for the schema gate at
+# start stops it before it ever listens; one once it serves closes the
+# listening socket at once (it was taken only after a ping, seconds later),
+# and it still exits 0 (after those connects end). postmaster_hung runs
+# "$@" with the postmaster stopped, and lets it go again whatever happens.
+exits_within() {
+	for _ in $(seq $(($1 * 10))); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	return 1
+}
+hung_port=$(free_port)
+kill -STOP "$postmaster"
+"$bin/meterd" --listen "127.0.0.1:$hung_port" --database-url "$own_url" --collector off \
+	>"$work/meterd-hung-start.log" 2>&1 &
+pid=$!
+sleep 0.5
+kill -TERM "$pid"
+exits_within 30 && ok || fail "a stop during start-up with a hung server did not end"
+kill -CONT "$postmaster"
+wait "$pid" && ok || fail "meterd's exit status after a stop during start-up"
+pid=
+grep -q "meterd listening" "$work/meterd-hung-start.log" &&
+	fail "meterd listened after a SIGTERM during start-up: $(cat "$work/meterd-hung-start.log")" ||
+	ok
+kill -STOP "$postmaster"
+"$bin/meterd" --listen "127.0.0.1:$hung_port" --database-url "$own_url" --collector off \
+	>"$work/meterd-hung-serving.log" 2>&1 &
+pid=$!
+serving() { curl -fs --max-time 1 "http://127.0.0.1:$hung_port/healthz" >/dev/null; }
+wait_for 15 serving && ok || fail "meterd did not serve with a hung server"
+sleep 1.5 # its watch now waits in a ping's connect
+kill -TERM "$pid"
+sleep 0.5
+curl -s --max-time 1 -o /dev/null "http://127.0.0.1:$hung_port/healthz" && status=0 || status=$?
+expect "curl's exit status half a second after a SIGTERM (7: refused)" "$status" 7
+exits_within 30 && ok || fail "a stop with a hung server did not end"
+kill -CONT "$postmaster"
+wait "$pid" && ok || fail "meterd's exit status after a stop with a hung server"
+pid=
 # A server with fsync off: its commits are not on disk when they return.
 # Served (nothing a session can change), and said once in the log; with
 # fsync on, as above, never.

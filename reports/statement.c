@@ -1,7 +1,9 @@
 /* meter reports: the monthly statement (see statement.h). */
 #include "statement.h"
 
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -339,96 +341,128 @@ enum meter_rc statement_write_csv(const struct statement *s, FILE *f)
 	return ferror(f) ? METER_EIO : METER_OK;
 }
 
-/* Writes text with HTML's special characters escaped. */
-static void put_html(FILE *f, const char *text)
+/* The HTML page's output: every write checked, since a stream that can no
+ * longer grow (glibc's open_memstream out of memory) may fail a write and
+ * then report no error on ferror or fclose; one failed write fails the
+ * page, never a page with rows missing. */
+struct html_out {
+	FILE *f;
+	bool failed;
+};
+
+static void out_puts(struct html_out *o, const char *text)
 {
-	for (; *text; text++) {
+	if (!o->failed && fputs(text, o->f) == EOF)
+		o->failed = true;
+}
+
+static void out_printf(struct html_out *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void out_printf(struct html_out *o, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (o->failed)
+		return;
+	va_start(ap, fmt);
+	if (vfprintf(o->f, fmt, ap) < 0)
+		o->failed = true;
+	va_end(ap);
+}
+
+/* Writes text with HTML's special characters escaped. */
+static void put_html(struct html_out *o, const char *text)
+{
+	for (; *text && !o->failed; text++) {
 		switch (*text) {
 		case '&':
-			fputs("&amp;", f);
+			out_puts(o, "&amp;");
 			break;
 		case '<':
-			fputs("&lt;", f);
+			out_puts(o, "&lt;");
 			break;
 		case '>':
-			fputs("&gt;", f);
+			out_puts(o, "&gt;");
 			break;
 		case '"':
-			fputs("&quot;", f);
+			out_puts(o, "&quot;");
 			break;
 		case '\'':
-			fputs("&#39;", f);
+			out_puts(o, "&#39;");
 			break;
 		default:
-			fputc(*text, f);
+			if (fputc(*text, o->f) == EOF)
+				o->failed = true;
 		}
 	}
 }
 
 /* Writes µ$ as dollars with six decimals, exactly (integer arithmetic). */
-static void put_dollars(FILE *f, int64_t micros)
+static void put_dollars(struct html_out *o, int64_t micros)
 {
-	fprintf(f, "%s$%lld.%06lld", micros < 0 ? "-" : "",
-		(long long)((micros < 0 ? -micros : micros) / 1000000),
-		(long long)((micros < 0 ? -micros : micros) % 1000000));
+	out_printf(o, "%s$%lld.%06lld", micros < 0 ? "-" : "",
+		   (long long)((micros < 0 ? -micros : micros) / 1000000),
+		   (long long)((micros < 0 ? -micros : micros) % 1000000));
 }
 
-static void html_row(FILE *f, const struct statement_line *l, bool total)
+static void html_row(struct html_out *o, const struct statement_line *l, bool total)
 {
-	fputs(total ? "<tr class=\"total\"><th scope=\"row\">Total</th><td></td>" : "<tr><td>", f);
+	out_puts(o,
+		 total ? "<tr class=\"total\"><th scope=\"row\">Total</th><td></td>" : "<tr><td>");
 	if (!total) {
-		put_html(f, l->sandbox_id);
-		fputs("</td><td>", f);
-		put_html(f, l->key_id[0] ? l->key_id : "(unattributed)");
-		fputs("</td>", f);
+		put_html(o, l->sandbox_id);
+		out_puts(o, "</td><td>");
+		put_html(o, l->key_id[0] ? l->key_id : "(unattributed)");
+		out_puts(o, "</td>");
 	}
-	fprintf(f, "<td class=\"n\">%lld</td><td class=\"n\">%lld</td>",
-		(long long)l->usage.running_seconds, (long long)l->usage.paused_seconds);
+	out_printf(o, "<td class=\"n\">%lld</td><td class=\"n\">%lld</td>",
+		   (long long)l->usage.running_seconds, (long long)l->usage.paused_seconds);
 	const int64_t money[6] = {l->cpu_micros,   l->memory_micros, l->storage_micros,
 				  l->total_micros, l->credit_micros, l->due_micros};
 	for (int i = 0; i < 6; i++) {
-		fputs("<td class=\"n\">", f);
-		put_dollars(f, money[i]);
-		fputs("</td>", f);
+		out_puts(o, "<td class=\"n\">");
+		put_dollars(o, money[i]);
+		out_puts(o, "</td>");
 	}
-	fputs("</tr>\n", f);
+	out_puts(o, "</tr>\n");
 }
 
 enum meter_rc statement_write_html(const struct statement *s, FILE *f)
 {
-	fputs("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-	      "<title>Statement</title><style>"
-	      "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#111}"
-	      "table{border-collapse:collapse;width:100%}"
-	      "th,td{border-bottom:1px solid #ccc;padding:4px 8px;text-align:left}"
-	      "td.n{text-align:right;font-variant-numeric:tabular-nums}"
-	      "tr.total th,tr.total td{font-weight:bold;border-top:2px solid #111}"
-	      "dl{display:grid;grid-template-columns:max-content auto;gap:2px 1em}"
-	      "@media print{body{margin:0}}</style></head><body>\n<h1>Statement ",
-	      f);
+	struct html_out o = {.f = f};
+
+	out_puts(&o, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+		     "<title>Statement</title><style>"
+		     "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#111}"
+		     "table{border-collapse:collapse;width:100%}"
+		     "th,td{border-bottom:1px solid #ccc;padding:4px 8px;text-align:left}"
+		     "td.n{text-align:right;font-variant-numeric:tabular-nums}"
+		     "tr.total th,tr.total td{font-weight:bold;border-top:2px solid #111}"
+		     "dl{display:grid;grid-template-columns:max-content auto;gap:2px 1em}"
+		     "@media print{body{margin:0}}</style></head><body>\n<h1>Statement ");
 	/* The name is free text: isolated (<bdi>), so that a right-to-left
 	 * mark in it reorders nothing around it, the account's id included. */
-	fprintf(f, "%04d-%02d</h1>\n<p>Account <bdi>", s->year, s->month);
-	put_html(f, s->account_name);
-	fputs("</bdi> (<code>", f);
-	put_html(f, s->account_id);
-	fputs("</code>)</p>\n<dl><dt>Gross cost</dt><dd>", f);
-	put_dollars(f, s->total.total_micros);
-	fprintf(f, "</dd><dt>Free sandbox-hours credit (%lld h for a new account)</dt><dd>-",
-		(long long)s->free_sandbox_hours);
-	put_dollars(f, s->total.credit_micros);
-	fputs("</dd><dt>Amount due</dt><dd>", f);
-	put_dollars(f, s->total.due_micros);
-	fputs("</dd></dl>\n<table><thead><tr><th>Sandbox</th><th>Key</th>"
-	      "<th>Running s</th><th>Paused s</th><th>CPU</th><th>Memory</th>"
-	      "<th>Storage</th><th>Gross</th><th>Credit</th><th>Due</th></tr></thead><tbody>\n",
-	      f);
-	for (size_t i = 0; i < s->n; i++)
-		html_row(f, &s->lines[i], false);
-	html_row(f, &s->total, true);
-	fputs("</tbody></table>\n<p>Amounts are exact to the microdollar; usage is rounded "
-	      "down to whole seconds. Storage is billed while a sandbox is paused.</p>\n"
-	      "</body></html>\n",
-	      f);
-	return ferror(f) ? METER_EIO : METER_OK;
+	out_printf(&o, "%04d-%02d</h1>\n<p>Account <bdi>", s->year, s->month);
+	put_html(&o, s->account_name);
+	out_puts(&o, "</bdi> (<code>");
+	put_html(&o, s->account_id);
+	out_puts(&o, "</code>)</p>\n<dl><dt>Gross cost</dt><dd>");
+	put_dollars(&o, s->total.total_micros);
+	out_printf(&o, "</dd><dt>Free sandbox-hours credit (%lld h for a new account)</dt><dd>-",
+		   (long long)s->free_sandbox_hours);
+	put_dollars(&o, s->total.credit_micros);
+	out_puts(&o, "</dd><dt>Amount due</dt><dd>");
+	put_dollars(&o, s->total.due_micros);
+	out_puts(&o, "</dd></dl>\n<table><thead><tr><th>Sandbox</th><th>Key</th>"
+		     "<th>Running s</th><th>Paused s</th><th>CPU</th><th>Memory</th>"
+		     "<th>Storage</th><th>Gross</th><th>Credit</th><th>Due</th></tr></thead>"
+		     "<tbody>\n");
+	for (size_t i = 0; i < s->n && !o.failed; i++)
+		html_row(&o, &s->lines[i], false);
+	html_row(&o, &s->total, true);
+	out_puts(&o, "</tbody></table>\n<p>Amounts are exact to the microdollar; usage is rounded "
+		     "down to whole seconds. Storage is billed while a sandbox is paused.</p>\n"
+		     "</body></html>\n");
+	return o.failed || ferror(f) ? METER_EIO : METER_OK;
 }

@@ -533,8 +533,23 @@ static void stream_start(struct http_req *req)
 	}
 	if (r == 0)
 		return;
-	log_warn("export could not start: no thread");
-	stream_reply(st, NULL, METER_ENOMEM);
+	/* The process's thread limit, not a fault: said so, to be retried. */
+	log_warn("export could not start: no thread (%s)", strerror(r));
+	pthread_mutex_lock(&st->lock);
+	if (st->req) {
+		http_reply_error(
+		    st->req, 503, "metering_unavailable",
+		    "no thread could be started for the export now (the process's thread"
+		    " limit): retry shortly",
+		    NULL);
+		if (st->req->resp &&
+		    MHD_add_response_header(st->req->resp, MHD_HTTP_HEADER_RETRY_AFTER, "1") !=
+			MHD_YES)
+			log_warn("could not add Retry-After");
+		st->req = NULL;
+		MHD_resume_connection(st->conn);
+	}
+	pthread_mutex_unlock(&st->lock);
 	stream_slot_free(st);
 	producer_gone();
 	stream_unref(st);

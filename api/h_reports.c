@@ -17,6 +17,7 @@
 #include "h_reports.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/sockios.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
@@ -26,6 +27,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "agent_doc.h"
 #include "app.h"
@@ -57,7 +59,7 @@ struct stream {
 	const char *db_url; /* borrowed from the configuration */
 	char disp[DISP_MAX];
 	PGcancel *cancel;
-	int sock;	      /* the producer's connection's, while it has one; else -1 */
+	int sock; /* a copy of its connection's socket (so never another's number), or -1 */
 	char buf[STREAM_BUF]; /* ready for the content reader */
 	size_t len, off;
 	bool done;	/* the producer wrote everything (or failed) */
@@ -413,7 +415,7 @@ static void *stream_produce(void *arg)
 	 * that came before is seen here, one after cancels what runs. */
 	pthread_mutex_lock(&st->lock);
 	st->cancel = PQgetCancel(conn);
-	st->sock = PQsocket(conn);
+	st->sock = fcntl(PQsocket(conn), F_DUPFD_CLOEXEC, 0);
 	pthread_mutex_unlock(&st->lock);
 	if (stream_aborted(st) || !stream_filters_known(st, conn))
 		goto out;
@@ -479,7 +481,9 @@ out:
 	if (st->cancel)
 		PQfreeCancel(st->cancel);
 	st->cancel = NULL;
-	st->sock = -1; /* closed next */
+	if (st->sock >= 0)
+		close(st->sock);
+	st->sock = -1;
 	pthread_mutex_unlock(&st->lock);
 	if (conn)
 		PQfinish(conn);

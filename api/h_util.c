@@ -77,10 +77,12 @@ bool hutil_reply_db_cause(struct http_req *req, int64_t timeout_ms, const char *
 	char msg[256];
 
 	if (db_util_short_of_resources(state)) {
+		/* Not the caller's advice, which is for a timeout (a read's:
+		 * ask for less): the request was right, the database was not. */
 		snprintf(msg, sizeof(msg),
 			 "the database is short of resources (disk space, memory or the like;"
-			 " SQLSTATE %s): %s",
-			 state, advice);
+			 " SQLSTATE %s): send the request again later",
+			 state);
 		http_reply_error(
 		    req, 503, "metering_unavailable", msg,
 		    json_pack("{s:s,s:s}", "reason", "insufficient_resources", "sqlstate", state));

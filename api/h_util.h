@@ -38,7 +38,8 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
  * "lock_timeout") and timeout_ms, and a message ending in advice (what the
  * caller can do, e.g. "retry"), and returns true; when the database was
  * short of resources for it (disk full, out of memory: SQLSTATE class 53),
- * the same with reason "insufficient_resources" and the SQLSTATE. Else
+ * 503 with reason "insufficient_resources" and the SQLSTATE, saying to
+ * send the request again later. Else
  * replies nothing and returns false. */
 bool hutil_reply_db_cause(struct http_req *req, int64_t timeout_ms, const char *advice);
 

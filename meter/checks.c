@@ -224,15 +224,17 @@ static void set_timed_out(struct item *it, const char *sqlstate, int64_t timeout
 			    "timeout_ms", (json_int_t)timeout_ms));
 }
 
-/* The database lacked the resources for the item's batch (disk full, out
- * of memory: SQLSTATE class 53): nothing of it was kept. */
+/* The database lacked the resources to decide the item (disk full, out
+ * of memory: SQLSTATE class 53), decided alone: it was not decided now
+ * (its transaction rolled back), to be sent again as any check's 503. */
 static void set_short(struct item *it, const char *sqlstate)
 {
-	char msg[200];
+	char msg[240];
 
 	snprintf(msg, sizeof(msg),
 		 "the metering database is short of resources (disk space, memory or the like;"
-		 " SQLSTATE %s), and nothing was held: send the check again later",
+		 " SQLSTATE %s), so this check was not decided now: send the same request again"
+		 " later",
 		 sqlstate);
 	set_error(it, 503, "metering_unavailable", msg,
 		  json_pack("{s:s,s:s}", "reason", "insufficient_resources", "sqlstate", sqlstate));
@@ -1355,15 +1357,6 @@ static enum landing flight_land(struct batcher *bt, struct flight *f)
 			set_timed_out(f->items[i], sqlstate, e->opt.statement_timeout_ms);
 		return LAND_DONE;
 	}
-	if (db_util_short_of_resources(sqlstate)) {
-		/* The database's too, and deciding again would meet it again. */
-		db_util_short_note(sqlstate);
-		log_short(f->n, sqlstate);
-		batch_reset(&f->b);
-		for (size_t i = 0; i < f->n; i++)
-			set_short(f->items[i], sqlstate);
-		return LAND_DONE;
-	}
 	/* Something else than assumed (MTR01: a key, the price book, a
 	 * sandbox or stored answer), or an error: the classic path reads
 	 * everything and decides again, or fails as it will. */
@@ -1457,19 +1450,23 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 			break;
 		}
 		db_checks_rollback(bt->conn);
-		if (db_util_short_of_resources(sqlstate)) {
-			db_util_short_note(sqlstate);
-			log_short(n, sqlstate);
-			break;
-		}
 		if (!db_checks_retryable(sqlstate)) {
-			log_error("checks: batch of %zu failed (SQLSTATE %s)", n,
-				  sqlstate[0] ? sqlstate : "none");
+			/* The database's lack of resources: said, but at most
+			 * every SHORT_LOG_MS, since every batch meets it. */
+			if (db_util_short_of_resources(sqlstate)) {
+				db_util_short_note(sqlstate);
+				log_short(n, sqlstate);
+			} else {
+				log_error("checks: batch of %zu failed (SQLSTATE %s)", n,
+					  sqlstate[0] ? sqlstate : "none");
+			}
 			/* A statement timeout (a ledger row held by a slow
 			 * writer) is the database's, not one check's: rerun
 			 * one by one, each would wait as long again while
 			 * every other key's checks queue behind them. The
-			 * database's lack of resources (above) likewise. */
+			 * lack of resources is rerun so, though: a check
+			 * that writes nothing (a replay, a refusal) is still
+			 * answered on its own. */
 			poison = n > 1 && !db_checks_timed_out(sqlstate);
 			break;
 		}

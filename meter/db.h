@@ -50,8 +50,9 @@ bool db_idle_closed(PGconn *c);
  * (-1: none) down, so that the thread waiting on it fails now. libpq's
  * PQcancel has no timeout: a server that takes connections and never
  * answers (stopped, hung) would hold its caller for ever, and would not
- * end the query being waited for. The caller makes sure sock is still the
- * connection's (not closed, so its number is not reused). */
+ * end the query being waited for. sock is the caller's own copy of the
+ * connection's socket (dup): libpq closes its descriptor when the
+ * connection breaks, and the number may then be another's. */
 void db_cancel_now(PGcancel *cancel, int sock);
 
 /* True when libpq can read url and every value it holds (its syntax, its

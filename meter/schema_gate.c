@@ -2,11 +2,13 @@
 #include "schema_gate.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "db.h"
@@ -24,7 +26,7 @@ static pthread_cond_t gate_cv;
 static pthread_t gate_thread;
 static bool gate_started, gate_stopping, gate_read, gate_matched;
 static PGcancel *gate_cancel; /* the thread's connection's, for schema_gate_stop */
-static int gate_sock = -1;    /* its socket, likewise */
+static int gate_sock = -1;    /* a copy of its socket (never another's number), likewise */
 static bool gate_reading;     /* a reading is under way on it */
 static struct schema_state gate_state;
 /* !gate_started || (gate_read && gate_state.matches), written under
@@ -199,6 +201,8 @@ static void gate_close(PGconn *conn)
 	pthread_mutex_lock(&gate_mu);
 	PQfreeCancel(gate_cancel);
 	gate_cancel = NULL;
+	if (gate_sock >= 0)
+		close(gate_sock);
 	gate_sock = -1;
 	pthread_mutex_unlock(&gate_mu);
 	PQfinish(conn);
@@ -223,7 +227,7 @@ static PGconn *gate_connect(void)
 	}
 	pthread_mutex_lock(&gate_mu);
 	gate_cancel = cancel;
-	gate_sock = PQsocket(conn);
+	gate_sock = fcntl(PQsocket(conn), F_DUPFD_CLOEXEC, 0);
 	pthread_mutex_unlock(&gate_mu);
 	return conn;
 }

@@ -9,6 +9,9 @@
  *   every 10 s (not one per check, which the server would make: each
  *   batch was decided again one check at a time);
  * - /readyz answers 503 with the same reason, since no check could be held;
+ * - a check that writes nothing is still answered: a replay of one allowed
+ *   before, its stored answer; another with a new idempotency key, 409
+ *   sandbox_exists;
  * - another write (an account) is answered 503 with that reason too;
  * - once the database takes writes again, the next check is allowed and
  *   /readyz is 200 at once: a check held ends the state. */
@@ -129,6 +132,18 @@ int main(void)
 	CHECK_I64(log_lines("batch of 1 failed"), 0);
 	CHECK_I64(readyz(reason, sizeof(reason)), 503);
 	CHECK_STR(reason, "insufficient_resources");
+
+	/* A check that writes nothing is still answered: the one allowed
+	 * before, sent again, is its stored answer; with another idempotency
+	 * key, the sandbox it made exists. */
+	CHECK_I64(cu_create(&t, 0, key, "sbx_before", 1, 512, 60, NULL, &r), 200);
+	CHECK(r.json && json_is_true(json_object_get(r.json, "allowed")));
+	apitest_resp_release(&r);
+	CHECK_I64(
+	    cu_create(&t, 0, key, "sbx_before", 1, 512, 60, "\"idempotency_key\":\"other\"", &r),
+	    409);
+	CHECK_STR(apitest_error_code(&r), "sandbox_exists");
+	apitest_resp_release(&r);
 
 	/* Another write: an account, its table full too. */
 	cu_sql(t.db.conn, "CREATE TRIGGER t_disk_full BEFORE INSERT ON accounts"

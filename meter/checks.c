@@ -1424,7 +1424,10 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 		if (rc == METER_OK) {
 			batch_learn(e, &b);
 			metrics_counter_add(CHECK_BATCHES, "path=\"classic\"", 1);
-			db_util_wrote();
+			/* Checks decided, not only replays answered: the
+			 * database took their writes. */
+			if (b.nrows > 0)
+				db_util_wrote();
 			break;
 		}
 		if (rc == METER_EIO || !bt->conn || PQstatus(bt->conn) != CONNECTION_OK ||

@@ -144,6 +144,8 @@ int main(void)
 	    409);
 	CHECK_STR(apitest_error_code(&r), "sandbox_exists");
 	apitest_resp_release(&r);
+	/* Neither held anything: still not ready. */
+	CHECK_I64(readyz(reason, sizeof(reason)), 503);
 
 	/* Another write: an account, its table full too. */
 	cu_sql(t.db.conn, "CREATE TRIGGER t_disk_full BEFORE INSERT ON accounts"

@@ -43,7 +43,6 @@
 #define FAST_ATTEMPTS	   2		 /* a fast batch decided again on the figures it met */
 #define PIPELINE_MAX	   2 /* fast batches in flight on one connection (see batcher_may_send) */
 #define CHECK_BATCHES	   "meter_check_batches_total" /* counter, by path */
-#define SHORT_LOG_MS	   10000 /* the least time between two lines of log_short */
 /* Price-book versions read for this long ahead of a batch, so that the
  * engine knows them for any lease it may decide later. */
 #define PRICES_AHEAD_USEC ((CHECKS_LEASE_SECONDS_MAX + INT64_C(3600)) * 1000000)
@@ -238,26 +237,6 @@ static void set_short(struct item *it, const char *sqlstate)
 		 sqlstate);
 	set_error(it, 503, "metering_unavailable", msg,
 		  json_pack("{s:s,s:s}", "reason", "insufficient_resources", "sqlstate", sqlstate));
-}
-
-/* Logs a batch of n refused for the database's lack of resources: at most
- * once every SHORT_LOG_MS, with the batches refused so since the last
- * line, since every batch meets it while it lasts. */
-static void log_short(size_t n, const char *sqlstate)
-{
-	static _Atomic int64_t last_ms;
-	static atomic_long since;
-	int64_t now = clock_mono_ms(), last = atomic_load(&last_ms);
-	long more = atomic_fetch_add(&since, 1);
-
-	if (last && now - last < SHORT_LOG_MS)
-		return;
-	if (!atomic_compare_exchange_strong(&last_ms, &last, now))
-		return;
-	atomic_fetch_sub(&since, more + 1);
-	log_error("checks: the database is short of resources (SQLSTATE %s): a batch of %zu"
-		  " refused, and %ld more since the last line",
-		  sqlstate, n, more);
 }
 
 /* The connection broke while the item's batch was in the database: it
@@ -1455,10 +1434,13 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 		db_checks_rollback(bt->conn);
 		if (!db_checks_retryable(sqlstate)) {
 			/* The database's lack of resources: said, but at most
-			 * every SHORT_LOG_MS, since every batch meets it. */
+			 * every DB_SHORT_LOG_MS, since every batch meets it. */
 			if (db_util_short_of_resources(sqlstate)) {
+				char what[64];
+
+				snprintf(what, sizeof(what), "checks: batch of %zu", n);
 				db_util_short_note(sqlstate);
-				log_short(n, sqlstate);
+				db_util_log_short(what, sqlstate, "refused");
 			} else {
 				log_error("checks: batch of %zu failed (SQLSTATE %s)", n,
 					  sqlstate[0] ? sqlstate : "none");

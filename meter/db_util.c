@@ -43,6 +43,23 @@ bool db_util_short_of_resources(const char *sqlstate)
 	return sqlstate && strncmp(sqlstate, "53", 2) == 0 && strlen(sqlstate) == 5;
 }
 
+void db_util_log_short(const char *what, const char *sqlstate, const char *msg)
+{
+	static _Atomic int64_t last_ms; /* clock_mono_ms() of the last line */
+	static atomic_long since;	/* failures so since, this one's included */
+	int64_t now = clock_mono_ms(), last = atomic_load(&last_ms);
+	long more = atomic_fetch_add(&since, 1);
+
+	if (last && now - last < DB_SHORT_LOG_MS)
+		return;
+	if (!atomic_compare_exchange_strong(&last_ms, &last, now))
+		return;
+	atomic_fetch_sub(&since, more + 1);
+	log_error("db %s: the database is short of resources (SQLSTATE %s): %s (%ld more failures"
+		  " so since the last line)",
+		  what, sqlstate, msg, more);
+}
+
 static _Atomic int64_t short_ms, wrote_ms; /* clock_mono_ms(), 0: never */
 
 void db_util_short_note(const char *sqlstate)
@@ -177,7 +194,12 @@ enum meter_rc db_util_exec(PGconn *conn, const char *what, const char *sql, int 
 	db_util_failed_note(r);
 	/* A constraint refusing a value is the caller's to judge; a data
 	 * error usually comes from the client's input; the rest is news. */
-	if (!state || strncmp(state, "23", 2) != 0)
+	if (db_util_short_of_resources(state))
+		db_util_log_short(what, state,
+				  r && PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)
+				      ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)
+				      : PQerrorMessage(conn));
+	else if (!state || strncmp(state, "23", 2) != 0)
 		log_msg(state && strncmp(state, "22", 2) == 0 ? LOG_INFO : LOG_WARN, "db %s: %s %s",
 			what, state ? state : "-",
 			r && PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY)

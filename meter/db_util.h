@@ -112,6 +112,13 @@ void db_util_failed_note(const PGresult *res);
  * full, out of memory, too many connections, a configured limit). */
 bool db_util_short_of_resources(const char *sqlstate);
 
+/* Logs a statement's failure so (what failed, its SQLSTATE and message):
+ * while it lasts every statement meets it, so at most one line every
+ * DB_SHORT_LOG_MS for the process, counting the failures since the last;
+ * db_util_exec logs its failures of class 53 so. */
+#define DB_SHORT_LOG_MS 10000
+void db_util_log_short(const char *what, const char *sqlstate, const char *msg);
+
 /* The check engine's latest sight of that, for readiness (a check is what
  * readiness promises; a large read may run short of memory while writes
  * go on): it notes a batch of checks failing so (db_util_short_note) and

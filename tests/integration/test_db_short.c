@@ -12,7 +12,8 @@
  * - a check that writes nothing is still answered: a replay of one allowed
  *   before, its stored answer; another with a new idempotency key, 409
  *   sandbox_exists;
- * - another write (an account) is answered 503 with that reason too;
+ * - another write (an account) is answered 503 with that reason too, and
+ *   its failure is logged in the same few lines;
  * - once the database takes writes again, the next check is allowed and
  *   /readyz is 200 at once: a check held ends the state. */
 #include <pthread.h>
@@ -157,6 +158,10 @@ int main(void)
 	CHECK_STR(apitest_jstr(json_object_get(r.json, "error"), "reason"),
 		  "insufficient_resources");
 	apitest_resp_release(&r);
+	/* Every failure so is in the few lines that count them (the
+	 * sweeper's, once a second, included), none on a line of its own. */
+	CHECK(log_lines("short of resources") <= 2);
+	CHECK_I64(log_lines("53100"), log_lines("short of resources"));
 
 	/* Space again: the next check is held, and ready at once. */
 	cu_sql(t.db.conn, "DROP TRIGGER t_disk_full ON sandboxes;"

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -138,7 +139,7 @@ static int apitest_spawn(struct apitest *t, int i, const char *const *extra_args
 	const char *envp[APITEST_ENV_MAX];
 	size_t na = 0, ne = 0;
 	int fd;
-	pid_t pid;
+	pid_t pid, parent;
 
 	if (!bindir || !*bindir) {
 		fprintf(stderr, "apitest: METER_BIN_DIR is not set\n");
@@ -180,6 +181,7 @@ static int apitest_spawn(struct apitest *t, int i, const char *const *extra_args
 		return -1;
 	}
 	fflush(NULL);
+	parent = getpid();
 	pid = fork();
 	if (pid < 0) {
 		fprintf(stderr, "apitest: fork: %s\n", strerror(errno));
@@ -187,7 +189,11 @@ static int apitest_spawn(struct apitest *t, int i, const char *const *extra_args
 		return -1;
 	}
 	if (pid == 0) {
-		/* Child: only async-signal-safe calls from here. */
+		/* Child: only async-signal-safe calls from here. A test that
+		 * dies (a sanitizer's abort, a crash) takes its servers with
+		 * it, instead of leaving them to run on. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+			_exit(127);
 		dup2(fd, STDOUT_FILENO);
 		dup2(fd, STDERR_FILENO);
 		execve(exe, (char *const *)argv, (char *const *)envp);

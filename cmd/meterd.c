@@ -153,13 +153,14 @@ static void watch_stop(void)
 {
 	pthread_mutex_lock(&watch.mu);
 	watch.stopping = true;
-	pthread_cond_broadcast(&watch.cv);
+	if (watch.started) /* its cv made */
+		pthread_cond_broadcast(&watch.cv);
 	pthread_mutex_unlock(&watch.mu);
 }
 
 /* Waits until the watch has stopped (one never started: at once): a ping
  * under way ends within its 2 s, or the connect timeout of one being
- * made. */
+ * made. Before the engine and the pool go: the ping tells both. */
 static void watch_wait(void)
 {
 	pthread_mutex_lock(&watch.mu);
@@ -504,8 +505,10 @@ out:
 	if (srv && !http_server_drained(srv, 2000))
 		log_warn("stopping with requests still under way");
 	http_server_stop(srv);
-	checks_engine_free(checks);
+	/* The watch's ping under way tells the engine and the pool: both are
+	 * kept until it has ended. */
 	watch_wait();
+	checks_engine_free(checks);
 	db_pool_free(pool);
 	if (curl_ready)
 		curl_global_cleanup();

@@ -833,6 +833,26 @@ exits_within 30 && ok || fail "a stop with a hung server did not end"
 kill -CONT "$postmaster"
 wait "$pid" && ok || fail "meterd's exit status after a stop with a hung server"
 pid=
+# A stop while the database watch's ping waits on a stopped backend: the
+# ping ends after the stop has freed what it can, and tells the check
+# engine the database is back: the engine and the pool are kept until it
+# has ended (a use after free, exit status 1 under the sanitizers, before).
+start_meterd "$work/meterd-ping.log" --database-url "$own_url" --collector off --db-pool-size 2
+wait_for 15 ready || fail "not ready for the ping"
+pinger=
+pinging() {
+	pinger=$(psql "$own_url" -Atq -c "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT 1'
+	  AND application_name = 'meter' AND pid <> pg_backend_pid() LIMIT 1")
+	[[ -n $pinger ]]
+}
+wait_for 10 pinging || fail "no backend of the watch's ping"
+kill -STOP "$pinger"
+sleep 1.2 # the next ping waits on it
+kill -TERM "$pid"
+sleep 0.5
+kill -CONT "$pinger"
+wait "$pid" && ok || fail "meterd's exit status after a stop during a ping: $(grep -m1 ERROR "$work/meterd-ping.log")"
+pid=
 # A server with fsync off: its commits are not on disk when they return.
 # Served (nothing a session can change), and said once in the log; with
 # fsync on, as above, never.

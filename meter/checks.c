@@ -239,6 +239,16 @@ static void set_short(struct item *it, const char *sqlstate)
 		  json_pack("{s:s,s:s}", "reason", "insufficient_resources", "sqlstate", sqlstate));
 }
 
+/* Whether one of items[0..n), decided, was allowed and held anew (not a
+ * replay): the database took a check's writes. */
+static bool any_held(struct item *const *items, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (items[i]->allowed && !items[i]->replayed)
+			return true;
+	return false;
+}
+
 /* The connection broke while the item's batch was in the database: it
  * may have committed, its hold in place. Not a refusal: the caller learns
  * the decision by sending the check again with the same idempotency key
@@ -1305,7 +1315,8 @@ static enum landing flight_land(struct batcher *bt, struct flight *f)
 	flight_release(e, f, rc == METER_OK && ndiffer == 0);
 	if (rc == METER_OK && ndiffer == 0) {
 		metrics_counter_add(CHECK_BATCHES, "path=\"fast\"", 1);
-		db_util_wrote();
+		if (any_held(f->items, f->n))
+			db_util_wrote();
 		return LAND_DONE;
 	}
 	if (rc == METER_OK) {
@@ -1403,9 +1414,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 		if (rc == METER_OK) {
 			batch_learn(e, &b);
 			metrics_counter_add(CHECK_BATCHES, "path=\"classic\"", 1);
-			/* Checks decided, not only replays answered: the
-			 * database took their writes. */
-			if (b.nrows > 0)
+			if (any_held(items, n))
 				db_util_wrote();
 			break;
 		}

@@ -43,18 +43,20 @@ bool db_util_short_of_resources(const char *sqlstate)
 	return sqlstate && strncmp(sqlstate, "53", 2) == 0 && strlen(sqlstate) == 5;
 }
 
+static atomic_long short_since; /* class-53 failures not yet told by a line */
+
 void db_util_log_short(const char *what, const char *sqlstate, const char *msg)
 {
 	static _Atomic int64_t last_ms; /* clock_mono_ms() of the last line */
-	static atomic_long since;	/* failures so since, this one's included */
+	atomic_long *since = &short_since;
 	int64_t now = clock_mono_ms(), last = atomic_load(&last_ms);
-	long more = atomic_fetch_add(&since, 1);
+	long more = atomic_fetch_add(since, 1);
 
 	if (last && now - last < DB_SHORT_LOG_MS)
 		return;
 	if (!atomic_compare_exchange_strong(&last_ms, &last, now))
 		return;
-	atomic_fetch_sub(&since, more + 1);
+	atomic_fetch_sub(since, more + 1);
 	log_error("db %s: the database is short of resources (SQLSTATE %s): %s (%ld more failures"
 		  " so since the last line)",
 		  what, sqlstate, msg, more);
@@ -70,7 +72,18 @@ void db_util_short_note(const char *sqlstate)
 
 void db_util_wrote(void)
 {
-	atomic_store(&wrote_ms, clock_mono_ms());
+	int64_t now = clock_mono_ms(), before = atomic_exchange(&wrote_ms, now);
+	int64_t s = atomic_load(&short_ms);
+
+	/* The first batch held after a shortage: its end, with what the last
+	 * line did not count. */
+	if (s != 0 && s >= before) {
+		long more = atomic_exchange(&short_since, 0);
+
+		log_info("checks are held again after the database lacked resources (%ld more"
+			 " failures so since the last line)",
+			 more);
+	}
 }
 
 bool db_util_short_lately(int64_t within_ms)

@@ -122,8 +122,10 @@ void db_util_log_short(const char *what, const char *sqlstate, const char *msg);
 /* The check engine's latest sight of that, for readiness (a check is what
  * readiness promises; a large read may run short of memory while writes
  * go on): it notes a batch of checks failing so (db_util_short_note) and
- * every batch it commits (db_util_wrote). db_util_short_lately: a failure
- * so within the last within_ms, and no batch committed since. */
+ * every batch it commits that held a check anew (db_util_wrote: the first
+ * after a failure so is logged, with the failures the last line did not
+ * count). db_util_short_lately: a failure so within the last within_ms,
+ * and no check held since. */
 void db_util_short_note(const char *sqlstate);
 void db_util_wrote(void);
 bool db_util_short_lately(int64_t within_ms);

@@ -9,13 +9,14 @@
  *   every 10 s (not one per check, which the server would make: each
  *   batch was decided again one check at a time);
  * - /readyz answers 503 with the same reason, since no check could be held;
- * - a check that writes nothing is still answered: a replay of one allowed
+ * - a check that holds nothing is still answered: a replay of one allowed
  *   before, its stored answer; another with a new idempotency key, 409
- *   sandbox_exists;
+ *   sandbox_exists; one over its key's limit, 402; and /readyz stays 503;
  * - another write (an account) is answered 503 with that reason too, and
  *   its failure is logged in the same few lines;
  * - once the database takes writes again, the next check is allowed and
- *   /readyz is 200 at once: a check held ends the state. */
+ *   /readyz is 200 at once: a check held ends the state, and says so in
+ *   the log. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@
 #define HELD	"SELECT sum(held_micros) FROM key_day_ledger WHERE key_id = '%s'"
 
 static struct apitest t;
-static char acc[65], key[65], token[APITEST_TOKEN_MAX];
+static char acc[65], key[65], tight[65], token[APITEST_TOKEN_MAX];
 
 struct client {
 	pthread_t thread;
@@ -95,6 +96,9 @@ int main(void)
 		return 1;
 	CHECK(apitest_create_account(&t, "Short", acc) == 0);
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 1, NULL, tight, token) == 0);
+	CHECK_I64(cu_create(&t, 0, tight, "sbx_tight_0", 1, 512, 60, NULL, &r), 402);
+	apitest_resp_release(&r);
 	CHECK_I64(cu_create(&t, 0, key, "sbx_before", 1, 512, 60, NULL, &r), 200);
 	apitest_resp_release(&r);
 	CHECK_I64(readyz(reason, sizeof(reason)), 200);
@@ -145,7 +149,10 @@ int main(void)
 	    409);
 	CHECK_STR(apitest_error_code(&r), "sandbox_exists");
 	apitest_resp_release(&r);
-	/* Neither held anything: still not ready. */
+	/* A refusal (a key whose limit is 1 µ$) writes no hold either. */
+	CHECK_I64(cu_create(&t, 0, tight, "sbx_tight_1", 1, 512, 60, NULL, &r), 402);
+	apitest_resp_release(&r);
+	/* None of them held anything: still not ready. */
 	CHECK_I64(readyz(reason, sizeof(reason)), 503);
 
 	/* Another write: an account, its table full too. */
@@ -170,6 +177,8 @@ int main(void)
 	apitest_resp_release(&r);
 	CHECK_I64(readyz(reason, sizeof(reason)), 200);
 	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	/* And the end is logged, with what the last line did not count. */
+	CHECK_I64(log_lines("checks are held again"), 1);
 
 	CHECK(apitest_stop(&t) == 0);
 	apitest_drop(&t);

@@ -62,7 +62,7 @@ void db_util_log_short(const char *what, const char *sqlstate, const char *msg)
 		  what, sqlstate, msg, more);
 }
 
-static _Atomic int64_t short_ms, wrote_ms; /* clock_mono_ms(), 0: never */
+static _Atomic int64_t short_ms; /* clock_mono_ms() of the last failure so; 0: none since */
 
 void db_util_short_note(const char *sqlstate)
 {
@@ -72,25 +72,24 @@ void db_util_short_note(const char *sqlstate)
 
 void db_util_wrote(void)
 {
-	int64_t now = clock_mono_ms(), before = atomic_exchange(&wrote_ms, now);
-	int64_t s = atomic_load(&short_ms);
+	int64_t s = atomic_load_explicit(&short_ms, memory_order_relaxed);
 
-	/* The first batch held after a shortage: its end, with what the last
-	 * line did not count. */
-	if (s != 0 && s >= before) {
-		long more = atomic_exchange(&short_since, 0);
-
-		log_info("checks are held again after the database lacked resources (%ld more"
-			 " failures so since the last line)",
-			 more);
-	}
+	/* Nothing to end, as always while the database has its resources:
+	 * one load, nothing written (every batch of checks calls this). The
+	 * first batch held after a shortage ends it, and logs its end with
+	 * what the last line did not count. */
+	if (s == 0 || !atomic_compare_exchange_strong(&short_ms, &s, 0))
+		return;
+	log_info("checks are held again after the database lacked resources (%ld more failures"
+		 " so since the last line)",
+		 atomic_exchange(&short_since, 0));
 }
 
 bool db_util_short_lately(int64_t within_ms)
 {
 	int64_t s = atomic_load(&short_ms);
 
-	return s != 0 && s >= atomic_load(&wrote_ms) && clock_mono_ms() - s < within_ms;
+	return s != 0 && clock_mono_ms() - s < within_ms;
 }
 
 static _Atomic int64_t deadline_ms;

@@ -512,7 +512,8 @@ grep -q "access rid=" "$work/meterd-conf.log" && fail "log_level from the file i
 kill -TERM "$pid"
 wait "$pid" || true
 pid=
-"$bin/meterd" --listen 127.0.0.1:0 >/dev/null 2>"$work/err" && status=0 || status=$?
+env -u METER_DATABASE_URL "$bin/meterd" --listen 127.0.0.1:0 >/dev/null 2>"$work/err" &&
+	status=0 || status=$?
 expect "meterd without a database" "$status" 2
 "$bin/meterd" --listen nonsense --database-url "$url" >/dev/null 2>&1 && status=0 || status=$?
 expect "meterd with a bad listen address" "$status" 2

@@ -239,14 +239,19 @@ static void set_short(struct item *it, const char *sqlstate)
 		  json_pack("{s:s,s:s}", "reason", "insufficient_resources", "sqlstate", sqlstate));
 }
 
-/* Whether one of items[0..n), decided, was allowed and held anew (not a
- * replay): the database took a check's writes. */
-static bool any_held(struct item *const *items, size_t n)
+/* A batch of items[0..n) committed: when one was allowed and held anew
+ * (not a replay), the database took a check's writes, which ends a
+ * shortage of its resources (db_util_wrote). Looked at only while one
+ * is known: a batch's items are not walked otherwise. */
+static void note_held(struct item *const *items, size_t n)
 {
+	if (!db_util_short_known())
+		return;
 	for (size_t i = 0; i < n; i++)
-		if (items[i]->allowed && !items[i]->replayed)
-			return true;
-	return false;
+		if (items[i]->allowed && !items[i]->replayed) {
+			db_util_wrote();
+			return;
+		}
 }
 
 /* The connection broke while the item's batch was in the database: it
@@ -1315,8 +1320,7 @@ static enum landing flight_land(struct batcher *bt, struct flight *f)
 	flight_release(e, f, rc == METER_OK && ndiffer == 0);
 	if (rc == METER_OK && ndiffer == 0) {
 		metrics_counter_add(CHECK_BATCHES, "path=\"fast\"", 1);
-		if (any_held(f->items, f->n))
-			db_util_wrote();
+		note_held(f->items, f->n);
 		return LAND_DONE;
 	}
 	if (rc == METER_OK) {
@@ -1414,8 +1418,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 		if (rc == METER_OK) {
 			batch_learn(e, &b);
 			metrics_counter_add(CHECK_BATCHES, "path=\"classic\"", 1);
-			if (any_held(items, n))
-				db_util_wrote();
+			note_held(items, n);
 			break;
 		}
 		if (rc == METER_EIO || !bt->conn || PQstatus(bt->conn) != CONNECTION_OK ||

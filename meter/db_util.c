@@ -70,14 +70,17 @@ void db_util_short_note(const char *sqlstate)
 		atomic_store(&short_ms, clock_mono_ms());
 }
 
+bool db_util_short_known(void)
+{
+	return atomic_load_explicit(&short_ms, memory_order_relaxed) != 0;
+}
+
 void db_util_wrote(void)
 {
-	int64_t s = atomic_load_explicit(&short_ms, memory_order_relaxed);
+	int64_t s = atomic_load(&short_ms);
 
-	/* Nothing to end, as always while the database has its resources:
-	 * one load, nothing written (every batch of checks calls this). The
-	 * first batch held after a shortage ends it, and logs its end with
-	 * what the last line did not count. */
+	/* The first batch held after a shortage ends it, and logs its end
+	 * with what the last line did not count. */
 	if (s == 0 || !atomic_compare_exchange_strong(&short_ms, &s, 0))
 		return;
 	log_info("checks are held again after the database lacked resources (%ld more failures"

@@ -128,6 +128,9 @@ void db_util_log_short(const char *what, const char *sqlstate, const char *msg);
  * and no check held since. */
 void db_util_short_note(const char *sqlstate);
 void db_util_wrote(void);
+/* Whether a shortage is known and not yet ended by db_util_wrote: one
+ * relaxed load, for the check engine's hot path. */
+bool db_util_short_known(void);
 bool db_util_short_lately(int64_t within_ms);
 
 /* Column col of row as int64 into *out. METER_ERANGE when the text is not

@@ -742,15 +742,20 @@ psql "$own_url" -Atq -c "INSERT INTO sandboxes (account_id, sandbox_id, key_id, 
   0, 0 FROM generate_series(1, 4000) i, generate_series(0, 23) h"
 # Exits within limit_s of the SIGTERM with status 0 (the postmaster is let
 # go again either way); the time taken into $stop_s.
+# Whether meterd ($pid) exits within $1 seconds.
+exits_within() {
+	for _ in $(seq $(($1 * 10))); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+	return 1
+}
 stop_hung() {
 	local limit_s=$1 t0 status
 	t0=$(date +%s%N)
 	kill -STOP "$postmaster"
 	kill -TERM "$pid"
-	for _ in $(seq $((limit_s * 10))); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
+	exits_within "$limit_s" || true
 	kill -CONT "$postmaster"
 	if kill -0 "$pid" 2>/dev/null; then
 		stop_s=never
@@ -798,13 +803,6 @@ wait "$locker" || true
 # listening socket at once (it was taken only after a ping, seconds later),
 # and it still exits 0 (after those connects end). postmaster_hung runs
 # "$@" with the postmaster stopped, and lets it go again whatever happens.
-exits_within() {
-	for _ in $(seq $(($1 * 10))); do
-		kill -0 "$pid" 2>/dev/null || return 0
-		sleep 0.1
-	done
-	return 1
-}
 hung_port=$(free_port)
 kill -STOP "$postmaster"
 "$bin/meterd" --listen "127.0.0.1:$hung_port" --database-url "$own_url" --collector off \

@@ -760,16 +760,25 @@ void h_report_usage_ndjson(struct http_req *req)
 	usage_export(req, EXPORT_NDJSON);
 }
 
-/* The statement of a month, small enough to build whole. */
+/* statement_memory's charge: the lines count as the request's answer
+ * being built. */
+static bool statement_charge(void *ctx, int64_t delta)
+{
+	return http_answer_grow(ctx, delta);
+}
+
+/* The statement of a month, built whole: its lines and then its text are
+ * counted with the large answers (answers_memory_mib) as they grow, so
+ * that statements built at once cannot take more memory than that
+ * together; one that would is answered 503, to be asked again. */
 static void statement_reply(struct http_req *req, bool html)
 {
+	const struct statement_memory memory = {.charge = statement_charge, .ctx = req};
 	static const char *const allowed[] = {"month", "account_id", NULL};
 	char account[PARSE_ID_MAX + 1], err[512];
 	const char *m = http_query(req, "month");
 	struct statement s;
 	PGconn *conn = NULL;
-	char *text = NULL;
-	size_t len = 0;
 	FILE *mem;
 	bool ok;
 	int year, month;
@@ -788,15 +797,19 @@ static void statement_reply(struct http_req *req, bool html)
 				 NULL);
 		return;
 	}
-	rc = statement_build(conn, account, year, month, &s, err, sizeof(err));
+	rc = statement_build_counted(conn, account, year, month, &memory, &s, err, sizeof(err));
 	db_pool_release(req->app->pool, conn, rc == METER_EDB && db_conn_failed(conn));
 	if (rc == METER_ENOTFOUND) {
 		http_reply_error(req, 404, "not_found", "no such account", NULL);
 		return;
 	}
+	if (rc == METER_ENOMEM && req->building_refused) {
+		http_reply_answers_full(req);
+		return;
+	}
 	if (rc == METER_ENOMEM) {
 		log_error("request %s: statement: out of memory", req->request_id);
-		http_reply_error(req, 500, "internal", "internal error", NULL);
+		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 		return;
 	}
 	if (rc != METER_OK) {
@@ -806,20 +819,18 @@ static void statement_reply(struct http_req *req, bool html)
 					 "the database is unreachable", NULL);
 		return;
 	}
-	mem = open_memstream(&text, &len);
-	ok = mem &&
-	     (html ? statement_write_html(&s, mem) : statement_write_csv(&s, mem)) == METER_OK;
-	/* The final flush happens here: a statement cut short is never sent. */
-	if (mem && fclose(mem) != 0)
-		ok = false;
-	statement_release(&s);
-	if (!ok) {
-		free(text);
+	mem = http_answer_stream(req);
+	if (!mem) {
+		statement_release(&s);
 		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
 		return;
 	}
-	http_reply_owned(req, 200, html ? "text/html; charset=utf-8" : "text/csv; charset=utf-8",
-			 text, len);
+	ok = (html ? statement_write_html(&s, mem) : statement_write_csv(&s, mem)) == METER_OK;
+	statement_release(&s);
+	/* A statement cut short is never sent: its last flush is checked
+	 * there too. */
+	http_reply_stream(req, 200, html ? "text/html; charset=utf-8" : "text/csv; charset=utf-8",
+			  mem, ok);
 	/* The CSV is a file to keep: named by its account and month, as an
 	 * export is. */
 	if (!html && req->resp && req->status == 200) {

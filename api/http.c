@@ -1,6 +1,7 @@
 /* meter API: request helpers (see http.h). */
 #include "http.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ int64_t http_now_usec(void)
  * limit can still be had. */
 static _Atomic int64_t answers_held, answers_large_held;
 static _Atomic int64_t answers_limit = (int64_t)256 << 20;
+/* Of answers_large_held, the bytes of answers being built (http_answer_grow). */
+static _Atomic int64_t answers_building;
 
 void http_answers_limit_set(int64_t bytes)
 {
@@ -33,6 +36,11 @@ void http_answers_limit_set(int64_t bytes)
 int64_t http_answers_held(void)
 {
 	return atomic_load(&answers_held);
+}
+
+int64_t http_answers_building(void)
+{
+	return atomic_load(&answers_building);
 }
 
 /* An answer's bytes, counted while libmicrohttpd has them. */
@@ -71,24 +79,204 @@ static bool answer_reserve(size_t len)
 }
 
 /* The answer of a large reply that would pass the limit: 503, to be asked
- * again shortly, when the clients that hold answers have read them. */
-static void reply_answers_full(struct http_req *req, size_t len)
+ * again shortly, when the clients that hold answers have read them and the
+ * answers being built are done. */
+void http_reply_answers_full(struct http_req *req)
 {
 	/* Written out, not built: http_reply_json, which may call this, is
 	 * not called again from here. */
 	static const char body[] =
 	    "{\"error\":{\"code\":\"metering_unavailable\",\"message\":\"too many large answers "
-	    "are waiting for their clients to read them; retry shortly\",\"reason\":"
-	    "\"answers_memory\"}}";
+	    "are being built or waiting for their clients to read them; retry shortly\","
+	    "\"reason\":\"answers_memory\"}}";
 
-	metrics_counter_add("meter_http_answers_refused_total", NULL, 1);
-	log_warn("request %s: an answer of %zu bytes would take the answers waiting for their "
-		 "clients past answers_memory_mib; answered 503",
-		 req->request_id, len);
 	http_reply_static(req, 503, "application/json", body, sizeof(body) - 1);
 	if (req->resp &&
 	    MHD_add_response_header(req->resp, MHD_HTTP_HEADER_RETRY_AFTER, "1") != MHD_YES)
 		log_warn("could not add Retry-After");
+}
+
+/* A built answer of len bytes that the limit refused. */
+static void reply_answers_full(struct http_req *req, size_t len)
+{
+	metrics_counter_add("meter_http_answers_refused_total", NULL, 1);
+	log_warn("request %s: an answer of %zu bytes would take the large answers held and being "
+		 "built past answers_memory_mib; answered 503",
+		 req->request_id, len);
+	http_reply_answers_full(req);
+}
+
+/* The requests building answers (building != 0), oldest first: the oldest
+ * is never refused for the others being built, so that builds started
+ * together cannot refuse one another in turn for ever. */
+static pthread_mutex_t building_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct http_req *building_first, *building_last;
+
+/* Links req last (on), or unlinks it; under building_lock. */
+static void building_link(struct http_req *req, bool on)
+{
+	if (on == req->building_linked)
+		return;
+	if (on) {
+		req->building_prev = building_last;
+		req->building_next = NULL;
+		if (building_last)
+			building_last->building_next = req;
+		else
+			building_first = req;
+		building_last = req;
+	} else {
+		if (req->building_prev)
+			req->building_prev->building_next = req->building_next;
+		else
+			building_first = req->building_next;
+		if (req->building_next)
+			req->building_next->building_prev = req->building_prev;
+		else
+			building_last = req->building_prev;
+		req->building_prev = req->building_next = NULL;
+	}
+	req->building_linked = on;
+}
+
+/* Whether delta more bytes for req's answer must be refused: it would take
+ * the large answers past the limit, and it is not small, and something
+ * else is counted: for the oldest build, answers held for their clients
+ * (which go by themselves); for a younger one, anything. Under
+ * building_lock. */
+static bool building_refuse(const struct http_req *req, int64_t large, int64_t delta)
+{
+	bool oldest = req->building_linked ? building_first == req : building_first == NULL;
+	int64_t held = large - atomic_load(&answers_building);
+
+	if (req->building + delta <= HTTP_ANSWER_SMALL ||
+	    large + delta <= atomic_load(&answers_limit))
+		return false;
+	return oldest ? held > 0 : true;
+}
+
+bool http_answer_grow(struct http_req *req, int64_t delta)
+{
+	int64_t large;
+
+	pthread_mutex_lock(&building_lock);
+	large = atomic_load(&answers_large_held);
+	if (delta > 0) {
+		do {
+			if (building_refuse(req, large, delta)) {
+				if (!req->building_refused) {
+					metrics_counter_add("meter_http_answers_refused_total",
+							    NULL, 1);
+					log_warn("request %s: building its answer (%lld bytes so "
+						 "far, %lld more asked) would take the large "
+						 "answers held and being built past "
+						 "answers_memory_mib; answered 503",
+						 req->request_id, (long long)req->building,
+						 (long long)delta);
+				}
+				req->building_refused = true;
+				pthread_mutex_unlock(&building_lock);
+				return false;
+			}
+		} while (!atomic_compare_exchange_weak(&answers_large_held, &large, large + delta));
+	} else {
+		atomic_fetch_add(&answers_large_held, delta);
+	}
+	atomic_fetch_add(&answers_building, delta);
+	req->building += delta;
+	building_link(req, req->building != 0);
+	pthread_mutex_unlock(&building_lock);
+	return true;
+}
+
+/* A growing buffer written through a FILE: its capacity counted for its
+ * request by http_answer_grow before it is allocated. */
+struct answer_stream {
+	struct http_req *req; /* borrowed */
+	FILE *f;	      /* NULL once closed */
+	char *buf;	      /* owned */
+	size_t len, cap;
+	bool refused; /* http_answer_grow said no */
+	bool no_memory;
+};
+
+static ssize_t answer_stream_write(void *cookie, const char *data, size_t n)
+{
+	struct answer_stream *st = cookie;
+	size_t cap = st->cap ? st->cap : 64 * 1024;
+	char *buf;
+
+	if (st->refused || st->no_memory)
+		return 0;
+	while (cap - st->len < n) {
+		if (cap > SIZE_MAX / 4) {
+			st->no_memory = true;
+			return 0;
+		}
+		cap *= 2;
+	}
+	if (cap != st->cap) {
+		/* The old buffer and the new one live together while realloc
+		 * copies: both are counted until it is done. */
+		if (!http_answer_grow(st->req, (int64_t)cap)) {
+			st->refused = true;
+			return 0;
+		}
+		buf = realloc(st->buf, cap);
+		if (!buf) {
+			(void)http_answer_grow(st->req, -(int64_t)cap);
+			st->no_memory = true;
+			return 0;
+		}
+		(void)http_answer_grow(st->req, -(int64_t)st->cap);
+		st->buf = buf;
+		st->cap = cap;
+	}
+	memcpy(st->buf + st->len, data, n);
+	st->len += n;
+	return (ssize_t)n;
+}
+
+FILE *http_answer_stream(struct http_req *req)
+{
+	static const cookie_io_functions_t io = {.write = answer_stream_write};
+	struct answer_stream *st;
+
+	if (req->stream)
+		return NULL;
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return NULL;
+	st->req = req;
+	st->f = fopencookie(st, "w", io);
+	if (!st->f) {
+		free(st);
+		return NULL;
+	}
+	req->stream = st;
+	return st->f;
+}
+
+/* Frees req's stream (closing it if still open), giving back its count. */
+static void answer_stream_free(struct http_req *req)
+{
+	struct answer_stream *st = req->stream;
+
+	if (!st)
+		return;
+	if (st->f && fclose(st->f) != 0)
+		st->no_memory = true;
+	(void)http_answer_grow(req, -(int64_t)st->cap);
+	free(st->buf);
+	free(st);
+	req->stream = NULL;
+}
+
+void http_answer_end(struct http_req *req)
+{
+	answer_stream_free(req);
+	if (req->building != 0)
+		(void)http_answer_grow(req, -req->building);
 }
 
 /* A response of len bytes: text's copy (own false) or text itself (own
@@ -243,6 +431,59 @@ static void reply_counted(struct http_req *req, unsigned status, const char *con
 		reply_answers_full(req, len);
 	else
 		set_typed(req, status, content_type, resp);
+}
+
+void http_reply_stream(struct http_req *req, unsigned status, const char *content_type, FILE *f,
+		       bool complete)
+{
+	struct answer_stream *st = req->stream;
+	struct MHD_Response *resp;
+	struct answer *a;
+	char *text;
+
+	if (!st || st->f != f) {
+		log_error("request %s: an answer's stream that is not its own", req->request_id);
+		set_response(req, 500, NULL);
+		return;
+	}
+	/* The last flush happens here, and may be refused too. */
+	st->f = NULL;
+	if (fclose(f) != 0 && !st->refused)
+		st->no_memory = true;
+	if (st->refused) {
+		answer_stream_free(req);
+		http_reply_answers_full(req);
+		return;
+	}
+	if (!complete || st->no_memory) {
+		answer_stream_free(req);
+		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		return;
+	}
+	a = malloc(sizeof(*a));
+	if (!a) {
+		answer_stream_free(req);
+		set_typed(req, status, content_type, NULL);
+		return;
+	}
+	/* Held from now on as any built answer is, counted before the
+	 * bytes counted while it was built are given back: the limit never
+	 * sees room that is not there. */
+	text = st->len ? realloc(st->buf, st->len) : NULL;
+	if (text)
+		st->buf = text;
+	a->len = (int64_t)st->len;
+	a->text = st->buf;
+	atomic_fetch_add(&answers_held, a->len);
+	if (a->len > HTTP_ANSWER_SMALL)
+		atomic_fetch_add(&answers_large_held, a->len);
+	st->buf = NULL;
+	answer_stream_free(req);
+	resp = MHD_create_response_from_buffer_with_free_callback_cls(
+	    (size_t)a->len, a->text ? a->text : (char *)"", answer_free, a);
+	if (!resp)
+		answer_free(a);
+	set_typed(req, status, content_type, resp);
 }
 
 void http_reply_text(struct http_req *req, unsigned status, const char *content_type,

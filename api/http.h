@@ -11,9 +11,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "parse.h"
 
+struct answer_stream;
 struct auth;
 
 #define HTTP_BODY_MAX	    (64 * 1024) /* default body cap, bytes */
@@ -75,6 +77,13 @@ struct http_req {
 	unsigned status;	   /* the response's status once decided */
 	struct MHD_Response *resp; /* owned until queued */
 	bool queued;
+	/* An answer being built: the bytes counted for it (http_answer_grow),
+	 * whether one was refused, and its stream (http_answer_stream). */
+	int64_t building;
+	bool building_refused;
+	bool building_linked; /* in http.c's list of answers being built */
+	struct http_req *building_prev, *building_next;
+	struct answer_stream *stream; /* owned until http_reply_stream */
 };
 
 /* Sets the response to status with body serialised compactly. Steals body
@@ -110,6 +119,47 @@ void http_reply_static(struct http_req *req, unsigned status, const char *conten
  * configuration's answers_memory_mib), and the bytes held now. */
 void http_answers_limit_set(int64_t bytes);
 int64_t http_answers_held(void);
+/* Of those over HTTP_ANSWER_SMALL's count, the bytes of answers being built
+ * (http_answer_grow). */
+int64_t http_answers_building(void);
+
+/* An answer built whole in memory (a statement) is counted with the large
+ * answers held while it is built, before its memory is taken, so that
+ * answers being built and answers waiting for their clients together stay
+ * within the limit: asks for delta more bytes for req's answer (a negative
+ * delta gives bytes back and always succeeds). Refused (false, and
+ * req->building_refused set) when other requests' large answers are held
+ * or being built and this would take them all past the limit; the request
+ * is then answered with http_reply_answers_full. One request's answer is
+ * never refused while no other's is counted, and the oldest answer being
+ * built is refused only for answers held for their clients (which go by
+ * themselves), never for younger ones being built: together those may then
+ * pass the limit by what the younger ones were given under it, until
+ * their next growth is refused. What a request still has
+ * counted when it ends is given back (http_answer_end). */
+bool http_answer_grow(struct http_req *req, int64_t delta);
+
+/* A stream (fopencookie) that builds req's answer in memory, each growth
+ * of its buffer asked of http_answer_grow first: a write it refuses fails.
+ * NULL when memory ran out. At most one per request; ended by
+ * http_reply_stream. */
+FILE *http_answer_stream(struct http_req *req);
+
+/* Closes f (from http_answer_stream) and answers what it holds as the
+ * response of content_type, its memory counted as held from then on; when
+ * complete is false (the writer failed) or a write failed, answers 503
+ * instead: reason answers_memory when the limit refused a write, "out of
+ * memory" when memory ran out. */
+void http_reply_stream(struct http_req *req, unsigned status, const char *content_type, FILE *f,
+		       bool complete);
+
+/* The 503 (reason answers_memory, Retry-After: 1) of a large answer that
+ * the limit refused. */
+void http_reply_answers_full(struct http_req *req);
+
+/* Gives back what req still has counted for an answer being built and
+ * frees its stream; at the request's end (server.c). */
+void http_answer_end(struct http_req *req);
 
 /* Sets a response built by the caller (e.g. streamed from a callback).
  * Steals resp. */

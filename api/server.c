@@ -1206,6 +1206,7 @@ static void req_finish(struct MHD_Connection *conn, struct http_req *req, bool a
 		 (long long)(http_now_usec() - req->start_usec), aborted ? " aborted=1" : "");
 	if (req->resp)
 		MHD_destroy_response(req->resp);
+	http_answer_end(req);
 	if (req->srv)
 		atomic_fetch_sub(&req->srv->live, 1);
 	free(req->body);

@@ -25,23 +25,23 @@ struct meter_config {
 	int64_t per_ip_connections;	   /* HTTP connections from one address */
 	int64_t connection_timeout_s;	   /* idle HTTP connection timeout */
 	int64_t request_timeout_s;	   /* to send a whole request; 0 = no limit */
-	int64_t answers_memory_mib;	   /* built answers over 64 KiB, held together */
-	int64_t db_pool_size;		   /* PostgreSQL connections for requests */
-	int64_t db_statement_timeout_ms;   /* per statement, on every pool connection */
-	char operator_token[256];	   /* secret; empty = no operator access */
-	char control_plane_token[256];	   /* secret; empty = no control-plane access */
-	char agent_token[256];		   /* secret: host agents' pushes; empty = none */
-	char session_secret[256];	   /* secret: signs dashboard sessions; empty = random */
-	int64_t session_cookie_secure;	   /* 1: session cookie only over HTTPS */
-	int64_t check_batch_max;	   /* checks decided in one transaction */
-	int64_t check_connections;	   /* the check engine's connections: batches in flight */
-	int64_t lease_grace_s;		   /* run past lease end this long: hold_outrun;
-					    * a tail's hold kept this long unmetered */
-	int64_t clock_offset_s;		   /* TEST ONLY: shifts the check engine's clock */
-	int64_t sample_retention_days;	   /* raw samples' days kept; 0 = for ever */
-	char webhook_url[CONFIG_STR_MAX];  /* control plane's webhook; empty = none */
-	char webhook_secret[256];	   /* secret: HMAC key of Meter-Signature */
-	int64_t webhook_concurrency;	   /* events POSTed at once by this process */
+	int64_t answers_memory_mib; /* built answers over 64 KiB, held or being built together */
+	int64_t db_pool_size;	    /* PostgreSQL connections for requests */
+	int64_t db_statement_timeout_ms;  /* per statement, on every pool connection */
+	char operator_token[256];	  /* secret; empty = no operator access */
+	char control_plane_token[256];	  /* secret; empty = no control-plane access */
+	char agent_token[256];		  /* secret: host agents' pushes; empty = none */
+	char session_secret[256];	  /* secret: signs dashboard sessions; empty = random */
+	int64_t session_cookie_secure;	  /* 1: session cookie only over HTTPS */
+	int64_t check_batch_max;	  /* checks decided in one transaction */
+	int64_t check_connections;	  /* the check engine's connections: batches in flight */
+	int64_t lease_grace_s;		  /* run past lease end this long: hold_outrun;
+					   * a tail's hold kept this long unmetered */
+	int64_t clock_offset_s;		  /* TEST ONLY: shifts the check engine's clock */
+	int64_t sample_retention_days;	  /* raw samples' days kept; 0 = for ever */
+	char webhook_url[CONFIG_STR_MAX]; /* control plane's webhook; empty = none */
+	char webhook_secret[256];	  /* secret: HMAC key of Meter-Signature */
+	int64_t webhook_concurrency;	  /* events POSTed at once by this process */
 	/* What this process runs (both by default; either can be off so they
 	 * scale separately). */
 	bool collector; /* the collector thread */

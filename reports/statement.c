@@ -33,6 +33,8 @@ enum meter_rc statement_parse_month(const char *s, int *year, int *month)
 void statement_release(struct statement *s)
 {
 	free(s->lines);
+	if (s->memory && s->cap)
+		(void)s->memory->charge(s->memory->ctx, -(int64_t)(s->cap * sizeof(*s->lines)));
 	memset(s, 0, sizeof(*s));
 }
 
@@ -55,6 +57,71 @@ static enum meter_rc get_usage(PGresult *res, int r, int col, struct statement_u
 	for (int i = 0; i < 6; i++)
 		if (get_i64(res, r, col + i, f[i]) != METER_OK)
 			return METER_EDB;
+	return METER_OK;
+}
+
+#define LINES_FIRST 1024 /* lines allocated first: more than a page read */
+
+/* Makes room for want lines, asking s->memory first: the old lines and the
+ * new are both counted while realloc copies. METER_ENOMEM when refused
+ * (err says so) or when memory ran out. */
+static enum meter_rc lines_reserve(struct statement *s, size_t want, char *err, size_t errlen)
+{
+	size_t cap = s->cap ? s->cap : LINES_FIRST;
+	struct statement_line *lines;
+
+	while (cap < want) {
+		if (cap > SIZE_MAX / 4 / sizeof(*lines))
+			goto no_memory;
+		cap *= 2;
+	}
+	if (cap == s->cap)
+		return METER_OK;
+	if (s->memory && !s->memory->charge(s->memory->ctx, (int64_t)(cap * sizeof(*lines)))) {
+		snprintf(err, errlen, "refused: the lines' memory is not to be had now");
+		return METER_ENOMEM;
+	}
+	lines = realloc(s->lines, cap * sizeof(*lines));
+	if (!lines) {
+		if (s->memory)
+			(void)s->memory->charge(s->memory->ctx, -(int64_t)(cap * sizeof(*lines)));
+		goto no_memory;
+	}
+	if (s->memory && s->cap)
+		(void)s->memory->charge(s->memory->ctx, -(int64_t)(s->cap * sizeof(*lines)));
+	s->lines = lines;
+	s->cap = cap;
+	return METER_OK;
+no_memory:
+	snprintf(err, errlen, "out of memory");
+	return METER_ENOMEM;
+}
+
+/* Reads the lines of the FETCH result res into s, after those it has. */
+static enum meter_rc read_lines(PGresult *res, struct statement *s, char *err, size_t errlen)
+{
+	size_t rows = (size_t)PQntuples(res);
+	enum meter_rc rc = lines_reserve(s, s->n + rows, err, errlen);
+
+	if (rc != METER_OK)
+		return rc;
+	for (size_t i = 0; i < rows; i++) {
+		struct statement_line *l = &s->lines[s->n];
+		int r = (int)i;
+
+		memset(l, 0, sizeof(*l));
+		snprintf(l->sandbox_id, sizeof(l->sandbox_id), "%s", PQgetvalue(res, r, 0));
+		snprintf(l->key_id, sizeof(l->key_id), "%s", PQgetvalue(res, r, 1));
+		if (get_usage(res, r, 2, &l->usage) != METER_OK ||
+		    get_i64(res, r, 8, &l->cpu_micros) != METER_OK ||
+		    get_i64(res, r, 9, &l->memory_micros) != METER_OK ||
+		    get_i64(res, r, 10, &l->storage_micros) != METER_OK ||
+		    get_i64(res, r, 11, &l->total_micros) != METER_OK) {
+			snprintf(err, errlen, "statement query failed: a line out of range");
+			return METER_EDB;
+		}
+		s->n++;
+	}
 	return METER_OK;
 }
 
@@ -105,7 +172,7 @@ static enum meter_rc credit_rows(PGresult *res, struct statement *s, __int128 *l
 		memset(&key, 0, sizeof(key));
 		snprintf(key.sandbox_id, sizeof(key.sandbox_id), "%s", PQgetvalue(res, r, 1));
 		snprintf(key.key_id, sizeof(key.key_id), "%s", PQgetvalue(res, r, 2));
-		line = bsearch(&key, s->lines, s->n, sizeof(*s->lines), line_cmp);
+		line = s->n ? bsearch(&key, s->lines, s->n, sizeof(*s->lines), line_cmp) : NULL;
 		if (line) {
 			line->credit_micros += credit;
 			s->total.credit_micros += credit;
@@ -166,6 +233,13 @@ failed:
 enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, int month,
 			      struct statement *out, char *err, size_t errlen)
 {
+	return statement_build_counted(conn, account_id, year, month, NULL, out, err, errlen);
+}
+
+enum meter_rc statement_build_counted(PGconn *conn, const char *account_id, int year, int month,
+				      const struct statement_memory *memory, struct statement *out,
+				      char *err, size_t errlen)
+{
 	char start[32], end[32];
 	const char *params[3];
 	PGresult *res = NULL;
@@ -179,6 +253,7 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 		return METER_EINVAL;
 	}
 	snprintf(s.account_id, sizeof(s.account_id), "%s", account_id);
+	s.memory = memory;
 	s.year = year;
 	s.month = month;
 	snprintf(start, sizeof(start), "%04d-%02d-01T00:00:00Z", year, month);
@@ -236,37 +311,32 @@ enum meter_rc statement_build(PGconn *conn, const char *account_id, int year, in
 		s.free_sandbox_hours = 0;
 	PQclear(res);
 
+	/* A page at a time: the database's answer for a month of many
+	 * sandboxes is never held whole beside the lines made of it. */
 	res = PQexecParams(conn,
-			   "SELECT sandbox_id, COALESCE(key_id, ''), " USAGE_SUMS
+			   "DECLARE meter_lines NO SCROLL CURSOR FOR"
+			   " SELECT sandbox_id, COALESCE(key_id, ''), " USAGE_SUMS
 			   " FROM usage_hourly WHERE account_id = $1 AND hour >= $2 AND hour < $3"
 			   " GROUP BY sandbox_id, key_id ORDER BY sandbox_id, COALESCE(key_id, '')",
 			   3, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	if (PQresultStatus(res) != PGRES_COMMAND_OK)
 		goto db_error;
-	s.n = (size_t)PQntuples(res);
-	s.lines = calloc(s.n ? s.n : 1, sizeof(*s.lines));
-	if (!s.lines) {
-		snprintf(err, errlen, "out of memory");
-		rc = METER_ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < s.n; i++) {
-		struct statement_line *l = &s.lines[i];
-		int r = (int)i;
-
-		snprintf(l->sandbox_id, sizeof(l->sandbox_id), "%s", PQgetvalue(res, r, 0));
-		snprintf(l->key_id, sizeof(l->key_id), "%s", PQgetvalue(res, r, 1));
-		if (get_usage(res, r, 2, &l->usage) != METER_OK ||
-		    get_i64(res, r, 8, &l->cpu_micros) != METER_OK ||
-		    get_i64(res, r, 9, &l->memory_micros) != METER_OK ||
-		    get_i64(res, r, 10, &l->storage_micros) != METER_OK ||
-		    get_i64(res, r, 11, &l->total_micros) != METER_OK)
+	for (;;) {
+		PQclear(res);
+		res = PQexec(conn, "FETCH 1000 FROM meter_lines");
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 			goto db_error;
+		if (PQntuples(res) == 0)
+			break;
+		rc = read_lines(res, &s, err, errlen);
+		if (rc != METER_OK)
+			goto out;
 	}
 	PQclear(res);
 	/* The database sorts by its collation; the credit's bsearch needs
 	 * byte order (strcmp), so sort here rather than trust the server. */
-	qsort(s.lines, s.n, sizeof(*s.lines), line_cmp);
+	if (s.n > 1)
+		qsort(s.lines, s.n, sizeof(*s.lines), line_cmp);
 
 	/* Totals from the exact sums (not from the rounded lines). */
 	res = PQexecParams(conn,

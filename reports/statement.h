@@ -18,6 +18,7 @@
 #define METER_STATEMENT_H
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -43,6 +44,14 @@ struct statement_line {
 	int64_t due_micros;
 };
 
+/* Asked before the memory of a statement's lines grows (delta > 0), and
+ * told when it is given back (delta < 0, the answer ignored): a server
+ * counts it against what its answers being built may take. */
+struct statement_memory {
+	bool (*charge)(void *ctx, int64_t delta);
+	void *ctx;
+};
+
 struct statement {
 	char account_id[PARSE_ID_MAX + 1];
 	char account_name[DB_ACCOUNT_NAME_MAX * 4 + 1]; /* UTF-8 */
@@ -50,7 +59,11 @@ struct statement {
 	int64_t free_sandbox_hours;
 	struct statement_line *lines; /* owned, ordered by sandbox_id */
 	size_t n;
+	size_t cap;		     /* lines allocated */
 	struct statement_line total; /* sums; sandbox_id and key_id empty */
+	/* Borrowed (NULL: nothing counted): told of the lines' memory,
+	 * statement_release's included. */
+	const struct statement_memory *memory;
 };
 
 /* Builds the statement of account_id for year-month on conn (borrowed),
@@ -62,6 +75,15 @@ struct statement {
 METER_MUSTCHECK enum meter_rc statement_build(PGconn *conn, const char *account_id, int year,
 					      int month, struct statement *out, char *err,
 					      size_t errlen);
+
+/* As statement_build, with the lines' memory asked of memory (borrowed; it
+ * must outlive *out) as it grows, read from the database a page at a time:
+ * a refusal ends the build with METER_ENOMEM ("refused" in err). */
+METER_MUSTCHECK enum meter_rc statement_build_counted(PGconn *conn, const char *account_id,
+						      int year, int month,
+						      const struct statement_memory *memory,
+						      struct statement *out, char *err,
+						      size_t errlen);
 
 void statement_release(struct statement *s);
 

@@ -7,6 +7,9 @@
  *   answers_memory, Retry-After), a small one (a price list) is still
  *   served, and once the first client has gone the statement is served
  *   again: the memory was given back.
+ * - Statements asked for at once (six, each larger than the limit): built
+ *   one after another, the others refused (503) as their lines grow, never
+ *   built whole; every one is served, byte for byte, when asked again.
  * - Exports asked for one after another: four clients, each asking for its
  *   next (short) export as soon as its last one ended, never hold more than
  *   four at once, so none is refused 429 (at most four run at once),
@@ -23,6 +26,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +99,7 @@ static void test_answers_memory(void)
 	const char *path = "/v1/reports/statement.html?month=2026-03";
 	struct apitest_resp r;
 	long long held = 0;
+	char *log;
 	int fd, i;
 
 	CHECK(apitest_call(&t, 0, "GET", path, token, NULL, &r) == 0);
@@ -119,6 +125,12 @@ static void test_answers_memory(void)
 	CHECK(r.headers && strstr(r.headers, "Retry-After: 1") != NULL);
 	apitest_resp_release(&r);
 	CHECK_I64(apitest_metric(&t, 0, "meter_http_answers_refused_total"), 1);
+	/* Refused as its lines grew, not once built whole, and what it had
+	 * counted is given back. */
+	log = apitest_read_log(&t, 0);
+	CHECK(log && strstr(log, "building its answer (0 bytes so far") != NULL);
+	free(log);
+	CHECK_I64(apitest_metric(&t, 0, "meter_http_answers_building_bytes"), 0);
 	/* A small one is served. */
 	CHECK(apitest_call(&t, 0, "GET", "/v1/prices", token, NULL, &r) == 0);
 	CHECK_I64(r.status, 200);
@@ -138,6 +150,98 @@ static void test_answers_memory(void)
 	CHECK_I64(r.status, 200);
 	apitest_resp_release(&r);
 	CHECK(apitest_metric(&t, 0, "meter_http_answers_held_bytes") < 1 << 20);
+}
+
+#define STATEMENTS 6 /* asked for at once */
+
+struct statement_asker {
+	pthread_t thread;
+	const char *want; /* the statement, as asked for alone */
+	size_t want_len;
+	int refused, other;
+	bool served; /* byte for byte as asked for alone */
+	atomic_bool done;
+};
+
+/* Asks for the statement until it is served, as a client told to retry
+ * does, for at most 30 s. */
+static void *statement_loop(void *arg)
+{
+	struct statement_asker *a = arg;
+
+	for (int i = 0; i < 150 && !a->served; i++) {
+		struct apitest_resp r;
+
+		apitest_call(&t, 0, "GET", "/v1/reports/statement.csv?month=2026-03", token, NULL,
+			     &r);
+		if (r.status == 200)
+			a->served =
+			    r.body_len == a->want_len && memcmp(r.body, a->want, a->want_len) == 0;
+		else if (r.status == 503 && r.json &&
+			 strcmp(apitest_jstr(json_object_get(r.json, "error"), "reason"),
+				"answers_memory") == 0)
+			a->refused++;
+		else
+			a->other++;
+		apitest_resp_release(&r);
+		if (r.status == 200)
+			break;
+		sleep_ms(200);
+	}
+	atomic_store(&a->done, true);
+	return NULL;
+}
+
+/* Statements asked for at once are built one after another, not all at
+ * once: each, larger than answers_memory_mib alone, is counted as its lines
+ * and text grow, and the others are refused meanwhile (503, to be asked
+ * again) before they are built whole. Every one is served in the end: the
+ * oldest build is never refused for the younger ones, so that they cannot
+ * refuse one another in turn for ever. */
+static void test_statements_at_once(void)
+{
+	struct statement_asker a[STATEMENTS];
+	long long refused0 = apitest_metric(&t, 0, "meter_http_answers_refused_total");
+	long long building, most = 0;
+	struct apitest_resp want;
+	int refused = 0, i;
+	bool running;
+
+	CHECK(apitest_call(&t, 0, "GET", "/v1/reports/statement.csv?month=2026-03", token, NULL,
+			   &want) == 0);
+	CHECK_I64(want.status, 200);
+	CHECK(want.body_len > 2u << 20);
+	for (i = 0; i < STATEMENTS; i++) {
+		memset(&a[i], 0, sizeof(a[i]));
+		atomic_init(&a[i].done, false);
+		a[i].want = want.body;
+		a[i].want_len = want.body_len;
+		CHECK(pthread_create(&a[i].thread, NULL, statement_loop, &a[i]) == 0);
+	}
+	/* What is counted as being built, seen meanwhile. */
+	do {
+		building = apitest_metric(&t, 0, "meter_http_answers_building_bytes");
+		if (building > most)
+			most = building;
+		sleep_ms(20);
+		running = false;
+		for (i = 0; i < STATEMENTS; i++)
+			running |= !atomic_load(&a[i].done);
+	} while (running);
+	for (i = 0; i < STATEMENTS; i++) {
+		pthread_join(a[i].thread, NULL);
+		CHECK(a[i].served);
+		CHECK_I64(a[i].other, 0);
+		refused += a[i].refused;
+	}
+	printf("readers: %d statements at once: %d refusals before all were served; at most "
+	       "%lld bytes counted as being built\n",
+	       STATEMENTS, refused, most);
+	CHECK(refused > 0);
+	CHECK_I64(apitest_metric(&t, 0, "meter_http_answers_refused_total") - refused0, refused);
+	CHECK(most > 0);
+	CHECK_I64(apitest_metric(&t, 0, "meter_http_answers_building_bytes"), 0);
+	apitest_resp_release(&want);
 }
 
 struct exporter {
@@ -323,6 +427,7 @@ int main(void)
 	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, key, token) == 0);
 	fill(t.db.conn, acc, key, 1);
 	test_answers_memory();
+	test_statements_at_once();
 	test_exports_in_turn();
 	test_slow_export();
 	test_stop_waiting_export();

@@ -218,6 +218,18 @@ int main(int argc, char **argv)
 	int status = 1, got;
 	enum meter_rc rc;
 
+	/* Signals are taken synchronously by the main thread only (and,
+	 * once it stops, by second_signal's), from the first instruction: one
+	 * sent while the process starts waits for the main thread, instead of
+	 * ending it with the default action. SIGHUP is among them so that it
+	 * does not end the process, as it would by default. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
 	/* No core dump and no tracing by other processes of this user: the
 	 * process holds the tokens and secrets, in its memory and its
 	 * environment (/proc/PID/environ becomes root's alone). */
@@ -317,16 +329,6 @@ int main(int argc, char **argv)
 	if (!cfg.session_secret[0])
 		log_info("no session_secret configured: dashboard sessions last as long as this "
 			 "process and are not shared with other meterd processes");
-
-	/* Signals are taken synchronously by the main thread only (and,
-	 * once it stops, by second_signal's). SIGHUP is among them so that it
-	 * does not end the process, as it would by default. */
-	sigemptyset(&sigs);
-	sigaddset(&sigs, SIGTERM);
-	sigaddset(&sigs, SIGINT);
-	sigaddset(&sigs, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-	signal(SIGPIPE, SIG_IGN);
 
 	/* The server keeps the statement timeout; a server that stopped
 	 * answering is given up on 2 s after it (checks keep their own). */

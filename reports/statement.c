@@ -60,7 +60,9 @@ static enum meter_rc get_usage(PGresult *res, int r, int col, struct statement_u
 	return METER_OK;
 }
 
-#define LINES_FIRST 1024 /* lines allocated first: more than a page read */
+/* Lines allocated first, doubled as needed: a short statement stays a small
+ * answer. */
+#define LINES_FIRST 64
 
 /* Makes room for want lines, asking s->memory first: the old lines and the
  * new are both counted while realloc copies. METER_ENOMEM when refused

@@ -44,6 +44,7 @@
 
 static struct apitest t;
 static char acc[65], key[65], token[APITEST_TOKEN_MAX];
+static char small_acc[65], small_key[65], small_token[APITEST_TOKEN_MAX]; /* 3 sandboxes */
 
 static void sleep_ms(int ms)
 {
@@ -52,24 +53,24 @@ static void sleep_ms(int ms)
 	nanosleep(&d, NULL);
 }
 
-/* SANDBOXES sandboxes of account a (key k) in db, each with usage in the
- * first hours hours of 2026-03. */
-static void fill(PGconn *db, const char *a, const char *k, int hours)
+/* n sandboxes of account a (key k) in db, named prefix1 ... prefixN, each
+ * with usage in the first hours hours of 2026-03. */
+static void fill(PGconn *db, const char *a, const char *k, const char *prefix, int n, int hours)
 {
 	char sql[2048];
 
 	snprintf(sql, sizeof(sql),
 		 "INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib, state)"
-		 " SELECT '%s', 'sbx_' || i, '%s', 1, 512, 'running'"
+		 " SELECT '%s', '%s' || i, '%s', 1, 512, 'running'"
 		 " FROM generate_series(1, %d) i;"
 		 "INSERT INTO usage_hourly (account_id, sandbox_id, hour, price_version, key_id,"
 		 " day, running_usec, paused_usec, cpu_used_mcus, cpu_billed_mcus, memory_mibus,"
 		 " storage_mibus, cpu_micros, memory_micros, storage_micros, total_micros,"
 		 " cpu_cum_micros, memory_cum_micros, storage_cum_micros)"
-		 " SELECT '%s', 'sbx_' || i, timestamptz '2026-03-01 00:00Z' + h * interval"
+		 " SELECT '%s', '%s' || i, timestamptz '2026-03-01 00:00Z' + h * interval"
 		 " '1 hour', 1, '%s', '2026-03-01', 3600000000, 0, 0, 0, 0, 0, 7, 0, 0, 7,"
 		 " 7 * (h + 1), 0, 0 FROM generate_series(1, %d) i, generate_series(0, %d) h",
-		 a, k, SANDBOXES, a, k, SANDBOXES, hours - 1);
+		 a, prefix, k, n, a, prefix, k, n, hours - 1);
 	CHECK_STR(testdb_exec_state(db, sql), "00000");
 }
 
@@ -131,9 +132,14 @@ static void test_answers_memory(void)
 	CHECK(log && strstr(log, "building its answer (0 bytes so far") != NULL);
 	free(log);
 	CHECK_I64(apitest_metric(&t, 0, "meter_http_answers_building_bytes"), 0);
-	/* A small one is served. */
+	/* A small one is served: a price list, and a short statement, whose
+	 * build stays small too. */
 	CHECK(apitest_call(&t, 0, "GET", "/v1/prices", token, NULL, &r) == 0);
 	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "GET", path, small_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK(r.body && strstr(r.body, "small_3") != NULL);
 	apitest_resp_release(&r);
 
 	/* The client goes: its answer's memory is given back, and the
@@ -342,7 +348,7 @@ static void test_slow_export(void)
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	CHECK(apitest_create_account(&t2, "Slow", acc2) == 0);
 	CHECK(apitest_create_key(&t2, acc2, "read_only", -1, NULL, key2, token2) == 0);
-	fill(t2.db.conn, acc2, key2, 3);
+	fill(t2.db.conn, acc2, key2, "sbx_", SANDBOXES, 3);
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
 	n = snprintf(req, sizeof(req),
@@ -425,7 +431,11 @@ int main(void)
 		return 1;
 	CHECK(apitest_create_account(&t, "Readers", acc) == 0);
 	CHECK(apitest_create_key(&t, acc, "read_only", -1, NULL, key, token) == 0);
-	fill(t.db.conn, acc, key, 1);
+	CHECK(apitest_create_account(&t, "Small", small_acc) == 0);
+	CHECK(apitest_create_key(&t, small_acc, "read_only", -1, NULL, small_key, small_token) ==
+	      0);
+	fill(t.db.conn, acc, key, "sbx_", SANDBOXES, 1);
+	fill(t.db.conn, small_acc, small_key, "small_", 3, 1);
 	test_answers_memory();
 	test_statements_at_once();
 	test_exports_in_turn();

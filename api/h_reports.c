@@ -809,7 +809,7 @@ static void statement_reply(struct http_req *req, bool html)
 	}
 	if (rc == METER_ENOMEM) {
 		log_error("request %s: statement: out of memory", req->request_id);
-		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		http_reply_error(req, 500, "internal", "internal error", NULL);
 		return;
 	}
 	if (rc != METER_OK) {

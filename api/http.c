@@ -189,6 +189,10 @@ bool http_answer_grow(struct http_req *req, int64_t delta)
 	return true;
 }
 
+/* A stream's first buffer, doubled as needed: small, so that a short
+ * statement's text and lines stay under HTTP_ANSWER_SMALL together. */
+#define STREAM_FIRST (8 * 1024)
+
 /* A growing buffer written through a FILE: its capacity counted for its
  * request by http_answer_grow before it is allocated. */
 struct answer_stream {
@@ -203,7 +207,7 @@ struct answer_stream {
 static ssize_t answer_stream_write(void *cookie, const char *data, size_t n)
 {
 	struct answer_stream *st = cookie;
-	size_t cap = st->cap ? st->cap : 64 * 1024;
+	size_t cap = st->cap ? st->cap : STREAM_FIRST;
 	char *buf;
 
 	if (st->refused || st->no_memory)
@@ -456,8 +460,10 @@ void http_reply_stream(struct http_req *req, unsigned status, const char *conten
 		return;
 	}
 	if (!complete || st->no_memory) {
+		/* Memory that ran out is the server's fault, as anywhere. */
+		log_error("request %s: out of memory building its answer", req->request_id);
 		answer_stream_free(req);
-		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		http_reply_error(req, 500, "internal", "internal error", NULL);
 		return;
 	}
 	a = malloc(sizeof(*a));

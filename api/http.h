@@ -147,9 +147,9 @@ FILE *http_answer_stream(struct http_req *req);
 
 /* Closes f (from http_answer_stream) and answers what it holds as the
  * response of content_type, its memory counted as held from then on; when
- * complete is false (the writer failed) or a write failed, answers 503
- * instead: reason answers_memory when the limit refused a write, "out of
- * memory" when memory ran out. */
+ * complete is false (the writer failed) or a write failed, answers instead
+ * 503 reason answers_memory when the limit refused a write, 500 internal
+ * when memory ran out. */
 void http_reply_stream(struct http_req *req, unsigned status, const char *content_type, FILE *f,
 		       bool complete);
 

@@ -1307,11 +1307,12 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 	/* clang-format on */
 	freeaddrinfo(ai);
 	if (!srv->daemon) {
-		/* libmicrohttpd's own line, just before, names the cause: the
-		 * address in use or not permitted, or no thread to be had. */
+		/* libmicrohttpd's own line (an http: warning, logged from
+		 * log_level warn) names the cause. */
 		snprintf(err, errlen,
-			 "cannot serve HTTP on %s (the http: warning above says why: address in "
-			 "use or not permitted, or no thread for the server)",
+			 "cannot serve HTTP on %s: the address is in use or not permitted, or "
+			 "no thread could be started for the server (libmicrohttpd's http: "
+			 "warning says which)",
 			 cfg->listen);
 		work_stop(srv);
 		work_destroy(srv);

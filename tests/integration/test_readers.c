@@ -44,7 +44,7 @@
 
 static struct apitest t;
 static char acc[65], key[65], token[APITEST_TOKEN_MAX];
-static char small_acc[65], small_key[65], small_token[APITEST_TOKEN_MAX]; /* 3 sandboxes */
+static char small_acc[65], small_key[65], small_token[APITEST_TOKEN_MAX]; /* 60 sandboxes */
 
 static void sleep_ms(int ms)
 {
@@ -139,7 +139,8 @@ static void test_answers_memory(void)
 	apitest_resp_release(&r);
 	CHECK(apitest_call(&t, 0, "GET", path, small_token, NULL, &r) == 0);
 	CHECK_I64(r.status, 200);
-	CHECK(r.body && strstr(r.body, "small_3") != NULL);
+	CHECK(r.body && strstr(r.body, "small_60") != NULL);
+	CHECK(r.body_len > 8192); /* more than a stream's own buffer */
 	apitest_resp_release(&r);
 
 	/* The client goes: its answer's memory is given back, and the
@@ -435,7 +436,7 @@ int main(void)
 	CHECK(apitest_create_key(&t, small_acc, "read_only", -1, NULL, small_key, small_token) ==
 	      0);
 	fill(t.db.conn, acc, key, "sbx_", SANDBOXES, 1);
-	fill(t.db.conn, small_acc, small_key, "small_", 3, 1);
+	fill(t.db.conn, small_acc, small_key, "small_", 60, 1);
 	test_answers_memory();
 	test_statements_at_once();
 	test_exports_in_turn();

@@ -822,7 +822,8 @@ static void statement_reply(struct http_req *req, bool html)
 	mem = http_answer_stream(req);
 	if (!mem) {
 		statement_release(&s);
-		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);
+		log_error("request %s: statement: out of memory", req->request_id);
+		http_reply_error(req, 500, "internal", "internal error", NULL);
 		return;
 	}
 	ok = (html ? statement_write_html(&s, mem) : statement_write_csv(&s, mem)) == METER_OK;

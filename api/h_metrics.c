@@ -33,9 +33,10 @@ void h_metrics(struct http_req *req)
 			 "Bytes of built answers not yet sent (their clients have not read them); "
 			 "those over 64 KiB may hold answers_memory_mib together.");
 	metrics_gauge_set("meter_http_answers_held_bytes", NULL, http_answers_held());
-	metrics_describe("meter_http_answers_building_bytes", METRICS_GAUGE,
-			 "Bytes counted for answers being built whole (statements), which "
-			 "answers_memory_mib bounds together with the large answers held.");
+	metrics_describe(
+	    "meter_http_answers_building_bytes", METRICS_GAUGE,
+	    "Bytes counted for answers being built whole (statements, usage items), which "
+	    "answers_memory_mib bounds together with the large answers held.");
 	metrics_gauge_set("meter_http_answers_building_bytes", NULL, http_answers_building());
 	if (metrics_render(&text, &len) != METER_OK) {
 		http_reply_error(req, 503, "metering_unavailable", "out of memory", NULL);

@@ -70,6 +70,7 @@ void h_usage_get(struct http_req *req)
 	int64_t from = 0, to = 0, today_from, today_to;
 	PGconn *conn = NULL;
 	json_t *arr, *out;
+	int64_t counted;
 	enum meter_rc rc;
 
 	if (!http_query_allowed(req, query) || !hutil_scope_account(req, false, account) ||
@@ -107,6 +108,14 @@ void h_usage_get(struct http_req *req)
 		hutil_reply_rc(req, conn, rc, "usage");
 		goto out;
 	}
+	/* Up to 10,000 items, each a tree of jansson objects before it is
+	 * text: counted with the large answers, as a statement is, so that
+	 * many asked for at once cannot take more than answers_memory_mib. */
+	counted = (int64_t)n * (int64_t)(sizeof(*items) + H_USAGE_ITEM_TREE_BYTES);
+	if (!http_answer_grow(req, counted)) {
+		http_reply_answers_full(req);
+		goto out;
+	}
 	arr = json_array();
 	for (size_t i = 0; arr && i < n; i++) {
 		json_t *it = json_object();
@@ -134,7 +143,9 @@ void h_usage_get(struct http_req *req)
 			has_window ? windows[window] : NULL, "group_by",
 			has_group ? groups[group] : NULL, "time_zone", tz, "usage",
 			h_usage_json(&total), "cost", h_cost_json(&total), "items", arr);
-	http_reply_json(req, 200, out);
+	free(items);
+	items = NULL;
+	http_reply_json_counted(req, 200, out, counted);
 out:
 	free(items);
 	hutil_db_release(req, conn);

@@ -14,6 +14,9 @@
 #define H_USAGE_RANGE_MAX	 (366 * H_USAGE_DAY_USEC) /* any range */
 #define H_USAGE_HOURLY_RANGE_MAX (31 * H_USAGE_DAY_USEC)  /* window=hour */
 #define H_USAGE_ITEMS_MAX	 10000
+/* An item's jansson tree, at most (measured: 3,221 bytes with its
+ * allocator's overhead, for a day's item grouped by sandbox). */
+#define H_USAGE_ITEM_TREE_BYTES 3300
 
 /* GET /v1/usage?from&to&window=hour|day&group_by=sandbox|key[&account_id]
  * -> {from, to, window, group_by, time_zone, usage, cost, items:[...]} */

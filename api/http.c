@@ -525,6 +525,21 @@ void http_reply_json(struct http_req *req, unsigned status, json_t *body)
 	reply_counted(req, status, "application/json", text, strlen(text), true);
 }
 
+void http_reply_json_counted(struct http_req *req, unsigned status, json_t *body, int64_t counted)
+{
+	FILE *f = http_answer_stream(req);
+	bool ok = f && json_dumpf(body, f, JSON_COMPACT | JSON_PRESERVE_ORDER) == 0;
+
+	json_decref(body);
+	(void)http_answer_grow(req, -counted);
+	if (!f) {
+		log_error("request %s: out of memory building its answer", req->request_id);
+		http_reply_json(req, 500, NULL);
+		return;
+	}
+	http_reply_stream(req, status, "application/json", f, ok);
+}
+
 void http_reply_error(struct http_req *req, unsigned status, const char *code, const char *message,
 		      json_t *extra)
 {

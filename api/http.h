@@ -153,6 +153,12 @@ FILE *http_answer_stream(struct http_req *req);
 void http_reply_stream(struct http_req *req, unsigned status, const char *content_type, FILE *f,
 		       bool complete);
 
+/* As http_reply_json, for a large body built whole: its text is written
+ * through http_answer_stream (counted as it grows), and counted, the bytes
+ * the caller asked of http_answer_grow for body's tree, are given back once
+ * the tree is freed. */
+void http_reply_json_counted(struct http_req *req, unsigned status, json_t *body, int64_t counted);
+
 /* The 503 (reason answers_memory, Retry-After: 1) of a large answer that
  * the limit refused. */
 void http_reply_answers_full(struct http_req *req);

@@ -1252,7 +1252,7 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 	metrics_counter_add(SLOW_CUT, NULL, 0); /* listed from the start, at 0 */
 	metrics_describe("meter_http_answers_refused_total", METRICS_COUNTER,
 			 "Answers over 64 KiB answered 503 instead, for the answers waiting for "
-			 "their clients and the statements being built held answers_memory_mib.");
+			 "their clients and the answers being built held answers_memory_mib.");
 	metrics_counter_add("meter_http_answers_refused_total", NULL, 0);
 	if (config_listen_split(cfg->listen, host, sizeof(host), &port) != METER_OK) {
 		snprintf(err, errlen, "bad listen address \"%s\"", cfg->listen);

@@ -98,6 +98,8 @@ static int ask_and_never_read(const char *path)
 static void test_answers_memory(void)
 {
 	const char *path = "/v1/reports/statement.html?month=2026-03";
+	const char *usage_path = "/v1/usage?from=2026-03-01T00:00:00Z&to=2026-03-02T00:00:00Z"
+				 "&window=day&group_by=sandbox";
 	struct apitest_resp r;
 	long long held = 0;
 	char *log;
@@ -142,9 +144,23 @@ static void test_answers_memory(void)
 	CHECK(r.body && strstr(r.body, "small_60") != NULL);
 	CHECK(r.body_len > 8192); /* more than a stream's own buffer */
 	apitest_resp_release(&r);
+	/* Usage items are counted as they are built (each a tree of JSON
+	 * objects before it is text): 60 of them (28 KB of text) are refused
+	 * meanwhile, the account's one sum is served. */
+	CHECK(apitest_call(&t, 0, "GET", usage_path, small_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 503);
+	CHECK(r.json && strcmp(apitest_jstr(json_object_get(r.json, "error"), "reason"),
+			       "answers_memory") == 0);
+	apitest_resp_release(&r);
+	CHECK_I64(apitest_metric(&t, 0, "meter_http_answers_building_bytes"), 0);
+	CHECK(apitest_call(&t, 0, "GET",
+			   "/v1/usage?from=2026-03-01T00:00:00Z&to=2026-03-02T00:00:00Z",
+			   small_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
 
 	/* The client goes: its answer's memory is given back, and the
-	 * statement is served again. */
+	 * statement is served again, and the usage items. */
 	close(fd);
 	for (i = 0; i < 100; i++) {
 		CHECK(apitest_call(&t, 0, "GET", path, token, NULL, &r) == 0);
@@ -155,6 +171,10 @@ static void test_answers_memory(void)
 		sleep_ms(100);
 	}
 	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	CHECK(apitest_call(&t, 0, "GET", usage_path, small_token, NULL, &r) == 0);
+	CHECK_I64(r.status, 200);
+	CHECK_I64((long long)json_array_size(json_object_get(r.json, "items")), 60);
 	apitest_resp_release(&r);
 	CHECK(apitest_metric(&t, 0, "meter_http_answers_held_bytes") < 1 << 20);
 }

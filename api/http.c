@@ -1,6 +1,7 @@
 /* meter API: request helpers (see http.h). */
 #include "http.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -188,6 +189,10 @@ bool http_answer_grow(struct http_req *req, int64_t delta)
 	pthread_mutex_unlock(&building_lock);
 	return true;
 }
+
+/* An answer built this large gives its build's freed memory back to the
+ * system (malloc_trim). */
+#define HTTP_ANSWER_TRIM (1024 * 1024)
 
 /* A stream's first buffer, doubled as needed: small, so that a short
  * statement's text and lines stay under HTTP_ANSWER_SMALL together. */
@@ -485,6 +490,11 @@ void http_reply_stream(struct http_req *req, unsigned status, const char *conten
 		atomic_fetch_add(&answers_large_held, a->len);
 	st->buf = NULL;
 	answer_stream_free(req);
+	/* What built a large answer (a statement's lines, the JSON objects
+	 * of usage items: many small blocks) is free now; glibc's heaps keep
+	 * such memory, whose pages are returned to the system here. */
+	if (a->len > HTTP_ANSWER_TRIM)
+		malloc_trim(0);
 	resp = MHD_create_response_from_buffer_with_free_callback_cls(
 	    (size_t)a->len, a->text ? a->text : (char *)"", answer_free, a);
 	if (!resp)

@@ -185,13 +185,15 @@ bool http_answer_grow(struct http_req *req, int64_t delta)
 	}
 	atomic_fetch_add(&answers_building, delta);
 	req->building += delta;
+	if (req->building > req->building_most)
+		req->building_most = req->building;
 	building_link(req, req->building != 0);
 	pthread_mutex_unlock(&building_lock);
 	return true;
 }
 
-/* An answer built this large gives its build's freed memory back to the
- * system (malloc_trim). */
+/* An answer whose build counted this much gives its build's freed memory
+ * back to the system (malloc_trim). */
 #define HTTP_ANSWER_TRIM (1024 * 1024)
 
 /* A stream's first buffer, doubled as needed: small, so that a short
@@ -491,9 +493,10 @@ void http_reply_stream(struct http_req *req, unsigned status, const char *conten
 	st->buf = NULL;
 	answer_stream_free(req);
 	/* What built a large answer (a statement's lines, the JSON objects
-	 * of usage items: many small blocks) is free now; glibc's heaps keep
-	 * such memory, whose pages are returned to the system here. */
-	if (a->len > HTTP_ANSWER_TRIM)
+	 * of usage items: many small blocks, several times its text) is free
+	 * now; glibc's heaps keep such memory, whose pages are returned to the
+	 * system here. */
+	if (req->building_most > HTTP_ANSWER_TRIM)
 		malloc_trim(0);
 	resp = MHD_create_response_from_buffer_with_free_callback_cls(
 	    (size_t)a->len, a->text ? a->text : (char *)"", answer_free, a);

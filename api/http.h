@@ -80,6 +80,7 @@ struct http_req {
 	/* An answer being built: the bytes counted for it (http_answer_grow),
 	 * whether one was refused, and its stream (http_answer_stream). */
 	int64_t building;
+	int64_t building_most; /* the most building was */
 	bool building_refused;
 	bool building_linked; /* in http.c's list of answers being built */
 	struct http_req *building_prev, *building_next;

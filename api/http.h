@@ -124,7 +124,7 @@ int64_t http_answers_held(void);
  * (http_answer_grow). */
 int64_t http_answers_building(void);
 
-/* An answer built whole in memory (a statement) is counted with the large
+/* An answer built whole in memory (a statement, usage items) is counted with the large
  * answers held while it is built, before its memory is taken, so that
  * answers being built and answers waiting for their clients together stay
  * within the limit: asks for delta more bytes for req's answer (a negative

@@ -2,7 +2,9 @@
  *
  * The document is parsed by jansson with duplicate keys rejected (a NUL
  * inside a string and invalid UTF-8 are always rejected by jansson without
- * JSON_ALLOW_NUL), after a size check and a nesting pre-scan. Numbers must be
+ * JSON_ALLOW_NUL), after a size check and a nesting pre-scan: the root
+ * without its sandboxes, then each sandbox on its own (doc_parse_split), or
+ * the whole text at once when that fails, for jansson's error. Numbers must be
  * JSON integers (jansson's json_int_t is long long, and an integer that does
  * not fit is a parse error); reals, booleans and strings are rejected for
  * numeric fields. Times are parsed and formatted with integer arithmetic
@@ -286,9 +288,64 @@ static enum meter_rc doc_item(json_t *item, size_t idx, struct meter_sample *s, 
 	return METER_OK;
 }
 
-/* The body of agent_doc_parse once the JSON is loaded. */
-static enum meter_rc doc_root(json_t *root, int64_t now_usec, struct sample_batch *out, char *err,
-			      size_t errlen)
+/* Where doc_root takes the sandboxes from: the array of the document's
+ * tree, or the text's elements, each loaded on its own when asked for
+ * (doc_parse_split). */
+struct doc_items {
+	bool split;   /* the text's elements, not the tree's */
+	json_t *list; /* the tree's "sandboxes" */
+	const char *text;
+	size_t next;   /* the text's next element starts here */
+	size_t close;  /* the offset of the array's ']' */
+	size_t n;      /* the text's elements */
+	size_t loaded; /* of them, loaded so far */
+	bool broken;   /* an element is not JSON on its own */
+};
+
+/* A new reference to the next item, in order from the first; NULL when
+ * the text's next element is not a JSON value (items->broken). */
+static json_t *doc_items_next(struct doc_items *items)
+{
+	const char *t = items->text;
+	size_t i = items->next, start = i;
+	int depth = 0;
+	bool in_string = false;
+	json_t *v;
+
+	if (!items->split)
+		return json_incref(json_array_get(items->list, items->loaded++));
+	for (; i < items->close; i++) {
+		char c = t[i];
+
+		if (in_string) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_string = false;
+		} else if (c == '"') {
+			in_string = true;
+		} else if (c == '{' || c == '[') {
+			depth++;
+		} else if (c == '}' || c == ']') {
+			depth--;
+		} else if (c == ',' && depth == 0) {
+			break;
+		}
+	}
+	if (i > items->close)
+		i = items->close; /* a backslash ended the interior */
+	items->next = i < items->close ? i + 1 : i;
+	items->loaded++;
+	v = json_loadb(t + start, i - start, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, NULL);
+	if (!v)
+		items->broken = true;
+	return v;
+}
+
+/* The body of agent_doc_parse once the JSON is loaded, or its root with
+ * the sandboxes' array empty and the elements in items' text. */
+static enum meter_rc doc_root(json_t *root, struct doc_items *items, int64_t now_usec,
+			      struct sample_batch *out, char *err, size_t errlen)
 {
 	static const char *const names[] = {"host_id", "sampled_at", "sandboxes", NULL};
 	const struct doc_ctx c = {.idx = -1, .err = err, .errlen = errlen};
@@ -332,6 +389,7 @@ static enum meter_rc doc_root(json_t *root, int64_t now_usec, struct sample_batc
 	out->sampled_at_usec = at;
 
 	list = json_object_get(root, "sandboxes");
+	items->list = list;
 	if (!list) {
 		doc_err(err, errlen, "sandboxes", "missing");
 		return METER_EINVAL;
@@ -340,7 +398,7 @@ static enum meter_rc doc_root(json_t *root, int64_t now_usec, struct sample_batc
 		doc_err(err, errlen, "sandboxes", "must be an array (got %s)", doc_type_name(list));
 		return METER_EINVAL;
 	}
-	n = json_array_size(list);
+	n = items->split ? items->n : json_array_size(list);
 	if (n > SAMPLE_BATCH_MAX) {
 		doc_err(err, errlen, "sandboxes", "more than %d sandboxes", SAMPLE_BATCH_MAX);
 		return METER_ERANGE;
@@ -362,10 +420,17 @@ static enum meter_rc doc_root(json_t *root, int64_t now_usec, struct sample_batc
 	out->cap = n;
 	for (size_t i = 0; i < n; i++) {
 		struct meter_sample *s = &out->items[i];
+		json_t *item = doc_items_next(items);
 		long dup;
 
+		if (!item) {
+			/* Not JSON: the caller loads the text whole instead. */
+			rc = METER_EINVAL;
+			goto out;
+		}
 		memset(s, 0, sizeof(*s));
-		rc = doc_item(json_array_get(list, i), i, s, err, errlen);
+		rc = doc_item(item, i, s, err, errlen);
+		json_decref(item);
 		if (rc != METER_OK)
 			goto out;
 		s->u.at_usec = at;
@@ -387,11 +452,137 @@ out:
 	return rc;
 }
 
-enum meter_rc agent_doc_parse(const char *text, size_t len, int64_t now_usec,
-			      struct sample_batch *out, char *err, size_t errlen)
+/* Finds the array that is the only array member of the text's root
+ * object: the offsets just past its '[' (items->next) and of its ']'
+ * (items->close), and its elements (the commas between them plus one; 0
+ * when there is nothing but white space). False when the root is not an
+ * object or has no such one array. The text need not be JSON: jansson
+ * loads whatever this finds before anything of it is read. */
+static bool doc_split_scan(const char *text, size_t len, struct doc_items *items)
 {
+	int depth = 0;
+	bool in_string = false, in_array = false, found = false, filled = false;
+	size_t i = 0, commas = 0;
+
+	while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
+		i++;
+	if (i == len || text[i] != '{')
+		return false;
+	for (; i < len; i++) {
+		char c = text[i];
+
+		if (in_string) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_string = false;
+			continue;
+		}
+		if (c == '"') {
+			in_string = true;
+			filled = filled || in_array;
+		} else if (c == '{' || c == '[') {
+			if (depth == 1 && c == '[') {
+				if (found)
+					return false;
+				found = in_array = true;
+				items->next = i + 1;
+			} else if (in_array) {
+				filled = true;
+			}
+			depth++;
+		} else if (c == '}' || c == ']') {
+			depth--;
+			if (in_array && depth == 1) {
+				if (c != ']')
+					return false;
+				in_array = false;
+				items->close = i;
+			}
+		} else if (in_array && c == ',' && depth == 2) {
+			commas++;
+			filled = true;
+		} else if (in_array && c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+			filled = true; /* a number, a literal */
+		}
+	}
+	if (!found || in_array)
+		return false;
+	items->split = true;
+	items->text = text;
+	items->n = filled ? commas + 1 : 0;
+	return true;
+}
+
+/* agent_doc_parse for a document whose root has one array, its
+ * sandboxes: the root is loaded with the array's interior left out, then
+ * the elements one at a time, each freed once read, so the whole
+ * document's tree (about 115 MB for 100,000 sandboxes) is never built.
+ * Every element is loaded before an error of the document's meaning is
+ * given, as a whole load finds every JSON error first. False, with out
+ * empty, when the root or an element is not JSON on its own: the caller
+ * loads the text whole, for jansson's error at its place in the text. */
+static bool doc_parse_split(const char *text, size_t len, int64_t now_usec,
+			    struct sample_batch *out, char *err, size_t errlen, enum meter_rc *rc)
+{
+	struct doc_items items = {0};
+	size_t copylen;
+	char *copy;
+	json_t *root;
+
+	if (!doc_split_scan(text, len, &items))
+		return false;
+	copylen = items.next + (len - items.close);
+	copy = malloc(copylen);
+	if (!copy)
+		return false;
+	memcpy(copy, text, items.next);
+	memcpy(copy + items.next, text + items.close, len - items.close);
+	root = json_loadb(copy, copylen, JSON_REJECT_DUPLICATES, NULL);
+	free(copy);
+	if (!root)
+		return false;
+	/* The array is the root's "sandboxes" when that is an array (the
+	 * root's only one); when it is another field's, doc_root refuses that
+	 * field (unknown, or not a string) before it counts sandboxes. */
+	*rc = doc_root(root, &items, now_usec, out, err, errlen);
+	json_decref(root);
+	while (*rc != METER_OK && !items.broken && items.loaded < items.n)
+		json_decref(doc_items_next(&items));
+	if (!items.broken)
+		return true;
+	sample_batch_release(out);
+	sample_batch_init(out);
+	return false;
+}
+
+/* agent_doc_parse from one jansson tree of the whole text. */
+static enum meter_rc doc_parse_whole(const char *text, size_t len, int64_t now_usec,
+				     struct sample_batch *out, char *err, size_t errlen)
+{
+	struct doc_items items = {0};
 	json_error_t jerr;
 	json_t *root;
+	enum meter_rc rc;
+
+	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root) {
+		char safe[96];
+
+		doc_safe_name(jerr.text, safe, sizeof(safe));
+		doc_err(err, errlen, "document", "malformed JSON at line %d column %d: %s",
+			jerr.line, jerr.column,
+			parse_json_error_is_nul(jerr.text) ? PARSE_JSON_NUL_TEXT : safe);
+		return METER_EINVAL;
+	}
+	rc = doc_root(root, &items, now_usec, out, err, errlen);
+	json_decref(root);
+	return rc;
+}
+
+static enum meter_rc doc_parse(const char *text, size_t len, int64_t now_usec,
+			       struct sample_batch *out, char *err, size_t errlen, bool whole)
+{
 	const char *nul;
 	enum meter_rc rc;
 
@@ -422,23 +613,28 @@ enum meter_rc agent_doc_parse(const char *text, size_t len, int64_t now_usec,
 			(size_t)(nul - text));
 		return METER_EINVAL;
 	}
-	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!root) {
-		char safe[96];
-
-		doc_safe_name(jerr.text, safe, sizeof(safe));
-		doc_err(err, errlen, "document", "malformed JSON at line %d column %d: %s",
-			jerr.line, jerr.column,
-			parse_json_error_is_nul(jerr.text) ? PARSE_JSON_NUL_TEXT : safe);
-		return METER_EINVAL;
+	if (whole || !doc_parse_split(text, len, now_usec, out, err, errlen, &rc)) {
+		if (err && errlen)
+			err[0] = '\0';
+		rc = doc_parse_whole(text, len, now_usec, out, err, errlen);
 	}
-	rc = doc_root(root, now_usec, out, err, errlen);
-	json_decref(root);
 	if (rc != METER_OK) {
 		sample_batch_release(out);
 		sample_batch_init(out);
 	}
 	return rc;
+}
+
+enum meter_rc agent_doc_parse(const char *text, size_t len, int64_t now_usec,
+			      struct sample_batch *out, char *err, size_t errlen)
+{
+	return doc_parse(text, len, now_usec, out, err, errlen, false);
+}
+
+enum meter_rc agent_doc_parse_whole(const char *text, size_t len, int64_t now_usec,
+				    struct sample_batch *out, char *err, size_t errlen)
+{
+	return doc_parse(text, len, now_usec, out, err, errlen, true);
 }
 
 static bool doc_leap(int64_t y)

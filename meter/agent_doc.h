@@ -31,6 +31,14 @@
 METER_MUSTCHECK enum meter_rc agent_doc_parse(const char *text, size_t len, int64_t now_usec,
 					      struct sample_batch *out, char *err, size_t errlen);
 
+/* agent_doc_parse from one jansson tree of the whole text: the same answer
+ * and error, in about 8 times the text's size where agent_doc_parse
+ * takes about the batch's. What agent_doc_parse falls back to for a text
+ * that is not JSON; tests hold the two equal. */
+METER_MUSTCHECK enum meter_rc agent_doc_parse_whole(const char *text, size_t len, int64_t now_usec,
+						    struct sample_batch *out, char *err,
+						    size_t errlen);
+
 /* Formats at_usec as RFC 3339 UTC with microseconds ("...T01:02:03.456789Z")
  * into buf (at least 32 bytes). */
 void agent_doc_format_time(int64_t at_usec, char *buf, size_t buflen);

@@ -12,6 +12,9 @@
  * functions are checked in code. */
 #include <dirent.h>
 #include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +103,38 @@ static void free_cases(char **names, size_t n)
 	free(names);
 }
 
+/* Both ways of reading a document (its sandboxes one at a time, or one
+ * tree of the whole text) give the same answer, error and batch. */
+static void check_same_as_whole(const char *name, const char *text, size_t len)
+{
+	struct sample_batch a, w;
+	char ea[512], ew[512];
+	enum meter_rc ra, rw;
+
+	ra = agent_doc_parse(text, len, NOW_USEC, &a, ea, sizeof(ea));
+	rw = agent_doc_parse_whole(text, len, NOW_USEC, &w, ew, sizeof(ew));
+	if (ra != rw || strcmp(ea, ew) != 0)
+		fprintf(stderr, "%s: %d \"%s\", read whole %d \"%s\"\n", name, (int)ra, ea, (int)rw,
+			ew);
+	CHECK(ra == rw);
+	CHECK_STR(ea, ew);
+	CHECK_STR(a.host_id, w.host_id);
+	CHECK_I64(a.sampled_at_usec, w.sampled_at_usec);
+	CHECK_I64(a.n, w.n);
+	for (size_t i = 0; i < a.n && i < w.n; i++) {
+		const struct meter_sample *x = &a.items[i], *y = &w.items[i];
+
+		CHECK_STR(x->sandbox_id, y->sandbox_id);
+		CHECK_STR(x->key_id, y->key_id);
+		CHECK(x->u.state == y->u.state && x->u.vcpus == y->u.vcpus);
+		CHECK(x->u.at_usec == y->u.at_usec && x->u.cpu_usec == y->u.cpu_usec);
+		CHECK(x->u.memory_mib == y->u.memory_mib && x->u.storage_mib == y->u.storage_mib);
+		CHECK(x->state_from_events == y->state_from_events);
+	}
+	sample_batch_release(&a);
+	sample_batch_release(&w);
+}
+
 static void run_invalid(const char *dir, const char *name)
 {
 	char path[1024], err[512];
@@ -136,6 +171,7 @@ static void run_invalid(const char *dir, const char *name)
 	}
 	free(expect);
 	sample_batch_release(&b);
+	check_same_as_whole(name, text, len);
 	free(text);
 }
 
@@ -214,6 +250,7 @@ static void run_valid(const char *dir, const char *name)
 	if (rc == METER_OK)
 		check_expect(name, &b, expect);
 	sample_batch_release(&b);
+	check_same_as_whole(name, text, len);
 out:
 	free(text);
 	free(expect);
@@ -343,6 +380,16 @@ static void test_many_sandboxes(void)
 	CHECK(doc && agent_doc_parse(doc, len, NOW_USEC, &b, err, sizeof(err)) == METER_ERANGE);
 	CHECK(strstr(err, "sandboxes: more than 100000 sandboxes") != NULL);
 	CHECK(b.n == 0 && b.items == NULL);
+	check_same_as_whole("one too many", doc, len);
+	/* Its last sandbox not JSON: the JSON error comes first, as it does
+	 * from the whole text's tree. */
+	if (doc) {
+		doc[len - 3] = ',';
+		sample_batch_init(&b);
+		CHECK(agent_doc_parse(doc, len, NOW_USEC, &b, err, sizeof(err)) == METER_EINVAL);
+		CHECK(strstr(err, "document: malformed JSON at line 1") != NULL);
+		check_same_as_whole("one too many, the last not JSON", doc, len);
+	}
 	free(doc);
 
 	/* A duplicate far apart is found at scale. */
@@ -351,6 +398,152 @@ static void test_many_sandboxes(void)
 	CHECK(doc && agent_doc_parse(doc, len, NOW_USEC, &b, err, sizeof(err)) == METER_EINVAL);
 	CHECK_STR(err, "sandboxes[99999].sandbox_id: s0 is also sandboxes[0]");
 	CHECK(b.n == 0 && b.items == NULL);
+	check_same_as_whole("a duplicate far apart", doc, len);
+	free(doc);
+}
+
+/* Where a document's text could mislead the reading of its sandboxes one
+ * at a time: brackets, commas, quotes and backslashes inside strings,
+ * white space, elements that are not JSON on their own, arrays elsewhere,
+ * JSON errors after a wrong meaning. Each must read as the whole text's
+ * tree reads. */
+static void test_split_edges(void)
+{
+#define H "\"host_id\":\"h1\",\"sampled_at\":\"2026-11-30T01:02:03Z\""
+#define S(id)                                                                                      \
+	"{\"sandbox_id\":\"" id                                                                    \
+	"\",\"state\":\"running\",\"vcpus\":1,\"memory_mib\":1,\"cpu_usec\":1}"
+	static const char *const docs[] = {
+	    "{" H ",\"sandboxes\":[" S("a") "," S("b") "]}",
+	    "{\"sandboxes\":[" S("a") "]," H "}",
+	    " \n\t{ " H " , \"sandboxes\" :\n[ \t" S("a") " ,\r\n" S("b") " \n] } \n",
+	    "{" H ",\"sandboxes\":[]}",
+	    "{" H ",\"sandboxes\":[ \n ]}",
+	    "{" H ",\"sandboxes\":[,]}",
+	    "{" H ",\"sandboxes\":[" S("a") ",]}",
+	    "{" H ",\"sandboxes\":[," S("a") "]}",
+	    "{" H ",\"sandboxes\":[" S("a") S("b") "]}",
+	    "{" H ",\"sandboxes\":[" S("a") " " S("b") "]}",
+	    "{" H ",\"sandboxes\":[1]}",
+	    "{" H ",\"sandboxes\":[null,true]}",
+	    "{" H ",\"sandboxes\":[\"x,]\"]}",
+	    "{" H ",\"sandboxes\":[[]]}",
+	    "{" H ",\"sandboxes\":[[1,2],{}]}",
+	    "{" H ",\"sandboxes\":[" S("a,]}\\\"\\\\") "," S("b") "]}",
+	    "{" H ",\"sandboxes\":[" S("\\u005d,") "]}",
+	    "{" H ",\"sandboxes\":[{\"sandbox_id\":\"a\",\"x\":[1,[2,3]],\"y\":\"]\"}]}",
+	    "{\"host_id\":\"h,[1\",\"sampled_at\":\"2026-11-30T01:02:03Z\",\"sandboxes\":[" S(
+		"a") "]}",
+	    "{" H ",\"sandboxes\":[" S("a") "],\"x\":\"[,]\\\"\"}",
+	    "{\"host_id\":[\"h1\"],\"sampled_at\":\"2026-11-30T01:02:03Z\",\"sandboxes\":[" S(
+		"a") "]}",
+	    "{\"host_id\":[\"h1\"],\"sampled_at\":\"2026-11-30T01:02:03Z\",\"sandboxes\":{}}",
+	    "{" H ",\"x\":[1],\"sandboxes\":[]}",
+	    "{" H ",\"x\":[1]}",
+	    "[" S("a") "]",
+	    "{" H ",\"sandboxes\":[" S("a") "]}x",
+	    "{" H ",\"sandboxes\":[" S("a") "]}{\"sandboxes\":[1]}",
+	    "{" H ",\"sandboxes\":[" S("a") "],\"host_id\":\"h2\"}",
+	    "{" H ",\"sandboxes\":[" S("a") "],\"sandboxes\":[]}",
+	    "{" H ",\"sandboxes\":[{\"sandbox_id\":\"a\",\"sandbox_id\":\"b\"}]}",
+	    "{" H ",\"sandboxes\":[" S("a") "],}",
+	    "{\"host_id\":\"h 1\",\"sampled_at\":\"2026-11-30T01:02:03Z\",\"sandboxes\":[" S(
+		"a") ",{]}",
+	    "{" H ",\"sandboxes\":[" S("a b") "," S("c") ",{]}",
+	    "{" H ",\"sandboxes\":[" S("a b") "," S("c") ",1.5e]}",
+	    "{" H ",\"y\":1,\"sandboxes\":[" S("a") ",[}]}",
+	    "{" H ",\"sandboxes\":[" S("a") "," S("a") "," S("b") "]}",
+	    "{" H ",\"sandboxes\":[",
+	    "{" H ",\"sandboxes\":[" S("a") "",
+	    "{" H ",\"sandboxes\":[{\"sandbox_id\":\"a\"]}",
+	    "{" H ",\"sandboxes\":[" S("a") "}}",
+	    "{" H ",\"sandboxes\":[\"\\]}",
+	    "{" H ",\"sandboxes\":[\"\xff\"]}",
+	    "{" H ",\"sandboxes\":[{\"sandbox_id\":\"a\",\"state\":\"running\",\"vcpus\":1,"
+	    "\"memory_mib\":1,\"cpu_usec\":99999999999999999999}]}",
+	    "{" H ",\"sandboxes\":[{\"sandbox_id\":\"a\",\"state\":\"running\",\"vcpus\":1e0,"
+	    "\"memory_mib\":-0,\"cpu_usec\":1}]}",
+	    "{" H ",\"sandboxes\":[" S("a") "]]}",
+	    "{" H ",\"sandboxes\":[" S("a") "]}]",
+	};
+#undef S
+#undef H
+
+	for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "split edge %zu", i);
+		check_same_as_whole(name, docs[i], strlen(docs[i]));
+	}
+}
+
+/* jansson's memory, counted: live bytes and their most. */
+static size_t jansson_live, jansson_most;
+
+static void *counted_malloc(size_t n)
+{
+	max_align_t *p = malloc(sizeof(max_align_t) + n);
+
+	if (!p)
+		return NULL;
+	*(size_t *)p = n;
+	jansson_live += n;
+	if (jansson_live > jansson_most)
+		jansson_most = jansson_live;
+	return p + 1;
+}
+
+static void counted_free(void *q)
+{
+	max_align_t *p = q;
+
+	if (!q)
+		return;
+	jansson_live -= *(size_t *)(p - 1);
+	free(p - 1);
+}
+
+/* The most memory jansson held while doc was read one way. */
+static size_t jansson_most_reading(const char *doc, size_t len, bool whole)
+{
+	struct sample_batch b;
+	char err[256];
+	enum meter_rc rc;
+
+	json_set_alloc_funcs(counted_malloc, counted_free);
+	jansson_live = jansson_most = 0;
+	rc = (whole ? agent_doc_parse_whole : agent_doc_parse)(doc, len, NOW_USEC, &b, err,
+							       sizeof(err));
+	CHECK(rc == METER_OK);
+	CHECK_I64(jansson_live, 0);
+	json_set_alloc_funcs(malloc, free);
+	sample_batch_release(&b);
+	return jansson_most;
+}
+
+/* A document's sandboxes are read one at a time: jansson holds about one
+ * sandbox's tree, whatever their number. A tree of the whole document
+ * takes several times its text. */
+static void test_split_memory(void)
+{
+	size_t len, one, many, whole;
+	char *doc;
+
+	doc = many_doc(1, NULL, &len);
+	CHECK(doc != NULL);
+	one = doc ? jansson_most_reading(doc, len, false) : 0;
+	free(doc);
+	doc = many_doc(10000, NULL, &len);
+	CHECK(doc != NULL);
+	if (!doc)
+		return;
+	many = jansson_most_reading(doc, len, false);
+	whole = jansson_most_reading(doc, len, true);
+	if (getenv("METER_TEST_VERBOSE"))
+		printf("jansson's most: 1 sandbox %zu, 10,000 %zu, read whole %zu (text %zu)\n",
+		       one, many, whole, len);
+	CHECK(one > 0 && many < 2 * one);
+	CHECK(whole > len);
 	free(doc);
 }
 
@@ -499,6 +692,8 @@ int main(void)
 	test_fixtures();
 	test_size_cap();
 	test_many_sandboxes();
+	test_split_edges();
+	test_split_memory();
 	test_api_edges();
 	test_raw_nul();
 	test_time_known();

@@ -17,6 +17,17 @@
 #include "parse.h"
 
 static _Thread_local char failed_state[6];
+static _Thread_local size_t sent_most;
+
+size_t db_util_sent_most(void)
+{
+	return sent_most;
+}
+
+void db_util_sent_clear(void)
+{
+	sent_most = 0;
+}
 
 const char *db_util_failed_state(void)
 {
@@ -131,7 +142,13 @@ PGresult *db_util_exec_within(PGconn *conn, const char *sql, int n, const Oid *t
 			      int result_format, int64_t ms, bool *timed_out)
 {
 	PGresult *out = NULL, *r;
+	size_t sent = strlen(sql);
 
+	for (int i = 0; i < n; i++)
+		if (values[i])
+			sent += formats && formats[i] ? (size_t)lengths[i] : strlen(values[i]);
+	if (sent > sent_most)
+		sent_most = sent;
 	*timed_out = false;
 	if (ms <= 0)
 		return PQexecParams(conn, sql, n, types, values, lengths, formats, result_format);

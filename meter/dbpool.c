@@ -139,8 +139,10 @@ enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out)
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 
-	/* What this thread last saw fail belongs to its last borrower. */
+	/* What this thread last saw fail, or sent, belongs to its last
+	 * borrower. */
 	db_util_failed_clear();
+	db_util_sent_clear();
 	pthread_mutex_lock(&pool->mu);
 	for (;;) {
 		/* Prefer a slot that is already connected. */
@@ -197,6 +199,15 @@ void db_pool_release(struct db_pool *pool, PGconn *conn, bool broken)
 		return;
 	if (PQstatus(conn) != CONNECTION_OK || PQtransactionStatus(conn) != PQTRANS_IDLE)
 		broken = true;
+	/* libpq keeps the output buffer a large statement grew (a call
+	 * ingesting 100,000 sandboxes: 64 MB) for the connection's life, and
+	 * each pooled connection would keep its own: such a connection is
+	 * closed and the slot's next borrower connects again. */
+	if (!broken && db_util_sent_most() > DB_POOL_KEEP_SENT_BYTES) {
+		log_debug("db pool: closing a connection that sent a statement of %zu bytes",
+			  db_util_sent_most());
+		broken = true;
+	}
 	pthread_mutex_lock(&pool->mu);
 	for (int i = 0; i < pool->size; i++) {
 		struct db_slot *s = &pool->slots[i];

@@ -32,10 +32,16 @@ void db_pool_free(struct db_pool *pool);
  * failure seen. */
 METER_MUSTCHECK enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out);
 
+/* A connection that sent a statement larger than this (db_util_sent_most)
+ * is closed when released: libpq would keep a buffer that large. */
+#define DB_POOL_KEEP_SENT_BYTES (4 * 1024 * 1024)
+
 /* Returns a borrowed connection. broken: the caller saw it fail (a
  * connection-level error); it is closed, and the slot's next borrower
  * connects again (at once: only a failed attempt to connect starts the
- * backoff). A connection left inside a transaction is treated as broken. */
+ * backoff). A connection left inside a transaction is treated as broken,
+ * and one that sent more than DB_POOL_KEEP_SENT_BYTES on this thread since
+ * it was acquired is closed too. */
 void db_pool_release(struct db_pool *pool, PGconn *conn, bool broken);
 
 /* Runs "SELECT 1" on a pooled connection within timeout_ms.

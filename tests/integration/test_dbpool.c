@@ -8,13 +8,17 @@
  * - A failed attempt starts the backoff, doubling with each failure: an
  *   acquire within it fails without reaching the server; a connection of
  *   the process that reached the database since (db_pool_retry_after)
- *   ends it; once it has passed, the next acquire tries again. */
+ *   ends it; once it has passed, the next acquire tries again.
+ * - A connection that sent a statement larger than DB_POOL_KEEP_SENT_BYTES
+ *   is closed when released (libpq would keep a buffer that large for its
+ *   life); one that sent up to that is kept. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -22,6 +26,7 @@
 
 #include "check.h"
 #include "clock.h"
+#include "db_util.h"
 #include "dbpool.h"
 #include "testdb.h"
 
@@ -172,6 +177,76 @@ static void lost_connections(const struct testdb *db)
 	db_pool_free(pool);
 }
 
+/* Sends a binary parameter of len bytes on conn; true when the server
+ * counted them all. */
+static bool send_bytes(PGconn *conn, const char *bytes, size_t len)
+{
+	const char *values[1] = {bytes};
+	const int lengths[1] = {(int)len}, formats[1] = {1};
+	char want[32];
+	bool timed_out, ok;
+	PGresult *res = db_util_exec_within(conn, "SELECT octet_length($1::bytea)", 1, NULL, values,
+					    lengths, formats, 0, 10000, &timed_out);
+
+	snprintf(want, sizeof(want), "%zu", len);
+	ok = !timed_out && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+	     strcmp(PQgetvalue(res, 0, 0), want) == 0;
+	PQclear(res);
+	return ok;
+}
+
+static void large_statements(const struct testdb *db)
+{
+	const size_t keep = DB_POOL_KEEP_SENT_BYTES;
+	struct db_pool *pool = db_pool_new(db->url, 1, 5000);
+	char *bytes = calloc(1, keep + 1);
+	PGconn *conn = NULL;
+	int pid;
+
+	CHECK(pool != NULL && bytes != NULL);
+	if (!pool || !bytes)
+		goto out;
+	CHECK_I64(db_pool_acquire(pool, 1000, &conn), METER_OK);
+	if (!conn)
+		goto out;
+	pid = PQbackendPID(conn);
+
+	/* Up to the bound, text and parameter together: kept. */
+	CHECK(send_bytes(conn, bytes, keep - strlen("SELECT octet_length($1::bytea)")));
+	CHECK_I64(db_util_sent_most(), keep);
+	db_pool_release(pool, conn, false);
+	conn = NULL;
+	CHECK_I64(db_pool_acquire(pool, 0, &conn), METER_OK);
+	CHECK_I64(db_util_sent_most(), 0);
+	if (!conn)
+		goto out;
+	CHECK_I64(PQbackendPID(conn), pid);
+
+	/* One byte more, then a small one: closed when released, the next
+	 * borrower connects again at once, and the new one works. */
+	CHECK(send_bytes(conn, bytes, keep + 1));
+	CHECK(send_bytes(conn, bytes, 1));
+	CHECK(db_util_sent_most() > keep);
+	db_pool_release(pool, conn, false);
+	conn = NULL;
+	CHECK_I64(db_pool_acquire(pool, 0, &conn), METER_OK);
+	CHECK(db_pool_up(pool));
+	if (conn) {
+		CHECK(PQbackendPID(conn) != pid);
+		CHECK(send_bytes(conn, bytes, 1));
+		pid = PQbackendPID(conn);
+		db_pool_release(pool, conn, false);
+		conn = NULL;
+		CHECK_I64(db_pool_acquire(pool, 0, &conn), METER_OK);
+		CHECK(conn && PQbackendPID(conn) == pid);
+		db_pool_release(pool, conn, false);
+	}
+out:
+	free(bytes);
+	if (pool)
+		db_pool_free(pool);
+}
+
 static void failed_attempts(void)
 {
 	struct closer c;
@@ -236,6 +311,7 @@ int main(void)
 		return check_done();
 	}
 	lost_connections(&db);
+	large_statements(&db);
 	failed_attempts();
 	testdb_drop(&db);
 	return check_done();

@@ -359,7 +359,7 @@ static void test_many_sandboxes(void)
 {
 	struct sample_batch b;
 	char err[256];
-	size_t len;
+	size_t len = 0;
 	char *doc;
 
 	doc = many_doc(SAMPLE_BATCH_MAX, NULL, &len);
@@ -526,7 +526,7 @@ static size_t jansson_most_reading(const char *doc, size_t len, bool whole)
  * takes several times its text. */
 static void test_split_memory(void)
 {
-	size_t len, one, many, whole;
+	size_t len = 0, one, many, whole;
 	char *doc;
 
 	doc = many_doc(1, NULL, &len);

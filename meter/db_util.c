@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <libpq-events.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -17,16 +18,25 @@
 #include "parse.h"
 
 static _Thread_local char failed_state[6];
-static _Thread_local size_t sent_most;
 
-size_t db_util_sent_most(void)
+/* The largest statement a tracked connection sent: its instance data for
+ * this event procedure, a size rather than a pointer (nothing to free). */
+static int sent_events(PGEventId id, void *info, void *pass)
 {
-	return sent_most;
+	(void)id;
+	(void)info;
+	(void)pass;
+	return 1;
 }
 
-void db_util_sent_clear(void)
+bool db_util_sent_track(PGconn *conn)
 {
-	sent_most = 0;
+	return PQregisterEventProc(conn, sent_events, "meter sent bytes", NULL) != 0;
+}
+
+size_t db_util_sent_most(const PGconn *conn)
+{
+	return (size_t)(uintptr_t)PQinstanceData(conn, sent_events);
 }
 
 const char *db_util_failed_state(void)
@@ -147,8 +157,8 @@ PGresult *db_util_exec_within(PGconn *conn, const char *sql, int n, const Oid *t
 	for (int i = 0; i < n; i++)
 		if (values[i])
 			sent += formats && formats[i] ? (size_t)lengths[i] : strlen(values[i]);
-	if (sent > sent_most)
-		sent_most = sent;
+	if (sent > db_util_sent_most(conn)) /* a connection not tracked keeps none */
+		(void)PQsetInstanceData(conn, sent_events, (void *)(uintptr_t)sent);
 	*timed_out = false;
 	if (ms <= 0)
 		return PQexecParams(conn, sql, n, types, values, lengths, formats, result_format);

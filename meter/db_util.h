@@ -102,13 +102,15 @@ METER_MUSTCHECK enum meter_rc db_util_exists(PGconn *conn, const char *what, con
 const char *db_util_failed_state(void);
 void db_util_failed_clear(void);
 
-/* The largest statement (its text and parameters, in bytes) this thread
- * sent through db_util_exec_within since db_util_sent_clear(). libpq grows
- * a connection's output buffer to the largest message it sent and keeps
- * it for the connection's life: the pool closes a connection that sent
- * more than DB_POOL_KEEP_SENT_BYTES (dbpool.h). */
-size_t db_util_sent_most(void);
-void db_util_sent_clear(void);
+/* libpq grows a connection's output buffer to the largest message it sent
+ * and keeps it for the connection's life: the pool closes a connection
+ * that sent more than DB_POOL_KEEP_SENT_BYTES (dbpool.h). After
+ * db_util_sent_track(conn) (false when out of memory: nothing is kept),
+ * db_util_sent_most(conn) is the largest statement (its text and
+ * parameters, in bytes) conn sent through db_util_exec_within; 0 for a
+ * connection not tracked. */
+METER_MUSTCHECK bool db_util_sent_track(PGconn *conn);
+size_t db_util_sent_most(const PGconn *conn);
 
 /* Records res (a failed result; NULL when none came back) as this thread's
  * latest failure, for db_util_failed_state(): for the code that runs its

@@ -127,6 +127,8 @@ static enum meter_rc slot_connect(struct db_pool *p, PGconn **out, char *err, si
 		PQfinish(conn);
 		return METER_EDB;
 	}
+	if (!db_util_sent_track(conn))
+		log_warn("db pool: out of memory: a connection's largest statement is not kept");
 	*out = conn;
 	return METER_OK;
 }
@@ -139,10 +141,8 @@ enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out)
 	PGconn *conn = NULL;
 	enum meter_rc rc;
 
-	/* What this thread last saw fail, or sent, belongs to its last
-	 * borrower. */
+	/* What this thread last saw fail belongs to its last borrower. */
 	db_util_failed_clear();
-	db_util_sent_clear();
 	pthread_mutex_lock(&pool->mu);
 	for (;;) {
 		/* Prefer a slot that is already connected. */
@@ -203,9 +203,9 @@ void db_pool_release(struct db_pool *pool, PGconn *conn, bool broken)
 	 * ingesting 100,000 sandboxes: 64 MB) for the connection's life, and
 	 * each pooled connection would keep its own: such a connection is
 	 * closed and the slot's next borrower connects again. */
-	if (!broken && db_util_sent_most() > DB_POOL_KEEP_SENT_BYTES) {
+	if (!broken && db_util_sent_most(conn) > DB_POOL_KEEP_SENT_BYTES) {
 		log_debug("db pool: closing a connection that sent a statement of %zu bytes",
-			  db_util_sent_most());
+			  db_util_sent_most(conn));
 		broken = true;
 	}
 	pthread_mutex_lock(&pool->mu);

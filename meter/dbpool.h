@@ -40,8 +40,7 @@ METER_MUSTCHECK enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms,
  * connection-level error); it is closed, and the slot's next borrower
  * connects again (at once: only a failed attempt to connect starts the
  * backoff). A connection left inside a transaction is treated as broken,
- * and one that sent more than DB_POOL_KEEP_SENT_BYTES on this thread since
- * it was acquired is closed too. */
+ * and one that ever sent more than DB_POOL_KEEP_SENT_BYTES is closed too. */
 void db_pool_release(struct db_pool *pool, PGconn *conn, bool broken);
 
 /* Runs "SELECT 1" on a pooled connection within timeout_ms.

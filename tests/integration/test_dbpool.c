@@ -11,7 +11,8 @@
  *   ends it; once it has passed, the next acquire tries again.
  * - A connection that sent a statement larger than DB_POOL_KEEP_SENT_BYTES
  *   is closed when released (libpq would keep a buffer that large for its
- *   life); one that sent up to that is kept. */
+ *   life); one that sent up to that is kept, and so is another connection
+ *   held and used by the same thread meanwhile. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -198,50 +199,81 @@ static bool send_bytes(PGconn *conn, const char *bytes, size_t len)
 static void large_statements(const struct testdb *db)
 {
 	const size_t keep = DB_POOL_KEEP_SENT_BYTES;
-	struct db_pool *pool = db_pool_new(db->url, 1, 5000);
+	const size_t text = strlen("SELECT octet_length($1::bytea)");
+	struct db_pool *pool = db_pool_new(db->url, 2, 5000);
 	char *bytes = calloc(1, keep + 1);
-	PGconn *conn = NULL;
-	int pid;
+	PGconn *a = NULL, *b = NULL, *other = NULL;
+	int pid_a, pid_b;
 
 	CHECK(pool != NULL && bytes != NULL);
 	if (!pool || !bytes)
 		goto out;
-	CHECK_I64(db_pool_acquire(pool, 1000, &conn), METER_OK);
-	if (!conn)
+	CHECK_I64(db_pool_acquire(pool, 1000, &a), METER_OK);
+	CHECK_I64(db_pool_acquire(pool, 1000, &b), METER_OK);
+	if (!a || !b)
 		goto out;
-	pid = PQbackendPID(conn);
+	pid_a = PQbackendPID(a);
+	pid_b = PQbackendPID(b);
+	CHECK_I64(db_util_sent_most(a), 0);
 
-	/* Up to the bound, text and parameter together: kept. */
-	CHECK(send_bytes(conn, bytes, keep - strlen("SELECT octet_length($1::bytea)")));
-	CHECK_I64(db_util_sent_most(), keep);
-	db_pool_release(pool, conn, false);
-	conn = NULL;
-	CHECK_I64(db_pool_acquire(pool, 0, &conn), METER_OK);
-	CHECK_I64(db_util_sent_most(), 0);
-	if (!conn)
+	/* Up to the bound, text and parameter together: kept, and what it
+	 * sent is the connection's, whoever borrows it next. */
+	CHECK(send_bytes(a, bytes, keep - text));
+	CHECK_I64(db_util_sent_most(a), keep);
+	db_pool_release(pool, a, false);
+	a = NULL;
+	CHECK_I64(db_pool_acquire(pool, 0, &a), METER_OK);
+	if (!a)
 		goto out;
-	CHECK_I64(PQbackendPID(conn), pid);
+	CHECK_I64(PQbackendPID(a), pid_a);
+	CHECK_I64(db_util_sent_most(a), keep);
 
-	/* One byte more, then a small one: closed when released, the next
-	 * borrower connects again at once, and the new one works. */
-	CHECK(send_bytes(conn, bytes, keep + 1));
-	CHECK(send_bytes(conn, bytes, 1));
-	CHECK(db_util_sent_most() > keep);
-	db_pool_release(pool, conn, false);
-	conn = NULL;
-	CHECK_I64(db_pool_acquire(pool, 0, &conn), METER_OK);
+	/* One byte more on a, while b is held and used too: a is closed when
+	 * released, b is kept, and a's slot connects again at once. */
+	CHECK(send_bytes(a, bytes, keep + 1 - text));
+	CHECK(send_bytes(b, bytes, 1));
+	CHECK(send_bytes(a, bytes, 1));
+	CHECK_I64(db_util_sent_most(a), keep + 1);
+	CHECK_I64(db_util_sent_most(b), text + 1);
+	db_pool_release(pool, b, false);
+	db_pool_release(pool, a, false);
+	a = b = NULL;
+	CHECK_I64(db_pool_acquire(pool, 0, &a), METER_OK);
+	CHECK_I64(db_pool_acquire(pool, 0, &b), METER_OK);
 	CHECK(db_pool_up(pool));
-	if (conn) {
-		CHECK(PQbackendPID(conn) != pid);
-		CHECK(send_bytes(conn, bytes, 1));
-		pid = PQbackendPID(conn);
-		db_pool_release(pool, conn, false);
-		conn = NULL;
-		CHECK_I64(db_pool_acquire(pool, 0, &conn), METER_OK);
-		CHECK(conn && PQbackendPID(conn) == pid);
-		db_pool_release(pool, conn, false);
+	if (!a || !b)
+		goto out;
+	if (PQbackendPID(a) == pid_b) {
+		PGconn *t = a;
+
+		a = b;
+		b = t;
 	}
+	CHECK_I64(PQbackendPID(b), pid_b);
+	CHECK(PQbackendPID(a) != pid_a);
+	CHECK_I64(db_util_sent_most(a), 0);
+	CHECK(send_bytes(a, bytes, 1));
+
+	/* A connection outside the pool is not tracked: its statements,
+	 * however large, close no pooled connection. */
+	other = PQconnectdb(db->url);
+	CHECK(PQstatus(other) == CONNECTION_OK);
+	if (PQstatus(other) == CONNECTION_OK) {
+		CHECK(send_bytes(other, bytes, keep + 1));
+		CHECK_I64(db_util_sent_most(other), 0);
+	}
+	pid_a = PQbackendPID(a);
+	db_pool_release(pool, a, false);
+	a = NULL;
+	CHECK_I64(db_pool_acquire(pool, 0, &a), METER_OK);
+	CHECK(a && PQbackendPID(a) == pid_a); /* b is still held */
 out:
+	if (other)
+		PQfinish(other);
+	if (a)
+		db_pool_release(pool, a, false);
+	if (b)
+		db_pool_release(pool, b, false);
 	free(bytes);
 	if (pool)
 		db_pool_free(pool);

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -815,7 +816,7 @@ static void *work_main(void *arg)
 
 	for (;;) {
 		struct http_req *req;
-		bool stopping;
+		bool stopping, trim;
 
 		pthread_mutex_lock(&l->lock);
 		while (!l->head && !l->stopping)
@@ -853,8 +854,16 @@ static void *work_main(void *arg)
 			hand_over(req);
 			continue;
 		}
+		/* What a large body took while it was worked on (a pushed
+		 * document's sandboxes, their ingestion: many small blocks, some
+		 * 15 times the body) is free now, and glibc's heaps would keep
+		 * it: its pages go back to the system once the answer is on its
+		 * way (the request is not to be touched after the resume). */
+		trim = req->body_len > HTTP_BODY_TRIM;
 		req->suspended = false;
 		MHD_resume_connection(req->conn);
+		if (trim)
+			malloc_trim(0);
 	}
 	return NULL;
 }

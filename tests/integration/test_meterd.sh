@@ -850,7 +850,7 @@ sleep 1.2 # the next ping waits on it
 kill -TERM "$pid"
 sleep 0.5
 kill -CONT "$pinger"
-wait "$pid" && ok || fail "meterd's exit status after a stop during a ping: $(grep -m1 ERROR "$work/meterd-ping.log")"
+wait "$pid" && ok || fail "meterd's exit status after a stop during a ping: $(grep -A80 ERROR "$work/meterd-ping.log")"
 pid=
 # A server with fsync off: its commits are not on disk when they return.
 # Served (nothing a session can change), and said once in the log; with

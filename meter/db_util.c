@@ -20,23 +20,32 @@
 static _Thread_local char failed_state[6];
 
 /* The largest statement a tracked connection sent: its instance data for
- * this event procedure, a size rather than a pointer (nothing to free). */
+ * this event procedure, freed with the connection. */
 static int sent_events(PGEventId id, void *info, void *pass)
 {
-	(void)id;
-	(void)info;
 	(void)pass;
+	if (id == PGEVT_CONNDESTROY)
+		free(PQinstanceData(((const PGEventConnDestroy *)info)->conn, sent_events));
 	return 1;
 }
 
 bool db_util_sent_track(PGconn *conn)
 {
-	return PQregisterEventProc(conn, sent_events, "meter sent bytes", NULL) != 0;
+	size_t *most = calloc(1, sizeof(*most));
+
+	if (!most || !PQregisterEventProc(conn, sent_events, "meter sent bytes", NULL) ||
+	    !PQsetInstanceData(conn, sent_events, most)) {
+		free(most);
+		return false;
+	}
+	return true;
 }
 
 size_t db_util_sent_most(const PGconn *conn)
 {
-	return (size_t)(uintptr_t)PQinstanceData(conn, sent_events);
+	const size_t *most = PQinstanceData(conn, sent_events);
+
+	return most ? *most : 0;
 }
 
 const char *db_util_failed_state(void)
@@ -152,13 +161,14 @@ PGresult *db_util_exec_within(PGconn *conn, const char *sql, int n, const Oid *t
 			      int result_format, int64_t ms, bool *timed_out)
 {
 	PGresult *out = NULL, *r;
-	size_t sent = strlen(sql);
+	size_t sent = strlen(sql), *most;
 
 	for (int i = 0; i < n; i++)
 		if (values[i])
 			sent += formats && formats[i] ? (size_t)lengths[i] : strlen(values[i]);
-	if (sent > db_util_sent_most(conn)) /* a connection not tracked keeps none */
-		(void)PQsetInstanceData(conn, sent_events, (void *)(uintptr_t)sent);
+	most = PQinstanceData(conn, sent_events); /* NULL: a connection not tracked */
+	if (most && sent > *most)
+		*most = sent;
 	*timed_out = false;
 	if (ms <= 0)
 		return PQexecParams(conn, sql, n, types, values, lengths, formats, result_format);

@@ -510,6 +510,7 @@ static size_t jansson_most_reading(const char *doc, size_t len, bool whole)
 	char err[256];
 	enum meter_rc rc;
 
+	sample_batch_init(&b);
 	json_set_alloc_funcs(counted_malloc, counted_free);
 	jansson_live = jansson_most = 0;
 	rc = (whole ? agent_doc_parse_whole : agent_doc_parse)(doc, len, NOW_USEC, &b, err,

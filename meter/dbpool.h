@@ -33,7 +33,9 @@ void db_pool_free(struct db_pool *pool);
 METER_MUSTCHECK enum meter_rc db_pool_acquire(struct db_pool *pool, int wait_ms, PGconn **out);
 
 /* A connection that sent a statement larger than this (db_util_sent_most)
- * is closed when released: libpq would keep a buffer that large. */
+ * is closed when released: libpq would keep a buffer that large. One kept
+ * has at most twice this in that buffer (a power of two above the
+ * statement and its protocol's framing). */
 #define DB_POOL_KEEP_SENT_BYTES (4 * 1024 * 1024)
 
 /* Returns a borrowed connection. broken: the caller saw it fail (a

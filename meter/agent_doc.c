@@ -309,7 +309,6 @@ static json_t *doc_items_next(struct doc_items *items)
 	const char *t = items->text;
 	size_t i = items->next, start = i;
 	int depth = 0;
-	bool in_string = false;
 	json_t *v;
 
 	if (!items->split)
@@ -317,23 +316,15 @@ static json_t *doc_items_next(struct doc_items *items)
 	for (; i < items->close; i++) {
 		char c = t[i];
 
-		if (in_string) {
-			if (c == '\\')
-				i++;
-			else if (c == '"')
-				in_string = false;
-		} else if (c == '"') {
-			in_string = true;
-		} else if (c == '{' || c == '[') {
+		if (c == '"')
+			i = parse_json_string_end(t, items->close, i) - 1;
+		else if (c == '{' || c == '[')
 			depth++;
-		} else if (c == '}' || c == ']') {
+		else if (c == '}' || c == ']')
 			depth--;
-		} else if (c == ',' && depth == 0) {
+		else if (c == ',' && depth == 0)
 			break;
-		}
 	}
-	if (i > items->close)
-		i = items->close; /* a backslash ended the interior */
 	items->next = i < items->close ? i + 1 : i;
 	items->loaded++;
 	v = json_loadb(t + start, i - start, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, NULL);
@@ -461,7 +452,7 @@ out:
 static bool doc_split_scan(const char *text, size_t len, struct doc_items *items)
 {
 	int depth = 0;
-	bool in_string = false, in_array = false, found = false, filled = false;
+	bool in_array = false, found = false, filled = false;
 	size_t i = 0, commas = 0;
 
 	while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
@@ -471,15 +462,8 @@ static bool doc_split_scan(const char *text, size_t len, struct doc_items *items
 	for (; i < len; i++) {
 		char c = text[i];
 
-		if (in_string) {
-			if (c == '\\')
-				i++;
-			else if (c == '"')
-				in_string = false;
-			continue;
-		}
 		if (c == '"') {
-			in_string = true;
+			i = parse_json_string_end(text, len, i) - 1;
 			filled = filled || in_array;
 		} else if (c == '{' || c == '[') {
 			if (depth == 1 && c == '[') {

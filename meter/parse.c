@@ -146,23 +146,26 @@ enum meter_rc parse_plain_text(const char *s, size_t len, size_t *chars)
 	return METER_OK;
 }
 
+size_t parse_json_string_end(const char *text, size_t len, size_t at)
+{
+	for (size_t i = at + 1; i < len; i++) {
+		if (text[i] == '\\')
+			i++;
+		else if (text[i] == '"')
+			return i + 1;
+	}
+	return len;
+}
+
 int parse_json_depth(const char *text, size_t len)
 {
 	int depth = 0, max = 0;
-	bool in_string = false;
 
 	for (size_t i = 0; i < len; i++) {
 		char c = text[i];
 
-		if (in_string) {
-			if (c == '\\')
-				i++;
-			else if (c == '"')
-				in_string = false;
-			continue;
-		}
 		if (c == '"') {
-			in_string = true;
+			i = parse_json_string_end(text, len, i) - 1;
 		} else if (c == '{' || c == '[') {
 			if (++depth > max)
 				max = depth;

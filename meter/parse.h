@@ -19,6 +19,11 @@ METER_MUSTCHECK enum meter_rc parse_int64(const char *s, int64_t min, int64_t ma
 /* True when s is an id: 1 to 64 characters of A-Z a-z 0-9 _ . - */
 bool parse_is_id(const char *s);
 
+/* The offset just past the JSON string whose opening quote is text[at]:
+ * past its closing quote, a backslash taking the byte after it; len when
+ * the text ends first. */
+size_t parse_json_string_end(const char *text, size_t len, size_t at);
+
 /* The deepest nesting of { and [ in the JSON text (len bytes), outside
  * strings: a cheap bound checked before handing untrusted text to the
  * parser. Malformed text gives some number; the parser rejects it anyway. */

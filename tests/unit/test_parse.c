@@ -238,6 +238,35 @@ static void test_plain_text(void)
 /* The member a byte of a JSON object's text lies in: pos is given as the
  * offset of the first '#' in the text (the '#' itself is part of the text,
  * where a parser would have stopped). */
+/* Strings are skipped whole, escapes and all, by the nesting pre-scan. */
+static void test_json_strings(void)
+{
+	static const struct {
+		const char *s;
+		size_t end; /* parse_json_string_end from the quote at 0 */
+		int depth;  /* parse_json_depth */
+	} cases[] = {
+	    {"\"\"", 2, 0},	    {"\"ab\"[", 4, 1}, {"\"[{\"", 4, 0},
+	    {"\"a\\\"[\"{", 6, 1},		     /* an escaped quote: the string goes on */
+	    {"\"a\\\\\"[", 5, 1},		     /* an escaped backslash: the quote ends it */
+	    {"\"\\u005b\"]", 8, 0}, {"\"abc", 4, 0}, /* not ended */
+	    {"\"ab\\", 4, 0},			     /* a backslash last */
+	    {"\"", 1, 0},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = strlen(cases[i].s);
+
+		CHECK_I64(parse_json_string_end(cases[i].s, len, 0), cases[i].end);
+		CHECK_I64(parse_json_depth(cases[i].s, len), cases[i].depth);
+	}
+	CHECK_I64(
+	    parse_json_depth("{\"a\":[{\"b]}\":[[1]]}]}", strlen("{\"a\":[{\"b]}\":[[1]]}]}")), 5);
+	CHECK_I64(parse_json_depth("[\"[[[\",[\"]]]\"]]", strlen("[\"[[[\",[\"]]]\"]]")), 2);
+	/* Bounded by len, not by a NUL. */
+	CHECK_I64(parse_json_string_end("\"ab\"", 3, 0), 3);
+}
+
 static void test_json_member_at(void)
 {
 	static const struct {
@@ -381,6 +410,7 @@ int main(void)
 	test_ranges();
 	test_ids();
 	test_plain_text();
+	test_json_strings();
 	test_json_member_at();
 	test_arg_shown();
 	test_format_time();

@@ -34,7 +34,9 @@ METER_MUSTCHECK enum meter_rc agent_doc_parse(const char *text, size_t len, int6
 /* agent_doc_parse from one jansson tree of the whole text: the same answer
  * and error, in about 8 times the text's size where agent_doc_parse
  * takes about the batch's. What agent_doc_parse falls back to for a text
- * that is not JSON; tests hold the two equal. */
+ * it cannot read a sandbox at a time (not JSON; a root that is not an
+ * object, or has an array besides its sandboxes, or none); tests hold the
+ * two equal. */
 METER_MUSTCHECK enum meter_rc agent_doc_parse_whole(const char *text, size_t len, int64_t now_usec,
 						    struct sample_batch *out, char *err,
 						    size_t errlen);

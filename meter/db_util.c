@@ -161,14 +161,18 @@ PGresult *db_util_exec_within(PGconn *conn, const char *sql, int n, const Oid *t
 			      int result_format, int64_t ms, bool *timed_out)
 {
 	PGresult *out = NULL, *r;
-	size_t sent = strlen(sql), *most;
+	size_t *most = PQinstanceData(conn, sent_events); /* NULL: not tracked */
 
-	for (int i = 0; i < n; i++)
-		if (values[i])
-			sent += formats && formats[i] ? (size_t)lengths[i] : strlen(values[i]);
-	most = PQinstanceData(conn, sent_events); /* NULL: a connection not tracked */
-	if (most && sent > *most)
-		*most = sent;
+	if (most) {
+		size_t sent = strlen(sql);
+
+		for (int i = 0; i < n; i++)
+			if (values[i])
+				sent +=
+				    formats && formats[i] ? (size_t)lengths[i] : strlen(values[i]);
+		if (sent > *most)
+			*most = sent;
+	}
 	*timed_out = false;
 	if (ms <= 0)
 		return PQexecParams(conn, sql, n, types, values, lengths, formats, result_format);

@@ -192,10 +192,6 @@ bool http_answer_grow(struct http_req *req, int64_t delta)
 	return true;
 }
 
-/* An answer whose build counted this much gives its build's freed memory
- * back to the system (malloc_trim). */
-#define HTTP_ANSWER_TRIM (1024 * 1024)
-
 /* A stream's first buffer, doubled as needed: small, so that a short
  * statement's text and lines stay under HTTP_ANSWER_SMALL together. */
 #define STREAM_FIRST (8 * 1024)
@@ -496,7 +492,7 @@ void http_reply_stream(struct http_req *req, unsigned status, const char *conten
 	 * of usage items: many small blocks, several times its text) is free
 	 * now; glibc's heaps keep such memory, whose pages are returned to the
 	 * system here. */
-	if (req->building_most > HTTP_ANSWER_TRIM)
+	if (req->building_most > HTTP_TRIM_BYTES)
 		malloc_trim(0);
 	resp = MHD_create_response_from_buffer_with_free_callback_cls(
 	    (size_t)a->len, a->text ? a->text : (char *)"", answer_free, a);

@@ -19,9 +19,10 @@ struct answer_stream;
 struct auth;
 
 #define HTTP_BODY_MAX (64 * 1024) /* default body cap, bytes */
-/* After a request whose body was larger than this, the worker that ran it
- * gives the heaps' free pages back to the system (malloc_trim). */
-#define HTTP_BODY_TRIM	    (1024 * 1024)
+/* After a request whose body, or whose answer's build (http_answer_grow),
+ * took more than this, the heaps' free pages go back to the system
+ * (malloc_trim): glibc would keep the many small blocks freed. */
+#define HTTP_TRIM_BYTES	    (1024 * 1024)
 #define HTTP_JSON_DEPTH_MAX 16 /* nesting of any JSON body we accept */
 #define HTTP_PARAMS_MAX	    4
 

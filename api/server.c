@@ -859,7 +859,7 @@ static void *work_main(void *arg)
 		 * 15 times the body) is free now, and glibc's heaps would keep
 		 * it: its pages go back to the system once the answer is on its
 		 * way (the request is not to be touched after the resume). */
-		trim = req->body_len > HTTP_BODY_TRIM;
+		trim = req->body_len > HTTP_TRIM_BYTES;
 		req->suspended = false;
 		MHD_resume_connection(req->conn);
 		if (trim)

@@ -148,24 +148,28 @@ enum meter_rc db_connect(const char *url, PGconn **out, char *err, size_t errlen
 	 * earlier ones): a server gone without a word (a host down, a network
 	 * cut) is found in about half a minute instead of the system's two
 	 * hours, also by the threads that wait on a query with no deadline of
-	 * their own (a statement, an export; see db_util_set_deadline_ms). */
+	 * their own (a statement, an export; see db_util_set_deadline_ms).
+	 * The application name too, so that a URL may name each process in
+	 * pg_stat_activity. After the URL, meterd's own: the connect timeout,
+	 * which bounds a stop and /readyz (a URL's 0 would wait for ever), and
+	 * the session's options. */
 	static const char *const keywords[] = {"keepalives",
 					       "keepalives_idle",
 					       "keepalives_interval",
 					       "keepalives_count",
 					       "tcp_user_timeout",
+					       "application_name",
 					       "dbname",
 					       "connect_timeout",
 					       "options",
-					       "application_name",
 					       "client_encoding",
 					       NULL};
 	/* UTF-8 whatever PGCLIENTENCODING says: the text meterd sends and
 	 * reads (names, ids, answers) is UTF-8, and under another encoding the
 	 * server would convert it byte by byte into something else. */
 	char options[DB_SCHEMA_MAX + 48];
-	const char *values[] = {"1", "15",    "5",     "3",    "30000", url,
-				"5", options, "meter", "UTF8", NULL};
+	const char *values[] = {"1", "15", "5",	    "3",    "30000", "meter",
+				url, "5",  options, "UTF8", NULL};
 	PQconninfoOption *opts = NULL;
 	char *perr = NULL;
 	char *password = NULL;

@@ -32,7 +32,8 @@ const char *db_schema(void);
  * PGTZ, PGDATESTYLE and PGCLIENTENCODING say; no statement, lock or
  * idle-transaction timeout, read committed, no JIT and synchronous_commit
  * at least on, whatever the database's or the role's defaults say; and
- * application_name "meter"; the server's notices go to the log (a WARNING
+ * application_name "meter" unless the URL names one (its connect_timeout
+ * and options are replaced by these); the server's notices go to the log (a WARNING
  * at warn, the rest at debug), not raw to stderr. On METER_OK *out is a new connection (caller
  * PQfinish()es it); on METER_EDB *out is NULL and err holds libpq's reason
  * (never the password). */

@@ -368,7 +368,8 @@ static void socket_keepalive(PGconn *conn, int *idle, int *user_timeout_ms)
 
 /* Every connection meter opens finds a server gone without a word in
  * about half a minute (keepalives after 15 s idle, unacknowledged data
- * given up after 30 s), unless the URL says otherwise. */
+ * given up after 30 s), and is named "meter" in pg_stat_activity, unless
+ * the URL says otherwise. */
 static void test_keepalives(const char *url)
 {
 	char other[1024], err[256];
@@ -380,19 +381,24 @@ static void test_keepalives(const char *url)
 		socket_keepalive(conn, &idle, &user_timeout);
 		CHECK_I64(idle, 15);
 		CHECK_I64(user_timeout, 30000);
+		CHECK_STR(PQparameterStatus(conn, "application_name"), "meter");
 		PQfinish(conn);
 		conn = NULL;
 	}
 	if (strncmp(url, "postgres", 8) == 0)
-		snprintf(other, sizeof(other), "%s%ckeepalives_idle=99&tcp_user_timeout=7000", url,
-			 strchr(url, '?') ? '&' : '?');
+		snprintf(other, sizeof(other),
+			 "%s%ckeepalives_idle=99&tcp_user_timeout=7000&application_name=meter-b",
+			 url, strchr(url, '?') ? '&' : '?');
 	else /* key=value pairs */
-		snprintf(other, sizeof(other), "%s keepalives_idle=99 tcp_user_timeout=7000", url);
+		snprintf(other, sizeof(other),
+			 "%s keepalives_idle=99 tcp_user_timeout=7000 application_name=meter-b",
+			 url);
 	CHECK_I64(db_connect(other, &conn, err, sizeof(err)), METER_OK);
 	if (conn) {
 		socket_keepalive(conn, &idle, &user_timeout);
 		CHECK_I64(idle, 99);
 		CHECK_I64(user_timeout, 7000);
+		CHECK_STR(PQparameterStatus(conn, "application_name"), "meter-b");
 		PQfinish(conn);
 	}
 }

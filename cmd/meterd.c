@@ -93,13 +93,18 @@ static int take_signal(const sigset_t *sigs, bool wait)
  * WATCH_INTERVAL_MS. A ping may wait for the connect timeout (a server
  * that takes connections and never answers); a signal is not kept waiting
  * with it, so a stop stops listening at once. One for the process, never
- * freed: the thread is detached (a second signal ends the process while it
- * may ping), and the stop waits for done before the pool goes. */
+ * freed; the stop joins its thread before the pool goes (a second signal
+ * ends the process at once, without it). Joined, not only waited for: the
+ * thread's exit frees its OpenSSL state (the per-thread random generators
+ * libpq's authentication made), and a process that ended while that ran
+ * lost it, which LeakSanitizer reported. */
 static struct {
 	struct app *app;
+	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	bool started, stopping, done; /* under mu */
+	bool started;  /* main's thread's alone */
+	bool stopping; /* under mu */
 } watch = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* Sleeps ms unless told to stop; true when stopping. */
@@ -126,28 +131,17 @@ static void *watch_main(void *arg)
 	while (!watch_nap(WATCH_INTERVAL_MS))
 		if (app_db_ping(watch.app, 2000) != METER_OK)
 			log_debug("database not answering");
-	pthread_mutex_lock(&watch.mu);
-	watch.done = true;
-	pthread_cond_broadcast(&watch.cv);
-	pthread_mutex_unlock(&watch.mu);
 	return NULL;
 }
 
 /* Starts the watch on app (which outlives it). False when it cannot. */
 static bool watch_start(struct app *app)
 {
-	pthread_attr_t attr;
-	pthread_t t;
-	bool ok;
-
 	watch.app = app;
-	if (clock_mono_cond_init(&watch.cv) != 0 || pthread_attr_init(&attr) != 0)
+	if (clock_mono_cond_init(&watch.cv) != 0)
 		return false;
-	ok = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-	     pthread_create(&t, &attr, watch_main, NULL) == 0;
-	pthread_attr_destroy(&attr);
-	watch.started = ok;
-	return ok;
+	watch.started = pthread_create(&watch.thread, NULL, watch_main, NULL) == 0;
+	return watch.started;
 }
 
 /* Tells the watch to stop, at once. */
@@ -160,15 +154,13 @@ static void watch_stop(void)
 	pthread_mutex_unlock(&watch.mu);
 }
 
-/* Waits until the watch has stopped (one never started: at once): a ping
- * under way ends within its 2 s, or the connect timeout of one being
- * made. Before the engine and the pool go: the ping tells both. */
+/* Waits until the watch's thread has ended (one never started: at once):
+ * a ping under way ends within its 2 s, or the connect timeout of one
+ * being made. Before the engine and the pool go: the ping tells both. */
 static void watch_wait(void)
 {
-	pthread_mutex_lock(&watch.mu);
-	while (watch.started && !watch.done)
-		pthread_cond_wait(&watch.cv, &watch.mu);
-	pthread_mutex_unlock(&watch.mu);
+	if (watch.started && pthread_join(watch.thread, NULL) != 0)
+		log_warn("meterd: the database watch could not be joined");
 }
 
 /* Every HTTP connection is a descriptor, and the soft open-file limit is

@@ -1239,6 +1239,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 	*req_cls = NULL;
 }
 
+int64_t http_server_threads(int64_t http_threads, int64_t max_connections)
+{
+	int64_t need = (max_connections + HTTP_THREAD_CONNECTIONS - 1) / HTTP_THREAD_CONNECTIONS;
+
+	return need > http_threads ? need : http_threads;
+}
+
 enum meter_rc http_server_start(struct app *app, struct http_server **out, char *err, size_t errlen)
 {
 	const struct meter_config *cfg = app->cfg;
@@ -1249,10 +1256,11 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 	char host[256], port_s[8];
 	unsigned flags;
 	int port, gai;
-	/* One thread is the daemon's own: libmicrohttpd warns of a pool of 1. */
+	const int64_t threads = http_server_threads(cfg->http_threads, cfg->max_connections);
+	/* One thread is the daemon's own: libmicrohttpd warns of a pool of 1.
+	 * The pool splits the connection limit evenly between its threads. */
 	struct MHD_OptionItem pool[] = {
-	    {cfg->http_threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END,
-	     (intptr_t)cfg->http_threads, NULL},
+	    {threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, (intptr_t)threads, NULL},
 	    {MHD_OPTION_END, 0, NULL}};
 
 	metrics_describe(SLOW_CUT, METRICS_COUNTER,
@@ -1338,6 +1346,10 @@ enum meter_rc http_server_start(struct app *app, struct http_server **out, char 
 		}
 		srv->sweeper_started = true;
 	}
+	if (threads > cfg->http_threads)
+		log_info("http: %lld threads, one for each %d connections of max_connections"
+			 " (http_threads is %lld)",
+			 (long long)threads, HTTP_THREAD_CONNECTIONS, (long long)cfg->http_threads);
 	info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
 	srv->port = info ? info->port : port;
 	*out = srv;

@@ -11,10 +11,26 @@
 #ifndef METER_SERVER_H
 #define METER_SERVER_H
 
+#include <stdint.h>
+
 #include "app.h"
 #include "rc.h"
 
 struct http_server;
+
+/* The most connections one HTTP thread is given. libmicrohttpd 0.9.75's
+ * epoll loop takes ready events 128 at a time, and takes more for as long
+ * as a call returns 128, each call waiting as long as the first may: when a
+ * burst leaves exactly 128 or 256 waiting, the call after them waits, with
+ * the requests it took unserved, until another event comes or a connection
+ * times out (connection_timeout_s). A thread with at most this many
+ * connections has at most this many + 2 events (its listening socket and
+ * its wake-up), so its first call always returns fewer than 128. */
+#define HTTP_THREAD_CONNECTIONS 125
+
+/* The HTTP threads meterd runs: http_threads, or more so that none has over
+ * HTTP_THREAD_CONNECTIONS of max_connections (9 for 1,024). */
+int64_t http_server_threads(int64_t http_threads, int64_t max_connections);
 
 /* Starts serving app on cfg->listen. Port 0 picks a free port (see
  * http_server_port). On METER_OK *out is new; stop it with

@@ -516,7 +516,11 @@ static int sim_serve(struct sim *s, const struct sim_opts *o)
 	char host[256], port_s[8], base[300], start_text[40];
 	const union MHD_DaemonInfo *info;
 	struct MHD_Daemon *d;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+	/* poll(), not epoll: libmicrohttpd 0.9.75's epoll loop can hold a burst
+	 * of exactly 128 or 256 requests unserved until another event comes
+	 * (see api/server.h), and a collector reading 256 agents of one
+	 * simulator at once makes just such bursts. */
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
 	int port, gai;
 
 	if (config_listen_split(o->listen, host, sizeof(host), &port) != METER_OK) {

@@ -163,6 +163,16 @@ static void watch_wait(void)
 		log_warn("meterd: the database watch could not be joined");
 }
 
+/* The descriptors meterd needs beside max_connections connections: two
+ * for each HTTP thread (its epoll set and its wake-up; their number grows
+ * with max_connections, see http_server_threads), the database pool's,
+ * and FD_HEADROOM for the rest. */
+static rlim_t nofile_other(const struct meter_config *cfg, int64_t max_connections)
+{
+	return FD_HEADROOM + (rlim_t)cfg->db_pool_size +
+	       2 * (rlim_t)http_server_threads(cfg->http_threads, max_connections);
+}
+
 /* Every HTTP connection is a descriptor, and the soft open-file limit is
  * often 1024: raise it (up to the hard limit) so max_connections fit. When
  * the hard limit is lower, max_connections is lowered to fit under it:
@@ -172,10 +182,12 @@ static void watch_wait(void)
  * to be accepted. */
 static void raise_nofile(struct meter_config *cfg)
 {
-	const rlim_t other = FD_HEADROOM + (rlim_t)cfg->db_pool_size;
 	const int64_t asked = cfg->max_connections;
-	rlim_t want = (rlim_t)asked + other, fit;
+	const rlim_t other = nofile_other(cfg, asked);
+	const rlim_t pool = FD_HEADROOM + (rlim_t)cfg->db_pool_size;
+	rlim_t want = (rlim_t)asked + other;
 	struct rlimit rl;
+	int64_t fit;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
 		return;
@@ -184,13 +196,22 @@ static void raise_nofile(struct meter_config *cfg)
 		return;
 	if (rl.rlim_cur >= want)
 		return;
-	fit = rl.rlim_cur > other + NOFILE_CONNECTIONS_MIN ? rl.rlim_cur - other
-							   : NOFILE_CONNECTIONS_MIN;
-	if (fit < (rlim_t)asked)
-		cfg->max_connections = (int64_t)fit;
-	log_warn("meterd: open-file limit %llu is below max_connections %lld + %llu (%lld for "
-		 "the database pool, %d for the rest): max_connections %s %lld",
+	/* The most that fit beside what they need (fewer may need fewer HTTP
+	 * threads), never lowered below NOFILE_CONNECTIONS_MIN. */
+	fit = rl.rlim_cur > pool + NOFILE_CONNECTIONS_MIN ? (int64_t)(rl.rlim_cur - pool)
+							  : NOFILE_CONNECTIONS_MIN;
+	if (fit > asked)
+		fit = asked;
+	while (fit > NOFILE_CONNECTIONS_MIN && (rlim_t)fit + nofile_other(cfg, fit) > rl.rlim_cur)
+		fit--;
+	if (fit < asked)
+		cfg->max_connections = fit;
+	log_warn("meterd: open-file limit %llu is below max_connections %lld + %llu (%llu for "
+		 "%lld HTTP threads, %lld for the database pool, %d for the rest): "
+		 "max_connections %s %lld",
 		 (unsigned long long)rl.rlim_cur, (long long)asked, (unsigned long long)other,
+		 (unsigned long long)(other - pool),
+		 (long long)http_server_threads(cfg->http_threads, asked),
 		 (long long)cfg->db_pool_size, FD_HEADROOM,
 		 cfg->max_connections < asked ? "lowered to" : "kept at",
 		 (long long)cfg->max_connections);

@@ -131,23 +131,24 @@ stop_clean "with a per-IP limit"
 
 # An open-file limit too low for max_connections: meterd cannot raise it,
 # so it lowers max_connections to fit beside the descriptors it needs for
-# the rest (256, and the database pool's 4): 300 - 260 = 40. The 41st
-# connection waits to be accepted, and is served once one of the 40 closes.
+# the rest (256, the database pool's 4, and 2 for each HTTP thread: 9 for
+# 1,024 connections, 2 for 36): 300 - 264 = 36. The 37th connection waits
+# to be accepted, and is served once one of the 36 closes.
 nofile=300 METER_DATABASE_URL=$url start_meterd "$work/nofile.log" --collector off \
 	--max-connections 1024 --db-pool-size 4
 nofile=
-grep -q "open-file limit 300 is below max_connections 1024 + 260 (4 for the database pool, 256 for the rest): max_connections lowered to 40" \
+grep -q "open-file limit 300 is below max_connections 1024 + 278 (18 for 9 HTTP threads, 4 for the database pool, 256 for the rest): max_connections lowered to 36" \
 	"$work/nofile.log" && ok || fail "no line for max_connections lowered: $(cat "$work/nofile.log")"
 nport=${base##*:}
 held=()
-for _ in $(seq 40); do
+for _ in $(seq 36); do
 	exec {fd}<>"/dev/tcp/127.0.0.1/$nport"
 	held+=("$fd")
 done
-expect "the 41st connection beside 40 held" \
+expect "the 37th connection beside 36 held" \
 	"$(curl -s -o /dev/null -w '%{http_code}' -m 1 "$base/healthz")" 000
 exec {held[0]}>&-
-expect "the 41st once one of 40 closed" "$(http_status "$base/healthz")" 200
+expect "the 37th once one of 36 closed" "$(http_status "$base/healthz")" 200
 for fd in "${held[@]:1}"; do exec {fd}>&-; done
 expect "readyz with its pool under the limit" "$(http_status "$base/readyz")" 200
 stop_clean "under a low open-file limit"

@@ -184,7 +184,7 @@ static void raise_nofile(struct meter_config *cfg)
 {
 	const int64_t asked = cfg->max_connections;
 	const rlim_t other = nofile_other(cfg, asked);
-	const rlim_t pool = FD_HEADROOM + (rlim_t)cfg->db_pool_size;
+	const rlim_t rest = FD_HEADROOM + (rlim_t)cfg->db_pool_size;
 	rlim_t want = (rlim_t)asked + other;
 	struct rlimit rl;
 	int64_t fit;
@@ -198,7 +198,7 @@ static void raise_nofile(struct meter_config *cfg)
 		return;
 	/* The most that fit beside what they need (fewer may need fewer HTTP
 	 * threads), never lowered below NOFILE_CONNECTIONS_MIN. */
-	fit = rl.rlim_cur > pool + NOFILE_CONNECTIONS_MIN ? (int64_t)(rl.rlim_cur - pool)
+	fit = rl.rlim_cur > rest + NOFILE_CONNECTIONS_MIN ? (int64_t)(rl.rlim_cur - rest)
 							  : NOFILE_CONNECTIONS_MIN;
 	if (fit > asked)
 		fit = asked;
@@ -210,7 +210,7 @@ static void raise_nofile(struct meter_config *cfg)
 		 "%lld HTTP threads, %lld for the database pool, %d for the rest): "
 		 "max_connections %s %lld",
 		 (unsigned long long)rl.rlim_cur, (long long)asked, (unsigned long long)other,
-		 (unsigned long long)(other - pool),
+		 (unsigned long long)(other - rest),
 		 (long long)http_server_threads(cfg->http_threads, asked),
 		 (long long)cfg->db_pool_size, FD_HEADROOM,
 		 cfg->max_connections < asked ? "lowered to" : "kept at",

@@ -1,6 +1,7 @@
 /* meter API: the libmicrohttpd server.
  *
- * epoll with a small pool of internal threads, an explicit connection limit,
+ * epoll with a pool of internal threads (http_threads, or one for each
+ * HTTP_THREAD_CONNECTIONS connections if more), an explicit connection limit,
  * a per-address limit, an idle timeout, a per-connection memory limit, and a
  * deadline for each request to arrive whole (request_timeout_s, so clients
  * trickling a header or a body a byte at a time are cut off).

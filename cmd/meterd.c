@@ -183,8 +183,9 @@ static rlim_t nofile_other(const struct meter_config *cfg, int64_t max_connectio
 static void raise_nofile(struct meter_config *cfg)
 {
 	const int64_t asked = cfg->max_connections;
-	const rlim_t other = nofile_other(cfg, asked);
+	const int64_t threads = http_server_threads(cfg->http_threads, asked);
 	const rlim_t rest = FD_HEADROOM + (rlim_t)cfg->db_pool_size;
+	const rlim_t other = nofile_other(cfg, asked);
 	rlim_t want = (rlim_t)asked + other;
 	struct rlimit rl;
 	int64_t fit;
@@ -210,8 +211,7 @@ static void raise_nofile(struct meter_config *cfg)
 		 "%lld HTTP threads, %lld for the database pool, %d for the rest): "
 		 "max_connections %s %lld",
 		 (unsigned long long)rl.rlim_cur, (long long)asked, (unsigned long long)other,
-		 (unsigned long long)(other - rest),
-		 (long long)http_server_threads(cfg->http_threads, asked),
+		 (unsigned long long)(other - rest), (long long)threads,
 		 (long long)cfg->db_pool_size, FD_HEADROOM,
 		 cfg->max_connections < asked ? "lowered to" : "kept at",
 		 (long long)cfg->max_connections);

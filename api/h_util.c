@@ -38,6 +38,13 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
 		http_reply_error(req, 404, "not_found", what, NULL);
 		return;
 	case METER_EDB:
+		/* The database answered, and said why (a timeout, its lack
+		 * of resources, or that it takes no writes): that is said. */
+		if (conn && PQstatus(conn) == CONNECTION_OK &&
+		    hutil_reply_db_cause(req, req->app->cfg->db_statement_timeout_ms,
+					 "retry, or ask for less (a shorter from..to, a coarser"
+					 " window)"))
+			return;
 		/* A write whose connection broke while it was in the database
 		 * may have committed before the break: say so, not
 		 * "unreachable", which reads as not done. */
@@ -55,13 +62,8 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
 					 NULL);
 			return;
 		}
-		/* A statement timeout is the database being unavailable too,
-		 * but the caller can act on it: say so. Anything else is a
-		 * fault of ours, logged by the db layer. */
-		if (!hutil_reply_db_cause(req, req->app->cfg->db_statement_timeout_ms,
-					  "retry, or ask for less (a shorter from..to, a coarser"
-					  " window)"))
-			http_reply_error(req, 503, "metering_unavailable", "database error", NULL);
+		/* Anything else is a fault of ours, logged by the db layer. */
+		http_reply_error(req, 503, "metering_unavailable", "database error", NULL);
 		return;
 	default:
 		log_error("request %s: %s", req->request_id, meter_rc_str(rc));
@@ -76,6 +78,17 @@ bool hutil_reply_db_cause(struct http_req *req, int64_t timeout_ms, const char *
 	bool lock = strcmp(state, "55P03") == 0;
 	char msg[256];
 
+	if (strcmp(state, "25006") == 0) {
+		/* A standby, or default_transaction_read_only on: the
+		 * transaction was refused whole. The state is kept, so that the
+		 * session is made again when released (db_conn_failed). */
+		http_reply_error(req, 503, "metering_unavailable",
+				 "the database takes no writes (a standby, or"
+				 " default_transaction_read_only on), so nothing was done:"
+				 " send the request again once it does",
+				 json_pack("{s:s}", "reason", "read_only_database"));
+		return true;
+	}
 	if (db_util_short_of_resources(state)) {
 		/* Not the caller's advice, which is for a timeout (a read's:
 		 * ask for less): the request was right, the database was not. */

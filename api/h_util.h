@@ -29,7 +29,8 @@ void hutil_db_release(struct http_req *req, PGconn *conn);
 
 /* Replies to a failed db_* call: METER_ENOTFOUND 404 not_found (with what,
  * e.g. "no such key"), METER_EDB 503 metering_unavailable when the
- * connection failed or a statement timed out, anything else 500 internal. */
+ * connection failed (for a write, "reason": "outcome_unknown") or the
+ * database said why (hutil_reply_db_cause), anything else 500 internal. */
 void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const char *what);
 
 /* When this thread's latest failed statement (db_util_failed_state) ran
@@ -39,8 +40,11 @@ void hutil_reply_rc(struct http_req *req, PGconn *conn, enum meter_rc rc, const 
  * caller can do, e.g. "retry"), and returns true; when the database was
  * short of resources for it (disk full, out of memory: SQLSTATE class 53),
  * 503 with reason "insufficient_resources" and the SQLSTATE, saying to
- * send the request again later. Else
- * replies nothing and returns false. */
+ * send the request again later; when it takes no writes (SQLSTATE 25006:
+ * a standby, or default_transaction_read_only on), 503 with reason
+ * "read_only_database", saying nothing was done (the state is kept, for
+ * db_conn_failed to have the session made again). Else replies nothing
+ * and returns false. */
 bool hutil_reply_db_cause(struct http_req *req, int64_t timeout_ms, const char *advice);
 
 /* For the operator, who names the account of a read (account non-empty):

@@ -206,6 +206,18 @@ static void set_unavailable(struct item *it, const char *why)
 	set_error(it, 503, "metering_unavailable", why, NULL);
 }
 
+/* The database takes no writes (SQLSTATE 25006: a standby, or
+ * default_transaction_read_only on): the item's transaction was refused
+ * whole, so nothing of it was held. */
+static void set_read_only(struct item *it)
+{
+	set_error(it, 503, "metering_unavailable",
+		  "the metering database takes no writes (a standby, or"
+		  " default_transaction_read_only on), so nothing was held: send the check"
+		  " again once it does",
+		  json_pack("{s:s}", "reason", "read_only_database"));
+}
+
 /* The database cancelled the item's batch at its statement (or lock)
  * timeout, a ledger row held by a slow writer: nothing of it was kept.
  * Said as every other route says it, with the reason and the timeout. */
@@ -1395,6 +1407,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 		batch_reset(&b);
 		if (!conn_ensure(bt, true)) {
 			rc = METER_EDB;
+			sqlstate[0] = '\0'; /* not the last attempt's: unreachable */
 			break;
 		}
 		deadline =
@@ -1426,16 +1439,17 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 			/* The server stopped answering: whether a COMMIT in flight
 			 * landed is unknown; a retry with the same idempotency key
 			 * gets the stored answer if it did. Before the writes were
-			 * sent, nothing can have landed: a session the server
-			 * ended (not one that reached the deadline, which would
-			 * only wait as long again) is decided again, once, on a
-			 * new connection. */
+			 * sent, nothing can have landed, nor from a transaction
+			 * refused for taking no writes: a session the server
+			 * ended so (not one that reached the deadline, which
+			 * would only wait as long again) is decided again, once,
+			 * on a new connection. */
 			bool timed_out = clock_mono_ms() >= deadline;
 
 			conn_drop(bt, "broken", NULL);
 			rc = METER_EDB;
-			in_doubt = applying;
-			if (!applying && !timed_out && !redone) {
+			in_doubt = applying && strcmp(sqlstate, "25006") != 0;
+			if (!in_doubt && !timed_out && !redone) {
 				log_debug("checks: batch of %zu decided again on a new connection",
 					  n);
 				redone = true;
@@ -1485,6 +1499,8 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 						      e->opt.statement_timeout_ms);
 				else if (db_util_short_of_resources(sqlstate))
 					set_short(items[i], sqlstate);
+				else if (strcmp(sqlstate, "25006") == 0)
+					set_read_only(items[i]);
 				else
 					set_unavailable(items[i],
 							"the metering database is unreachable");

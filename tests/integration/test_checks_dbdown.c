@@ -262,7 +262,32 @@ int main(void)
 		CHECK_I64(cu_create(&t, 0, key, on ? "read-only-1" : "read-only-2", 1, 1024, 600,
 				    NULL, &r),
 			  on ? 503 : 200);
+		/* Said as what it is: nothing held, not "unreachable". */
+		if (on)
+			CHECK_STR(apitest_jstr(json_object_get(r.json, "error"), "reason"),
+				  "read_only_database");
 		apitest_resp_release(&r);
+		/* Any other write too: refused whole, so nothing was done; not
+		 * "outcome_unknown" (it may have been), which leaves a client
+		 * of an account, which has no read, no safe way to retry. */
+		{
+			long long accounts;
+
+			PQreset(t.db.conn); /* the restart ended its session */
+			accounts = testdb_query_int(t.db.conn, "SELECT count(*) FROM accounts");
+
+			apitest_call(&t, 0, "POST", "/v1/accounts", t.operator_token,
+				     "{\"name\":\"read-only\"}", &r);
+			CHECK_I64(r.status, on ? 503 : 201);
+			if (on) {
+				CHECK_STR(apitest_error_code(&r), "metering_unavailable");
+				CHECK_STR(apitest_jstr(json_object_get(r.json, "error"), "reason"),
+					  "read_only_database");
+			}
+			CHECK_I64(testdb_query_int(t.db.conn, "SELECT count(*) FROM accounts"),
+				  accounts + (on ? 0 : 1));
+			apitest_resp_release(&r);
+		}
 	}
 
 	PQreset(t.db.conn);

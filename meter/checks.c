@@ -566,8 +566,12 @@ static enum meter_rc batch_prepare(struct batcher *e, struct batch *b, int64_t d
 			return rc;
 		if (ledger_split(&rates, it->vcpus, it->memory_mib, b->now, it->lease_end_usec,
 				 tz->bounds, LEDGER_BOUNDS, it->parts, &it->nparts) != METER_OK) {
-			set_error(it, 400, "invalid_request", "lease cannot be split into days",
-				  NULL);
+			/* The database's day starts, not the request, are
+			 * at fault (the lease's length is checked before). */
+			log_error("checks: the lease of sandbox %s cannot be split into the "
+				  "days of zone %s",
+				  rq->sandbox_id, r->time_zone);
+			set_error(it, 500, "internal", "internal error", NULL);
 			continue;
 		}
 		for (int p = 0; p < it->nparts; p++) {

@@ -13,7 +13,7 @@ enum meter_rc ledger_split(const struct price_rates *rates, int64_t vcpus, int64
 	if (!bounds || !parts || !nparts || nbounds < 2 || end_usec <= start_usec)
 		return METER_EINVAL;
 	for (int i = 1; i < nbounds; i++)
-		if (bounds[i] <= bounds[i - 1])
+		if (bounds[i] < bounds[i - 1])
 			return METER_EINVAL;
 	if (bounds[0] > start_usec || start_usec >= bounds[1])
 		return METER_EINVAL;

@@ -45,8 +45,10 @@ struct ledger_day {
 };
 
 /* Cuts the lease [start_usec, end_usec) at the day starts bounds[0..nbounds)
- * (strictly increasing; bounds[0] <= start_usec < bounds[1]: the lease
- * starts on day 0) into at most LEDGER_PARTS_MAX parts of non-zero length,
+ * (increasing; two equal starts are a day the zone skipped, as Pacific/Apia
+ * skipped 2011-12-30, which no part falls on; bounds[0] <= start_usec <
+ * bounds[1]: the lease starts on day 0) into at most LEDGER_PARTS_MAX parts
+ * of non-zero length,
  * in time order, and prices each with usage_lease_max_cost_usec(). The last day
  * start must lie at or after end_usec, else METER_ERANGE (the caller
  * supplied too few days). METER_EINVAL for a bad order or end <= start. */

@@ -3,7 +3,7 @@
  * max_cost_micros boundaries, settlement on pause / stop and at lease end,
  * and keys whose day is not UTC's: across midnight and across daylight-
  * saving changes (a 25-hour and a 23-hour day, and a day whose midnight
- * comes twice), with the engine's clock moved there by the documented
+ * comes twice) and a day a zone skipped, with the engine's clock moved there by the documented
  * test-only option clock_offset_s; and the day starts of every time zone
  * around every change of offset in 2026. */
 #include <pthread.h>
@@ -2149,6 +2149,50 @@ static void test_azores(void)
 	apitest_drop(&t);
 }
 
+/* Pacific/Apia, 2011-12-29 22:30 local (-10, 08:30Z on the 30th): at
+ * midnight the zone went to +14, straight to the 31st, so the 30th has no
+ * start of its own (the same as the 31st's). A 4 h lease holds 1.5 h
+ * against the 29th and 2.5 h against the 31st, nothing against the 30th;
+ * every check of the days before it was once refused 400 "lease cannot be
+ * split into days". */
+static void test_apia(void)
+{
+	struct apitest t;
+	struct apitest_resp r;
+	char acc[65], key[65], token[APITEST_TOKEN_MAX];
+	json_t *parts;
+
+	if (start_at(&t, "chk_apia", utc(2011, 12, 30, 8, 30)) < 0) {
+		CHECK(0);
+		return;
+	}
+	CHECK(apitest_create_account(&t, "Apia", acc) == 0);
+	CHECK(apitest_create_key(&t, acc, "full", 10000000, "Pacific/Apia", key, token) == 0);
+	CHECK_I64(cu_create(&t, 0, key, "apia-1", 1, 1024, 4 * 3600, NULL, &r), 200);
+	CHECK_STR(apitest_json_str(&r, "day"), "2011-12-29");
+	parts = json_object_get(r.json, "parts");
+	CHECK_I64(json_array_size(parts), 2);
+	CHECK_STR(json_string_value(json_object_get(json_array_get(parts, 0), "day")),
+		  "2011-12-29");
+	CHECK_STR(json_string_value(json_object_get(json_array_get(parts, 1), "day")),
+		  "2011-12-31");
+	{
+		/* The seconds since the clock was set move the cut, not the sum. */
+		long long first = cu_jint(json_array_get(parts, 0), "hold_micros"),
+			  second = cu_jint(json_array_get(parts, 1), "hold_micros");
+
+		printf("apia: %lld on the 29th, %lld on the 31st\n", first, second);
+		CHECK(first <= 48750 && second >= 81250);
+		CHECK(first + second >= 130000 && first + second <= 130002); /* each rounded up */
+	}
+	apitest_resp_release(&r);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(*) FROM holds WHERE day = '2011-12-30'"), 0);
+	CHECK_I64(cu_sql_int(t.db.conn, "SELECT count(DISTINCT day) FROM holds"), 2);
+	CHECK_I64(cu_held_mismatches(t.db.conn), 0);
+	CHECK(apitest_stop(&t) == 0);
+	apitest_drop(&t);
+}
+
 /* In every time zone PostgreSQL knows, around every change of offset in
  * 2026: the instant meter_day_start gives is on the day (meter_key_day),
  * and the instant before it is not. */
@@ -2310,6 +2354,7 @@ int main(void)
 	test_berlin();
 	test_new_york();
 	test_azores();
+	test_apia();
 	test_tail();
 	test_price_after_tails();
 	test_held_overflow();

@@ -91,8 +91,22 @@ static void test_split(void)
 	CHECK(ledger_split(R, 1, 1, 24 * HOUR, 25 * HOUR, b, LEDGER_BOUNDS, p, &n) ==
 	      METER_EINVAL); /* does not start on day 0 */
 	CHECK(ledger_split(R, 1, 1, HOUR, b[5] + 1, b, LEDGER_BOUNDS, p, &n) == METER_ERANGE);
-	b[3] = b[2];
+	b[3] = b[2] - 1;
 	CHECK(ledger_split(R, 1, 1, HOUR, 2 * HOUR, b, LEDGER_BOUNDS, p, &n) == METER_EINVAL);
+	/* A day the zone skipped (Pacific/Apia, 2011-12-30): two equal
+	 * starts, a day no part falls on; a lease across it is cut at its
+	 * one start, into the days either side. */
+	utc_bounds(0, b);
+	b[2] = b[1];
+	CHECK(ledger_split(R, 1, 1024, HOUR, 2 * HOUR, b, LEDGER_BOUNDS, p, &n) == METER_OK);
+	CHECK_I64(n, 1);
+	CHECK(ledger_split(R, 1, 1024, 23 * HOUR, 25 * HOUR, b, LEDGER_BOUNDS, p, &n) == METER_OK);
+	CHECK_I64(n, 2);
+	CHECK_I64(p[0].day_index, 0);
+	CHECK_I64(p[1].day_index, 2);
+	CHECK_I64(p[0].end_usec, 24 * HOUR);
+	CHECK_I64(p[1].start_usec, 24 * HOUR);
+	CHECK_I64(p[1].end_usec, 25 * HOUR);
 }
 
 static void test_fits(void)

@@ -293,27 +293,38 @@ static bool claim_came_late(int64_t sent_ms)
 	return clock_mono_ms() - sent_ms > WEBHOOK_CLAIM_MS - WEBHOOK_TIMEOUT_MS - 1000;
 }
 
-/* Records x's answer: delivered after a 2xx, else its next attempt's time
- * and me, the deliverer that failed it. False when the database failed. */
-static bool record(PGconn *conn, const struct xfer *x, const char *me)
+/* x's HTTP status (0 when it has none). A 2xx status line is the
+ * receiver's word that it has the event, whatever becomes of the body
+ * after it (cut by take_body, slow, or the connection lost). */
+static long answer_code(const struct xfer *x)
 {
-	char attempts_s[24], delay_s[24];
 	long code = 0;
-	bool ok;
 
 	if (x->sent && x->done &&
 	    curl_easy_getinfo(x->c, CURLINFO_RESPONSE_CODE, &code) != CURLE_OK)
 		code = 0;
-	/* A 2xx status line is the receiver's word that it has the event,
-	 * whatever becomes of the body after it (cut by take_body, slow, or
-	 * the connection lost). */
-	ok = x->sent && x->done && code >= 200 && code < 300;
-	if (ok) {
+	return code;
+}
+
+static bool answer_ok(const struct xfer *x)
+{
+	long code = answer_code(x);
+
+	return x->sent && x->done && code >= 200 && code < 300;
+}
+
+/* Records x's answer: delivered after a 2xx, else its next attempt's time
+ * and me, the deliverer that failed it. False when the database failed.
+ * Each statement may be run again (a record whose connection was lost
+ * may have committed): it sets what it sets, not more of it. */
+static bool record(PGconn *conn, const struct xfer *x, const char *me)
+{
+	char attempts_s[24], delay_s[24];
+	long code = answer_code(x);
+
+	if (answer_ok(x)) {
 		const char *p[2] = {x->acc, x->id};
-		/* Counted as the receiver answered, whether or not the
-		 * database then records it (if not, the event is sent again
-		 * once its claim lapses, and counted again). */
-		metrics_counter_add(DELIVERIES, "outcome=\"delivered\"", 1);
+
 		if (db_util_exec(conn, "webhook delivered", sql_done, 2, p, NULL, NULL) != METER_OK)
 			return false;
 		log_info("webhook: event %s delivered", x->id);
@@ -332,7 +343,6 @@ static bool record(PGconn *conn, const struct xfer *x, const char *me)
 			snprintf(reason, sizeof(reason), "%s", curl_easy_strerror(x->result));
 		else
 			snprintf(reason, sizeof(reason), "HTTP status %ld", code);
-		metrics_counter_add(DELIVERIES, "outcome=\"failed\"", 1);
 		db_util_i64_param(x->attempts, attempts_s, sizeof(attempts_s));
 		db_util_i64_param(webhook_retry_delay_s(x->attempts), delay_s, sizeof(delay_s));
 		if (db_util_exec(conn, "webhook retry", sql_retry, 6, p, &rr, NULL) != METER_OK)
@@ -351,15 +361,69 @@ static bool record(PGconn *conn, const struct xfer *x, const char *me)
 	return true;
 }
 
+/* Sleeps ms unless stopped; true when stopping. */
+static bool nap(struct webhook *w, int64_t ms)
+{
+	struct timespec until = clock_mono_after_ms(ms);
+	bool stop;
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->stopping)
+		if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT)
+			break;
+	stop = w->stopping;
+	pthread_mutex_unlock(&w->mu);
+	return stop;
+}
+
+/* Connects *conn (NULL) and sets its timeouts: false when either failed. */
+static bool session_open(struct webhook *w, PGconn **conn)
+{
+	char err[256];
+
+	if (db_connect(w->db_url, conn, err, sizeof(err)) != METER_OK)
+		return false;
+	if (db_util_session_timeouts(*conn, "webhook session", w->opt.statement_timeout_ms,
+				     db_util_idle_tx_ms(w->opt.statement_timeout_ms)) != METER_OK) {
+		PQfinish(*conn);
+		*conn = NULL;
+		return false;
+	}
+	return true;
+}
+
+/* Replaces the lost *conn with a new session, trying every
+ * WEBHOOK_AGAIN_MS until deadline_ms (clock_mono_ms()) or a stop: false
+ * then, with *conn NULL. */
+static bool session_again(struct webhook *w, PGconn **conn, int64_t deadline_ms)
+{
+	PQfinish(*conn);
+	*conn = NULL;
+	for (;;) {
+		if (is_stopping(w) || clock_mono_ms() >= deadline_ms)
+			return false;
+		if (session_open(w, conn)) {
+			log_info("webhook: connected again to record the answers of a round");
+			return true;
+		}
+		if (nap(w, WEBHOOK_AGAIN_MS))
+			return false;
+	}
+}
+
 /* Claims the most overdue events, up to opt.concurrency, POSTs them at
  * once and records each answer: each step its own committed statement,
  * none open during the POSTs, so a crash or a failed statement loses at
  * most the records of the events in flight (each sent again once its
- * claim lapses: at least once). Returns the number claimed and recorded
- * (0 when none is due), -1 when the database failed (the caller backs off,
- * and reconnects if it must). */
-static int deliver_round(struct webhook *w, PGconn *conn)
+ * claim lapses: at least once). A connection lost during the POSTs (the
+ * server restarted) is made again to record their answers, for as long
+ * as their claims last: the receiver has them, and a record lost would
+ * have each sent again. Returns the number claimed and recorded (0 when
+ * none is due), -1 when the database failed (the caller backs off, and
+ * reconnects if it must; *conn may be NULL then). */
+static int deliver_round(struct webhook *w, PGconn **connp)
 {
+	PGconn *conn = *connp;
 	PGresult *res = NULL;
 	char claim_ms[24], limit[24], yield_ms[24];
 	int64_t sent_ms = clock_mono_ms();
@@ -400,14 +464,31 @@ static int deliver_round(struct webhook *w, PGconn *conn)
 	}
 	post_round(w, w->x, n);
 	ret = n;
+	/* Counted as the receiver answered, whether or not the database then
+	 * records it (if not, the event is sent again once its claim lapses,
+	 * and counted again). */
+	for (int i = 0; i < n; i++)
+		metrics_counter_add(
+		    DELIVERIES,
+		    answer_ok(&w->x[i]) ? "outcome=\"delivered\"" : "outcome=\"failed\"", 1);
 	/* Each answer recorded by itself: a statement that fails (a lock
-	 * timeout, say) leaves only its own event to be sent again, unless the
-	 * connection is lost. */
-	for (int i = 0; i < n && PQstatus(conn) == CONNECTION_OK; i++)
-		if (!record(conn, &w->x[i], w->me))
-			ret = -1;
-	if (PQstatus(conn) != CONNECTION_OK)
-		ret = -1;
+	 * timeout, say) leaves only its own event to be sent again. One whose
+	 * connection was lost is recorded again on a new one. */
+	for (int i = 0; i < n; i++) {
+		if (PQstatus(conn) != CONNECTION_OK) {
+			if (!session_again(w, connp, sent_ms + WEBHOOK_CLAIM_MS)) {
+				ret = -1;
+				break;
+			}
+			conn = *connp;
+		}
+		if (!record(conn, &w->x[i], w->me)) {
+			if (PQstatus(conn) != CONNECTION_OK)
+				i--; /* on the new connection */
+			else
+				ret = -1;
+		}
+	}
 out:
 	PQclear(res);
 	return ret;
@@ -436,21 +517,6 @@ static void count_backlog(PGconn *conn, int64_t *last_ms)
 	PQclear(res);
 }
 
-/* Sleeps ms unless stopped; true when stopping. */
-static bool nap(struct webhook *w, int64_t ms)
-{
-	struct timespec until = clock_mono_after_ms(ms);
-	bool stop;
-
-	pthread_mutex_lock(&w->mu);
-	while (!w->stopping)
-		if (pthread_cond_timedwait(&w->cv, &w->mu, &until) == ETIMEDOUT)
-			break;
-	stop = w->stopping;
-	pthread_mutex_unlock(&w->mu);
-	return stop;
-}
-
 static void *deliver_main(void *arg)
 {
 	struct webhook *w = arg;
@@ -459,22 +525,11 @@ static void *deliver_main(void *arg)
 	int failures = 0;
 
 	while (!nap(w, backoff > 0 ? backoff : w->opt.poll_ms)) {
-		char err[256];
 		int n;
 
-		if (!conn) {
-			if (db_connect(w->db_url, &conn, err, sizeof(err)) != METER_OK) {
-				backoff = backoff ? (backoff * 2 > 5000 ? 5000 : backoff * 2) : 200;
-				continue;
-			}
-			if (db_util_session_timeouts(
-				conn, "webhook session", w->opt.statement_timeout_ms,
-				db_util_idle_tx_ms(w->opt.statement_timeout_ms)) != METER_OK) {
-				PQfinish(conn);
-				conn = NULL;
-				backoff = 200;
-				continue;
-			}
+		if (!conn && !session_open(w, &conn)) {
+			backoff = backoff ? (backoff * 2 > 5000 ? 5000 : backoff * 2) : 200;
+			continue;
 		}
 		backoff = 0;
 		if (!schema_gate_open(NULL, 0))
@@ -483,10 +538,10 @@ static void *deliver_main(void *arg)
 			count_backlog(conn, &counted_ms);
 			/* Without a URL this process only counts (its events
 			 * wait for a process that has one). */
-			n = w->url[0] ? deliver_round(w, conn) : 0;
+			n = w->url[0] ? deliver_round(w, &conn) : 0;
 		} while (n > 0 && !is_stopping(w) &&
 			 schema_gate_open(NULL, 0)); /* nor past the gate's closing */
-		if (n >= 0 && PQstatus(conn) == CONNECTION_OK) {
+		if (n >= 0 && conn && PQstatus(conn) == CONNECTION_OK) {
 			failures = 0;
 			continue;
 		}
@@ -497,7 +552,7 @@ static void *deliver_main(void *arg)
 		 * wait longer each time, never spin, and connect again. */
 		backoff = failures < 5 ? (int64_t)200 << failures : 5000;
 		failures++;
-		if (PQstatus(conn) != CONNECTION_OK) {
+		if (!conn || PQstatus(conn) != CONNECTION_OK) {
 			PQfinish(conn);
 			conn = NULL;
 			counted_ms = 0; /* counted again once connected */

@@ -24,7 +24,9 @@
  * any other answer (or none within WEBHOOK_TIMEOUT_MS) is retried after
  * 1, 2, 4, ... seconds (at most an hour apart, counted from the failed
  * attempt), first by another process than the one that failed it
- * (WEBHOOK_YIELD_MS). No transaction is open during a POST. Delivery is at least
+ * (WEBHOOK_YIELD_MS). No transaction is open during a POST; a session lost
+ * during the POSTs is made again to record their answers while their
+ * claims last (every WEBHOOK_AGAIN_MS). Delivery is at least
  * once: if meterd dies or the database fails between a 2xx answer and the
  * commit of delivered_at, the events in flight (never one already
  * recorded as delivered) are sent again with the same event ids once
@@ -61,6 +63,9 @@
  * before claiming it again (webhook_outbox.failed_by, sql/0062): more than
  * a poll of another process's deliverer, so that one takes it first. */
 #define WEBHOOK_YIELD_MS 700
+/* How often a deliverer whose connection was lost during a round's POSTs
+ * tries to connect again to record their answers, while their claims last. */
+#define WEBHOOK_AGAIN_MS 200
 /* How often the deliverer counts what is not delivered yet, for /metrics
  * (meter_webhook_pending_events, meter_webhook_oldest_pending_seconds). */
 #define WEBHOOK_BACKLOG_MS 5000

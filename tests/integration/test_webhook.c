@@ -9,7 +9,9 @@
  * restart nothing is delivered twice and nothing is lost; with a slow
  * receiver and many due events, meterd still stops on SIGTERM after the
  * round in flight; and killed (SIGKILL) there, it has recorded every
- * event answered 2xx but those in flight, which alone are sent again.
+ * event answered 2xx but those in flight, which alone are sent again;
+ * its database session ended during a round, it records the round's
+ * answers on a new one.
  * /metrics counts the POSTs by outcome and shows the events not delivered
  * yet and the age of the oldest. */
 #include <microhttpd.h>
@@ -1637,6 +1639,68 @@ static void test_record_failed(struct apitest *t, const char *hook_url, const ch
 	}
 }
 
+/* The deliverer's connection ended (the server restarted, say) while a
+ * round's POSTs were answered: it connects again and records them, so
+ * none is sent again (before, each was, once its claim lapsed 15 s
+ * later). No meterd may be running. */
+static void test_record_reconnect(struct apitest *t, const char *hook_url, const char *acc,
+				  const char *key)
+{
+	char log[512], ids[3][40];
+	PGconn *db = t->db.conn;
+	PGresult *res;
+	int status = -1, busy = 0, n = 0;
+	long long recorded = -1;
+	pid_t pid;
+
+	cu_sql(db, "UPDATE webhook_outbox SET delivered_at = clock_timestamp()"
+		   " WHERE delivered_at IS NULL");
+	pthread_mutex_lock(&mu);
+	slow_ms = 1500;
+	pthread_mutex_unlock(&mu);
+	due_events(db, acc, key, "reconnect-", 3);
+	res = PQexec(db, "SELECT event_id FROM webhook_outbox WHERE dedup_key LIKE 'reconnect-%'");
+	if (PQresultStatus(res) == PGRES_TUPLES_OK)
+		for (n = 0; n < PQntuples(res) && n < 3; n++)
+			snprintf(ids[n], sizeof(ids[n]), "%s", PQgetvalue(res, n, 0));
+	PQclear(res);
+	CHECK_I64(n, 3);
+	snprintf(log, sizeof(log), "%s/test-webhook-reconnect-%d.log",
+		 getenv("METER_BIN_DIR") ?: "/tmp", (int)getpid());
+	pid = spawn_meterd(t, hook_url, log, 3);
+	CHECK(pid > 0);
+	for (int waited = 0; waited < 20000 && busy < 3; waited += 20) {
+		cu_sleep_ms(20);
+		pthread_mutex_lock(&mu);
+		busy = inflight;
+		pthread_mutex_unlock(&mu);
+	}
+	CHECK_I64(busy, 3);
+	/* The session that claimed them, ended while they are answered. */
+	CHECK_I64(cu_sql_int(db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+				 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+				 " AND query LIKE 'WITH due AS (SELECT account_id, event_id FROM"
+				 " webhook_outbox%%'"),
+		  1);
+	/* Answered after 1.5 s, recorded at once, far within the claim. */
+	for (int waited = 0; waited < 4000 && recorded != 3; waited += 100) {
+		cu_sleep_ms(100);
+		recorded = cu_sql_int(db, "SELECT count(*) FROM webhook_outbox WHERE dedup_key LIKE"
+					  " 'reconnect-%%' AND delivered_at IS NOT NULL");
+	}
+	CHECK_I64(recorded, 3);
+	for (int i = 0; i < n; i++)
+		CHECK_I64(delivered(ids[i]), 1);
+	pthread_mutex_lock(&mu);
+	slow_ms = 0;
+	pthread_mutex_unlock(&mu);
+	if (pid > 0) {
+		kill(pid, SIGTERM);
+		waitpid(pid, &status, 0);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+}
+
 int main(void)
 {
 	struct apitest t;
@@ -1817,6 +1881,7 @@ int main(void)
 	pthread_mutex_unlock(&mu);
 	test_kill(&t, hook_url, acc, key);
 	test_record_failed(&t, hook_url, acc, key);
+	test_record_reconnect(&t, hook_url, acc, key);
 	test_wrong_secret(&t, hook_url, acc, key);
 	apitest_drop(&t);
 	MHD_stop_daemon(d);

@@ -306,6 +306,35 @@ static void session_cookie_line(struct http_req *req, const char *value, int max
 		 value, max_age, req->app->cfg->session_cookie_secure ? "; Secure" : "");
 }
 
+/* NULL when the form body holds only this page's fields, key and
+ * account, each at most once (unknown fields are refused, as in every
+ * JSON body); else what is wrong, for the page. */
+static const char *form_unexpected(const char *body)
+{
+	bool key = false, account = false;
+
+	for (const char *p = body; *p;) {
+		size_t len = strcspn(p, "&");
+		bool *seen = len >= 4 && strncmp(p, "key=", 4) == 0	  ? &key
+			     : len >= 8 && strncmp(p, "account=", 8) == 0 ? &account
+									  : NULL;
+
+		if (len == 0) { /* "a&&b", a trailing "&": nothing, as browsers read it */
+			p++;
+			continue;
+		}
+		if (!seen)
+			return "The form had a field this page does not send.";
+		if (*seen)
+			return "The form had a field twice.";
+		*seen = true;
+		p += len;
+		if (*p == '&')
+			p++;
+	}
+	return NULL;
+}
+
 void h_dash_sign_in(struct http_req *req)
 {
 	char body[4096], copy[4096], cookie[600], header[800];
@@ -319,6 +348,10 @@ void h_dash_sign_in(struct http_req *req)
 	}
 	if (!req->body || req->body_len >= sizeof(body)) {
 		sign_in_page(req, 400, "Enter a key.");
+		return;
+	}
+	if (form_unexpected(req->body)) {
+		sign_in_page(req, 400, form_unexpected(req->body));
 		return;
 	}
 	memcpy(body, req->body, req->body_len + 1);

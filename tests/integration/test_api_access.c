@@ -760,6 +760,41 @@ static void test_head_no_body(void)
 	CHECK_I64(covered, 2);
 }
 
+/* The sign-in form takes its own fields, key and account, each once:
+ * another field, or one twice, is 400 with no session, as an unknown
+ * field of a JSON body is. */
+static void test_sign_in_form(void)
+{
+	const char *form[] = {"Content-Type: application/x-www-form-urlencoded", NULL};
+	/* $ stands for the key's token. */
+	static const char *const shapes[] = {
+	    "key=$",	   "key=$&account=",  "account=&key=$",
+	    "key=$&foo=1", "key=$&key=$",     "key=$&account=&account=",
+	    "key=$&",	   "key=$&&account=", "key"};
+	static const long want[] = {303, 303, 303, 400, 400, 400, 303, 303, 400};
+
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+		char body[2 * APITEST_TOKEN_MAX + 64] = "";
+		struct apitest_req rq = {
+		    .method = "POST", .path = "/dashboard/sign-in", .headers = form, .body = body};
+		struct apitest_resp r;
+
+		for (const char *c = shapes[i]; *c; c++)
+			if (*c == '$')
+				strncat(body, tr, sizeof(body) - strlen(body) - 1);
+			else
+				strncat(body, c, 1);
+		rq.body_len = strlen(body);
+		apitest_do(&t, 0, &rq, &r);
+		if (r.status != want[i])
+			fprintf(stderr, "sign-in form %s: %ld\n", shapes[i], r.status);
+		CHECK_I64(r.status, want[i]);
+		CHECK(r.headers &&
+		      (strstr(r.headers, "meter_session=") != NULL) == (want[i] == 303));
+		apitest_resp_release(&r);
+	}
+}
+
 int main(void)
 {
 	if (apitest_start(&t, "api_access", 1, NULL, NULL) < 0)
@@ -774,6 +809,7 @@ int main(void)
 	test_method_and_body_caps();
 	test_head_no_body();
 	test_lookups_off_http_threads();
+	test_sign_in_form();
 	test_no_leaks();
 	apitest_drop(&t);
 	free(seen);

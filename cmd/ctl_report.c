@@ -313,8 +313,8 @@ static int report_usage(int argc, char **argv)
 	}
 	export_totals_get(cur, &t);
 	if (progress)
-		fprintf(stderr, "\r%lld rows, 100%% of the range: total %lld micros\n",
-			(long long)t.rows, (long long)t.total_micros);
+		fprintf(stderr, "\r%lld rows, 100%% of the range: total %s%lld micros\n",
+			(long long)t.rows, t.overflow ? "over " : "", (long long)t.total_micros);
 	status = 0;
 out:
 	export_close(cur);

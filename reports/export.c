@@ -263,20 +263,22 @@ static size_t write_header(enum export_format format, char *buf, size_t cap)
 	return used;
 }
 
-/* Adds the row's money to the totals. METER_EINVAL for a field that is not
- * an integer (a schema change this code does not know). */
+/* Adds the row's money to the totals (one past INT64_MAX stays there, and
+ * sets overflow). METER_EINVAL for a field that is not an integer (a
+ * schema change this code does not know). */
 static enum meter_rc add_totals(struct export_totals *t, char **f)
 {
 	int64_t v[4];
+	int64_t *sum[4] = {&t->cpu_micros, &t->memory_micros, &t->storage_micros, &t->total_micros};
 
 	for (int i = 0; i < 4; i++)
 		if (parse_int64(f[F_COST0 + i], 0, INT64_MAX, &v[i]) != METER_OK)
 			return METER_EINVAL;
-	if (money_add(t->cpu_micros, v[0], &t->cpu_micros) != METER_OK ||
-	    money_add(t->memory_micros, v[1], &t->memory_micros) != METER_OK ||
-	    money_add(t->storage_micros, v[2], &t->storage_micros) != METER_OK ||
-	    money_add(t->total_micros, v[3], &t->total_micros) != METER_OK)
-		return METER_ERANGE;
+	for (int i = 0; i < 4; i++)
+		if (money_add(*sum[i], v[i], sum[i]) != METER_OK) {
+			*sum[i] = INT64_MAX;
+			t->overflow = true;
+		}
 	t->rows++;
 	return METER_OK;
 }

@@ -46,13 +46,16 @@ struct export_params {
 	int64_t lock_timeout_ms; /* > 0: a lock wait longer than this fails export_open */
 };
 
-/* Totals of what an export wrote, in exact units: for reconciliation. */
+/* Totals of what an export wrote, in exact units: for reconciliation.
+ * A total past INT64_MAX stops there, with overflow set: the export goes
+ * on (its rows are each the database's, whatever their sum). */
 struct export_totals {
 	int64_t rows;
 	int64_t cpu_micros;
 	int64_t memory_micros;
 	int64_t storage_micros;
 	int64_t total_micros;
+	bool overflow;
 };
 
 /* Checks p: ids valid, from < to, both whole hours, range at most

@@ -410,6 +410,60 @@ static void test_statement_collation(PGconn *c)
 	CHECK_STR(testdb_exec_state(c, "ROLLBACK"), "00000");
 }
 
+/* Money past INT64_MAX in all (each row within it): the export writes
+ * every row, and its totals stop at INT64_MAX, saying so (it stopped at
+ * the first such row before). Its own account, after the others' tests. */
+static void test_export_overflow(PGconn *c)
+{
+	struct export_params p;
+	struct export_totals t = {0};
+	char *csv;
+	const int64_t half = INT64_C(1) << 62; /* two of them: 2^63 */
+
+	CHECK_STR(testdb_exec_state(c, "INSERT INTO accounts (account_id, name) VALUES"
+				       " ('acc_big', 'Big')"),
+		  "00000");
+	/* A key each: no one key's day is past INT64_MAX. */
+	CHECK_STR(testdb_exec_state(
+		      c, "INSERT INTO api_keys (account_id, key_id, secret_hash, role, time_zone)"
+			 " VALUES ('acc_big', 'key_big1', decode(repeat('22', 32), 'hex'), 'full',"
+			 " 'UTC'), ('acc_big', 'key_big2', decode(repeat('33', 32), 'hex'), 'full',"
+			 " 'UTC')"),
+		  "00000");
+	CHECK_STR(testdb_exec_state(c, "INSERT INTO sandboxes (account_id, sandbox_id, key_id,"
+				       " vcpus, memory_mib, state) VALUES"
+				       " ('acc_big', 'sbx_big1', 'key_big1', 1, 512, 'running'),"
+				       " ('acc_big', 'sbx_big2', 'key_big2', 1, 512, 'running')"),
+		  "00000");
+	usage_row(c, "acc_big", "sbx_big1", "key_big1", "2026-11-02T01:00:00Z", "2026-11-02", 3600,
+		  0, 0, 0);
+	usage_row(c, "acc_big", "sbx_big2", "key_big2", "2026-11-02T01:00:00Z", "2026-11-02", 3600,
+		  0, 0, 0);
+	{
+		char sql[256];
+
+		snprintf(sql, sizeof(sql),
+			 "UPDATE usage_hourly SET cpu_micros = %lld, total_micros = %lld,"
+			 " cpu_cum_micros = %lld WHERE account_id = 'acc_big'",
+			 (long long)half, (long long)half, (long long)half);
+		CHECK_STR(testdb_exec_state(c, sql), "00000");
+	}
+	memset(&p, 0, sizeof(p));
+	snprintf(p.account_id, sizeof(p.account_id), "acc_big");
+	p.from_usec = at("2026-11-01T00");
+	p.to_usec = at("2026-11-03T00");
+	p.granularity = EXPORT_HOUR;
+	p.format = EXPORT_CSV;
+	p.lock_timeout_ms = 1500;
+	csv = run_export(c, &p, &t);
+	CHECK(csv && strstr(csv, ",sbx_big1,") && strstr(csv, ",sbx_big2,"));
+	CHECK_I64(t.rows, 2);
+	CHECK(t.overflow);
+	CHECK_I64(t.total_micros, INT64_MAX);
+	CHECK_I64(t.memory_micros, 0);
+	free(csv);
+}
+
 int main(void)
 {
 	struct testdb db;
@@ -463,6 +517,7 @@ int main(void)
 	test_statement(db.conn);
 	test_statement_collation(db.conn);
 	test_statement_pages(db.conn);
+	test_export_overflow(db.conn);
 	testdb_drop(&db);
 	return check_done();
 }

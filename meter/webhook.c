@@ -523,8 +523,10 @@ static void *deliver_main(void *arg)
 	PGconn *conn = NULL;
 	int64_t backoff = 0, counted_ms = 0;
 	int failures = 0;
+	bool read_only = false; /* said so in the log */
 
 	while (!nap(w, backoff > 0 ? backoff : w->opt.poll_ms)) {
+		bool refused;
 		int n;
 
 		if (!conn && !session_open(w, &conn)) {
@@ -533,7 +535,8 @@ static void *deliver_main(void *arg)
 		}
 		backoff = 0;
 		if (!schema_gate_open(NULL, 0))
-			continue; /* on a schema not this binary's (schema_gate.h) */
+			continue;	/* on a schema not this binary's (schema_gate.h) */
+		db_util_failed_clear(); /* what this turn's statements meet */
 		do {
 			count_backlog(conn, &counted_ms);
 			/* Without a URL this process only counts (its events
@@ -541,7 +544,20 @@ static void *deliver_main(void *arg)
 			n = w->url[0] ? deliver_round(w, &conn) : 0;
 		} while (n > 0 && !is_stopping(w) &&
 			 schema_gate_open(NULL, 0)); /* nor past the gate's closing */
-		if (n >= 0 && conn && PQstatus(conn) == CONNECTION_OK) {
+		/* A database that takes no writes (a standby, or
+		 * default_transaction_read_only on) refuses every claim; a
+		 * session made while it did keeps that for life, so it is made
+		 * again for the next try, as the request pool's and the
+		 * check engine's are: once it takes writes, delivery goes on. */
+		refused = strcmp(db_util_failed_state(), "25006") == 0;
+		if (refused && !read_only)
+			log_warn("webhook: the database takes no writes (a standby?): events wait"
+				 " until it does");
+		else if (!refused && read_only && n >= 0)
+			log_info("webhook: the database takes writes again: delivery goes on");
+		if (refused || n >= 0)
+			read_only = refused;
+		if (n >= 0 && conn && PQstatus(conn) == CONNECTION_OK && !refused) {
 			failures = 0;
 			continue;
 		}
@@ -552,7 +568,7 @@ static void *deliver_main(void *arg)
 		 * wait longer each time, never spin, and connect again. */
 		backoff = failures < 5 ? (int64_t)200 << failures : 5000;
 		failures++;
-		if (!conn || PQstatus(conn) != CONNECTION_OK) {
+		if (!conn || PQstatus(conn) != CONNECTION_OK || refused) {
 			PQfinish(conn);
 			conn = NULL;
 			counted_ms = 0; /* counted again once connected */

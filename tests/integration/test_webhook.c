@@ -11,7 +11,8 @@
  * round in flight; and killed (SIGKILL) there, it has recorded every
  * event answered 2xx but those in flight, which alone are sent again;
  * its database session ended during a round, it records the round's
- * answers on a new one.
+ * answers on a new one; a database that took no writes for a while does
+ * not stop delivery once it takes them again.
  * /metrics counts the POSTs by outcome and shows the events not delivered
  * yet and the age of the oldest. */
 #include <microhttpd.h>
@@ -1701,6 +1702,67 @@ static void test_record_reconnect(struct apitest *t, const char *hook_url, const
 	}
 }
 
+/* True when the file at path holds text. */
+static bool file_has(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "r");
+	char buf[65536];
+	size_t n;
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return strstr(buf, text) != NULL;
+}
+
+/* A database that took no writes for a while (default_transaction_read_only,
+ * as on a standby), then takes them again with no restart: the deliverer,
+ * whose session made meanwhile kept the setting for life, makes a new one
+ * and delivers (before, it never did until its session broke). No meterd
+ * may be running. */
+static void test_read_only_database(struct apitest *t, const char *hook_url, const char *acc,
+				    const char *key)
+{
+	char log[512], sql[256];
+	PGconn *db = t->db.conn;
+	int status = -1;
+	bool refused = false;
+	pid_t pid;
+
+	cu_sql(db, "UPDATE webhook_outbox SET delivered_at = clock_timestamp()"
+		   " WHERE delivered_at IS NULL");
+	snprintf(log, sizeof(log), "%s/test-webhook-read-only-%d.log",
+		 getenv("METER_BIN_DIR") ?: "/tmp", (int)getpid());
+	pid = spawn_meterd(t, hook_url, log, 2);
+	CHECK(pid > 0);
+	cu_sleep_ms(1000);
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" SET default_transaction_read_only = on",
+		 t->db.name);
+	cu_sql(db, sql);
+	/* Every session of meterd made again, read-only. */
+	cu_sql(db, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+		   " WHERE datname = current_database() AND pid <> pg_backend_pid()");
+	for (int waited = 0; waited < 15000 && !refused; waited += 100) {
+		cu_sleep_ms(100);
+		refused = file_has(log, "webhook: the database takes no writes");
+	}
+	CHECK(refused);
+	snprintf(sql, sizeof(sql), "ALTER DATABASE \"%s\" RESET default_transaction_read_only",
+		 t->db.name);
+	cu_sql(db, sql);
+	due_events(db, acc, key, "read-only-", 2);
+	/* Within the deliverer's longest backoff (5 s) and a round. */
+	CHECK_I64(wait_delivered(db, 10000), 0);
+	CHECK(file_has(log, "webhook: the database takes writes again"));
+	if (pid > 0) {
+		kill(pid, SIGTERM);
+		waitpid(pid, &status, 0);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+}
+
 int main(void)
 {
 	struct apitest t;
@@ -1882,6 +1944,7 @@ int main(void)
 	test_kill(&t, hook_url, acc, key);
 	test_record_failed(&t, hook_url, acc, key);
 	test_record_reconnect(&t, hook_url, acc, key);
+	test_read_only_database(&t, hook_url, acc, key);
 	test_wrong_secret(&t, hook_url, acc, key);
 	apitest_drop(&t);
 	MHD_stop_daemon(d);

@@ -2635,10 +2635,7 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 	       (c->events[sb->ev_pos].at > sb->created_usec ? c->events[sb->ev_pos].at
 							    : sb->created_usec) < cur->at_usec) {
 		const struct ing_event *e = &c->events[sb->ev_pos++];
-		/* After a stop, an event's or a sample's (prev: stopped,
-		 * and every sample after it so, see ingest_call), no event
-		 * changes the state. */
-		if (sb->stop_at < e->at || prev->state == SANDBOX_STOPPED)
+		if (sb->stop_at < e->at)
 			continue;
 		if (e->at <= t) {
 			st = sb->stop_at <= e->at ? SANDBOX_STOPPED : e->state;

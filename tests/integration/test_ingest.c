@@ -523,13 +523,12 @@ static void test_full_hour(void)
 
 /* A stop reported by a sample is final as one reported by an event: the
  * samples after it, running or not, in the same call or a later one, bill
- * nothing, nor do the events after it (a running one, a paused one). */
+ * nothing. */
 static void test_stop_sample_final(void)
 {
 	struct sample_batch b;
 	int64_t t0 = T("2026-11-30T03:10:00Z");
 	int64_t used = 1000 * 20 * SEC, mem = 1024 * 20 * SEC;
-	int64_t used10 = 1000 * 10 * SEC, mem10 = 1024 * 10 * SEC;
 
 	fprintf(stderr, "stopped sample is final\n");
 	batch(&b, "h_st");
@@ -545,28 +544,6 @@ static void test_stop_sample_final(void)
 	run1(&b);
 	check_totals("s_stop_smp", 20, 0, used, used, mem, 0, micros(used, 25000, DIV_CPU),
 		     micros(mem, 7500, DIV_MIB), 0);
-
-	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
-	     " storage_mib, state, created_at) VALUES"
-	     " ('acct_1', 's_stop_run', 'key_a', 1, 1024, 5120, 'running', " MADE "),"
-	     " ('acct_1', 's_stop_pau', 'key_a', 1, 1024, 5120, 'running', " MADE ")");
-	batch(&b, "h_st");
-	add(&b, "s_stop_run", NULL, t0, 'r', 0, 1024, 5120, 1);
-	add(&b, "s_stop_run", NULL, t0 + 10 * SEC, 's', 10 * SEC, 1024, 5120, 1);
-	add(&b, "s_stop_pau", NULL, t0, 'r', 0, 1024, 5120, 1);
-	add(&b, "s_stop_pau", NULL, t0 + 10 * SEC, 's', 10 * SEC, 1024, 5120, 1);
-	run1(&b);
-	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
-	     " ('acct_1', 's_stop_run', 'running', '2026-11-30T03:10:12Z'),"
-	     " ('acct_1', 's_stop_pau', 'paused', '2026-11-30T03:10:12Z')");
-	batch(&b, "h_st");
-	add(&b, "s_stop_run", NULL, t0 + 20 * SEC, 'r', 20 * SEC, 1024, 5120, 1);
-	add(&b, "s_stop_pau", NULL, t0 + 20 * SEC, 'p', 10 * SEC, 1024, 5120, 1);
-	run1(&b);
-	check_totals("s_stop_run", 10, 0, used10, used10, mem10, 0, micros(used10, 25000, DIV_CPU),
-		     micros(mem10, 7500, DIV_MIB), 0);
-	check_totals("s_stop_pau", 10, 0, used10, used10, mem10, 0, micros(used10, 25000, DIV_CPU),
-		     micros(mem10, 7500, DIV_MIB), 0);
 }
 
 /* Pause and stop events inside intervals: billing changes exactly there. */

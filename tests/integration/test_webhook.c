@@ -571,6 +571,33 @@ static pid_t spawn_meterd(const struct apitest *t, const char *hook_url, const c
 	return spawn_meterd_secret(t, hook_url, log, concurrency, SECRET);
 }
 
+/* Stops a meterd spawned so (pid > 0): SIGTERM, and it exits 0. */
+static void stop_meterd(pid_t pid)
+{
+	int status = -1;
+
+	if (pid <= 0)
+		return;
+	kill(pid, SIGTERM);
+	waitpid(pid, &status, 0);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* Waits up to 20 s until the receiver answers want requests at once;
+ * returns how many it does. */
+static int wait_inflight(int want)
+{
+	int busy = 0;
+
+	for (int waited = 0; waited < 20000 && busy < want; waited += 20) {
+		cu_sleep_ms(20);
+		pthread_mutex_lock(&mu);
+		busy = inflight;
+		pthread_mutex_unlock(&mu);
+	}
+	return busy;
+}
+
 /* A process whose webhook_secret the receiver refuses (401) claims every
  * event first (it runs alone) and fails each; then a process with the
  * right secret starts beside it and delivers them all as they fall due
@@ -580,7 +607,7 @@ static void test_wrong_secret(struct apitest *t, const char *hook_url, const cha
 {
 	char log[512], log2[512];
 	PGconn *db = t->db.conn;
-	int status = -1, refused;
+	int refused;
 	long long pending, failed = 0;
 	pid_t bad, good;
 
@@ -617,11 +644,7 @@ static void test_wrong_secret(struct apitest *t, const char *hook_url, const cha
 	for (int i = 0; i < 2; i++) {
 		pid_t pid = i ? good : bad;
 
-		if (pid > 0) {
-			kill(pid, SIGTERM);
-			waitpid(pid, &status, 0);
-			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-		}
+		stop_meterd(pid);
 	}
 }
 
@@ -1561,11 +1584,7 @@ static void test_kill(struct apitest *t, const char *hook_url, const char *acc, 
 	printf("webhook: after the restart %d event(s) sent again\n", again);
 	CHECK_I64(again, answered - recorded);
 	CHECK(again <= KILL_CONC);
-	if (pid > 0) {
-		kill(pid, SIGTERM);
-		waitpid(pid, &status, 0);
-		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	}
+	stop_meterd(pid);
 }
 
 /* One record of a round that fails (its event's row locked past meterd's
@@ -1578,7 +1597,6 @@ static void test_record_failed(struct apitest *t, const char *hook_url, const ch
 	char log[512], id[64] = "";
 	PGconn *db = t->db.conn, *locker = PQconnectdb(t->db.url);
 	PGresult *res;
-	int status = -1, busy = 0;
 	pid_t pid;
 
 	CHECK(PQstatus(locker) == CONNECTION_OK);
@@ -1600,13 +1618,7 @@ static void test_record_failed(struct apitest *t, const char *hook_url, const ch
 	pid = spawn_meterd(t, hook_url, log, 4);
 	unsetenv("METER_DB_STATEMENT_TIMEOUT_MS");
 	CHECK(pid > 0);
-	for (int waited = 0; waited < 20000 && busy < 4; waited += 20) {
-		cu_sleep_ms(20);
-		pthread_mutex_lock(&mu);
-		busy = inflight;
-		pthread_mutex_unlock(&mu);
-	}
-	CHECK_I64(busy, 4);
+	CHECK_I64(wait_inflight(4), 4);
 	/* Claimed and being answered: its row now locked until after the
 	 * answers come (1.5 s) and its record times out (1 s). */
 	{
@@ -1633,11 +1645,7 @@ static void test_record_failed(struct apitest *t, const char *hook_url, const ch
 	pthread_mutex_lock(&mu);
 	slow_ms = 0;
 	pthread_mutex_unlock(&mu);
-	if (pid > 0) {
-		kill(pid, SIGTERM);
-		waitpid(pid, &status, 0);
-		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	}
+	stop_meterd(pid);
 }
 
 /* The deliverer's connection ended (the server restarted, say) while a
@@ -1650,7 +1658,7 @@ static void test_record_reconnect(struct apitest *t, const char *hook_url, const
 	char log[512], ids[3][40];
 	PGconn *db = t->db.conn;
 	PGresult *res;
-	int status = -1, busy = 0, n = 0;
+	int n = 0;
 	long long recorded = -1;
 	pid_t pid;
 
@@ -1670,13 +1678,7 @@ static void test_record_reconnect(struct apitest *t, const char *hook_url, const
 		 getenv("METER_BIN_DIR") ?: "/tmp", (int)getpid());
 	pid = spawn_meterd(t, hook_url, log, 3);
 	CHECK(pid > 0);
-	for (int waited = 0; waited < 20000 && busy < 3; waited += 20) {
-		cu_sleep_ms(20);
-		pthread_mutex_lock(&mu);
-		busy = inflight;
-		pthread_mutex_unlock(&mu);
-	}
-	CHECK_I64(busy, 3);
+	CHECK_I64(wait_inflight(3), 3);
 	/* The session that claimed them, ended while they are answered. */
 	CHECK_I64(cu_sql_int(db, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
 				 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
@@ -1695,11 +1697,7 @@ static void test_record_reconnect(struct apitest *t, const char *hook_url, const
 	pthread_mutex_lock(&mu);
 	slow_ms = 0;
 	pthread_mutex_unlock(&mu);
-	if (pid > 0) {
-		kill(pid, SIGTERM);
-		waitpid(pid, &status, 0);
-		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	}
+	stop_meterd(pid);
 }
 
 /* True when the file at path holds text. */
@@ -1727,7 +1725,6 @@ static void test_read_only_database(struct apitest *t, const char *hook_url, con
 {
 	char log[512], sql[256];
 	PGconn *db = t->db.conn;
-	int status = -1;
 	bool refused = false;
 	pid_t pid;
 
@@ -1756,11 +1753,7 @@ static void test_read_only_database(struct apitest *t, const char *hook_url, con
 	/* Within the deliverer's longest backoff (5 s) and a round. */
 	CHECK_I64(wait_delivered(db, 10000), 0);
 	CHECK(file_has(log, "webhook: the database takes writes again"));
-	if (pid > 0) {
-		kill(pid, SIGTERM);
-		waitpid(pid, &status, 0);
-		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	}
+	stop_meterd(pid);
 }
 
 int main(void)
@@ -1774,7 +1767,7 @@ int main(void)
 	char ids[2][64] = {"", ""}, log[512];
 	const char *env[4] = {env_url, "METER_WEBHOOK_SECRET=" SECRET, "METER_LEASE_GRACE_S=3",
 			      NULL};
-	int spend_events = 0, outrun_events = 0, status = -1;
+	int spend_events = 0, outrun_events = 0;
 	pid_t pid;
 	PGconn *db;
 
@@ -1925,11 +1918,7 @@ int main(void)
 			cu_sleep_ms(50);
 		CHECK(total_requests() > before);
 		t0 = (long long)apitest_now();
-		if (pid > 0) {
-			kill(pid, SIGTERM);
-			waitpid(pid, &status, 0);
-			CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-		}
+		stop_meterd(pid);
 		printf("webhook: meterd stopped %lld s after SIGTERM with a slow receiver\n",
 		       (long long)apitest_now() - t0);
 		CHECK((long long)apitest_now() - t0 <= 8);

@@ -95,6 +95,18 @@ static int64_t at(const char *rfc3339)
 	return (int64_t)timegm(&tm) * 1000000;
 }
 
+/* An hourly CSV export of account acc over [from, to) (at()'s form). */
+static void hourly_csv(struct export_params *p, const char *acc, const char *from, const char *to)
+{
+	memset(p, 0, sizeof(*p));
+	snprintf(p->account_id, sizeof(p->account_id), "%s", acc);
+	p->from_usec = at(from);
+	p->to_usec = at(to);
+	p->granularity = EXPORT_HOUR;
+	p->format = EXPORT_CSV;
+	p->lock_timeout_ms = 1500;
+}
+
 static void test_exports(PGconn *c)
 {
 	struct export_params p;
@@ -102,13 +114,7 @@ static void test_exports(PGconn *c)
 	char *csv, *nd, *line, *save = NULL;
 	int64_t want_total, lines = 0, nd_total = 0;
 
-	memset(&p, 0, sizeof(p));
-	snprintf(p.account_id, sizeof(p.account_id), "acc_r");
-	p.from_usec = at("2026-10-01T00");
-	p.to_usec = at("2026-12-01T00");
-	p.granularity = EXPORT_HOUR;
-	p.format = EXPORT_CSV;
-	p.lock_timeout_ms = 1500;
+	hourly_csv(&p, "acc_r", "2026-10-01T00", "2026-12-01T00");
 	want_total = sql_i64(c, "SELECT sum(total_micros) FROM usage_hourly"
 				" WHERE account_id = 'acc_r'");
 	CHECK_I64(want_total, 165 + 301 + 570);
@@ -448,13 +454,7 @@ static void test_export_overflow(PGconn *c)
 			 (long long)half, (long long)half, (long long)half);
 		CHECK_STR(testdb_exec_state(c, sql), "00000");
 	}
-	memset(&p, 0, sizeof(p));
-	snprintf(p.account_id, sizeof(p.account_id), "acc_big");
-	p.from_usec = at("2026-11-01T00");
-	p.to_usec = at("2026-11-03T00");
-	p.granularity = EXPORT_HOUR;
-	p.format = EXPORT_CSV;
-	p.lock_timeout_ms = 1500;
+	hourly_csv(&p, "acc_big", "2026-11-01T00", "2026-11-03T00");
 	csv = run_export(c, &p, &t);
 	CHECK(csv && strstr(csv, ",sbx_big1,") && strstr(csv, ",sbx_big2,"));
 	CHECK_I64(t.rows, 2);

@@ -2620,8 +2620,8 @@ static enum meter_rc ing_interval_subs(struct ing_call *c, struct ing_sbx *sb,
 	/* Segments between the lifecycle events in [prev, cur): an event at
 	 * prev's time sets the state the interval starts in (the event is
 	 * authoritative over the sample taken as it happened), one at cur's is
-	 * left to the next interval. A stop is final: nothing after the first
-	 * one is billed, whatever later samples or events say. Nothing before
+	 * left to the next interval. A stop event is final: nothing after the
+	 * first one is billed, whatever later samples or events say. Nothing before
 	 * the sandbox's create is billed either (an agent's clock behind, a
 	 * stale first reading): the interval starts there, and the events
 	 * before it count as at it, so an interval that ends by then leaves
@@ -2987,11 +2987,11 @@ static enum meter_rc ing_sandbox(struct ing_call *c, uint32_t x)
 		}
 		if (it->s->state_from_events)
 			ing_state_by_events(c, sb, &cur);
-		/* A stop is final, reported by an event or by a sample: what
-		 * a later sample says of a stopped sandbox is not billed (it
-		 * cannot run again: a wake of it is refused). */
-		if (sb->has_prev && sb->last.state == SANDBOX_STOPPED)
-			cur.state = SANDBOX_STOPPED;
+		/* A stopped sample is a reading as any: the interval after it
+		 * bills nothing but what an event in it says ran, and a later
+		 * sample that finds the VM running again is billed (the
+		 * control plane may wake a sandbox it did not stop). Only a
+		 * stop event is final (stop_at, ing_interval_subs). */
 		if (prev && prev->state != SANDBOX_RUNNING && cur.state == SANDBOX_RUNNING) {
 			rc = ing_add_resume(c, x, prev->at_usec, cur.at_usec);
 			if (rc != METER_OK)

@@ -1353,6 +1353,36 @@ static void push_sample(struct apitest *t, const char *key, const char *sb, long
 	push_sample_from(t, "h-tail", key, sb, at, state, cpu_usec, storage_mib);
 }
 
+/* A stopped sample is its host's reading, not a stop of the sandbox (only
+ * a stop event is): the record stays running, a wake of it is allowed, and
+ * what the host then finds running is billed. The interval from the
+ * stopped sample to the next bills nothing (no event in it says it ran). */
+static void test_wake_after_stopped_sample(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char state[128];
+	time_t t0;
+
+	CHECK_I64(cu_create(t, 0, key, "ss-1", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	t0 = apitest_now() + 1; /* after the create */
+	push_sample_from(t, "h-ss", key, "ss-1", t0, "running", 0, 0);
+	push_sample_from(t, "h-ss", key, "ss-1", t0 + 1, "stopped", 1000000, 0);
+	sandbox_state(db, "ss-1", state, sizeof(state));
+	CHECK(strncmp(state, "running ", 8) == 0);
+	CHECK_I64(cu_wake(t, 0, "ss-1", 60, NULL, &r), 200);
+	apitest_resp_release(&r);
+	push_sample_from(t, "h-ss", key, "ss-1", t0 + 3, "running", 2000000, 0);
+	push_sample_from(t, "h-ss", key, "ss-1", t0 + 5, "running", 4000000, 0);
+	CHECK_I64(cu_sql_int(db, "SELECT sum(running_usec) FROM usage_hourly"
+				 " WHERE sandbox_id = 'ss-1'"),
+		  3000000);
+	CHECK_I64(cu_sql_int(db, "SELECT sum(cpu_used_mcus) FROM usage_hourly"
+				 " WHERE sandbox_id = 'ss-1'"),
+		  3000000000LL);
+}
+
 /* A sandbox metering found with no key (filed under `unattributed`) is not
  * the caller's to wake (404, by the default key and by one of its own),
  * while its id is taken for a create (409); nothing is held for it. */
@@ -2335,6 +2365,7 @@ int main(void)
 	test_event_ahead(&t, key);
 	test_default_key_named(&t, key);
 	test_unattributed(&t, key);
+	test_wake_after_stopped_sample(&t, key);
 	test_renewal_and_skew(&t, key);
 	test_wake_replay_holds(&t, key);
 	test_events_during_wake(&t, key);

@@ -521,16 +521,26 @@ static void test_full_hour(void)
 		  OLD);
 }
 
-/* A stop reported by a sample is final as one reported by an event: the
- * samples after it, running or not, in the same call or a later one, bill
+/* A stopped sample is a reading as any, not a stop of the sandbox (only a
+ * stop event is final, test_events): the interval after it bills nothing,
+ * and a later sample that finds the VM running again is billed, in the same
+ * call or a later one. So is what an event after it says: a wake's running
+ * event (the control plane may wake a sandbox it did not stop), a pause's
+ * storage. And a stale stopped reading dated before the create stops
  * nothing. */
-static void test_stop_sample_final(void)
+static void test_stop_sample(void)
 {
 	struct sample_batch b;
 	int64_t t0 = T("2026-11-30T03:10:00Z");
-	int64_t used = 1000 * 20 * SEC, mem = 1024 * 20 * SEC;
+	int64_t used = 1000 * 30 * SEC, billed = used + 50 * 10 * SEC, mem = 1024 * 40 * SEC;
+	int64_t sto = 512 * 10 * SEC;
+	int64_t used28 = 1000 * 28 * SEC, mem28 = 1024 * 28 * SEC;
+	int64_t used10 = 1000 * 10 * SEC, mem10 = 1024 * 10 * SEC, sto8 = 5120 * 8 * SEC;
+	int64_t used20 = 1000 * 20 * SEC, mem20 = 1024 * 20 * SEC;
 
-	fprintf(stderr, "stopped sample is final\n");
+	fprintf(stderr, "stopped sample\n");
+	/* 0-20 running, 20-30 stopped (its CPU not billed), 30-50 running
+	 * (40-50 at the floor), 50-60 paused. */
 	batch(&b, "h_st");
 	add(&b, "s_stop_smp", "key_a", t0, 'r', 0, 1024, 0, 1);
 	add(&b, "s_stop_smp", "key_a", t0 + 10 * SEC, 'r', 10 * SEC, 1024, 0, 1);
@@ -542,8 +552,53 @@ static void test_stop_sample_final(void)
 	add(&b, "s_stop_smp", "key_a", t0 + 50 * SEC, 'p', 40 * SEC, 1024, 512, 1);
 	add(&b, "s_stop_smp", "key_a", t0 + 60 * SEC, 'p', 40 * SEC, 1024, 512, 1);
 	run1(&b);
-	check_totals("s_stop_smp", 20, 0, used, used, mem, 0, micros(used, 25000, DIV_CPU),
-		     micros(mem, 7500, DIV_MIB), 0);
+	check_totals("s_stop_smp", 40, 10, used, billed, mem, sto, micros(billed, 25000, DIV_CPU),
+		     micros(mem, 7500, DIV_MIB), micros(sto, 100, DIV_MIB));
+
+	/* Stopped at 10 s by a sample, then woken at 12 s (running event)
+	 * and sampled running: 0-10 and 12-30; or paused at 12 s: 0-10,
+	 * then the pause's snapshot from 12 to 20. */
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) VALUES"
+	     " ('acct_1', 's_stop_run', 'key_a', 1, 1024, 5120, 'running', " MADE "),"
+	     " ('acct_1', 's_stop_pau', 'key_a', 1, 1024, 5120, 'running', " MADE ")");
+	batch(&b, "h_st");
+	add(&b, "s_stop_run", NULL, t0, 'r', 0, 1024, 5120, 1);
+	add(&b, "s_stop_run", NULL, t0 + 10 * SEC, 's', 10 * SEC, 1024, 5120, 1);
+	add(&b, "s_stop_pau", NULL, t0, 'r', 0, 1024, 5120, 1);
+	add(&b, "s_stop_pau", NULL, t0 + 10 * SEC, 's', 10 * SEC, 1024, 5120, 1);
+	run1(&b);
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 's_stop_run', 'running', '2026-11-30T03:10:12Z'),"
+	     " ('acct_1', 's_stop_pau', 'paused', '2026-11-30T03:10:12Z')");
+	batch(&b, "h_st");
+	add(&b, "s_stop_run", NULL, t0 + 20 * SEC, 'r', 18 * SEC, 1024, 5120, 1);
+	add(&b, "s_stop_run", NULL, t0 + 30 * SEC, 'r', 28 * SEC, 1024, 5120, 1);
+	add(&b, "s_stop_pau", NULL, t0 + 20 * SEC, 'p', 10 * SEC, 1024, 5120, 1);
+	run1(&b);
+	check_totals("s_stop_run", 28, 0, used28, used28, mem28, 0, micros(used28, 25000, DIV_CPU),
+		     micros(mem28, 7500, DIV_MIB), 0);
+	check_totals("s_stop_pau", 10, 8, used10, used10, mem10, sto8,
+		     micros(used10, 25000, DIV_CPU), micros(mem10, 7500, DIV_MIB),
+		     micros(sto8, 100, DIV_MIB));
+
+	/* Created at t0, running from its create (event); its host's first
+	 * reading, stale, says stopped 5 s before: billed from t0 on. */
+	exec("INSERT INTO sandboxes (account_id, sandbox_id, key_id, vcpus, memory_mib,"
+	     " storage_mib, state, created_at) VALUES"
+	     " ('acct_1', 's_stop_old', 'key_a', 1, 1024, 5120, 'running',"
+	     " '2026-11-30T03:10:00Z')");
+	exec("INSERT INTO lifecycle_events (account_id, sandbox_id, type, at) VALUES"
+	     " ('acct_1', 's_stop_old', 'running', '2026-11-30T03:10:00Z')");
+	batch(&b, "h_st");
+	add(&b, "s_stop_old", NULL, t0 - 5 * SEC, 's', 0, 1024, 5120, 1);
+	add(&b, "s_stop_old", NULL, t0 + 10 * SEC, 'r', 10 * SEC, 1024, 5120, 1);
+	run1(&b);
+	batch(&b, "h_st");
+	add(&b, "s_stop_old", NULL, t0 + 20 * SEC, 'r', 20 * SEC, 1024, 5120, 1);
+	run1(&b);
+	check_totals("s_stop_old", 20, 0, used20, used20, mem20, 0, micros(used20, 25000, DIV_CPU),
+		     micros(mem20, 7500, DIV_MIB), 0);
 }
 
 /* Pause and stop events inside intervals: billing changes exactly there. */
@@ -3126,7 +3181,7 @@ int main(void)
 	test_long_gap();
 	test_many_rows();
 	test_full_hour();
-	test_stop_sample_final();
+	test_stop_sample();
 	test_events();
 	test_events_edges();
 	test_cgroup_state();

@@ -1439,6 +1439,63 @@ static void wait_first_hold_swept(PGconn *db, const char *sb)
 	CHECK(!"the sweeper came to the hold");
 }
 
+/* A sandbox its host reported stopped, then woken (a running event) and
+ * stopped by the control plane, with no sample after the stop: the
+ * sweeper's reading at the stop meters the woken stretch, at the floor,
+ * as after a running sample, and the tail hold closes with it consumed.
+ * 1 s running before the stopped sample, 2 s from the running event to
+ * the stop. */
+static void test_tail_after_stopped_sample(struct apitest *t, const char *key)
+{
+	struct apitest_resp r;
+	PGconn *db = t->db.conn;
+	char at[40], body[256];
+	time_t n;
+
+	CHECK_I64(cu_create(t, 0, key, "gs-1", 1, 1024, 900, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_sleep_ms(3100);
+	n = apitest_now(); /* n - 2 is after the create */
+	push_sample_from(t, "h-gs", key, "gs-1", n - 2, "running", 0, 0);
+	push_sample_from(t, "h-gs", key, "gs-1", n - 1, "stopped", 1000000, 0);
+	CHECK_I64(cu_wake(t, 0, "gs-1", 60, NULL, &r), 200);
+	apitest_resp_release(&r);
+	cu_rfc3339(n + 1, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "gs-1", "running", at, &r), 200);
+	apitest_resp_release(&r);
+	cu_rfc3339(n + 3, at, sizeof(at));
+	CHECK_I64(cu_event(t, 0, "gs-1", "stopped", at, &r), 200);
+	apitest_resp_release(&r);
+	cu_rfc3339(n + 4, at, sizeof(at));
+	snprintf(body, sizeof(body),
+		 "{\"host_id\":\"h-gs\",\"sampled_at\":\"%s\",\"sandboxes\":[]}", at);
+	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+	/* The stop is 2 s (the grace) old 5 s from now; the sweeper's round. */
+	for (int i = 0; i < 150 && cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id ="
+						  " 'gs-1' AND status = 'open'") > 0;
+	     i++)
+		cu_sleep_ms(100);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'gs-1' AND status"
+				 " = 'open'"),
+		  0);
+	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM samples WHERE sandbox_id = 'gs-1' AND"
+				 " host_id = 'lifecycle.stop' AND state = 'stopped'"),
+		  1);
+	CHECK_I64(cu_sql_int(db, "SELECT sum(running_usec) FROM usage_hourly WHERE sandbox_id ="
+				 " 'gs-1'"),
+		  3000000);
+	CHECK_I64(cu_sql_int(db, "SELECT sum(cpu_billed_mcus) FROM usage_hourly WHERE sandbox_id"
+				 " = 'gs-1'"),
+		  1000000000LL + 50 * 2000000LL);
+	CHECK_I64(cu_sql_int(db, "SELECT (SELECT sum(consumed_micros) FROM holds WHERE sandbox_id"
+				 " = 'gs-1') - (SELECT sum(total_micros) FROM usage_hourly WHERE"
+				 " sandbox_id = 'gs-1')"),
+		  0);
+	CHECK_I64(cu_held_mismatches(db), 0);
+}
+
 /* Lease end without an event: the sweeper settles each hold at its lease
  * end like a pause there. Metering already past the end: released at
  * once. Never metered: the whole hold is kept (its samples may yet come)
@@ -2374,6 +2431,7 @@ int main(void)
 	test_validation(&t, key);
 	test_day_starts(t.db.conn);
 	test_tail_host(&t, key);
+	test_tail_after_stopped_sample(&t, key);
 	/* Its holds are split at UTC's midnight: a key of the default zone. */
 	CHECK(apitest_create_key(&t, acc, "full", -1, NULL, key, token) == 0);
 	test_watch_midnight(&t, acc, key);

@@ -205,6 +205,75 @@ static enum meter_rc migrate_check_compiled(char *err, size_t errlen)
 	"the database was migrated by another build: use that build's meterctl and meterd,"        \
 	" or restore a backup taken before it migrated and run this build's meterctl migrate"
 
+/* A text of migration version that an earlier build applied, changed in
+ * place later (sha256, lower-case hex). */
+struct migrate_old_text {
+	int version;
+	const char *sha256;
+};
+
+#define MIGRATE_OLD_MAX 2 /* old texts in one state, at most */
+
+/* The databases earlier builds migrated that recorded texts since changed,
+ * whose schema this build's later migrations still bring to the very one a
+ * fresh database gets: each state is the set of old texts one such build
+ * recorded. scripts/migration-history.sh checked each: it migrates a
+ * database as every commit that changed sql/ did, then with this build's
+ * later migrations, and compares its pg_dump schema with a fresh
+ * database's (the changes touched function bodies, not data). A database
+ * is taken as migrated when the texts it records that differ from this
+ * build's are exactly the set of one state; any other difference is
+ * another build's schema, refused (the other states that script lists
+ * end with a schema of their own). */
+static const struct migrate_old_state {
+	int n;
+	struct migrate_old_text t[MIGRATE_OLD_MAX];
+} migrate_old_states[] = {
+    {1, {{10, "99c90b39aac016db368581ff52ed6c6ddabd4b5ecf9afbe43bd75fc5c33ee95f"}}},
+    {1, {{13, "4334098ae2eafcf641fa97399533aa9eaec0e60c63e48bb6cd7c5804c3f5fbb8"}}},
+    {2,
+     {{13, "51adcbe94d5cd2e44be281866f7e303851e38444828f4f8372f4b66dfd42d360"},
+      {14, "af5018e9fa515a288dc8502a116d0cbce89663909c0ee1aaaf86f686e6025001"}}},
+    {1, {{14, "551c18b83411031c0ea96928c2d8dcebae2d019bfad35527b219d86046ad4d98"}}},
+    {1, {{14, "04f16c000d7e76d1c54c7e2157b490928b3fe7bc1716bb56ebff7ee9d0fa15ac"}}},
+    {2,
+     {{32, "0b0034d00bd705bb927e0c26c670ad16bdaa1807f3f18ae6c37e3e543c2aad5a"},
+      {33, "3f9ce6182102e35f6e02602d44db5de08c95e09fec6b8613e224a839dbe323a4"}}},
+    {1, {{33, "6bff6ab3cd0fdfb4b21647dfec04a1f6394284a197bbc8544b16222ec82e54cf"}}},
+    {2,
+     {{33, "6bff6ab3cd0fdfb4b21647dfec04a1f6394284a197bbc8544b16222ec82e54cf"},
+      {35, "51b4b262f7d463f2232da9e3a298598dcb13a5bb90987e0973d8b5fd7d30883e"}}},
+    {1, {{35, "e192eb307e8eaa4ebb1dfb681b45ea3fa9a1959fbf406c3138c4219b07b17bd1"}}},
+    {1, {{42, "4335c926a9cf666fd7035590b5ddd0638b5776288c28ac305f3f22a137b0a2f3"}}},
+    {1, {{44, "c8d7a9c950b0a5c2596c56964ccc3343359f25b9ad08f7156af334185a7cbd2c"}}},
+    {1, {{49, "10ecb4cf287818d0078809a54d5036ecfb37f1d57de05a567e71f59513530e8a"}}},
+    {1, {{49, "edf925dc3028c9e18fe18c945bb8993161fce235cc8b8e406b57a342acffdc1f"}}},
+    {1, {{51, "ac0940b98dfbadb0eb408f9f2fa1be1fb10e3c37c7fe0ad53c8b1c7baa984da8"}}},
+    {1, {{51, "64200584fdf494ecdce5fadc7f530c03c9e69ce33c0709920773d72f424ed589"}}},
+    {1, {{51, "8b3af2d1abef173c23ee997fdc4afe68ab80d065c26d9208ab9ffadd17284d16"}}},
+    {1, {{57, "6d22defbb18cf6ae24e20bd2bbf2cf1213740fcdf078856c34d4a16491798a30"}}},
+};
+
+/* Whether the n old texts a database records (versions v, hashes sha, in
+ * version order) are exactly one state of migrate_old_states. */
+static bool migrate_old_state_known(int n, const int *v, const char *const *sha)
+{
+	size_t count = sizeof(migrate_old_states) / sizeof(migrate_old_states[0]);
+
+	for (size_t k = 0; k < count; k++) {
+		const struct migrate_old_state *st = &migrate_old_states[k];
+		int j = 0;
+
+		if (st->n != n)
+			continue;
+		while (j < n && st->t[j].version == v[j] && strcmp(st->t[j].sha256, sha[j]) == 0)
+			j++;
+		if (j == n)
+			return true;
+	}
+	return false;
+}
+
 /* Index of the compiled migration numbered version, or -1. */
 static int migrate_find(int version)
 {
@@ -217,7 +286,8 @@ static int migrate_find(int version)
 /* Compares what schema_migrations records (a result of version, sha256)
  * with the compiled migrations. METER_ECONFLICT, with err, when the
  * database is newer than this binary, records a version this binary does
- * not know, or records a text that has since changed, or when one of this
+ * not know, or records a text that has since changed (but for the known
+ * states of migrate_old_states), or when one of this
  * binary's below the newest recorded is not there (skipped by the build
  * that migrated, or its record deleted: applying it after the later ones
  * would not make the schema they were written for); versions past this
@@ -228,6 +298,9 @@ static enum meter_rc migrate_compare(const PGresult *res, const char (*hex)[MIGR
 {
 	int newest = migrations_count > 0 ? migrations_src[migrations_count - 1].version : 0;
 	long recorded = 0; /* the newest version recorded */
+	/* Recorded texts that differ from this build's (migrate_old_states). */
+	int nold = 0, first_old = 0, old_v[MIGRATE_OLD_MAX];
+	const char *old_sha[MIGRATE_OLD_MAX];
 
 	for (int r = 0; r < PQntuples(res); r++) {
 		const char *vtext = PQgetvalue(res, r, 0);
@@ -261,13 +334,23 @@ static enum meter_rc migrate_compare(const PGresult *res, const char (*hex)[MIGR
 			return METER_ECONFLICT;
 		}
 		if (strcmp(sha, hex[i]) != 0) {
-			snprintf(err, errlen,
-				 "migration %s was changed after it was applied (sha256 "
-				 "differs): " MIGRATE_OTHER_BUILD,
-				 migrations_src[i].name);
-			return METER_ECONFLICT;
+			if (nold == 0)
+				first_old = i;
+			if (nold < MIGRATE_OLD_MAX) {
+				old_v[nold] = (int)v;
+				old_sha[nold] = sha;
+			}
+			nold++;
 		}
 		done[i] = true;
+	}
+	if (nold > 0 &&
+	    (nold > MIGRATE_OLD_MAX || !migrate_old_state_known(nold, old_v, old_sha))) {
+		snprintf(err, errlen,
+			 "migration %s was changed after it was applied (sha256 "
+			 "differs): " MIGRATE_OTHER_BUILD,
+			 migrations_src[first_old].name);
+		return METER_ECONFLICT;
 	}
 	for (int i = 0; i < migrations_count && migrations_src[i].version < recorded; i++) {
 		if (!done[i]) {

@@ -211,6 +211,58 @@ static void test_rerun(PGconn *conn)
 		CHECK_STR(testdb_exec_state(conn, sql), "00000");
 	}
 
+	/* Texts an earlier build recorded, since changed: accepted only as a
+	 * whole state the later migrations were checked to bring to this
+	 * schema (scripts/migration-history.sh). 0051 as eff1fa0 had it is
+	 * one; 0032 as c5da35e had it is not alone (that build's schema ends
+	 * apart), but with 0033 as 59cecdb had it, it is. */
+	{
+		static const char old51[] =
+		    "ac0940b98dfbadb0eb408f9f2fa1be1fb10e3c37c7fe0ad53c8b1c7baa984da8";
+		static const char old32[] =
+		    "0b0034d00bd705bb927e0c26c670ad16bdaa1807f3f18ae6c37e3e543c2aad5a";
+		static const char old33[] =
+		    "3f9ce6182102e35f6e02602d44db5de08c95e09fec6b8613e224a839dbe323a4";
+		char sql[512], h32[65], h33[65], h51[65];
+		int version = -1;
+
+		query_value(conn, "SELECT sha256 FROM schema_migrations WHERE version = 32", h32,
+			    sizeof(h32));
+		query_value(conn, "SELECT sha256 FROM schema_migrations WHERE version = 33", h33,
+			    sizeof(h33));
+		query_value(conn, "SELECT sha256 FROM schema_migrations WHERE version = 51", h51,
+			    sizeof(h51));
+		snprintf(sql, sizeof(sql),
+			 "UPDATE schema_migrations SET sha256 = '%s' WHERE version = 51", old51);
+		CHECK_STR(testdb_exec_state(conn, sql), "00000");
+		CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_OK);
+		CHECK_I64(applied, 0);
+		CHECK_I64(migrate_verify(conn, &version, err, sizeof(err)), METER_OK);
+		snprintf(sql, sizeof(sql),
+			 "UPDATE schema_migrations SET sha256 = CASE version WHEN 51 THEN '%s'"
+			 " WHEN 32 THEN '%s' END WHERE version IN (32, 51)",
+			 h51, old32);
+		CHECK_STR(testdb_exec_state(conn, sql), "00000");
+		err[0] = '\0';
+		CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_ECONFLICT);
+		CHECK(strstr(err, "0032_") != NULL);
+		CHECK_I64(migrate_verify(conn, &version, err, sizeof(err)), METER_ECONFLICT);
+		snprintf(sql, sizeof(sql),
+			 "UPDATE schema_migrations SET sha256 = '%s' WHERE version = 33", old33);
+		CHECK_STR(testdb_exec_state(conn, sql), "00000");
+		CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_OK);
+		/* With one more old text beside the pair: no state has it. */
+		snprintf(sql, sizeof(sql),
+			 "UPDATE schema_migrations SET sha256 = '%s' WHERE version = 51", old51);
+		CHECK_STR(testdb_exec_state(conn, sql), "00000");
+		CHECK_I64(migrate_apply(conn, &applied, err, sizeof(err)), METER_ECONFLICT);
+		snprintf(sql, sizeof(sql),
+			 "UPDATE schema_migrations SET sha256 = CASE version WHEN 32 THEN '%s'"
+			 " WHEN 33 THEN '%s' ELSE '%s' END WHERE version IN (32, 33, 51)",
+			 h32, h33, h51);
+		CHECK_STR(testdb_exec_state(conn, sql), "00000");
+	}
+
 	/* A database newer than this binary. */
 	CHECK_STR(testdb_exec_state(conn, "INSERT INTO schema_migrations (version, name, sha256)"
 					  " VALUES (999999, '999999_future', repeat('a', 64))"),

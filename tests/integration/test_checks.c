@@ -1353,6 +1353,21 @@ static void push_sample(struct apitest *t, const char *key, const char *sb, long
 	push_sample_from(t, "h-tail", key, sb, at, state, cpu_usec, storage_mib);
 }
 
+/* A document of host at time at that lists no sandbox: the host has
+ * reported past at without the ones it sampled before. */
+static void push_empty(struct apitest *t, const char *host, long long at)
+{
+	struct apitest_resp r;
+	char body[256], when[40];
+
+	cu_rfc3339((time_t)at, when, sizeof(when));
+	snprintf(body, sizeof(body), "{\"host_id\":\"%s\",\"sampled_at\":\"%s\",\"sandboxes\":[]}",
+		 host, when);
+	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
+	CHECK_I64(r.status, 200);
+	apitest_resp_release(&r);
+}
+
 /* A stopped sample is its host's reading, not a stop of the sandbox (only
  * a stop event is): the record stays running, a wake of it is allowed, and
  * what the host then finds running is billed. The interval from the
@@ -1449,7 +1464,7 @@ static void test_tail_after_stopped_sample(struct apitest *t, const char *key)
 {
 	struct apitest_resp r;
 	PGconn *db = t->db.conn;
-	char at[40], body[256];
+	char at[40];
 	time_t n;
 
 	CHECK_I64(cu_create(t, 0, key, "gs-1", 1, 1024, 900, NULL, &r), 200);
@@ -1466,12 +1481,7 @@ static void test_tail_after_stopped_sample(struct apitest *t, const char *key)
 	cu_rfc3339(n + 3, at, sizeof(at));
 	CHECK_I64(cu_event(t, 0, "gs-1", "stopped", at, &r), 200);
 	apitest_resp_release(&r);
-	cu_rfc3339(n + 4, at, sizeof(at));
-	snprintf(body, sizeof(body),
-		 "{\"host_id\":\"h-gs\",\"sampled_at\":\"%s\",\"sandboxes\":[]}", at);
-	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
-	CHECK_I64(r.status, 200);
-	apitest_resp_release(&r);
+	push_empty(t, "h-gs", n + 4);
 	/* The stop is 2 s (the grace) old 5 s from now; the sweeper's round. */
 	for (int i = 0; i < 150 && cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id ="
 						  " 'gs-1' AND status = 'open'") > 0;
@@ -2075,7 +2085,7 @@ static void test_tail_host(struct apitest *t, const char *key)
 	struct apitest_resp r;
 	PGconn *db = t->db.conn;
 	time_t t0;
-	char at[40], body[256];
+	char at[40];
 
 	CHECK_I64(cu_create(t, 0, key, "gw-1", 1, 1024, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
@@ -2103,12 +2113,7 @@ static void test_tail_host(struct apitest *t, const char *key)
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'gw-1' AND status"
 				 " = 'settled'"),
 		  1);
-	cu_rfc3339(t0 + 2, at, sizeof(at));
-	snprintf(body, sizeof(body),
-		 "{\"host_id\":\"h-empty\",\"sampled_at\":\"%s\",\"sandboxes\":[]}", at);
-	CHECK(cu_post(t, 0, "/v1/samples", body, &r) == 0);
-	CHECK_I64(r.status, 200);
-	apitest_resp_release(&r);
+	push_empty(t, "h-empty", t0 + 2);
 	wait_first_hold_closed(db, "gw-3");
 	CHECK_I64(cu_sql_int(db, "SELECT count(*) FROM holds WHERE sandbox_id = 'gw-3' AND status"
 				 " = 'settled'"),

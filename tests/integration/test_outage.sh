@@ -30,11 +30,8 @@ pgsh=$here/../../scripts/pg.sh
 token=outage-control-plane-token-0123456789
 kk1_secret=outageKeySecret0123456789abcdefghijklmn
 limit=300000
-# The check keys' zone: a fixed offset at which it is now 12:00 to 13:00, so
-# no 600 s lease of the run crosses their midnight (a lease that did would
-# hold each day's part on a hold of its own), whatever the hour it runs at.
-ahead=$((12 - 10#$(date -u +%H)))
-if ((ahead == 0)); then kzone=Etc/GMT; else kzone=$(printf 'Etc/GMT%+d' $((-ahead))); fi
+# The check keys' zone: no 600 s lease of the run crosses their midnight.
+kzone=$(midday_zone)
 pid=
 refpid=
 client=

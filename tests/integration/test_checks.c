@@ -1368,6 +1368,15 @@ static void push_empty(struct apitest *t, const char *host, long long at)
 	apitest_resp_release(&r);
 }
 
+/* Host host's two samples of sb: running at at (CPU counter 0), then
+ * stopped a second later, having run that second on its one vCPU. */
+static void push_ran_then_stopped(struct apitest *t, const char *host, const char *key,
+				  const char *sb, long long at)
+{
+	push_sample_from(t, host, key, sb, at, "running", 0, 0);
+	push_sample_from(t, host, key, sb, at + 1, "stopped", 1000000, 0);
+}
+
 /* A stopped sample is its host's reading, not a stop of the sandbox (only
  * a stop event is): the record stays running, a wake of it is allowed, and
  * what the host then finds running is billed. The interval from the
@@ -1382,8 +1391,7 @@ static void test_wake_after_stopped_sample(struct apitest *t, const char *key)
 	CHECK_I64(cu_create(t, 0, key, "ss-1", 1, 1024, 900, NULL, &r), 200);
 	apitest_resp_release(&r);
 	t0 = apitest_now() + 1; /* after the create */
-	push_sample_from(t, "h-ss", key, "ss-1", t0, "running", 0, 0);
-	push_sample_from(t, "h-ss", key, "ss-1", t0 + 1, "stopped", 1000000, 0);
+	push_ran_then_stopped(t, "h-ss", key, "ss-1", t0);
 	sandbox_state(db, "ss-1", state, sizeof(state));
 	CHECK(strncmp(state, "running ", 8) == 0);
 	CHECK_I64(cu_wake(t, 0, "ss-1", 60, NULL, &r), 200);
@@ -1471,8 +1479,7 @@ static void test_tail_after_stopped_sample(struct apitest *t, const char *key)
 	apitest_resp_release(&r);
 	cu_sleep_ms(3100);
 	n = apitest_now(); /* n - 2 is after the create */
-	push_sample_from(t, "h-gs", key, "gs-1", n - 2, "running", 0, 0);
-	push_sample_from(t, "h-gs", key, "gs-1", n - 1, "stopped", 1000000, 0);
+	push_ran_then_stopped(t, "h-gs", key, "gs-1", n - 2);
 	CHECK_I64(cu_wake(t, 0, "gs-1", 60, NULL, &r), 200);
 	apitest_resp_release(&r);
 	cu_rfc3339(n + 1, at, sizeof(at));

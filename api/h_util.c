@@ -78,7 +78,7 @@ bool hutil_reply_db_cause(struct http_req *req, int64_t timeout_ms, const char *
 	bool lock = strcmp(state, "55P03") == 0;
 	char msg[256];
 
-	if (strcmp(state, "25006") == 0) {
+	if (db_util_read_only(state)) {
 		/* A standby, or default_transaction_read_only on: the
 		 * transaction was refused whole. The state is kept, so that the
 		 * session is made again when released (db_conn_failed). */

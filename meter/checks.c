@@ -1452,7 +1452,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 
 			conn_drop(bt, "broken", NULL);
 			rc = METER_EDB;
-			in_doubt = applying && strcmp(sqlstate, "25006") != 0;
+			in_doubt = applying && !db_util_read_only(sqlstate);
 			if (!in_doubt && !timed_out && !redone) {
 				log_debug("checks: batch of %zu decided again on a new connection",
 					  n);
@@ -1503,7 +1503,7 @@ static void batch_run(struct batcher *bt, struct item **items, size_t n)
 						      e->opt.statement_timeout_ms);
 				else if (db_util_short_of_resources(sqlstate))
 					set_short(items[i], sqlstate);
-				else if (strcmp(sqlstate, "25006") == 0)
+				else if (db_util_read_only(sqlstate))
 					set_read_only(items[i]);
 				else
 					set_unavailable(items[i],
@@ -1988,7 +1988,7 @@ static void *sweeper_main(void *arg)
 		 * default_transaction_read_only is on: /readyz says 503) fails
 		 * every step, each logged: not every second, but every
 		 * SWEEP_READ_ONLY_MS, and said once. */
-		if (strcmp(db_util_failed_state(), "25006") == 0) {
+		if (db_util_read_only(db_util_failed_state())) {
 			if (!read_only)
 				log_warn("checks: the database takes no writes (a standby?): the "
 					 "sweeper tries again every %d s",

@@ -893,10 +893,9 @@ bool db_checks_session_ended(const char *sqlstate)
 	       (strncmp(sqlstate, "08", 2) == 0 ||   /* connection_exception */
 		strncmp(sqlstate, "57P0", 4) == 0 || /* admin or crash shutdown, idle session */
 		strcmp(sqlstate, "25P03") == 0 ||    /* idle_in_transaction_session_timeout */
-		/* read_only_sql_transaction: a session made while the
-		 * database's default_transaction_read_only was on keeps it
-		 * for life, made again it takes the default as it is then */
-		strcmp(sqlstate, "25006") == 0);
+		/* a session made while the database took no writes keeps
+		 * that for life; made again it takes the default as it is */
+		db_util_read_only(sqlstate));
 }
 
 enum meter_rc db_checks_event(PGconn *conn, const char *sandbox_id, const char *type,

@@ -73,6 +73,11 @@ bool db_util_short_of_resources(const char *sqlstate)
 	return sqlstate && strncmp(sqlstate, "53", 2) == 0 && strlen(sqlstate) == 5;
 }
 
+bool db_util_read_only(const char *sqlstate)
+{
+	return sqlstate && strcmp(sqlstate, "25006") == 0;
+}
+
 static atomic_long short_since; /* class-53 failures not yet told by a line */
 
 void db_util_log_short(const char *what, const char *sqlstate, const char *msg)

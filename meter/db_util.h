@@ -122,6 +122,11 @@ void db_util_failed_note(const PGresult *res);
  * full, out of memory, too many connections, a configured limit). */
 bool db_util_short_of_resources(const char *sqlstate);
 
+/* True when sqlstate is a write refused for the database taking none
+ * (25006 read_only_sql_transaction: a standby, or a session made while
+ * default_transaction_read_only was on, which keeps it for life). */
+bool db_util_read_only(const char *sqlstate);
+
 /* Logs a statement's failure so (what failed, its SQLSTATE and message):
  * while it lasts every statement meets it, so at most one line every
  * DB_SHORT_LOG_MS for the process, counting the failures since the last;

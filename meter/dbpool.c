@@ -235,7 +235,7 @@ bool db_conn_failed(PGconn *conn)
 	/* A session made while the database's default_transaction_read_only
 	 * was on keeps it for life: once a statement of it was refused for
 	 * that (25006), it is made again, with the default as it is then. */
-	return PQstatus(conn) != CONNECTION_OK || strcmp(db_util_failed_state(), "25006") == 0;
+	return PQstatus(conn) != CONNECTION_OK || db_util_read_only(db_util_failed_state());
 }
 
 /* Waits for the result of a sent query for at most timeout_ms.

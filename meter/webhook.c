@@ -549,7 +549,7 @@ static void *deliver_main(void *arg)
 		 * session made while it did keeps that for life, so it is made
 		 * again for the next try, as the request pool's and the
 		 * check engine's are: once it takes writes, delivery goes on. */
-		refused = strcmp(db_util_failed_state(), "25006") == 0;
+		refused = db_util_read_only(db_util_failed_state());
 		if (refused && !read_only)
 			log_warn("webhook: the database takes no writes (a standby?): events wait"
 				 " until it does");

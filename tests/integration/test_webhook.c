@@ -225,7 +225,21 @@ static int signature_ok(const struct received *r)
 	return signature_valid(r->signature, r->body);
 }
 
-/* Waits until every outbox event is delivered (or timeout_ms). */
+/* The receiver answers each POST after ms. */
+static void set_slow(int ms)
+{
+	pthread_mutex_lock(&mu);
+	slow_ms = ms;
+	pthread_mutex_unlock(&mu);
+}
+
+/* Marks every event still to send delivered: a case starts from none. */
+static void outbox_clear(PGconn *db)
+{
+	cu_sql(db, "UPDATE webhook_outbox SET delivered_at = clock_timestamp()"
+		   " WHERE delivered_at IS NULL");
+}
+
 /* Puts n spend_limit_crossed events of key in the outbox, due now, with
  * dedup keys prefix1 .. prefixn. */
 static void due_events(PGconn *db, const char *acc, const char *key, const char *prefix, int n)
@@ -240,6 +254,7 @@ static void due_events(PGconn *db, const char *acc, const char *key, const char 
 	cu_sql(db, sql);
 }
 
+/* Waits until every outbox event is delivered (or timeout_ms). */
 static long long wait_delivered(PGconn *db, int timeout_ms)
 {
 	long long pending = -1;
@@ -432,9 +447,7 @@ static void test_gate_closes(struct apitest *t, const char *acc, const char *key
 	struct apitest_resp r;
 	int before, at_close, later;
 
-	pthread_mutex_lock(&mu);
-	slow_ms = 400;
-	pthread_mutex_unlock(&mu);
+	set_slow(400);
 	before = total_requests();
 	due_events(t->db.conn, acc, key, "gate-", 60);
 	for (int waited = 0; total_requests() == before && waited < 10000; waited += 10)
@@ -463,9 +476,7 @@ static void test_gate_closes(struct apitest *t, const char *acc, const char *key
 		CHECK_I64(r.status, 200);
 		apitest_resp_release(&r);
 	}
-	pthread_mutex_lock(&mu);
-	slow_ms = 0;
-	pthread_mutex_unlock(&mu);
+	set_slow(0);
 	CHECK_I64(wait_delivered(t->db.conn, 20000), 0);
 	{
 		PGresult *res = PQexec(t->db.conn, "SELECT event_id FROM webhook_outbox"
@@ -611,8 +622,7 @@ static void test_wrong_secret(struct apitest *t, const char *hook_url, const cha
 	long long pending, failed = 0;
 	pid_t bad, good;
 
-	cu_sql(db, "UPDATE webhook_outbox SET delivered_at = clock_timestamp()"
-		   " WHERE delivered_at IS NULL");
+	outbox_clear(db);
 	pthread_mutex_lock(&mu);
 	refuse_bad_sig = 1;
 	refusals = 0;
@@ -1522,9 +1532,7 @@ static void test_kill(struct apitest *t, const char *hook_url, const char *acc, 
 	CHECK(PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == n && n >= 10);
 	PQclear(res);
 
-	pthread_mutex_lock(&mu);
-	slow_ms = 500;
-	pthread_mutex_unlock(&mu);
+	set_slow(500);
 	snprintf(log, sizeof(log), "%s/test-webhook-kill-%d.log", getenv("METER_BIN_DIR") ?: "/tmp",
 		 (int)getpid());
 	pid = spawn_meterd(t, hook_url, log, KILL_CONC);
@@ -1543,9 +1551,7 @@ static void test_kill(struct apitest *t, const char *hook_url, const char *acc, 
 		CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 	}
 	cu_sleep_ms(1000); /* the receiver answers it, to nobody */
-	pthread_mutex_lock(&mu);
-	slow_ms = 0;
-	pthread_mutex_unlock(&mu);
+	set_slow(0);
 	answered = 0;
 	for (int i = 0; i < n; i++) {
 		done[i] = cu_sql_int(db,
@@ -1600,11 +1606,8 @@ static void test_record_failed(struct apitest *t, const char *hook_url, const ch
 	pid_t pid;
 
 	CHECK(PQstatus(locker) == CONNECTION_OK);
-	cu_sql(db, "UPDATE webhook_outbox SET delivered_at = clock_timestamp()"
-		   " WHERE delivered_at IS NULL");
-	pthread_mutex_lock(&mu);
-	slow_ms = 1500;
-	pthread_mutex_unlock(&mu);
+	outbox_clear(db);
+	set_slow(1500);
 	due_events(db, acc, key, "record-", 4);
 	/* The round's first, as the claim most likely takes them. */
 	res = PQexec(db, "SELECT event_id FROM webhook_outbox WHERE dedup_key LIKE 'record-%'"
@@ -1642,9 +1645,7 @@ static void test_record_failed(struct apitest *t, const char *hook_url, const ch
 			     " AND delivered_at IS NULL",
 			     id),
 		  1);
-	pthread_mutex_lock(&mu);
-	slow_ms = 0;
-	pthread_mutex_unlock(&mu);
+	set_slow(0);
 	stop_meterd(pid);
 }
 
@@ -1662,11 +1663,8 @@ static void test_record_reconnect(struct apitest *t, const char *hook_url, const
 	long long recorded = -1;
 	pid_t pid;
 
-	cu_sql(db, "UPDATE webhook_outbox SET delivered_at = clock_timestamp()"
-		   " WHERE delivered_at IS NULL");
-	pthread_mutex_lock(&mu);
-	slow_ms = 1500;
-	pthread_mutex_unlock(&mu);
+	outbox_clear(db);
+	set_slow(1500);
 	due_events(db, acc, key, "reconnect-", 3);
 	res = PQexec(db, "SELECT event_id FROM webhook_outbox WHERE dedup_key LIKE 'reconnect-%'");
 	if (PQresultStatus(res) == PGRES_TUPLES_OK)
@@ -1694,9 +1692,7 @@ static void test_record_reconnect(struct apitest *t, const char *hook_url, const
 	CHECK_I64(recorded, 3);
 	for (int i = 0; i < n; i++)
 		CHECK_I64(delivered(ids[i]), 1);
-	pthread_mutex_lock(&mu);
-	slow_ms = 0;
-	pthread_mutex_unlock(&mu);
+	set_slow(0);
 	stop_meterd(pid);
 }
 
@@ -1728,8 +1724,7 @@ static void test_read_only_database(struct apitest *t, const char *hook_url, con
 	bool refused = false;
 	pid_t pid;
 
-	cu_sql(db, "UPDATE webhook_outbox SET delivered_at = clock_timestamp()"
-		   " WHERE delivered_at IS NULL");
+	outbox_clear(db);
 	snprintf(log, sizeof(log), "%s/test-webhook-read-only-%d.log",
 		 getenv("METER_BIN_DIR") ?: "/tmp", (int)getpid());
 	pid = spawn_meterd(t, hook_url, log, 2);
@@ -1906,9 +1901,7 @@ int main(void)
 	}
 	/* A slow receiver (3 s an answer) and 20 due events: sending them all
 	 * takes a while, but SIGTERM stops meterd after the round in flight. */
-	pthread_mutex_lock(&mu);
-	slow_ms = 3000;
-	pthread_mutex_unlock(&mu);
+	set_slow(3000);
 	{
 		int before = total_requests();
 		long long t0;
@@ -1927,9 +1920,7 @@ int main(void)
 			  db, "SELECT count(*) FROM webhook_outbox WHERE delivered_at IS NULL") >=
 		      20 - 2 * SLOW_CONC);
 	}
-	pthread_mutex_lock(&mu);
-	slow_ms = 0;
-	pthread_mutex_unlock(&mu);
+	set_slow(0);
 	test_kill(&t, hook_url, acc, key);
 	test_record_failed(&t, hook_url, acc, key);
 	test_record_reconnect(&t, hook_url, acc, key);
